@@ -1,0 +1,155 @@
+"""Command line: ``jaxfed list | run NAME | reproduce | plot DIR``.
+
+Errors in names, values or parameters print one line ``jaxfed: error: …`` and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+DEFAULT_OUT = "results"
+
+
+def _parse_sets(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ValueError(f"--set takes key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _cmd_list(args) -> int:
+    from jaxfed.experiments import REGISTRY
+
+    width = max(len(name) for name in REGISTRY)
+    for name, exp in REGISTRY.items():
+        print(f"{name:<{width}}  {exp.description}")
+    return 0
+
+
+def _run_one(exp, overrides, args, out_dir, n_trials) -> dict:
+    from jaxfed.experiments import make_config, run_experiment
+
+    cfg = make_config(exp.config_cls, overrides)
+    if not args.quiet:
+        print(f"{exp.name}: {n_trials} trials -> {out_dir}", file=sys.stderr)
+    config_json, _ = run_experiment(
+        exp,
+        cfg,
+        n_trials=n_trials,
+        seed=args.seed,
+        out_dir=out_dir,
+        chunk_size=args.chunk_size,
+        quiet=args.quiet,
+        overwrite=args.overwrite,
+    )
+    return config_json
+
+
+def _cmd_run(args) -> int:
+    from jaxfed.experiments import get
+
+    exp = get(args.name)
+    n_trials = exp.default_trials if args.trials is None else args.trials
+    out_dir = args.out or os.path.join(DEFAULT_OUT, exp.name)
+    _run_one(exp, _parse_sets(args.set), args, out_dir, n_trials)
+    print(out_dir)
+    return 0
+
+
+def _cmd_reproduce(args) -> int:
+    from jaxfed.experiments import REGISTRY
+
+    if not args.scale > 0:
+        raise ValueError(f"--scale must be > 0, got {args.scale}")
+    for exp in REGISTRY.values():
+        n_trials = max(1, round(exp.default_trials * args.scale))
+        _run_one(exp, {}, args, os.path.join(args.out, exp.name), n_trials)
+    print(args.out)
+    return 0
+
+
+def _cmd_plot(args) -> int:
+    from jaxfed.experiments import get, load_results, make_config
+
+    config_json, metrics = load_results(args.dir)
+    exp = get(config_json["experiment"])
+    params = {k: ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in config_json["parameters"].items()}
+    cfg = make_config(exp.config_cls, params)
+    path = os.path.join(args.dir, f"{exp.name}.png")
+    exp.plot(cfg, config_json["points"], metrics, path)
+    print(path)
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**32), got {text!r}") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**32), got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jaxfed", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("list", help="list the experiments").set_defaults(func=_cmd_list)
+
+    def common(p):
+        p.add_argument("--seed", type=_seed, default=0, help="root seed (default 0)")
+        p.add_argument("--chunk-size", type=_positive_int, default=None, help="trials per chunk")
+        p.add_argument("--quiet", action="store_true", help="no progress output")
+        p.add_argument("--overwrite", action="store_true", help="discard a stored run with a different config")
+
+    run = sub.add_parser("run", help="run one experiment")
+    run.add_argument("name", help="experiment name (see `jaxfed list`)")
+    run.add_argument("--trials", type=_positive_int, default=None, help="trials per point")
+    run.add_argument("--out", default=None, help=f"result directory (default {DEFAULT_OUT}/NAME)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter")
+    common(run)
+    run.set_defaults(func=_cmd_run)
+
+    rep = sub.add_parser("reproduce", help="run every paper experiment at its default size")
+    rep.add_argument("--out", default=DEFAULT_OUT, help=f"result directory (default {DEFAULT_OUT})")
+    rep.add_argument("--scale", type=float, default=1.0, help="multiply every default trial count")
+    common(rep)
+    rep.set_defaults(func=_cmd_reproduce)
+
+    plot = sub.add_parser("plot", help="redraw the figure of a finished run")
+    plot.add_argument("dir", help="result directory of a finished run")
+    plot.set_defaults(func=_cmd_plot)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"jaxfed: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("jaxfed: interrupted; rerun the same command to resume from the finished chunks", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,18 @@
+"""The reproduced experiments, by name. Each module defines a config dataclass, a sweep (trial +
+points) and a plot; :mod:`jaxfed.experiments.base` runs them and writes the result directory."""
+
+from __future__ import annotations
+
+from jaxfed.experiments import gfvl_topologies
+from jaxfed.experiments.base import Experiment, Sweep, load_results, make_config, run_experiment
+
+__all__ = ["REGISTRY", "get", "Experiment", "Sweep", "make_config", "run_experiment", "load_results"]
+
+REGISTRY: dict[str, Experiment] = {exp.name: exp for exp in (gfvl_topologies.EXPERIMENT,)}
+
+
+def get(name: str) -> Experiment:
+    """The experiment called ``name``; ValueError listing the known names otherwise."""
+    if name not in REGISTRY:
+        raise ValueError(f"unknown experiment {name!r}; choose one of: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name]

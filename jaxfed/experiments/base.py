@@ -1,0 +1,179 @@
+"""Experiment machinery: config parsing/validation, sweeps, running and the result directory.
+
+An :class:`Experiment` is run by :func:`run_experiment`, which hands the sweep to
+:func:`jaxfed.engine.run` and writes the result directory:
+
+- ``config.json``: every parameter, the points (``"points"``, in point-axis order), seed, trials,
+  each metric's axes, versions and device;
+- ``metrics.npz``: one array per metric with axes (point, trial, …) as listed in config.json;
+- ``<name>.png``: the figure;
+- ``chunks/``: finished chunks, so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import typing
+from typing import Any, Callable, NamedTuple
+
+import jax
+import numpy as np
+
+from jaxfed import engine
+
+__all__ = [
+    "Experiment",
+    "Sweep",
+    "check",
+    "make_config",
+    "run_experiment",
+    "load_results",
+]
+
+
+class Sweep(NamedTuple):
+    """What the engine runs for one configuration."""
+
+    trial: Callable  # trial(key, point) -> dict of arrays
+    points: list  # point pytrees for the engine (array leaves traced, others static)
+    labels: list  # JSON dict per point, e.g. {"topology": "ring"}
+    metric_axes: dict  # metric -> axis names after (point, trial), e.g. {"kl": ("slot",)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    name: str
+    description: str  # one line, shown by `jaxfed list`
+    config_cls: type  # frozen dataclass of parameters; validates in __post_init__
+    build: Callable[[Any], Sweep]
+    plot: Callable[[Any, list, dict, str], None]  # (config, labels, metrics, png path)
+    default_trials: int = 1000  # used by `jaxfed run` without --trials and by `jaxfed reproduce`
+
+
+# --------------------------------------------------------------------------- configs
+def _parse_value(name: str, text: str, annotation):
+    type_name = getattr(annotation, "__name__", str(annotation))
+    if annotation is bool:
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+    elif annotation in (int, float, str):
+        try:
+            return annotation(text)
+        except ValueError:
+            pass
+    elif typing.get_origin(annotation) is tuple:
+        item = typing.get_args(annotation)[0]
+        return tuple(_parse_value(name, part.strip(), item) for part in text.split(",") if part.strip())
+    else:
+        raise TypeError(f"parameter {name} has unsupported type {annotation}")
+    raise ValueError(f"parameter {name}: cannot parse {text!r} as {type_name}")
+
+
+def make_config(config_cls: type, overrides: dict[str, str] | None = None):
+    """Builds ``config_cls`` from string overrides (``--set key=value``), validating names and values."""
+    hints = typing.get_type_hints(config_cls)
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    values = {}
+    for key, text in (overrides or {}).items():
+        if key not in fields:
+            raise ValueError(f"unknown parameter {key!r}; known parameters: {', '.join(sorted(fields))}")
+        values[key] = _parse_value(key, text, hints[key])
+    return config_cls(**values)
+
+
+def check(name: str, value, ok: bool, allowed: str) -> None:
+    """Raises ``ValueError("<name> must be <allowed>, got <value>")`` unless ``ok``."""
+    if not ok:
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+
+
+# --------------------------------------------------------------------------- running
+def _versions() -> dict:
+    from jaxfed import __version__
+
+    return {"jaxfed": __version__, "jax": jax.__version__, "numpy": np.__version__}
+
+
+def run_experiment(
+    exp: Experiment,
+    config,
+    n_trials: int | None = None,
+    seed: int = 0,
+    out_dir: str | None = None,
+    chunk_size: int | None = None,
+    quiet: bool = False,
+    overwrite: bool = False,
+) -> tuple[dict, dict]:
+    """Runs an experiment through the engine and writes its result directory.
+
+    Returns:
+        (config_json, metrics) where metrics maps names to arrays (point, trial, …).
+    """
+    n_trials = exp.default_trials if n_trials is None else n_trials
+    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
+        raise ValueError(f"trials must be an integer >= 1, got {n_trials!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+    sweep = exp.build(config)
+    dtype = "float64" if jax.config.jax_enable_x64 else "float32"
+    identity = {
+        "experiment": exp.name,
+        "parameters": dataclasses.asdict(config),
+        "points": sweep.labels,
+        "n_trials": n_trials,
+        "seed": seed,
+        "dtype": dtype,
+    }
+    identity = _jsonable(identity)
+    metrics = engine.run(
+        sweep.trial,
+        sweep.points,
+        n_trials,
+        seed=seed,
+        chunk_size=chunk_size,
+        out_dir=out_dir,
+        identity=identity,
+        overwrite=overwrite,
+        progress=None if not quiet else False,
+    )
+    config_json = dict(identity)
+    config_json.update(
+        description=exp.description,
+        metrics={
+            name: {"axes": ["point", "trial", *sweep.metric_axes[name]], "shape": list(v.shape), "dtype": str(v.dtype)}
+            for name, v in metrics.items()
+        },
+        versions=_versions(),
+        device=str(jax.devices()[0]),
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    )
+    if out_dir is not None:
+        engine.atomic_savez(os.path.join(out_dir, "metrics.npz"), metrics)
+        engine.atomic_write_json(os.path.join(out_dir, "config.json"), config_json)
+        exp.plot(config, sweep.labels, metrics, os.path.join(out_dir, f"{exp.name}.png"))
+    return config_json, metrics
+
+
+def load_results(out_dir: str) -> tuple[dict, dict]:
+    """Reads ``config.json`` and ``metrics.npz`` of a finished run."""
+    import json
+
+    with open(os.path.join(out_dir, "config.json")) as f:
+        config_json = json.load(f)
+    with np.load(os.path.join(out_dir, "metrics.npz")) as z:
+        metrics = {k: z[k] for k in z.files}
+    return config_json, metrics
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (np.floating, np.integer)):
+        return obj.item()
+    return obj
