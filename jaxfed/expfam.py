@@ -15,6 +15,7 @@ the differences between small shapes that the KL and natural-gradient steps depe
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 import jax
@@ -134,6 +135,7 @@ def kl_integral(family: ExpFamily, eta1: jax.Array, eta2: jax.Array) -> jax.Arra
     return jnp.sum(weight * quad, axis=-1)
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def kl(family: ExpFamily, eta1: jax.Array, eta2: jax.Array) -> jax.Array:
     """KL(q_η1 ‖ q_η2), accurate to ~1e-5 relative in float32 (1e-9 in float64), down to 1e-9.
 
@@ -253,6 +255,7 @@ BETA = ExpFamily(
 )
 
 
+@jax.jit
 def beta_kl(a1, b1, a2, b2) -> jax.Array:
     """KL(Beta(a1, b1) ‖ Beta(a2, b2)), elementwise with broadcasting (see :func:`kl`).
 

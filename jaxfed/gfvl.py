@@ -9,8 +9,10 @@ scheduled agent k
 2. solves its local free energy  min_q E_q[L_k] + α KL(q ‖ q_{η_{−k}})  → η_new,
 3. updates λ_k ← λ_k + (η_new − η).
 
-Step 2 is a *local solver* ``solve(key, agent, eta, cavity) -> eta_new``; :func:`conjugate_solver`
-is the exact conjugate update η_new = η_{−k} + s_k/α (SPEC A4).
+Step 2 is a *local solver* ``solve(key, agent, state) -> Δ`` returning the change Δ = η_new − η,
+which steps 2–3 add to both η and λ_k. Returning the increment rather than η_new keeps the
+conjugate case exact in floating point: :func:`conjugate_solver` returns Δ = s_k/α − λ_k (SPEC A4),
+which is exactly s_k/α on the first visit and exactly 0 on every repeat visit.
 """
 
 from __future__ import annotations
@@ -42,8 +44,10 @@ class GFVLState(NamedTuple):
     lam: jax.Array  # (K, P) approximate-likelihood factors λ_k; λ_k stays at agent k
 
 
-LocalSolver = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
-"""``solve(key, agent, eta, cavity) -> eta_new``: step 2 of the protocol for the scheduled agent."""
+LocalSolver = Callable[[jax.Array, jax.Array, GFVLState], jax.Array]
+"""``solve(key, agent, state) -> Δ``: step 2 for the scheduled agent, as the increment η_new − η.
+
+The cavity is ``state.eta - state.lam[agent]``."""
 
 
 def init(prior_eta: jax.Array, n_agents: int) -> GFVLState:
@@ -53,10 +57,9 @@ def init(prior_eta: jax.Array, n_agents: int) -> GFVLState:
 
 
 def step(key: jax.Array, state: GFVLState, agent: jax.Array, solve: LocalSolver) -> GFVLState:
-    """One slot of G-FVL for the scheduled ``agent``: cavity, local solve, λ update (SPEC A3)."""
-    cavity = state.eta - state.lam[agent]
-    eta_new = solve(key, agent, state.eta, cavity)
-    return GFVLState(eta=eta_new, lam=state.lam.at[agent].add(eta_new - state.eta))
+    """One slot of G-FVL for the scheduled ``agent`` (SPEC A3): η ← η + Δ, λ_k ← λ_k + Δ."""
+    delta = solve(key, agent, state)
+    return GFVLState(eta=state.eta + delta, lam=state.lam.at[agent].add(delta))
 
 
 def learn(key: jax.Array, state: GFVLState, schedule: jax.Array, solve: LocalSolver):
@@ -76,7 +79,7 @@ def learn(key: jax.Array, state: GFVLState, schedule: jax.Array, solve: LocalSol
 
 
 def conjugate_solver(agent_stats: jax.Array, alpha) -> LocalSolver:
-    """Exact local update of the conjugate case (SPEC A4): η_new = η_{−k} + s_k/α.
+    """Exact local update of the conjugate case (SPEC A4): η_new = η_{−k} + s_k/α, i.e. Δ = s_k/α − λ_k.
 
     Args:
         agent_stats: (K, P) per-agent sums of the likelihood's natural statistics Σ_n [s(z_{k,n}), 1]
@@ -85,9 +88,9 @@ def conjugate_solver(agent_stats: jax.Array, alpha) -> LocalSolver:
         alpha: temperature α > 0.
     """
 
-    def solve(key, agent, eta, cavity):
-        del key, eta
-        return cavity + agent_stats[agent] / alpha
+    def solve(key, agent, state):
+        del key
+        return agent_stats[agent] / alpha - state.lam[agent]
 
     return solve
 

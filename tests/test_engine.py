@@ -1,0 +1,117 @@
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxfed import engine
+
+
+def trial(key, point):
+    """A small trial with a scan, a static leaf and traced leaves."""
+    steps = point["steps"]  # static
+    x = jax.random.normal(key, (steps,)) * point["scale"] + point["shift"]
+    return {"walk": jnp.cumsum(x), "last": x[-1]}
+
+
+POINTS = [
+    {"scale": jnp.float32(1.0), "shift": jnp.float32(0.0), "steps": 5},
+    {"scale": jnp.float32(2.0), "shift": jnp.float32(1.0), "steps": 5},
+    {"scale": jnp.float32(0.5), "shift": jnp.float32(-1.0), "steps": 5},
+]
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return engine.run(trial, POINTS, 23, seed=4, chunk_size=23)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 7, None])
+def test_bit_identical_for_any_chunk_size(reference, chunk_size):
+    out = engine.run(trial, POINTS, 23, seed=4, chunk_size=chunk_size)
+    for name in reference:
+        np.testing.assert_array_equal(out[name], reference[name])
+    assert out["walk"].shape == (3, 23, 5) and out["last"].shape == (3, 23)
+
+
+def test_keys_are_fold_in_of_point_and_trial(reference):
+    root = jax.random.key(4)
+    key = jax.random.fold_in(jax.random.fold_in(root, 2), 11)
+    np.testing.assert_array_equal(reference["walk"][2, 11], trial(key, POINTS[2])["walk"])
+
+
+def test_different_seed_differs(reference):
+    out = engine.run(trial, POINTS, 23, seed=5)
+    assert not np.array_equal(out["walk"], reference["walk"])
+
+
+def test_jit_and_no_jit_agree():
+    a = engine.run(trial, POINTS[:2], 3, seed=1, chunk_size=2)
+    b = engine.run(trial, POINTS[:2], 3, seed=1, chunk_size=2, use_jit=False)
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-5)  # XLA may fuse differently
+
+
+def test_static_leaves_form_separate_groups_in_point_order():
+    points = [
+        {"scale": jnp.float32(1.0), "shift": jnp.float32(0.0), "steps": 4},
+        {"scale": jnp.float32(1.0), "shift": jnp.float32(0.0), "steps": 3},
+        {"scale": jnp.float32(3.0), "shift": jnp.float32(0.0), "steps": 4},
+    ]
+
+    def last_only(key, point):
+        return {"last": trial(key, point)["last"], "n": jnp.int32(point["steps"])}
+
+    out = engine.run(last_only, points, 6, seed=0, chunk_size=4)
+    np.testing.assert_array_equal(out["n"][:, 0], [4, 3, 4])
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), 1), 5)
+    assert out["last"][1, 5] == last_only(key, points[1])["last"]
+
+
+def test_store_and_resume_compute_only_missing_chunks(tmp_path, reference):
+    identity = {"name": "walk", "n": 23}
+    full = tmp_path / "full"
+    out = engine.run(trial, POINTS, 23, seed=4, chunk_size=5, out_dir=str(full), identity=identity)
+    chunks = sorted(os.listdir(full / "chunks"))
+    assert len(chunks) == 5  # 5+5+5+5+3 trials
+    # Simulate an interrupted run: keep two finished chunks only.
+    part = tmp_path / "part"
+    (part / "chunks").mkdir(parents=True)
+    shutil.copy(full / "identity.json", part / "identity.json")
+    kept = chunks[1:3]
+    for name in kept:
+        shutil.copy(full / "chunks" / name, part / "chunks" / name)
+    before = {name: os.stat(part / "chunks" / name).st_mtime_ns for name in kept}
+    resumed = engine.run(trial, POINTS, 23, seed=4, chunk_size=5, out_dir=str(part), identity=identity)
+    for name in reference:
+        np.testing.assert_array_equal(resumed[name], reference[name])
+        np.testing.assert_array_equal(out[name], reference[name])
+    assert sorted(os.listdir(part / "chunks")) == chunks
+    assert {name: os.stat(part / "chunks" / name).st_mtime_ns for name in kept} == before
+
+
+def test_resume_refuses_a_different_config_unless_overwrite(tmp_path):
+    d = str(tmp_path / "run")
+    engine.run(trial, POINTS[:1], 4, out_dir=d, identity={"seed": 0})
+    with pytest.raises(engine.ConfigMismatch, match="different configuration.*seed"):
+        engine.run(trial, POINTS[:1], 4, seed=1, out_dir=d, identity={"seed": 1})
+    out = engine.run(trial, POINTS[:1], 4, seed=1, out_dir=d, identity={"seed": 1}, overwrite=True)
+    fresh = engine.run(trial, POINTS[:1], 4, seed=1)
+    np.testing.assert_array_equal(out["walk"], fresh["walk"])
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"n_trials": 0}, "n_trials"),
+        ({"n_trials": 2, "chunk_size": 0}, "chunk_size"),
+        ({"n_trials": 2, "out_dir": "x"}, "identity"),
+    ],
+)
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        engine.run(trial, POINTS, **kwargs)
+    with pytest.raises(ValueError, match="points"):
+        engine.run(trial, [], 2)

@@ -1,0 +1,129 @@
+import itertools
+
+import mpmath
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from jaxfed import expfam
+from jaxfed.expfam import BETA, beta_kl, beta_natural
+
+
+def kl_by_quadrature(a1, b1, a2, b2):
+    """Reference KL(Beta(a1,b1) ‖ Beta(a2,b2)) = ∫ p log(p/q) dθ by tanh-sinh quadrature at 40 digits.
+
+    Independent of the library: mpmath's Beta function and quadrature, split at the mode region.
+    """
+    with mpmath.workdps(40):
+        a1, b1, a2, b2 = (mpmath.mpf(float(x)) for x in (a1, b1, a2, b2))
+        log_norm_p, log_norm_q = mpmath.log(mpmath.beta(a1, b1)), mpmath.log(mpmath.beta(a2, b2))
+
+        def integrand(t):
+            if not 0 < t < 1:  # the nodes nearest the ends round to 0 or 1; their mass is < 1e-30
+                return mpmath.mpf(0)
+            log_p = (a1 - 1) * mpmath.log(t) + (b1 - 1) * mpmath.log1p(-t) - log_norm_p
+            log_q = (a2 - 1) * mpmath.log(t) + (b2 - 1) * mpmath.log1p(-t) - log_norm_q
+            return mpmath.exp(log_p) * (log_p - log_q)
+
+        mean = a1 / (a1 + b1)
+        sd = mpmath.sqrt(a1 * b1 / ((a1 + b1) ** 2 * (a1 + b1 + 1)))
+        cuts = sorted({mpmath.mpf(0), max(mean - 8 * sd, mpmath.mpf(0)), mean, min(mean + 8 * sd, mpmath.mpf(1)), mpmath.mpf(1)})
+        return float(mpmath.quad(integrand, cuts))
+
+
+SHAPES = [0.5, 2.0, 30.0, 700.0]
+PERTURB = [(1.0, 1.0005), (1.02, 0.99), (1.5, 1.0), (0.3, 2.0)]
+GRID = [
+    (a, b, a * fa, b * fb)
+    for (a, b), (fa, fb) in itertools.product(itertools.product(SHAPES, SHAPES), PERTURB)
+]
+
+
+def test_beta_kl_matches_quadrature_float64():
+    ref = np.array([kl_by_quadrature(*c) for c in GRID])
+    with jax.enable_x64(True):
+        got = np.asarray(beta_kl(*[jnp.asarray([c[i] for c in GRID], jnp.float64) for i in range(4)]))
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
+def test_beta_kl_float32_accurate_near_convergence():
+    """SPEC A4b: in float32 the KL is accurate to ~1e-3 relative down to 1e-9.
+
+    Reference: the same float32-rounded parameters in float64 (the rounding of the *inputs*
+    changes small divergences noticeably, which is not the KL's error).
+    """
+    rng = np.random.default_rng(0)
+    a = np.float32(10 ** rng.uniform(-1, 3.5, 400))
+    b = np.float32(10 ** rng.uniform(-1, 3.5, 400))
+    step = 10 ** rng.uniform(-5, 0, (2, 400)) * rng.choice([-1, 1], (2, 400))
+    a2 = np.float32(a * np.exp(step[0]))
+    b2 = np.float32(b * np.exp(step[1]))
+    cases = np.array([[702, 302, 702, 302.05], [632, 272, 702, 302], [2, 2, 702, 302]], np.float32)
+    a, b, a2, b2 = (np.concatenate([x, cases[:, i]]) for i, x in enumerate((a, b, a2, b2)))
+    got = np.asarray(beta_kl(a, b, a2, b2), np.float64)
+    with jax.enable_x64(True):
+        ref = np.asarray(beta_kl(*(jnp.asarray(x, jnp.float64) for x in (a, b, a2, b2))))
+    keep = ref > 1e-9
+    assert keep.sum() > 350
+    rel = np.abs(got[keep] - ref[keep]) / ref[keep]
+    assert rel.max() < 1e-3, rel.max()
+    # The naive formula fails exactly here (SPEC A4b): it is off by orders of magnitude.
+    naive = float(expfam.kl_direct(BETA, beta_natural(702.0, 302.0), beta_natural(702.0, 302.05)))
+    assert abs(naive - 2.9e-6) > 1e-5
+
+
+def test_beta_kl_zero_on_equal_arguments_and_broadcasts():
+    a = jnp.asarray([0.3, 2.0, 700.0, 1e4])
+    assert np.all(np.asarray(beta_kl(a, a[::-1], a, a[::-1])) == 0.0)
+    out = beta_kl(jnp.ones((3, 1)) * 2.0, 3.0, jnp.asarray([1.0, 2.0, 4.0]), 3.0)
+    assert out.shape == (3, 3) and np.all(np.asarray(out)[:, 1] == 0.0) and np.all(np.asarray(out) >= 0)
+
+
+def test_beta_kl_direct_branch_for_far_apart_parameters():
+    # Shape ratio above 1e4: the direct formula is used, and accurate since the KL is large.
+    with jax.enable_x64(True):
+        got = float(beta_kl(jnp.float64(1e4), 1e4, 0.01, 0.01))
+    assert got == pytest.approx(kl_by_quadrature(1e4, 1e4, 0.01, 0.01), rel=1e-6)
+
+
+def test_fisher_is_hessian_of_log_partition_and_mean_is_gradient():
+    with jax.enable_x64(True):
+        for a, b in [(0.7, 3.0), (2.0, 2.0), (700.0, 300.0)]:
+            eta = jnp.asarray([a, b])
+            np.testing.assert_allclose(BETA.mean(eta), jax.grad(BETA.log_partition)(eta), rtol=1e-10)
+            # central finite differences of A, step relative to the shapes
+            h = 1e-4 * eta
+            fd = np.zeros((2, 2))
+            for i, j in itertools.product(range(2), range(2)):
+                ei, ej = np.eye(2)[i] * h[i], np.eye(2)[j] * h[j]
+                fd[i, j] = (
+                    BETA.log_partition(eta + ei + ej)
+                    - BETA.log_partition(eta + ei - ej)
+                    - BETA.log_partition(eta - ei + ej)
+                    + BETA.log_partition(eta - ei - ej)
+                ) / (4 * h[i] * h[j])
+            np.testing.assert_allclose(BETA.fisher(eta), fd, rtol=1e-5)
+            d = jnp.asarray([0.3, -1.7])
+            assert float(BETA.fisher_quadratic(eta, d)) == pytest.approx(float(d @ BETA.fisher(eta) @ d), rel=1e-10)
+
+
+def test_log_prob_is_the_beta_density():
+    theta = jnp.asarray([0.05, 0.4, 0.93])
+    got = expfam.log_prob(BETA, beta_natural(2.5, 4.0), theta)
+    np.testing.assert_allclose(got, stats.beta(2.5, 4.0).logpdf(np.asarray(theta)), rtol=1e-5)
+
+
+def test_mean_parameters_are_expected_sufficient_statistics():
+    eta = beta_natural(3.0, 5.0)
+    theta = BETA.sample(jax.random.key(0), eta, (200_000,))
+    t = np.asarray(BETA.sufficient_stats(theta), np.float64)
+    se = t.std(0) / np.sqrt(t.shape[0])
+    assert np.all(np.abs(t.mean(0) - np.asarray(BETA.mean(eta))) < 4 * se)
+
+
+def test_project_keeps_domain():
+    out = np.asarray(BETA.project(jnp.asarray([[-5.0, 2.0], [0.0, 1e-9]])))
+    assert np.all(out >= expfam.BETA_MIN_SHAPE) and out[0, 1] == 2.0

@@ -1,0 +1,88 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxfed import gossip, graphs
+
+
+def _schedules(adjacency, n_chains, n_slots, seed=0):
+    keys = jax.random.split(jax.random.key(seed), n_chains)
+    run = jax.jit(jax.vmap(lambda k: gossip.mh_schedule(k, adjacency, n_slots)))
+    return np.asarray(run(keys))
+
+
+@pytest.mark.parametrize(
+    "adjacency",
+    [graphs.star(6), graphs.ring(7), graphs.line(5), graphs.grid(2, 3), graphs.erdos_renyi(1, 8, 0.4)],
+    ids=["star", "ring", "line", "grid", "random"],
+)
+def test_transition_frequencies_match_P(adjacency):
+    """Each observed transition frequency from k lies within 5 standard errors of P_kj.
+
+    With n_k transitions out of k, the frequency has standard error sqrt(P(1−P)/n_k); 5 s.e. over
+    the <= 64 cells of a graph keeps the false-alarm probability below 1e-4 (Bonferroni).
+    """
+    k = adjacency.shape[0]
+    p = np.asarray(graphs.mh_transition_matrix(adjacency), np.float64)
+    s = _schedules(adjacency, 200, 1000)
+    counts = np.zeros((k, k))
+    np.add.at(counts, (s[:, :-1].ravel(), s[:, 1:].ravel()), 1)
+    n_from = counts.sum(1, keepdims=True)
+    freq = counts / n_from
+    se = np.sqrt(p * (1 - p) / n_from)
+    assert np.all(np.abs(freq - p) <= 5 * se + 1e-12), np.max(np.abs(freq - p) / (se + 1e-12))
+    assert np.all(counts[(adjacency == 0) & ~np.eye(k, dtype=bool)] == 0)  # never jumps along a non-edge
+
+
+def test_first_agent_is_uniform():
+    s = _schedules(graphs.star(5), 20000, 2)
+    freq = np.bincount(s[:, 0], minlength=5) / s.shape[0]
+    se = np.sqrt(0.2 * 0.8 / s.shape[0])
+    assert np.all(np.abs(freq - 0.2) < 5 * se)
+
+
+def test_cover_time_complete_graph_matches_coupon_collector():
+    """E[cover time] on complete(10) = 1 + 9·H_9 = 26.46 (SPEC A2); checked within 4 s.e."""
+    k = 10
+    expected = 1 + (k - 1) * sum(1.0 / i for i in range(1, k))
+    s = jnp.asarray(_schedules(graphs.complete(k), 4000, 200, seed=1))
+    cover = np.asarray(jax.vmap(lambda x: gossip.cover_time(x, k))(s))
+    assert (cover > 0).all()
+    se = cover.std(ddof=1) / np.sqrt(cover.size)
+    assert abs(cover.mean() - expected) < 4 * se, (cover.mean(), expected, se)
+
+
+def test_expected_hitting_times_complete_graph():
+    h = np.asarray(gossip.expected_hitting_times(graphs.mh_transition_matrix(graphs.complete(10)), 3))
+    np.testing.assert_allclose(np.delete(h, 3), 9.0, rtol=1e-5)
+    assert abs(h[3] - 10.0) < 1e-4  # mean return time = 1/π_u = K
+
+
+def test_schedule_helpers_on_a_hand_made_schedule():
+    s = jnp.asarray([2, 0, 2, 1, 0, 3], jnp.int32)
+    np.testing.assert_array_equal(gossip.first_visit_slots(s, 5), [1, 3, 0, 5, 6])
+    assert int(gossip.cover_time(s, 4)) == 6
+    assert int(gossip.cover_time(s, 5)) == -1
+    assert int(gossip.hitting_time(s, 0, after=1)) == 3
+    assert int(gossip.hitting_time(s, 2, after=0)) == 2
+    assert int(gossip.hitting_time(s, 4, after=0)) == -1
+
+
+def test_schedule_vmaps_over_traced_adjacency_and_matches_unbatched():
+    a = jnp.stack([jnp.asarray(graphs.ring(6)), jnp.asarray(graphs.star(6))])
+    key = jax.random.key(5)
+    batched = jax.jit(jax.vmap(gossip.mh_schedule, in_axes=(None, 0, None)), static_argnums=2)(key, a, 50)
+    for i in range(2):
+        np.testing.assert_array_equal(batched[i], gossip.mh_schedule(key, a[i], 50))
+    assert batched.dtype == jnp.int32
+    # every move follows an edge or stays
+    for i in range(2):
+        s = np.asarray(batched[i])
+        moved = s[1:] != s[:-1]
+        assert np.all(np.asarray(a[i])[s[:-1][moved], s[1:][moved]] == 1)
+
+
+def test_bad_n_slots():
+    with pytest.raises(ValueError, match="n_slots"):
+        gossip.mh_schedule(jax.random.key(0), graphs.ring(4), 0)
