@@ -106,9 +106,16 @@ def _seed(text: str) -> int:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``jaxfed: error: …``, exit status 2) instead of usage dumps."""
+
+    def error(self, message):
+        self.exit(2, f"jaxfed: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jaxfed", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="jaxfed", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     sub.add_parser("list", help="list the experiments").set_defaults(func=_cmd_list)
 

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["run", "Progress", "ConfigMismatch", "atomic_write_json", "atomic_savez"]
+__all__ = ["run", "chunk_function", "Progress", "ConfigMismatch", "atomic_write_json", "atomic_savez"]
 
 Trial = Callable[[jax.Array, Any], dict]
 
@@ -140,6 +140,20 @@ def _make_chunk_fn(trial: Trial, group: _Group, chunk_size: int, use_jit: bool):
         return jax.vmap(over_trials, in_axes=(None, 0, 0, None))(root_key, point_ids, traced, trial_ids)
 
     return jax.jit(chunk) if use_jit else chunk
+
+
+def chunk_function(trial: Trial, points: list, chunk_size: int, seed: int = 0):
+    """The jitted function the engine runs for one chunk, with its arguments (for benchmarks).
+
+    ``fn(*args)`` computes trials [0, chunk_size) of every point, returning metrics of shape
+    (n_points, chunk_size, …). The points must form a single group (equal static parts).
+    """
+    groups = _group_points(points)
+    if len(groups) != 1:
+        raise ValueError(f"points must share their static leaves to form one compiled group, got {len(groups)} groups")
+    group, traced = groups[0]
+    fn = _make_chunk_fn(trial, group, chunk_size, use_jit=True)
+    return fn, (jax.random.key(seed), jnp.asarray(group.point_ids, jnp.uint32), traced, jnp.uint32(0))
 
 
 # --------------------------------------------------------------------------- store

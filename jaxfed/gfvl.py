@@ -106,16 +106,18 @@ def conjugate_kl_trajectory(
     agent_stats: jax.Array,
     alpha,
     schedule: jax.Array,
-    target_eta: jax.Array | None = None,
+    n_visited: jax.Array | None = None,
 ) -> jax.Array:
-    """KL(q^(i) ‖ target) after each slot of conjugate G-FVL, without running the slots.
+    """KL(q^(i) ‖ p(θ|D)) after each slot of conjugate G-FVL, without running the slots.
 
     In the conjugate case λ_k = s_k/α from agent k's first visit on and repeat visits change
     nothing (SPEC A4), so q^(i) depends only on how many agents have been visited by slot i:
-    η after m first visits is η_0 + Σ_{first m visited} s_k/α. This evaluates the K + 1 distinct
-    KL values and indexes them by the visit count of each slot: O(K) divergences per trial instead
-    of O(n_slots). It equals running :func:`learn` with :func:`conjugate_solver` and taking the KL
-    of every slot (tests/test_gfvl.py checks this).
+    η after m first visits is η_0 + Σ_{first m visited} s_k/α. This evaluates the K distinct
+    non-zero KL values and indexes them by the visit count of each slot: O(K) divergences per
+    trial instead of O(n_slots). The target is η after all K visits (the exact posterior
+    η_0 + Σ_k s_k/α summed in visit order), so the KL is exactly 0 once every agent is visited.
+    It equals running :func:`learn` with :func:`conjugate_solver` and taking the KL of every
+    slot (tests/test_gfvl.py checks this).
 
     Args:
         family: the prior's exponential family.
@@ -123,20 +125,23 @@ def conjugate_kl_trajectory(
         agent_stats: (K, P) per-agent statistics (see :func:`conjugate_solver`).
         alpha: temperature.
         schedule: (n_slots,) scheduled agents.
-        target_eta: (P,) the reference; default the exact posterior :func:`posterior_eta`.
+        n_visited: (n_slots,) distinct agents visited by each slot, as returned by
+            :func:`jaxfed.gossip.mh_walk`; computed from ``schedule`` when omitted.
 
     Returns:
-        (n_slots,) KL(q^(i) ‖ target), i = 1..n_slots.
+        (n_slots,) KL(q^(i) ‖ p(θ|D)), i = 1..n_slots.
     """
     n_agents = agent_stats.shape[0]
-    if target_eta is None:
-        target_eta = posterior_eta(prior_eta, agent_stats, alpha)
-    first = gossip.first_visit_slots(schedule, n_agents)
-    order = jnp.argsort(first)
+    if n_visited is None:
+        first = gossip.first_visit_slots(schedule, n_agents)
+        slots = jnp.arange(schedule.shape[0], dtype=first.dtype)
+        n_visited = jnp.sum(first[None, :] <= slots[:, None], axis=1)
+    # The m-th distinct agent is the one scheduled where the count first reaches m.
+    where_new = jnp.searchsorted(n_visited, jnp.arange(1, n_agents + 1), side="left")
+    order = schedule[jnp.minimum(where_new, schedule.shape[0] - 1)]
     after_m_visits = prior_eta + jnp.concatenate(
         [jnp.zeros_like(prior_eta)[None], jnp.cumsum(agent_stats[order] / alpha, axis=0)]
-    )  # (K + 1, P)
-    kl_after_m = expfam.kl(family, after_m_visits, target_eta)
-    slots = jnp.arange(schedule.shape[0], dtype=first.dtype)
-    n_visited = jnp.sum(first[None, :] <= slots[:, None], axis=1)
+    )  # (K + 1, P); rows past the last count reached are never indexed
+    kl_before_all = expfam.kl(family, after_m_visits[:-1], after_m_visits[-1])
+    kl_after_m = jnp.concatenate([kl_before_all, jnp.zeros((1,), kl_before_all.dtype)])
     return kl_after_m[n_visited]

@@ -10,11 +10,15 @@ All functions are pure and jit/vmap-compatible; the adjacency may be a traced ar
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 from jax import lax
 
 __all__ = [
+    "Walk",
+    "mh_walk",
     "mh_schedule",
     "first_visit_slots",
     "cover_time",
@@ -30,21 +34,27 @@ def _neighbour_table(adjacency: jax.Array) -> tuple[jax.Array, jax.Array]:
     return table, jnp.sum(adjacency, axis=-1).astype(jnp.int32)
 
 
-def mh_schedule(key: jax.Array, adjacency, n_slots: int) -> jax.Array:
-    """Draws the MH random-walk schedule ``k^(1..n_slots)``.
+class Walk(NamedTuple):
+    """An MH schedule with the running count of distinct agents visited."""
+
+    schedule: jax.Array  # (n_slots,) int32 scheduled agent k^(i)
+    n_visited: jax.Array  # (n_slots,) int32 distinct agents among k^(1..i)
+
+
+def mh_walk(key: jax.Array, adjacency, n_slots: int) -> Walk:
+    """Draws the MH random-walk schedule ``k^(1..n_slots)`` and counts the agents visited so far.
 
     One uniform u per slot does both MH draws: with d = deg(k), the proposal is the
     ⌊u·d⌋-th neighbour j of k, and the fractional part v = u·d − ⌊u·d⌋ (uniform on [0, 1)
     and independent of the proposal) accepts the move iff v < min(1, d/deg(j)), i.e. v·deg(j) < d.
-    The first agent is ⌊u_1·K⌋, uniform on the K agents.
+    The first agent is ⌊u_1·K⌋, uniform on the K agents. The visited set is carried in the scan
+    as a bit mask (K <= 31) or a boolean vector, a few integer operations per slot; this is
+    cheaper than recovering it from the schedule afterwards (:func:`first_visit_slots`).
 
     Args:
         key: a PRNG key.
         adjacency: (K, K) 0/1 adjacency of a connected graph (concrete or traced).
         n_slots: number of slots (static), >= 1.
-
-    Returns:
-        int32 array (n_slots,) of scheduled agents.
     """
     if n_slots < 1:
         raise ValueError(f"n_slots must be >= 1, got {n_slots}")
@@ -54,17 +64,40 @@ def mh_schedule(key: jax.Array, adjacency, n_slots: int) -> jax.Array:
     u = jax.random.uniform(key, (n_slots,))
     first = jnp.minimum((u[0] * n_agents).astype(jnp.int32), n_agents - 1)
 
-    def move(k, u_slot):
+    if n_agents <= 31:
+        def mark(visited, k):
+            bit = jnp.left_shift(jnp.int32(1), k)
+            return visited | bit, (visited & bit) == 0
+        visited0 = jnp.left_shift(jnp.int32(1), first)
+    else:
+        def mark(visited, k):
+            return visited.at[k].set(True), ~visited[k]
+        visited0 = jnp.zeros(n_agents, bool).at[first].set(True)
+
+    def move(carry, u_slot):
+        k, visited, count = carry
         d = deg[k]
         x = u_slot * d.astype(u_slot.dtype)
         i = jnp.minimum(x.astype(jnp.int32), d - 1)
         j = table[k, i]
-        accept = (x - i) * deg[j] < d
-        k_next = jnp.where(accept, j, k)
-        return k_next, k_next
+        k_next = jnp.where((x - i) * deg[j] < d, j, k)
+        visited, new = mark(visited, k_next)
+        count = count + new.astype(jnp.int32)
+        return (k_next, visited, count), (k_next, count)
 
-    _, rest = lax.scan(move, first, u[1:])
-    return jnp.concatenate([first[None], rest])
+    _, (rest, counts) = lax.scan(move, (first, visited0, jnp.int32(1)), u[1:])
+    return Walk(
+        schedule=jnp.concatenate([first[None], rest]),
+        n_visited=jnp.concatenate([jnp.ones((1,), jnp.int32), counts]),
+    )
+
+
+def mh_schedule(key: jax.Array, adjacency, n_slots: int) -> jax.Array:
+    """The schedule of :func:`mh_walk` alone: int32 (n_slots,) scheduled agents.
+
+    (The visit count is dead code here and removed by XLA.)
+    """
+    return mh_walk(key, adjacency, n_slots).schedule
 
 
 def first_visit_slots(schedule: jax.Array, n_agents: int) -> jax.Array:

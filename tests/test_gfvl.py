@@ -69,3 +69,15 @@ def test_jit_and_vmap_agree_with_unbatched():
     batched = jax.jit(jax.vmap(trial))(keys)
     for i in range(4):
         np.testing.assert_allclose(batched[i], trial(keys[i]), rtol=1e-6)
+
+
+def test_kl_trajectory_with_walk_counts_is_exactly_zero_after_cover():
+    k = 6
+    _, stats = _data(k=k, n=30, theta=0.4)
+    walk = gossip.mh_walk(jax.random.key(4), graphs.ring(k), 200)
+    prior = beta_natural(2.0, 2.0)
+    kl = np.asarray(gfvl.conjugate_kl_trajectory(BETA, prior, stats, 0.7, walk.schedule, walk.n_visited))
+    slow = np.asarray(gfvl.conjugate_kl_trajectory(BETA, prior, stats, 0.7, walk.schedule))
+    np.testing.assert_array_equal(kl, slow)
+    cover = int(gossip.cover_time(walk.schedule, k))
+    assert np.all(kl[cover - 1 :] == 0.0) and np.all(kl[: cover - 1] > 0.0)

@@ -86,3 +86,19 @@ def test_schedule_vmaps_over_traced_adjacency_and_matches_unbatched():
 def test_bad_n_slots():
     with pytest.raises(ValueError, match="n_slots"):
         gossip.mh_schedule(jax.random.key(0), graphs.ring(4), 0)
+
+
+def test_walk_visit_counts_match_first_visits():
+    for adjacency in (graphs.star(7), graphs.grid(2, 3)):
+        walk = gossip.mh_walk(jax.random.key(2), adjacency, 80)
+        k = adjacency.shape[0]
+        first = np.asarray(gossip.first_visit_slots(walk.schedule, k))
+        expected = (first[None, :] <= np.arange(80)[:, None]).sum(1)
+        np.testing.assert_array_equal(walk.n_visited, expected)
+        np.testing.assert_array_equal(walk.schedule, gossip.mh_schedule(jax.random.key(2), adjacency, 80))
+
+
+def test_walk_with_more_than_31_agents_uses_the_boolean_visited_set():
+    walk = gossip.mh_walk(jax.random.key(0), graphs.complete(40), 400)
+    first = np.asarray(gossip.first_visit_slots(walk.schedule, 40))
+    np.testing.assert_array_equal(walk.n_visited, (first[None, :] <= np.arange(400)[:, None]).sum(1))

@@ -52,8 +52,8 @@ def make_trial(cfg: Config):
         key_data, key_schedule = jax.random.split(key)
         ones = scenarios.bernoulli_counts(key_data, cfg.n_agents, cfg.n_per_agent, cfg.theta_true)
         stats = likelihoods.bernoulli_beta_stats(ones, cfg.n_per_agent)
-        schedule = gossip.mh_schedule(key_schedule, point["adjacency"], cfg.n_slots)
-        kl = gfvl.conjugate_kl_trajectory(expfam.BETA, prior, stats, cfg.alpha, schedule)
+        walk = gossip.mh_walk(key_schedule, point["adjacency"], cfg.n_slots)
+        kl = gfvl.conjugate_kl_trajectory(expfam.BETA, prior, stats, cfg.alpha, walk.schedule, walk.n_visited)
         return {"kl": kl}
 
     return trial

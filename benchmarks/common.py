@@ -1,0 +1,52 @@
+"""Timing helpers shared by the benchmarks: compile separately, block, median of repeats, JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+
+import jax
+
+
+def block(tree):
+    """Waits for every array of a pytree (``block_until_ready``)."""
+    return jax.tree.map(lambda x: x.block_until_ready() if hasattr(x, "block_until_ready") else x, tree)
+
+
+def median_time(fn, repeats: int = 5) -> float:
+    """Median wall time (s) of ``fn()`` over ``repeats`` calls, each blocked until its results are ready."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        block(fn())
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def compile_time(jitted, *args) -> tuple[float, object]:
+    """(seconds to lower and compile ``jitted`` for ``args``, the compiled executable)."""
+    start = time.perf_counter()
+    compiled = jitted.lower(*args).compile()
+    return time.perf_counter() - start, compiled
+
+
+def machine() -> dict:
+    dev = jax.devices()[0]
+    return {
+        "device": f"{dev.platform}:{getattr(dev, 'device_kind', '')}",
+        "n_devices": jax.device_count(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "dtype": "float64" if jax.config.jax_enable_x64 else "float32",
+    }
+
+
+def write_json(path: str, payload: dict) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2)
+    print(f"wrote {path}")

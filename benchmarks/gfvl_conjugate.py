@@ -1,0 +1,169 @@
+"""Throughput of conjugate G-FVL (Fig. 3 workload) against plain-NumPy references.
+
+Workload: 10,000 trials × 300 slots × 3 topologies (star, ring, complete), K = 10, N_k = 100,
+per trial: Binomial data, an MH schedule and KL(q^(i) ‖ p(θ|D)) for every slot.
+
+Measured in one run on the same machine:
+- jaxfed: the engine's jitted chunk function over all trials and topologies (compile timed apart);
+- (a) NumPy, one trial at a time, a Python loop over slots (as a researcher would first write it);
+- (b) NumPy vectorised over trials, a loop over slots only (as an expert would write it);
+- the random-number limit: JAX drawing only the uniforms the simulation needs (K + n_slots per trial).
+Throughput is trial·slots per second; ratios are jaxfed over each reference.
+
+    python benchmarks/gfvl_conjugate.py [--trials 10000] [--quick] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy.special import digamma, gammaln
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import compile_time, machine, median_time, write_json  # noqa: E402
+
+from jaxfed import engine, graphs  # noqa: E402
+from jaxfed.experiments import gfvl_topologies  # noqa: E402
+
+
+# --------------------------------------------------------------------------- NumPy references
+def numpy_beta_kl(a1, b1, a2, b2):
+    """Textbook KL(Beta(a1,b1) ‖ Beta(a2,b2)) in float64."""
+    return (
+        gammaln(a2) + gammaln(b2) - gammaln(a2 + b2)
+        - gammaln(a1) - gammaln(b1) + gammaln(a1 + b1)
+        + (a1 - a2) * digamma(a1) + (b1 - b2) * digamma(b1)
+        + (a2 - a1 + b2 - b1) * digamma(a1 + b1)
+    )
+
+
+def numpy_loop(rng, adjacency, cfg, n_trials):
+    """(a): one trial at a time, a Python loop over slots, MH step as in SPEC A2."""
+    k_agents = adjacency.shape[0]
+    neighbours = [np.flatnonzero(adjacency[k]) for k in range(k_agents)]
+    deg = adjacency.sum(1)
+    out = np.empty((n_trials, cfg.n_slots))
+    for t in range(n_trials):
+        ones = rng.binomial(cfg.n_per_agent, cfg.theta_true, k_agents)
+        stats = np.stack([ones, cfg.n_per_agent - ones], 1) / cfg.alpha
+        post = np.array([cfg.prior_a, cfg.prior_b]) + stats.sum(0)
+        eta = np.array([cfg.prior_a, cfg.prior_b], float)
+        lam = np.zeros((k_agents, 2))
+        k = rng.integers(k_agents)
+        for i in range(cfg.n_slots):
+            if i > 0:
+                j = rng.choice(neighbours[k])
+                if rng.random() < min(1.0, deg[k] / deg[j]):
+                    k = j
+            delta = stats[k] - lam[k]
+            eta += delta
+            lam[k] += delta
+            out[t, i] = numpy_beta_kl(eta[0], eta[1], post[0], post[1])
+    return out
+
+
+def numpy_vectorised(rng, adjacency, cfg, n_trials):
+    """(b): vectorised over trials, a loop over slots; one uniform per slot for the MH step."""
+    k_agents = adjacency.shape[0]
+    deg = adjacency.sum(1)
+    table = np.argsort(1 - adjacency, axis=1, kind="stable")
+    rows = np.arange(n_trials)
+    ones = rng.binomial(cfg.n_per_agent, cfg.theta_true, (n_trials, k_agents))
+    stats = np.stack([ones, cfg.n_per_agent - ones], -1) / cfg.alpha
+    post = np.array([cfg.prior_a, cfg.prior_b]) + stats.sum(1)
+    eta = np.tile([cfg.prior_a, cfg.prior_b], (n_trials, 1)).astype(float)
+    lam = np.zeros((n_trials, k_agents, 2))
+    k = rng.integers(k_agents, size=n_trials)
+    out = np.empty((n_trials, cfg.n_slots))
+    for i in range(cfg.n_slots):
+        if i > 0:
+            x = rng.random(n_trials) * deg[k]
+            idx = x.astype(int)
+            j = table[k, idx]
+            k = np.where((x - idx) * deg[j] < deg[k], j, k)
+        delta = stats[rows, k] - lam[rows, k]
+        eta += delta
+        lam[rows, k] += delta
+        out[:, i] = numpy_beta_kl(eta[:, 0], eta[:, 1], post[:, 0], post[:, 1])
+    return out
+
+
+# --------------------------------------------------------------------------- main
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=10_000)
+    parser.add_argument("--loop-trials", type=int, default=30, help="trials per topology for reference (a)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "gfvl_conjugate.json"))
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.trials, args.loop_trials, args.repeats = 500, 3, 2
+
+    cfg = gfvl_topologies.Config()
+    sweep = gfvl_topologies.build(cfg)
+    n_points = len(sweep.points)
+    work = n_points * args.trials * cfg.n_slots  # trial·slots
+
+    fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, args.trials)
+    t_compile, compiled = compile_time(fn, *fn_args)
+    t_jax = median_time(lambda: compiled(*fn_args), args.repeats)
+
+    # The random-number limit: only the K + n_slots uniforms per trial, keyed as the engine does.
+    def draws(root, point_ids, first):
+        def one(p, t):
+            key = jax.random.fold_in(jax.random.fold_in(root, p), t)
+            return jax.random.uniform(key, (cfg.n_agents + cfg.n_slots,))
+
+        trials = first + jnp.arange(args.trials, dtype=jnp.uint32)
+        return jax.vmap(lambda p: jax.vmap(lambda t: one(p, t))(trials))(point_ids)
+
+    rng_fn = jax.jit(draws)
+    rng_args = (fn_args[0], fn_args[1], fn_args[3])
+    _, rng_compiled = compile_time(rng_fn, *rng_args)
+    t_rng = median_time(lambda: rng_compiled(*rng_args), args.repeats)
+
+    rng = np.random.default_rng(0)
+    adjacencies = [graphs.by_name(name, cfg.n_agents) for name in cfg.topologies]
+    start = time.perf_counter()
+    for a in adjacencies:
+        numpy_loop(rng, a, cfg, args.loop_trials)
+    t_loop = (time.perf_counter() - start) * args.trials / args.loop_trials
+    start = time.perf_counter()
+    for a in adjacencies:
+        numpy_vectorised(rng, a, cfg, args.trials)
+    t_vec = time.perf_counter() - start
+
+    result = {
+        "benchmark": "gfvl_conjugate",
+        "machine": machine(),
+        "sizes": {"trials": args.trials, "slots": cfg.n_slots, "topologies": list(cfg.topologies), "K": cfg.n_agents},
+        "compile_s": t_compile,
+        "jaxfed_s": t_jax,
+        "rng_limit_s": t_rng,
+        "numpy_loop_s": t_loop,
+        "numpy_loop_measured_trials_per_topology": args.loop_trials,
+        "numpy_vectorised_s": t_vec,
+        "throughput_trial_slots_per_s": work / t_jax,
+        "speedup_vs_numpy_loop": t_loop / t_jax,
+        "speedup_vs_numpy_vectorised": t_vec / t_jax,
+        "fraction_of_rng_limit": t_rng / t_jax,
+    }
+    print(f"{result['machine']['device']}  {args.trials} trials x {cfg.n_slots} slots x {n_points} topologies")
+    print(f"compile            {t_compile:8.3f} s")
+    print(f"jaxfed             {t_jax:8.3f} s   {work / t_jax:12.3e} trial·slots/s")
+    print(f"RNG limit          {t_rng:8.3f} s   (jaxfed at {t_rng / t_jax:.2f} of the limit)")
+    print(f"NumPy loop (a)     {t_loop:8.3f} s   ratio {t_loop / t_jax:8.1f}x  (scaled from {args.loop_trials} trials)")
+    print(f"NumPy vector (b)   {t_vec:8.3f} s   ratio {t_vec / t_jax:8.1f}x")
+    write_json(args.out, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

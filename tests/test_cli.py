@@ -1,0 +1,106 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from jaxfed import cli
+from jaxfed.experiments import REGISTRY
+
+SMALL = ["--set", "n_slots=40", "--quiet"]
+
+
+def run_cli(*args, **kwargs):
+    return subprocess.run(
+        [sys.executable, "-m", "jaxfed.cli", *args], capture_output=True, text=True, timeout=600, **kwargs
+    )
+
+
+def test_list_names_every_experiment(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in REGISTRY:
+        assert name in out
+
+
+def test_run_writes_config_metrics_and_plot(tmp_path, capsys):
+    out = tmp_path / "topo"
+    assert cli.main(["run", "gfvl-topologies", "--trials", "12", "--seed", "3", "--out", str(out), *SMALL]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["points"] == [{"topology": "star"}, {"topology": "ring"}, {"topology": "complete"}]
+    assert config["metrics"]["kl"]["axes"] == ["point", "trial", "slot"]
+    assert config["parameters"]["n_slots"] == 40 and config["seed"] == 3 and config["n_trials"] == 12
+    with np.load(out / "metrics.npz") as z:
+        kl = z["kl"]
+    assert kl.shape == (3, 12, 40) and np.isfinite(kl).all() and (kl >= 0).all()
+    assert (out / "gfvl-topologies.png").stat().st_size > 10_000
+    # Fig. 3 reading: by the last slot the complete graph has converged in more trials than the star.
+    assert (kl[2, :, -1] == 0).mean() >= (kl[0, :, -1] == 0).mean()
+    assert cli.main(["plot", str(out)]) == 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "no-such-experiment"], "unknown experiment"),
+        (["run", "gfvl-topologies", "--set", "alpha=-1"], "alpha must be > 0, got -1.0"),
+        (["run", "gfvl-topologies", "--set", "alpah=1"], "unknown parameter 'alpah'"),
+        (["run", "gfvl-topologies", "--set", "n_slots=many"], "cannot parse 'many' as int"),
+        (["run", "gfvl-topologies", "--set", "topologies=star,torus"], "topologies must be names"),
+        (["run", "gfvl-topologies", "--set", "alpha"], "key=value"),
+        (["run", "gfvl-topologies", "--trials", "0"], "expected an integer >= 1"),
+        (["run", "gfvl-topologies", "--seed", "-1"], "expected an integer in [0, 2**32)"),
+        (["reproduce", "--scale", "0"], "--scale must be > 0"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        sys.exit(cli.main([*args, "--out", str(tmp_path / "x")] if args[0] == "run" else args))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("jaxfed: error:") and message in err, err
+
+
+def test_a_different_config_in_the_same_directory_is_refused(tmp_path, capsys):
+    out = str(tmp_path / "d")
+    assert cli.main(["run", "gfvl-topologies", "--trials", "4", "--out", out, *SMALL]) == 0
+    assert cli.main(["run", "gfvl-topologies", "--trials", "5", "--out", out, *SMALL]) == 2
+    assert "different configuration (differs in n_trials)" in capsys.readouterr().err
+    assert cli.main(["run", "gfvl-topologies", "--trials", "5", "--out", out, "--overwrite", *SMALL]) == 0
+
+
+def test_killed_run_resumes_to_identical_arrays(tmp_path):
+    """A run killed (SIGKILL) after some chunks resumes, computing only what is missing."""
+    args = ["run", "gfvl-topologies", "--trials", "4000", "--chunk-size", "100", "--set", "n_slots=300", "--quiet"]
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "jaxfed.cli", *args, "--out", str(killed)])
+    chunk_dir = killed / "chunks"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if chunk_dir.exists() and len([f for f in os.listdir(chunk_dir) if f.endswith(".npz")]) >= 2:
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    finished = sorted(f for f in os.listdir(chunk_dir) if f.endswith(".npz"))
+    assert 2 <= len(finished) < 40, finished  # killed mid-way
+    assert not (killed / "metrics.npz").exists()
+
+    assert run_cli(*args, "--out", str(killed)).returncode == 0
+    whole = tmp_path / "whole"
+    assert run_cli(*args, "--out", str(whole)).returncode == 0
+    with np.load(killed / "metrics.npz") as a, np.load(whole / "metrics.npz") as b:
+        np.testing.assert_array_equal(a["kl"], b["kl"])
+
+
+def test_reproduce_writes_every_experiment(tmp_path):
+    result = run_cli("reproduce", "--scale", "0.01", "--out", str(tmp_path), "--quiet")
+    assert result.returncode == 0, result.stderr
+    for name in REGISTRY:
+        assert (tmp_path / name / "metrics.npz").exists()
+        assert (tmp_path / name / f"{name}.png").exists()
