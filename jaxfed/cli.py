@@ -46,7 +46,17 @@ def _run_one(exp, overrides, args, out_dir, n_trials) -> dict:
         chunk_size=args.chunk_size,
         quiet=args.quiet,
         overwrite=args.overwrite,
+        devices=args.devices,
+        max_memory=args.max_memory,
+        keep=args.keep,
     )
+    engine = config_json["engine"]
+    if not args.quiet:
+        print(
+            f"{exp.name}: chunk size(s) {engine['chunk_sizes']} trials over {engine['devices']} device(s) "
+            f"in {engine['processes']} process(es), kept {engine['keep']}",
+            file=sys.stderr,
+        )
     return config_json
 
 
@@ -96,6 +106,20 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _bytes(text: str) -> int:
+    """'512M', '2G', '1.5GiB' or a plain number of bytes."""
+    units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1] if t and t[-1] in "KMGT" else ""
+    try:
+        value = float(t[: len(t) - len(unit)]) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size such as 512M or 2G, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
+    return int(value)
+
+
 def _seed(text: str) -> int:
     try:
         value = int(text)
@@ -121,7 +145,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(p):
         p.add_argument("--seed", type=_seed, default=0, help="root seed (default 0)")
-        p.add_argument("--chunk-size", type=_positive_int, default=None, help="trials per chunk")
+        p.add_argument("--chunk-size", type=_positive_int, default=None, help="trials per chunk (default: from --max-memory)")
+        p.add_argument("--max-memory", type=_bytes, default=None, help="memory budget per chunk, e.g. 2G (default: 1/4 of the device's)")
+        p.add_argument("--keep", choices=("auto", "raw", "summary"), default="auto",
+                       help="keep every trial, or streaming summaries (mean, s.e., quantile histograms); auto: raw below 2 GiB")
+        p.add_argument("--devices", type=_positive_int, default=None,
+                       help="local devices to shard trials over (on CPU: creates that many host devices)")
+        p.add_argument("--coordinator", default=os.environ.get("JAXFED_COORDINATOR"),
+                       help="host:port of process 0 for a multi-process run (env JAXFED_COORDINATOR)")
+        p.add_argument("--num-processes", type=_positive_int, default=_env_int("JAXFED_NUM_PROCESSES"),
+                       help="processes in a multi-process run (env JAXFED_NUM_PROCESSES)")
+        p.add_argument("--process-id", type=int, default=_env_int("JAXFED_PROCESS_ID"),
+                       help="this process's index in [0, num-processes) (env JAXFED_PROCESS_ID)")
         p.add_argument("--quiet", action="store_true", help="no progress output")
         p.add_argument("--overwrite", action="store_true", help="discard a stored run with a different config")
 
@@ -145,10 +180,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _env_int(name: str):
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else None
+
+
+def _start_devices(args) -> None:
+    """Device and process set-up; must run before JAX initialises its backends."""
+    if getattr(args, "devices", None):
+        # Affects only the CPU platform: on a GPU machine the GPUs stay the default devices.
+        flag = f"--xla_force_host_platform_device_count={args.devices}"
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
+    n = getattr(args, "num_processes", None)
+    if n and n > 1:
+        if not args.coordinator or args.process_id is None:
+            raise ValueError("a multi-process run needs --coordinator host:port and --process-id (or their JAXFED_ variables)")
+        if not 0 <= args.process_id < n:
+            raise ValueError(f"--process-id must be in [0, {n}), got {args.process_id}")
+        import jax
+
+        jax.distributed.initialize(coordinator_address=args.coordinator, num_processes=n, process_id=args.process_id)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        _start_devices(args)
         return args.func(args)
     except (ValueError, FileNotFoundError) as err:
         print(f"jaxfed: error: {err}", file=sys.stderr)

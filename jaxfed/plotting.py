@@ -14,12 +14,12 @@ __all__ = ["band_plot", "save"]
 
 
 def band_plot(ax, x, values, labels, mass: float = 0.75, log_y: bool = False, floor: float | None = None):
-    """Draws median and central ``mass`` band of ``values`` (point, trial, x) for each point.
+    """Draws median and central ``mass`` band of a metric over trials for each point.
 
     Args:
         ax: matplotlib axes.
         x: (n_x,) abscissa.
-        values: (n_points, n_trials, n_x).
+        values: raw (n_points, n_trials, n_x) or a :class:`jaxfed.stats.Summary` (n_points, n_x).
         labels: legend label per point.
         mass: band mass (0.75: 12.5%–87.5% quantiles).
         log_y: logarithmic y axis.

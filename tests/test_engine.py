@@ -1,3 +1,4 @@
+import json
 import os
 import shutil
 
@@ -74,22 +75,28 @@ def test_store_and_resume_compute_only_missing_chunks(tmp_path, reference):
     identity = {"name": "walk", "n": 23}
     full = tmp_path / "full"
     out = engine.run(trial, POINTS, 23, seed=4, chunk_size=5, out_dir=str(full), identity=identity)
-    chunks = sorted(os.listdir(full / "chunks"))
+    chunks = sorted(f for f in os.listdir(full / "chunks") if f.endswith(".npz"))
     assert len(chunks) == 5  # 5+5+5+5+3 trials
-    # Simulate an interrupted run: keep two finished chunks only.
+    # An interrupted run: two chunks finished and recorded, a third written but not yet in the
+    # manifest, and a temporary file from a write cut short.
     part = tmp_path / "part"
-    (part / "chunks").mkdir(parents=True)
-    shutil.copy(full / "identity.json", part / "identity.json")
+    shutil.copytree(full, part)
+    manifest = json.loads((part / "manifest.json").read_text())
     kept = chunks[1:3]
-    for name in kept:
-        shutil.copy(full / "chunks" / name, part / "chunks" / name)
+    manifest["chunks"] = [c for c in manifest["chunks"] if c[3] in kept]
+    (part / "manifest.json").write_text(json.dumps(manifest))
+    for name in chunks:
+        if name not in kept and name != chunks[0]:
+            os.remove(part / "chunks" / name)
+    (part / "chunks" / "g000_t000000020_000000023.npz.123.tmp").write_bytes(b"partial")
     before = {name: os.stat(part / "chunks" / name).st_mtime_ns for name in kept}
     resumed = engine.run(trial, POINTS, 23, seed=4, chunk_size=5, out_dir=str(part), identity=identity)
     for name in reference:
         np.testing.assert_array_equal(resumed[name], reference[name])
         np.testing.assert_array_equal(out[name], reference[name])
-    assert sorted(os.listdir(part / "chunks")) == chunks
+    assert sorted(os.listdir(part / "chunks")) == chunks  # the stray temporary file is gone
     assert {name: os.stat(part / "chunks" / name).st_mtime_ns for name in kept} == before
+    assert len(json.loads((part / "manifest.json").read_text())["chunks"]) == 5
 
 
 def test_resume_refuses_a_different_config_unless_overwrite(tmp_path):

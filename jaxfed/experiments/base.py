@@ -21,7 +21,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from jaxfed import engine
+from jaxfed import engine, stats
 
 __all__ = [
     "Experiment",
@@ -107,11 +107,15 @@ def run_experiment(
     chunk_size: int | None = None,
     quiet: bool = False,
     overwrite: bool = False,
+    devices: int | None = None,
+    max_memory: int | None = None,
+    keep: str = "auto",
 ) -> tuple[dict, dict]:
     """Runs an experiment through the engine and writes its result directory.
 
     Returns:
-        (config_json, metrics) where metrics maps names to arrays (point, trial, …).
+        (config_json, results) where results maps metric names to raw arrays (point, trial, …)
+        or, with ``keep="summary"``, to :class:`jaxfed.stats.Summary`.
     """
     n_trials = exp.default_trials if n_trials is None else n_trials
     if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
@@ -119,17 +123,19 @@ def run_experiment(
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
     sweep = exp.build(config)
-    dtype = "float64" if jax.config.jax_enable_x64 else "float32"
-    identity = {
-        "experiment": exp.name,
-        "parameters": dataclasses.asdict(config),
-        "points": sweep.labels,
-        "n_trials": n_trials,
-        "seed": seed,
-        "dtype": dtype,
-    }
-    identity = _jsonable(identity)
-    metrics = engine.run(
+    identity = _jsonable(
+        {
+            "experiment": exp.name,
+            "parameters": dataclasses.asdict(config),
+            "points": sweep.labels,
+            "n_trials": n_trials,
+            "seed": seed,
+            "dtype": "float64" if jax.config.jax_enable_x64 else "float32",
+            "keep": keep,
+        }
+    )
+    info: dict = {}
+    results = engine.run(
         sweep.trial,
         sweep.points,
         n_trials,
@@ -138,35 +144,73 @@ def run_experiment(
         out_dir=out_dir,
         identity=identity,
         overwrite=overwrite,
-        progress=None if not quiet else False,
+        progress=False if quiet else None,
+        devices=devices,
+        max_memory=max_memory,
+        keep=keep,
+        info=info,
     )
     config_json = dict(identity)
     config_json.update(
         description=exp.description,
-        metrics={
-            name: {"axes": ["point", "trial", *sweep.metric_axes[name]], "shape": list(v.shape), "dtype": str(v.dtype)}
-            for name, v in metrics.items()
-        },
+        metrics={name: _metric_doc(value, sweep.metric_axes[name]) for name, value in results.items()},
+        engine=info,
         versions=_versions(),
         device=str(jax.devices()[0]),
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     )
-    if out_dir is not None:
-        engine.atomic_savez(os.path.join(out_dir, "metrics.npz"), metrics)
+    if out_dir is not None and jax.process_index() == 0:
+        engine.atomic_savez(os.path.join(out_dir, "metrics.npz"), _flatten(results))
         engine.atomic_write_json(os.path.join(out_dir, "config.json"), config_json)
-        exp.plot(config, sweep.labels, metrics, os.path.join(out_dir, f"{exp.name}.png"))
-    return config_json, metrics
+        exp.plot(config, sweep.labels, results, os.path.join(out_dir, f"{exp.name}.png"))
+    return config_json, results
+
+
+def _metric_doc(value, axes) -> dict:
+    if isinstance(value, stats.Summary):
+        cells = ["point", *axes]
+        return {
+            "kept": "summary",
+            "arrays": {
+                f"{field}": cells + (["bin"] if field == "hist" else []) for field in stats.Summary._fields
+            },
+            "shape": list(value.mean.shape),
+            "histogram": {
+                "log10_min": stats.HIST_LOG_MIN,
+                "log10_max": stats.HIST_LOG_MAX,
+                "bins_per_decade": stats.HIST_PER_DECADE,
+                "quantile_relative_error": 10 ** (1 / stats.HIST_PER_DECADE) - 1,
+            },
+        }
+    return {"kept": "raw", "axes": ["point", "trial", *axes], "shape": list(value.shape), "dtype": str(value.dtype)}
+
+
+def _flatten(results: dict) -> dict:
+    """metrics.npz layout: raw metrics by name; summaries as ``name/field`` arrays."""
+    out = {}
+    for name, value in results.items():
+        if isinstance(value, stats.Summary):
+            out.update({f"{name}/{field}": v for field, v in value._asdict().items()})
+        else:
+            out[name] = value
+    return out
 
 
 def load_results(out_dir: str) -> tuple[dict, dict]:
-    """Reads ``config.json`` and ``metrics.npz`` of a finished run."""
+    """Reads ``config.json`` and ``metrics.npz`` of a finished run (raw arrays or Summaries)."""
     import json
 
     with open(os.path.join(out_dir, "config.json")) as f:
         config_json = json.load(f)
+    results: dict = {}
     with np.load(os.path.join(out_dir, "metrics.npz")) as z:
-        metrics = {k: z[k] for k in z.files}
-    return config_json, metrics
+        for key in z.files:
+            if "/" in key:
+                name, field = key.split("/", 1)
+                results.setdefault(name, {})[field] = z[key]
+            else:
+                results[key] = z[key]
+    return config_json, {k: stats.Summary(**v) if isinstance(v, dict) else v for k, v in results.items()}
 
 
 def _jsonable(obj):
