@@ -1,0 +1,130 @@
+"""Engine at scale: devices, processes, memory budget, streaming summaries."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from jaxfed import engine, stats
+from jaxfed.experiments import gfvl_topologies
+
+SMALL = ["--set", "n_slots=60", "--quiet"]
+
+
+def cli(*args, env=None, **kwargs):
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "jaxfed.cli", *args], capture_output=True, text=True, timeout=600, env=full_env, **kwargs
+    )
+
+
+def load(path):
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    out = tmp_path_factory.mktemp("single") / "run"
+    result = cli("run", "gfvl-topologies", "--trials", "300", "--chunk-size", "128", "--out", str(out), *SMALL)
+    assert result.returncode == 0, result.stderr
+    return load(out / "metrics.npz")
+
+
+def test_four_forced_cpu_devices_give_identical_metrics(single, tmp_path):
+    out = tmp_path / "four"
+    result = cli("run", "gfvl-topologies", "--trials", "300", "--devices", "4", "--chunk-size", "100",
+                 "--out", str(out), *SMALL)
+    assert result.returncode == 0, result.stderr
+    config = json.loads((out / "config.json").read_text())
+    assert config["engine"]["devices"] == 4
+    np.testing.assert_array_equal(load(out / "metrics.npz")["kl"], single["kl"])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_with_jax_distributed_give_identical_metrics(single, tmp_path):
+    out = tmp_path / "two"
+    port = _free_port()
+    args = ["run", "gfvl-topologies", "--trials", "300", "--chunk-size", "128", "--out", str(out), *SMALL,
+            "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "jaxfed.cli", *args, "--process-id", str(i)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2)
+    ]
+    outputs = [p.communicate(timeout=600) for p in procs]
+    for p, (_, err) in zip(procs, outputs):
+        if p.returncode != 0 and "collective" in err.lower() and "not" in err.lower():
+            pytest.skip(f"this jaxlib cannot run CPU collectives across processes: {err.strip().splitlines()[-1]}")
+        assert p.returncode == 0, err
+    config = json.loads((out / "config.json").read_text())
+    assert config["engine"]["processes"] == 2 and config["engine"]["devices"] == 2
+    np.testing.assert_array_equal(load(out / "metrics.npz")["kl"], single["kl"])
+
+
+def test_small_memory_budget_gives_smaller_chunks_and_the_same_metrics(single, tmp_path):
+    sweep = gfvl_topologies.build(gfvl_topologies.Config(n_slots=60))
+    big, small = {}, {}
+    a = engine.run(sweep.trial, sweep.points, 300, max_memory=2**30, info=big)
+    b = engine.run(sweep.trial, sweep.points, 300, max_memory=200_000, info=small)
+    assert small["chunk_sizes"][0] < big["chunk_sizes"][0]
+    assert small["chunk_sizes"][0] % engine.LANES == 0
+    np.testing.assert_array_equal(a["kl"], b["kl"])
+    np.testing.assert_array_equal(a["kl"], single["kl"])
+    result = cli("run", "gfvl-topologies", "--trials", "300", "--max-memory", "200K", "--out", str(tmp_path / "m"), *SMALL)
+    assert result.returncode == 0, result.stderr
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config["engine"]["chunk_sizes"] == small["chunk_sizes"]
+
+
+def test_summary_bands_match_raw_quantiles_within_the_sketch_error():
+    """Same 10,000 trials kept raw and summarised: quantiles agree within one histogram bin."""
+    sweep = gfvl_topologies.build(gfvl_topologies.Config(n_slots=80))
+    raw = engine.run(sweep.trial, sweep.points, 10_000, seed=7, chunk_size=3000)["kl"]
+    summary = engine.run(sweep.trial, sweep.points, 10_000, seed=7, chunk_size=2048, keep="summary")["kl"]
+    assert isinstance(summary, stats.Summary) and summary.mean.shape == (3, 80)
+    np.testing.assert_array_equal(summary.count, 10_000)
+    np.testing.assert_allclose(summary.mean, raw.mean(1, dtype=np.float64), rtol=1e-9)
+    np.testing.assert_allclose(summary.se, raw.std(1, ddof=1, dtype=np.float64) / 100, rtol=1e-6)
+    ratio = 10 ** (1 / stats.HIST_PER_DECADE)
+    for q in (0.125, 0.5, 0.875):
+        exact = np.quantile(raw, q, axis=1, method="inverted_cdf").astype(np.float64)
+        sketch = stats.summary_quantile(summary, q)
+        small = np.abs(exact) < 10.0**stats.HIST_LOG_MIN
+        assert np.all(sketch[small] == 0)
+        rel = sketch[~small] / exact[~small]
+        assert np.all((rel <= ratio) & (rel >= 1 / ratio)), (rel.min(), rel.max())
+
+
+def test_summary_sums_do_not_depend_on_chunking_or_resume(tmp_path):
+    sweep = gfvl_topologies.build(gfvl_topologies.Config(n_slots=30))
+    a = engine.run(sweep.trial, sweep.points, 700, chunk_size=700, keep="summary")["kl"]
+    identity = {"x": 1}
+    d = str(tmp_path / "s")
+    b = engine.run(sweep.trial, sweep.points, 700, chunk_size=130, keep="summary", out_dir=d, identity=identity)["kl"]
+    resumed = engine.run(sweep.trial, sweep.points, 700, chunk_size=130, keep="summary", out_dir=d, identity=identity)["kl"]
+    for field in stats.Summary._fields:
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+        np.testing.assert_array_equal(getattr(b, field), getattr(resumed, field))
+
+
+def test_summary_of_signed_values_and_nans():
+    acc = stats.SummaryAccumulator((1, 1))
+    values = np.array([-3.0, -1e-3, 0.0, 2e-14, 5.0, 7.0, np.nan], np.float32).reshape(1, -1, 1)
+    acc.add(values)
+    s = acc.result()
+    assert s.count[0, 0] == 6 and s.nan_count[0, 0] == 1
+    assert s.mean[0, 0] == pytest.approx(np.mean([-3.0, -1e-3, 0.0, 2e-14, 5.0, 7.0]), rel=1e-6)
+    ratio = 10 ** (1 / stats.HIST_PER_DECADE)
+    for q, exact in [(0.1, -3.0), (0.3, -1e-3), (0.5, 0.0), (0.9, 7.0)]:
+        got = stats.summary_quantile(s, q)[0, 0]
+        assert (got == exact == 0) or (exact != 0 and 1 / ratio <= got / exact <= ratio), (q, got)
