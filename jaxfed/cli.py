@@ -31,13 +31,14 @@ def _cmd_list(args) -> int:
     return 0
 
 
-def _run_one(exp, overrides, args, out_dir, n_trials) -> dict:
+def _run_one(exp, overrides, args, out_dir, n_trials):
+    """Runs one experiment; returns (config, config_json, results)."""
     from jaxfed.experiments import make_config, run_experiment
 
     cfg = make_config(exp.config_cls, overrides)
     if not args.quiet:
         print(f"{exp.name}: {n_trials} trials -> {out_dir}", file=sys.stderr)
-    config_json, _ = run_experiment(
+    config_json, results = run_experiment(
         exp,
         cfg,
         n_trials=n_trials,
@@ -57,7 +58,7 @@ def _run_one(exp, overrides, args, out_dir, n_trials) -> dict:
             f"in {engine['processes']} process(es), kept {engine['keep']}",
             file=sys.stderr,
         )
-    return config_json
+    return cfg, config_json, results
 
 
 def _cmd_run(args) -> int:
@@ -72,14 +73,23 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_reproduce(args) -> int:
+    import time
+
+    from jaxfed import report
     from jaxfed.experiments import REGISTRY
 
     if not args.scale > 0:
         raise ValueError(f"--scale must be > 0, got {args.scale}")
+    sections, start = [], time.perf_counter()
     for exp in REGISTRY.values():
         n_trials = max(1, round(exp.default_trials * args.scale))
-        _run_one(exp, {}, args, os.path.join(args.out, exp.name), n_trials)
-    print(args.out)
+        t0 = time.perf_counter()
+        cfg, config_json, results = _run_one(exp, {}, args, os.path.join(args.out, exp.name), n_trials)
+        sections.append(report.section(exp, cfg, config_json, results, time.perf_counter() - t0))
+    import jax
+
+    if jax.process_index() == 0:
+        print(report.write(args.out, sections, time.perf_counter() - start))
     return 0
 
 

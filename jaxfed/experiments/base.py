@@ -26,6 +26,7 @@ from jaxfed import engine, stats
 __all__ = [
     "Experiment",
     "Sweep",
+    "band_table",
     "check",
     "make_config",
     "run_experiment",
@@ -48,7 +49,8 @@ class Experiment:
     description: str  # one line, shown by `jaxfed list`
     config_cls: type  # frozen dataclass of parameters; validates in __post_init__
     build: Callable[[Any], Sweep]
-    plot: Callable[[Any, list, dict, str], None]  # (config, labels, metrics, png path)
+    plot: Callable[[Any, list, dict, str], None]  # (config, labels, results, png path)
+    report: Callable[[Any, list, dict], str]  # (config, labels, results) -> markdown: numbers + reading
     default_trials: int = 1000  # used by `jaxfed run` without --trials and by `jaxfed reproduce`
 
 
@@ -89,6 +91,22 @@ def check(name: str, value, ok: bool, allowed: str) -> None:
     """Raises ``ValueError("<name> must be <allowed>, got <value>")`` unless ``ok``."""
     if not ok:
         raise ValueError(f"{name} must be {allowed}, got {value!r}")
+
+
+def band_table(x_name: str, x_values, labels: list[str], band: stats.Band, index, fmt: str = "{:.3g}") -> str:
+    """Markdown table: one row per point, one column per x, cells ``median [lower, upper]``."""
+    head = f"| point | " + " | ".join(f"{x_name} {x}" for x in x_values) + " |"
+    rule = "|---|" + "---|" * len(x_values)
+    rows = [
+        f"| {label} | "
+        + " | ".join(
+            f"{fmt.format(band.median[p, i])} [{fmt.format(band.lower[p, i])}, {fmt.format(band.upper[p, i])}]"
+            for i in index
+        )
+        + " |"
+        for p, label in enumerate(labels)
+    ]
+    return "\n".join([head, rule, *rows])
 
 
 # --------------------------------------------------------------------------- running

@@ -1,0 +1,53 @@
+"""``report.md`` for ``jaxfed reproduce``: one section per figure with its plot, parameters,
+the numbers behind the plot and a one-line reading computed from them."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+
+__all__ = ["section", "write"]
+
+
+def section(exp, config, config_json: dict, results: dict, seconds: float) -> str:
+    """Markdown section of one finished experiment (plot path relative to the report)."""
+    params = "\n".join(f"| `{k}` | {json.dumps(v)} |" for k, v in config_json["parameters"].items())
+    engine = config_json["engine"]
+    lines = [
+        f"## {exp.name}",
+        "",
+        exp.description,
+        "",
+        f"![{exp.name}]({exp.name}/{exp.name}.png)",
+        "",
+        f"{config_json['n_trials']} trials per point, seed {config_json['seed']}, {config_json['dtype']}, "
+        f"{engine['devices']} device(s) ({config_json['device']}), chunk size(s) {engine['chunk_sizes']}, "
+        f"kept {engine['keep']}, {seconds:.1f} s.",
+        "",
+        "| parameter | value |",
+        "|---|---|",
+        params,
+        "",
+        exp.report(config, config_json["points"], results),
+    ]
+    return "\n".join(lines)
+
+
+def write(out_dir: str, sections: list[str], seconds: float) -> str:
+    """Writes ``<out_dir>/report.md`` and returns its path."""
+    from jaxfed import __version__
+
+    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    head = [
+        "# jaxfed reproduction report",
+        "",
+        f"jaxfed {__version__}, {stamp}, {seconds:.0f} s in all. Each figure shows the median over trials "
+        "and the central 75% band (12.5% and 87.5% quantiles); the data are in each directory's "
+        "`metrics.npz` with axes documented in its `config.json`.",
+        "",
+    ]
+    path = os.path.join(out_dir, "report.md")
+    with open(path, "w") as f:
+        f.write("\n".join(head + sections) + "\n")
+    return path
