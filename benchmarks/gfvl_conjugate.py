@@ -155,6 +155,10 @@ def main(argv=None):
         "speedup_vs_numpy_vectorised": t_vec / t_jax,
         "fraction_of_rng_limit": t_rng / t_jax,
     }
+    result["summary"] = [
+        {"case": "Fig. 3 workload", "throughput": work / t_jax, "unit": "trial·slot/s",
+         "vs_numpy": t_vec / t_jax, "vs_rng_limit": t_rng / t_jax, "compile_s": t_compile},
+    ]
     print(f"{result['machine']['device']}  {args.trials} trials x {cfg.n_slots} slots x {n_points} topologies")
     print(f"compile            {t_compile:8.3f} s")
     print(f"jaxfed             {t_jax:8.3f} s   {work / t_jax:12.3e} trial·slots/s")

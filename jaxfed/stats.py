@@ -42,7 +42,7 @@ HIST_PER_DECADE = 100  # bins per decade: relative quantile error <= 10**(1/100)
 _N_SIDE = (HIST_LOG_MAX - HIST_LOG_MIN) * HIST_PER_DECADE  # bins per sign
 _ZERO = _N_SIDE  # index of the |x| < 1e-12 bin
 N_BINS = 2 * _N_SIDE + 1
-_ROWS_PER_BLOCK = 4096  # trial rows per float64 accumulation block (bounds temporary memory)
+_ROWS_PER_BLOCK = 8192  # trial rows per accumulation block (bounds the host's temporary memory)
 
 
 class Band(NamedTuple):
@@ -124,18 +124,22 @@ class SummaryAccumulator:
         return {f: getattr(self, f) for f in ("count", "nan_count", "total", "total_sq", "hist")}
 
     def add(self, chunk: np.ndarray) -> None:
-        values = np.moveaxis(np.asarray(chunk), 1, 0)  # (trial, point, *time)
+        """Adds a chunk (point, trial, *time) of the next trials, in blocks of trial rows so the
+        host's temporary memory stays bounded whatever the chunk size."""
+        values = np.moveaxis(np.asarray(chunk), 1, 0)  # (trial, point, *time), a view
+        for start in range(0, values.shape[0], _ROWS_PER_BLOCK):
+            self._add_block(values[start : start + _ROWS_PER_BLOCK])
+
+    def _add_block(self, values: np.ndarray) -> None:
         finite = np.isfinite(values)
         self.nan_count += (~finite).sum(0)
         self.count += finite.sum(0)
         clean = np.where(finite, values, 0).astype(np.float64)
-        for start in range(0, clean.shape[0], _ROWS_PER_BLOCK):
-            block = clean[start : start + _ROWS_PER_BLOCK]
-            # Running sums strictly in trial order: the result does not depend on chunking.
-            self.total = np.add.accumulate(np.concatenate([self.total[None], block]), axis=0)[-1]
-            self.total_sq = np.add.accumulate(np.concatenate([self.total_sq[None], block * block]), axis=0)[-1]
+        # Running sums strictly in trial order: the result does not depend on chunking.
+        self.total = np.add.accumulate(np.concatenate([self.total[None], clean]), axis=0)[-1]
+        self.total_sq = np.add.accumulate(np.concatenate([self.total_sq[None], clean * clean]), axis=0)[-1]
         n_cells = self.count.size
-        cells = np.broadcast_to(np.arange(n_cells).reshape(self.count.shape), values.shape)
+        cells = np.arange(n_cells).reshape(self.count.shape)
         flat = (cells * N_BINS + _bin_index(values))[finite]
         self.hist += np.bincount(flat, minlength=n_cells * N_BINS).reshape(self.hist.shape).astype(np.int32)
 
