@@ -5,7 +5,9 @@ Points are pytrees. Following equinox's filtering convention, **array leaves are
 static** (Python ints, strings, tuples: part of the compiled function's identity). Points with
 equal static parts and array shapes form a group that shares one compiled function.
 
-Randomness: the key of (point p, trial t) is ``fold_in(fold_in(key(seed), p), t)``.
+Randomness: the key of (point p, trial t) is ``fold_in(fold_in(key(seed), p), t)``, or with
+common random numbers ``fold_in(key(seed), t)`` for every point, so that all points of a trial see
+the same data and draws and differ only by their parameters.
 
 Execution, per group: trials run in chunks (all points of the group at once). The trial axis of a
 chunk is sharded over a 1-D device mesh (``jax.sharding``, axis name ``"trials"``) spanning the
@@ -200,7 +202,7 @@ def default_memory_budget(mesh: Mesh) -> int:
     return int(_MEMORY_FRACTION * limit)
 
 
-def _make_chunk_fn(trial: Trial, group: _Group, batch: int, mesh: Mesh | None):
+def _make_chunk_fn(trial: Trial, group: _Group, batch: int, mesh: Mesh | None, common: bool = False):
     """(seed, point_ids (P,), traced leaves (P, ...), first_trial) -> metrics (P, batch, ...).
 
     With a mesh, the trial axis is sharded across it and the function is jitted; without one it
@@ -208,7 +210,7 @@ def _make_chunk_fn(trial: Trial, group: _Group, batch: int, mesh: Mesh | None):
     """
 
     def one(root_key, point_id, traced, trial_id):
-        key = jax.random.fold_in(jax.random.fold_in(root_key, point_id), trial_id)
+        key = jax.random.fold_in(root_key if common else jax.random.fold_in(root_key, point_id), trial_id)
         return trial(key, _rebuild(group, traced))
 
     def chunk(seed, point_ids, traced, first_trial):
@@ -244,7 +246,9 @@ def _broadcast_from_0(array: np.ndarray) -> np.ndarray:
     return np.asarray(multihost_utils.broadcast_one_to_all(padded)).reshape(-1, *array.shape[1:])
 
 
-def chunk_function(trial: Trial, points: list, chunk_size: int, seed: int = 0, devices: int | None = None):
+def chunk_function(
+    trial: Trial, points: list, chunk_size: int, seed: int = 0, devices: int | None = None, common: bool = False
+):
     """The jitted function the engine runs for one chunk, with its arguments (for benchmarks).
 
     ``fn(*args)`` computes trials [0, batch) of every point, batch = ``chunk_size`` rounded up to
@@ -257,7 +261,7 @@ def chunk_function(trial: Trial, points: list, chunk_size: int, seed: int = 0, d
     group, traced = groups[0]
     mesh = make_mesh(devices)
     batch = _round_up(chunk_size, LANES * mesh.size)
-    fn = _make_chunk_fn(trial, group, batch, mesh)
+    fn = _make_chunk_fn(trial, group, batch, mesh, common)
     return fn, (np.uint32(seed), np.asarray(group.point_ids, np.uint32), traced, np.uint32(0))
 
 
@@ -374,6 +378,7 @@ def run(
     max_memory: int | None = None,
     keep: str = "raw",
     info: dict | None = None,
+    common_random_numbers: bool = False,
 ) -> dict:
     """Runs ``trial`` for every point and ``n_trials`` trials per point.
 
@@ -394,6 +399,8 @@ def run(
         keep: ``"raw"`` (every trial), ``"summary"`` (streaming :class:`jaxfed.stats.Summary`)
             or ``"auto"`` (raw when it fits in ``RAW_LIMIT_BYTES``).
         info: if a dict is given, it receives what the engine chose (chunk sizes, devices, keep).
+        common_random_numbers: every point of trial t gets the key fold_in(key(seed), t), so
+            points differ only by their parameters (variance reduction for comparisons).
 
     Returns:
         dict metric -> NumPy array (n_points, n_trials, *metric_shape) for ``keep="raw"``,
@@ -450,9 +457,11 @@ def run(
         args = lambda start: (np.uint32(seed), point_ids, traced, np.uint32(start))  # noqa: E731
         if mesh is None:
             size = chunk_size or min(n_trials, 4096)
-            chunk_fn = _make_chunk_fn(trial, group, _round_up(size, LANES), None)
+            chunk_fn = _make_chunk_fn(trial, group, _round_up(size, LANES), None, common_random_numbers)
         else:
-            size, chunk_fn = _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args(0))
+            size, chunk_fn = _sized_chunk_fn(
+                trial, group, mesh, budget, n_trials, chunk_size, args(0), common_random_numbers
+            )
         info["chunk_sizes"].append(size)
         bar.note(f"group {g}: {len(rows)} point(s), chunk size {size} trials over {n_shards} device(s)")
 
@@ -500,7 +509,7 @@ def run(
     return results
 
 
-def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args):
+def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, common):
     """(chunk size, compiled chunk function): the given size, or the largest that fits ``budget``.
 
     Without a given size, compiles for a probe batch of ``LANES`` trials per device and reads the
@@ -510,7 +519,7 @@ def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args):
     """
     step = LANES * mesh.size
     if chunk_size is None:
-        probe = _make_chunk_fn(trial, group, step, mesh).lower(*args).compile()
+        probe = _make_chunk_fn(trial, group, step, mesh, common).lower(*args).compile()
         analysis = probe.memory_analysis()
         per_trial_device = (analysis.temp_size_in_bytes + analysis.output_size_in_bytes) / LANES
         per_trial_host = analysis.output_size_in_bytes / LANES
@@ -518,4 +527,4 @@ def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args):
         chunk_size = min(n_trials, max(step, fits // step * step))
         if chunk_size <= step:
             return chunk_size, probe
-    return chunk_size, _make_chunk_fn(trial, group, _round_up(chunk_size, step), mesh).lower(*args).compile()
+    return chunk_size, _make_chunk_fn(trial, group, _round_up(chunk_size, step), mesh, common).lower(*args).compile()

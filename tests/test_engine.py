@@ -122,3 +122,10 @@ def test_bad_arguments(kwargs, message):
         engine.run(trial, POINTS, **kwargs)
     with pytest.raises(ValueError, match="points"):
         engine.run(trial, [], 2)
+
+
+def test_common_random_numbers_share_the_trial_key_across_points():
+    out = engine.run(trial, POINTS, 5, seed=2, common_random_numbers=True)
+    key = jax.random.fold_in(jax.random.key(2), 3)
+    for p in range(3):
+        np.testing.assert_array_equal(out["walk"][p, 3], trial(key, POINTS[p])["walk"])

@@ -52,6 +52,7 @@ class Experiment:
     plot: Callable[[Any, list, dict, str], None]  # (config, labels, results, png path)
     report: Callable[[Any, list, dict], str]  # (config, labels, results) -> markdown: numbers + reading
     default_trials: int = 1000  # used by `jaxfed run` without --trials and by `jaxfed reproduce`
+    common_random_numbers: bool = False  # all points of a trial share its key (same data and draws)
 
 
 # --------------------------------------------------------------------------- configs
@@ -167,6 +168,7 @@ def run_experiment(
         max_memory=max_memory,
         keep=keep,
         info=info,
+        common_random_numbers=exp.common_random_numbers,
     )
     config_json = dict(identity)
     config_json.update(
