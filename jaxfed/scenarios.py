@@ -1,12 +1,15 @@
-"""Data generators for the experiments: per-agent Bernoulli data (G-FVL)."""
+"""Data generators for the experiments: per-agent Bernoulli data (G-FVL) and the mall (k-means)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import gammaln
 
-__all__ = ["bernoulli_counts"]
+__all__ = ["bernoulli_counts", "MallScenario", "mall", "tile_of", "iid_owner", "pad_by_owner"]
 
 
 def bernoulli_counts(key: jax.Array, n_agents: int, n_per_agent: int, theta) -> jax.Array:
@@ -40,3 +43,67 @@ def bernoulli_counts(key: jax.Array, n_agents: int, n_per_agent: int, theta) -> 
     u = jax.random.uniform(key, (n_agents,), dtype=theta.dtype)
     count = jnp.searchsorted(cdf, u * cdf[-1], side="right")
     return jnp.minimum(count, n_per_agent).astype(theta.dtype)
+
+
+# --------------------------------------------------------------------------- the mall (document 001)
+class MallScenario(NamedTuple):
+    """Customers in a tiled mall (SPEC B1), as one list of points."""
+
+    points: jax.Array  # (N, 2) positions in metres, inside [0, side]²
+    owner: jax.Array  # (N,) int32 ED (tile) of each point: col + cols·row, row 0 at y = 0
+    labels: jax.Array  # (N,) int32 mixture component of each point (ground truth)
+    centres: jax.Array  # (n_components, 2) component centres
+
+
+def mall(
+    key: jax.Array,
+    n_points: int = 2000,
+    n_components: int = 10,
+    spread=5.0,
+    side=100.0,
+    rows: int = 10,
+    cols: int = 10,
+) -> MallScenario:
+    """Customers of a ``side`` × ``side`` mall tiled ``rows`` × ``cols``, one ED per tile (SPEC B1).
+
+    Customers come from an equal-weight Gaussian mixture: ``n_components`` centres uniform in the
+    mall, isotropic standard deviation ``spread``; **[choice]** each coordinate is truncated to the
+    mall (a customer is inside it), drawn exactly by ``jax.random.truncated_normal``. A point
+    belongs to the ED of the tile containing it, so local data sets are highly heterogeneous.
+
+    Static: n_points, n_components, rows, cols. Traced: spread, side.
+    """
+    k_centres, k_component, k_offset = jax.random.split(key, 3)
+    side = jnp.asarray(side, dtype=float)
+    centres = jax.random.uniform(k_centres, (n_components, 2), minval=0.0, maxval=side)
+    labels = jax.random.randint(k_component, (n_points,), 0, n_components, dtype=jnp.int32)
+    centre = centres[labels]
+    z = jax.random.truncated_normal(k_offset, (0.0 - centre) / spread, (side - centre) / spread, (n_points, 2))
+    points = jnp.clip(centre + spread * z, 0.0, side)
+    return MallScenario(points=points, owner=tile_of(points, side, rows, cols), labels=labels, centres=centres)
+
+
+def tile_of(points: jax.Array, side, rows: int, cols: int) -> jax.Array:
+    """ED index col + cols·row of the tile holding each point of a ``side`` × ``side`` mall."""
+    col = jnp.clip(jnp.floor(points[:, 0] / (side / cols)), 0, cols - 1)
+    row = jnp.clip(jnp.floor(points[:, 1] / (side / rows)), 0, rows - 1)
+    return (col + cols * row).astype(jnp.int32)
+
+
+def iid_owner(key: jax.Array, n_points: int, n_devices: int) -> jax.Array:
+    """An i.i.d. split for contrast: points dealt to EDs in random order, sizes differing by <= 1."""
+    return (jax.random.permutation(key, n_points) % n_devices).astype(jnp.int32)
+
+
+def pad_by_owner(points, owner, n_devices: int):
+    """Host helper: flat points and owners → padded (K, N_max, L) array and (K, N_max) mask."""
+    points, owner = np.asarray(points), np.asarray(owner)
+    counts = np.bincount(owner, minlength=n_devices)
+    n_max = max(1, int(counts.max()))
+    out = np.zeros((n_devices, n_max, points.shape[1]), points.dtype)
+    mask = np.zeros((n_devices, n_max), bool)
+    for k in range(n_devices):
+        rows = points[owner == k]
+        out[k, : len(rows)] = rows
+        mask[k, : len(rows)] = True
+    return out, mask
