@@ -34,6 +34,7 @@ import operator
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 __all__ = ["max_level", "encode", "decode", "check_base"]
 
@@ -81,6 +82,18 @@ def _max_digits(beta: int, levels: int) -> int:
     return d
 
 
+def _divide(numerator: jax.Array, denominator) -> jax.Array:
+    """numerator / denominator, correctly rounded.
+
+    XLA rewrites a division by a broadcast scalar into a multiplication by the reciprocal (two
+    roundings), which moves values lying exactly on a quantisation threshold to the wrong level;
+    materialising the denominator behind an optimisation barrier keeps the division.
+    """
+    shape = jnp.broadcast_shapes(jnp.shape(numerator), jnp.shape(denominator))
+    denominator = jnp.broadcast_to(jnp.asarray(denominator, numerator.dtype), shape)
+    return numerator / lax.optimization_barrier(denominator)
+
+
 def max_level(beta: int, digits: int) -> int:
     """ξ = (β^D − 1)/2: the quantised values are (v_max/ξ)·m for m ∈ {−ξ, …, ξ}."""
     beta, digits = check_base(beta, digits)
@@ -124,7 +137,7 @@ def encode(v, beta: int, digits: int, vmax) -> jax.Array:
     # (ξ·v′)/v_max rather than ξ·(v′/v_max): exact whenever ξ·v′ and the quotient are
     # representable (e.g. the halfway points of v_max = ξ). Its rounding can exceed ±ξ by an
     # ulp for v′ = ±v_max, hence the clip.
-    offset = jnp.floor(xi * clamped / vmax + 0.5)
+    offset = jnp.floor(_divide(xi * clamped, vmax) + 0.5)
     level = jnp.clip(offset, -xi, xi).astype(jnp.int32) + xi  # n ∈ {0, …, 2ξ}
     powers = jnp.asarray(beta ** np.arange(digits), jnp.int32)
     base_digits = (level[..., None] // powers) % beta  # b_d
@@ -155,4 +168,4 @@ def decode(numerals, beta: int, vmax) -> jax.Array:
     dtype = jnp.result_type(numerals, vmax, jnp.float32)
     powers = jnp.asarray(beta ** np.arange(digits), dtype)
     total = jnp.sum(numerals.astype(dtype) * powers, axis=-1)
-    return (jnp.asarray(vmax, dtype) / xi) * total
+    return _divide(jnp.asarray(vmax, dtype), xi) * total
