@@ -91,6 +91,19 @@ def test_activation_and_counts_match_loops():
         )
 
 
+@pytest.mark.parametrize("beta,n_dev", [(3, 1), (3, 1023), (3, 1024), (5, 64), (7, 15)])
+def test_bit_field_counts_match_one_hot(beta, n_dev):
+    """resource_counts packs 32 // bit_length(K) counts per word: check the word boundaries
+    (β = 3 fits one word up to K = 1023 and needs two from 1024; β = 5 and 7 need several)."""
+    rng = np.random.default_rng(n_dev * beta)
+    numerals = jnp.asarray(rng.integers(-(beta // 2), beta // 2 + 1, (n_dev, 2, 2)), jnp.int32)
+    numerals = numerals.at[:, 0, 0].set(beta // 2)  # one resource holds every ED: K_l = K
+    active = rng.random(n_dev) < 0.8
+    for act in (None, active):
+        expected = np.asarray(channel.activation(numerals, beta, act)).sum(axis=0)
+        np.testing.assert_array_equal(channel.resource_counts(numerals, beta, act), expected)
+
+
 def test_qpsk_symbols_uniform_and_unit_modulus():
     """All four symbols, each with frequency 1/4 within 5 s.e. (per cell, Bonferroni over 4 cells)."""
     r = np.asarray(channel.qpsk(jax.random.key(0), (200, 101)))
