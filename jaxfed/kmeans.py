@@ -19,9 +19,12 @@ Enhancements (SPEC B5, Algorithm 1 of document 001), each switchable:
   the centroids with |S_c| >= S_min, n ~ N(0, σ_c² I), using the round's broadcast centroids
   c^(n) as the document's formula c_{c″}^(n+1) = c_{c′}^(n) + n_{c″}^(n) writes.
 
-Data layouts: the public functions take padded device arrays (K, N_max, L) with a mask (K, N_max),
-as the issue's API asks; internally every round works on the flat list of real points with their
-owner ED (:class:`FlatData`), so the cost is O(N) per round, not O(K · N_max).
+Data layouts: the public functions take points as (N, L) arrays, or padded device arrays
+(K, N_max, L) with a mask (K, N_max); internally every round works on the flat list of points with
+their owner ED (:class:`FlatData`), so the cost is O(N) per round, not O(K · N_max), and stores
+coordinates as (L, N): XLA's CPU backend vectorises along the minor axis, and a minor axis of
+length L = 2 made the distance computations ~5x slower. Nearest centroids are found by a loop
+over the C centroids unrolled at trace time (running minimum), not ``argmin`` over a short axis.
 
 Static (shape- or code-changing): C, L, K, N, n_rounds, the back-end, β, D, the channel mode.
 Traced: μ, SNR (dB), fixed v_max, S_min, σ_c and the on/off switches of the enhancements, so a
@@ -42,9 +45,12 @@ from jaxfed import oac
 __all__ = [
     "AGGREGATIONS",
     "FlatData",
+    "flat_data",
     "Settings",
     "RoundInfo",
     "flatten_devices",
+    "Partition",
+    "partition",
     "assign",
     "local_statistics",
     "federated_round",
@@ -61,11 +67,18 @@ AGGREGATIONS = ("ideal", "quantized", "oac")
 
 
 class FlatData(NamedTuple):
-    """Data of all EDs as one list of points."""
+    """Data of all EDs as one list of points (see :func:`flat_data`)."""
 
-    points: jax.Array  # (N, L) float
+    coords: jax.Array  # (L, N) float: column n holds the coordinates of point n
     owner: jax.Array  # (N,) int32, the ED holding each point, in [0, K)
     mask: jax.Array  # (N,) bool, real points (False: padding)
+
+
+def flat_data(points, owner, mask=None) -> FlatData:
+    """:class:`FlatData` from points (N, L), their owner EDs (N,) and an optional mask (N,)."""
+    points = jnp.asarray(points)
+    mask = jnp.ones(points.shape[0], bool) if mask is None else jnp.asarray(mask, bool)
+    return FlatData(points.T, jnp.asarray(owner, jnp.int32), mask)
 
 
 class Settings(NamedTuple):
@@ -118,23 +131,53 @@ def flatten_devices(device_points, device_mask) -> FlatData:
         raise ValueError(f"device_mask must have shape (K, N_max) = {device_points.shape[:2]}, got {device_mask.shape}")
     k, n_max, dim = device_points.shape
     owner = jnp.repeat(jnp.arange(k, dtype=jnp.int32), n_max)
-    return FlatData(device_points.reshape(k * n_max, dim), owner, device_mask.reshape(-1))
+    return flat_data(device_points.reshape(k * n_max, dim), owner, device_mask.reshape(-1))
+
+
+class Partition(NamedTuple):
+    """The partition of the points induced by a set of centroids."""
+
+    index: jax.Array  # (N,) int32 nearest centroid (ties: the lowest index)
+    distance: jax.Array  # (N,) squared distance to it
+    sizes: jax.Array  # (C,) |S_c| (sum of the mask over the cluster)
+    deltas: jax.Array  # (C, L) Σ_{d∈S_c} (d − c_c)
+
+
+def partition(coords: jax.Array, weight: jax.Array, centroids: jax.Array) -> Partition:
+    """Nearest centroids of the columns of ``coords`` (L, N) and per-cluster sums, weighted by
+    ``weight`` (N,) (the mask). The running minimum over the C centroids is unrolled at trace
+    time (vector operations along N only)."""
+    best = jnp.sum((coords - centroids[0][:, None]) ** 2, axis=0)
+    index = jnp.zeros(coords.shape[1], jnp.int32)
+    for c in range(1, centroids.shape[0]):
+        d = jnp.sum((coords - centroids[c][:, None]) ** 2, axis=0)
+        closer = d < best
+        best = jnp.where(closer, d, best)
+        index = jnp.where(closer, c, index)
+    n_clusters = centroids.shape[0]
+    diff = weight * (coords - centroids[index].T)  # (L, N)
+    # One scatter-add per quantity: on CPU much cheaper than C masked reductions over N.
+    sizes = jax.ops.segment_sum(weight, index, n_clusters)
+    deltas = jnp.stack([jax.ops.segment_sum(row, index, n_clusters) for row in diff], axis=-1)
+    return Partition(index, best, sizes, deltas)
 
 
 def assign(points: jax.Array, centroids: jax.Array) -> jax.Array:
     """Index of the nearest centroid, argmin_c ‖d − c_c‖² (ties: the lowest index), shape (N,)."""
-    d2 = jnp.sum((points[:, None, :] - centroids[None, :, :]) ** 2, axis=-1)
-    return jnp.argmin(d2, axis=-1).astype(jnp.int32)
+    points = jnp.asarray(points)
+    return partition(points.T, jnp.ones(points.shape[0], points.dtype), jnp.asarray(centroids)).index
 
 
 def local_statistics(data: FlatData, centroids: jax.Array, n_devices: int):
     """Per-ED counts |S_{k,c}| (K, C) and changes Δc_{k,c} = Σ_{d∈S_{k,c}} (d − c_c) (K, C, L)."""
     n_clusters, dim = centroids.shape
-    a = assign(data.points, centroids)
+    weight = data.mask.astype(data.coords.dtype)
+    a = partition(data.coords, weight, centroids).index
     segment = data.owner * n_clusters + a
-    weight = data.mask.astype(data.points.dtype)
-    counts = jax.ops.segment_sum(weight, segment, n_devices * n_clusters)
-    deltas = jax.ops.segment_sum(weight[:, None] * (data.points - centroids[a]), segment, n_devices * n_clusters)
+    n_segments = n_devices * n_clusters
+    counts = jax.ops.segment_sum(weight, segment, n_segments)
+    diff = weight * (data.coords - centroids[a].T)  # (L, N)
+    deltas = jnp.stack([jax.ops.segment_sum(diff[l], segment, n_segments) for l in range(dim)], axis=-1)
     return counts.reshape(n_devices, n_clusters), deltas.reshape(n_devices, n_clusters, dim)
 
 
@@ -228,7 +271,13 @@ def federated(
     if unknown:
         raise ValueError(f"unknown options {sorted(unknown)}; known: {sorted(Settings._fields)}")
     data = flatten_devices(device_points, device_mask)
-    _check_shapes(data.points.shape[1], init_centroids, n_rounds)
+    _check_shapes(data.coords.shape[0], init_centroids, n_rounds)
+    n_real = int(np.sum(np.asarray(device_mask)))
+    if np.shape(init_centroids)[0] > n_real:
+        raise ValueError(
+            f"init_centroids holds more centroids (C = {np.shape(init_centroids)[0]}) than there are points "
+            f"(N = {n_real}); use C <= N"
+        )
     settings = Settings(aggregation=aggregation, **options)
     history, _ = federated_rounds(key, data, device_mask.shape[0], init_centroids, n_rounds, settings)
     return history
@@ -238,20 +287,18 @@ def lloyd(points, init_centroids, n_rounds: int, mask=None) -> jax.Array:
     """Centralized Lloyd's k-means on pooled data: centroids after each round, (n_rounds, C, L).
 
     Each round assigns every point to its nearest centroid and moves each centroid to the mean of
-    its points; a centroid with no points stays where it is.
+    its points, c_c + Σ_{d∈S_c}(d − c_c)/|S_c|; a centroid with no points stays where it is.
     """
     points = jnp.asarray(points)
     if points.ndim != 2:
         raise ValueError(f"points must have shape (N, L), got {points.shape}")
     _check_shapes(points.shape[1], init_centroids, n_rounds)
+    coords = points.T
     weight = jnp.ones(points.shape[0], points.dtype) if mask is None else jnp.asarray(mask, points.dtype)
-    n_clusters = np.shape(init_centroids)[0]
 
     def body(c, _):
-        a = assign(points, c)
-        sizes = jax.ops.segment_sum(weight, a, n_clusters)
-        sums = jax.ops.segment_sum(weight[:, None] * points, a, n_clusters)
-        c = jnp.where(sizes[:, None] > 0, sums / jnp.maximum(sizes, 1.0)[:, None], c)
+        part = partition(coords, weight, c)
+        c = c + part.deltas / jnp.maximum(part.sizes, 1.0)[:, None]
         return c, c
 
     _, history = lax.scan(body, jnp.asarray(init_centroids, points.dtype), None, length=n_rounds)
@@ -261,15 +308,13 @@ def lloyd(points, init_centroids, n_rounds: int, mask=None) -> jax.Array:
 def loss(points, centroids, mask=None) -> jax.Array:
     """Loss (1) normalised by |D|: (1/|D|) Σ_c Σ_{d∈S_c} ‖d − μ_c‖², S_c the points nearest to
     centroid c and μ_c their mean (the within-cluster scatter of the partition the centroids
-    induce; SPEC B1)."""
+    induce; SPEC B1). Computed as Σ_d ‖d − c_{a(d)}‖² − Σ_c ‖Σ_{d∈S_c}(d − c_c)‖²/|S_c|, which
+    involves only distances to the centroids (no large squared coordinates to cancel)."""
     points = jnp.asarray(points)
     weight = jnp.ones(points.shape[0], points.dtype) if mask is None else jnp.asarray(mask, points.dtype)
-    n_clusters = centroids.shape[0]
-    a = assign(points, centroids)
-    sizes = jax.ops.segment_sum(weight, a, n_clusters)
-    means = jax.ops.segment_sum(weight[:, None] * points, a, n_clusters) / jnp.maximum(sizes, 1.0)[:, None]
-    scatter = jnp.sum(weight * jnp.sum((points - means[a]) ** 2, axis=-1))
-    return scatter / jnp.sum(weight)
+    part = partition(points.T, weight, jnp.asarray(centroids))
+    between = jnp.sum(part.deltas**2, axis=1) / jnp.maximum(part.sizes, 1.0)
+    return (jnp.sum(weight * part.distance) - jnp.sum(between)) / jnp.sum(weight)
 
 
 def adjusted_rand_index(labels_a, labels_b, n_a: int, n_b: int, mask=None) -> jax.Array:

@@ -3,12 +3,20 @@ points) and a plot; :mod:`jaxfed.experiments.base` runs them and writes the resu
 
 from __future__ import annotations
 
-from jaxfed.experiments import gfvl_topologies
+from jaxfed.experiments import gfvl_topologies, kmeans_mall
 from jaxfed.experiments.base import Experiment, Sweep, load_results, make_config, run_experiment
 
 __all__ = ["REGISTRY", "get", "Experiment", "Sweep", "make_config", "run_experiment", "load_results"]
 
-REGISTRY: dict[str, Experiment] = {exp.name: exp for exp in (gfvl_topologies.EXPERIMENT,)}
+REGISTRY: dict[str, Experiment] = {
+    exp.name: exp
+    for exp in (
+        gfvl_topologies.EXPERIMENT,
+        kmeans_mall.CONVERGENCE,
+        kmeans_mall.SNR,
+        kmeans_mall.ABLATION,
+    )
+}
 
 
 def get(name: str) -> Experiment:
