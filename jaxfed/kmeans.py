@@ -189,8 +189,7 @@ def _aggregate(key, values, active, s: Settings):
     # All changes zero (converged): any positive v_max encodes them exactly.
     vmax = jnp.where(s.adaptive_vmax, jnp.where(adaptive > 0, adaptive, 1.0), s.vmax).astype(values.dtype)
     if s.aggregation == "quantized":
-        numerals = oac.encode(values, s.beta, s.digits, vmax)
-        decoded = oac.decode(numerals, s.beta, vmax)
+        decoded = oac.balanced.quantize(values, s.beta, s.digits, vmax)
         return jnp.sum(jnp.where(active[:, None], decoded, 0.0), axis=0), vmax
     out = oac.over_the_air_sum(key, values, s.beta, s.digits, vmax, s.snr_db, s.channel, active=active)
     return out.estimate, vmax

@@ -172,3 +172,14 @@ def test_adjusted_rand_index_matches_sklearn():
     got = float(kmeans.adjusted_rand_index(jnp.asarray(a), jnp.asarray(b), 4, 5))
     assert got == pytest.approx(adjusted_rand_score(a, b), abs=1e-5)
     assert float(kmeans.adjusted_rand_index(jnp.asarray(a), jnp.asarray(a), 4, 4)) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("beta, digits", [(3, 1), (3, 4), (5, 3), (7, 5)])
+def test_quantize_is_decode_of_encode_bit_for_bit(beta, digits):
+    rng = np.random.default_rng(beta * 10 + digits)
+    vmax = np.float32(3.7)
+    xi = (beta**digits - 1) // 2
+    v = np.concatenate([rng.normal(0, 3, 3000), (np.arange(-xi, xi) + 0.5) * vmax / xi, [vmax, -vmax, 0, 9, -9]])
+    v = jnp.asarray(v.astype(np.float32))
+    roundtrip = oac.decode(oac.encode(v, beta, digits, vmax), beta, vmax)
+    np.testing.assert_array_equal(oac.balanced.quantize(v, beta, digits, vmax), roundtrip)

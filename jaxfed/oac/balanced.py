@@ -175,3 +175,17 @@ def decode(numerals, beta: int, vmax) -> jax.Array:
     powers = jnp.asarray(beta ** np.arange(digits), dtype)
     total = jnp.sum(numerals.astype(dtype) * powers, axis=-1)
     return _divide(jnp.asarray(vmax, dtype), xi) * total
+
+
+def quantize(v, beta: int, digits: int, vmax) -> jax.Array:
+    """The quantised value decode(encode(v)) without forming the digits: (v_max/ξ)·m with
+    m = clip(⌊ξ v′/v_max + 1/2⌋, −ξ, ξ) and v′ = clamp(v, ±v_max). Bit-identical to the round
+    trip (the same operations; the digit expansion is exact), several times cheaper.
+    """
+    beta, digits = check_base(beta, digits)
+    xi = (beta**digits - 1) // 2
+    dtype = jnp.result_type(v, vmax, jnp.float32)
+    v = jnp.asarray(v, dtype)
+    vmax = jnp.asarray(vmax, dtype)
+    offset = jnp.clip(jnp.floor(_divide(xi * jnp.clip(v, -vmax, vmax), vmax) + 0.5), -xi, xi)
+    return _divide(vmax, xi) * offset
