@@ -57,6 +57,7 @@ __all__ = [
     "federated_rounds",
     "federated",
     "lloyd",
+    "lloyd_rounds",
     "loss",
     "adjusted_rand_index",
     "oac_resources",
@@ -99,9 +100,11 @@ class Settings(NamedTuple):
 
 
 class RoundInfo(NamedTuple):
-    """Diagnostics of one round."""
+    """Diagnostics of one round, about the centroids the ES broadcast at its start."""
 
-    cluster_sizes: jax.Array  # (C,) |S_c| at the round's broadcast centroids
+    cluster_sizes: jax.Array  # (C,) |S_c|
+    loss: jax.Array  # () loss (1)/|D| of the broadcast centroids (a simulation metric, exact)
+    assignment: jax.Array  # (N,) int32 nearest broadcast centroid of every point
     vmax: jax.Array  # () the v_max used (0 for "ideal")
     reinitialised: jax.Array  # (C,) bool, centroids moved by re-initialisation
 
@@ -168,17 +171,21 @@ def assign(points: jax.Array, centroids: jax.Array) -> jax.Array:
     return partition(points.T, jnp.ones(points.shape[0], points.dtype), jnp.asarray(centroids)).index
 
 
-def local_statistics(data: FlatData, centroids: jax.Array, n_devices: int):
-    """Per-ED counts |S_{k,c}| (K, C) and changes Δc_{k,c} = Σ_{d∈S_{k,c}} (d − c_c) (K, C, L)."""
+def local_statistics(data: FlatData, centroids: jax.Array, n_devices: int, with_partition: bool = False):
+    """Per-ED counts |S_{k,c}| (K, C) and changes Δc_{k,c} = Σ_{d∈S_{k,c}} (d − c_c) (K, C, L);
+    with ``with_partition`` also the :class:`Partition` of all points (totals over the EDs)."""
     n_clusters, dim = centroids.shape
     weight = data.mask.astype(data.coords.dtype)
-    a = partition(data.coords, weight, centroids).index
-    segment = data.owner * n_clusters + a
+    part = partition(data.coords, weight, centroids)
+    segment = data.owner * n_clusters + part.index
     n_segments = n_devices * n_clusters
-    counts = jax.ops.segment_sum(weight, segment, n_segments)
-    diff = weight * (data.coords - centroids[a].T)  # (L, N)
+    counts = jax.ops.segment_sum(weight, segment, n_segments).reshape(n_devices, n_clusters)
+    diff = weight * (data.coords - centroids[part.index].T)  # (L, N)
     deltas = jnp.stack([jax.ops.segment_sum(diff[l], segment, n_segments) for l in range(dim)], axis=-1)
-    return counts.reshape(n_devices, n_clusters), deltas.reshape(n_devices, n_clusters, dim)
+    deltas = deltas.reshape(n_devices, n_clusters, dim)
+    if not with_partition:
+        return counts, deltas
+    return counts, deltas, part._replace(sizes=jnp.sum(counts, 0), deltas=jnp.sum(deltas, 0))
 
 
 def _aggregate(key, values, active, s: Settings):
@@ -209,7 +216,7 @@ def _reinitialise(key, centroids, new_centroids, sizes, s: Settings):
 def federated_round(key, centroids, data: FlatData, n_devices: int, s: Settings):
     """One round of federated k-means (SPEC B2 + B5). Returns (new centroids, :class:`RoundInfo`)."""
     k_channel, k_reinit = jax.random.split(key)
-    counts, deltas = local_statistics(data, centroids, n_devices)
+    counts, deltas, part = local_statistics(data, centroids, n_devices, with_partition=True)
     n_clusters, dim = centroids.shape
     values = deltas.reshape(n_devices, n_clusters * dim)  # q = c·L + l
     active = jnp.sum(counts, axis=1) > 0  # EDs without points transmit nothing
@@ -218,7 +225,14 @@ def federated_round(key, centroids, data: FlatData, n_devices: int, s: Settings)
     step = s.mu * total.reshape(n_clusters, dim) / jnp.maximum(sizes, 1.0)[:, None]
     updated = jnp.where(sizes[:, None] > 0, centroids + step, centroids)
     updated, moved = _reinitialise(k_reinit, centroids, updated, sizes, s)
-    return updated, RoundInfo(cluster_sizes=sizes, vmax=vmax, reinitialised=moved)
+    info = RoundInfo(
+        cluster_sizes=sizes,
+        loss=_partition_loss(part, data.mask.astype(part.distance.dtype)),
+        assignment=part.index,
+        vmax=vmax,
+        reinitialised=moved,
+    )
+    return updated, info
 
 
 def federated_rounds(key, data: FlatData, n_devices: int, init_centroids, n_rounds: int, s: Settings):
@@ -282,11 +296,15 @@ def federated(
     return history
 
 
-def lloyd(points, init_centroids, n_rounds: int, mask=None) -> jax.Array:
-    """Centralized Lloyd's k-means on pooled data: centroids after each round, (n_rounds, C, L).
+def lloyd_rounds(points, init_centroids, n_rounds: int, mask=None):
+    """Centralized Lloyd's k-means on pooled data, with per-round diagnostics.
 
     Each round assigns every point to its nearest centroid and moves each centroid to the mean of
     its points, c_c + Σ_{d∈S_c}(d − c_c)/|S_c|; a centroid with no points stays where it is.
+
+    Returns:
+        (centroids after each round (n_rounds, C, L), loss (1)/|D| of the centroids each round
+        started from (n_rounds,), their assignment of the points (n_rounds, N)).
     """
     points = jnp.asarray(points)
     if points.ndim != 2:
@@ -298,10 +316,22 @@ def lloyd(points, init_centroids, n_rounds: int, mask=None) -> jax.Array:
     def body(c, _):
         part = partition(coords, weight, c)
         c = c + part.deltas / jnp.maximum(part.sizes, 1.0)[:, None]
-        return c, c
+        return c, (c, _partition_loss(part, weight), part.index)
 
-    _, history = lax.scan(body, jnp.asarray(init_centroids, points.dtype), None, length=n_rounds)
-    return history
+    _, out = lax.scan(body, jnp.asarray(init_centroids, points.dtype), None, length=n_rounds)
+    return out
+
+
+def lloyd(points, init_centroids, n_rounds: int, mask=None) -> jax.Array:
+    """Centralized Lloyd's k-means: centroids after each round, (n_rounds, C, L) (see
+    :func:`lloyd_rounds`)."""
+    return lloyd_rounds(points, init_centroids, n_rounds, mask)[0]
+
+
+def _partition_loss(part: Partition, weight: jax.Array) -> jax.Array:
+    """(Σ_d ‖d − c_{a(d)}‖² − Σ_c ‖Σ_{d∈S_c}(d − c_c)‖²/|S_c|) / |D| = loss (1)/|D|."""
+    between = jnp.sum(part.deltas**2, axis=1) / jnp.maximum(part.sizes, 1.0)
+    return (jnp.sum(weight * part.distance) - jnp.sum(between)) / jnp.sum(weight)
 
 
 def loss(points, centroids, mask=None) -> jax.Array:
@@ -311,9 +341,7 @@ def loss(points, centroids, mask=None) -> jax.Array:
     involves only distances to the centroids (no large squared coordinates to cancel)."""
     points = jnp.asarray(points)
     weight = jnp.ones(points.shape[0], points.dtype) if mask is None else jnp.asarray(mask, points.dtype)
-    part = partition(points.T, weight, jnp.asarray(centroids))
-    between = jnp.sum(part.deltas**2, axis=1) / jnp.maximum(part.sizes, 1.0)
-    return (jnp.sum(weight * part.distance) - jnp.sum(between)) / jnp.sum(weight)
+    return _partition_loss(partition(points.T, weight, jnp.asarray(centroids)), weight)
 
 
 def adjusted_rand_index(labels_a, labels_b, n_a: int, n_b: int, mask=None) -> jax.Array:

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
-__all__ = ["bernoulli_counts", "MallScenario", "mall", "tile_of", "iid_owner", "pad_by_owner"]
+__all__ = ["bernoulli_counts", "MallScenario", "mall", "tile_of", "iid_owner", "random_subset", "pad_by_owner"]
 
 
 def bernoulli_counts(key: jax.Array, n_agents: int, n_per_agent: int, theta) -> jax.Array:
@@ -91,8 +91,14 @@ def tile_of(points: jax.Array, side, rows: int, cols: int) -> jax.Array:
 
 
 def iid_owner(key: jax.Array, n_points: int, n_devices: int) -> jax.Array:
-    """An i.i.d. split for contrast: points dealt to EDs in random order, sizes differing by <= 1."""
-    return (jax.random.permutation(key, n_points) % n_devices).astype(jnp.int32)
+    """An i.i.d. split for contrast: every point goes to an ED drawn uniformly at random."""
+    return jax.random.randint(key, (n_points,), 0, n_devices, dtype=jnp.int32)
+
+
+def random_subset(key: jax.Array, n: int, size: int) -> jax.Array:
+    """``size`` distinct indices of range(n), uniformly at random: the top-``size`` of n uniforms
+    (O(n) partial selection instead of the full sort of ``jax.random.choice(replace=False)``)."""
+    return jax.lax.top_k(jax.random.uniform(key, (n,)), size)[1]
 
 
 def pad_by_owner(points, owner, n_devices: int):

@@ -49,7 +49,7 @@ def _final_losses(aggregation, digits, n_trials=96, **options):
     def trial(key):
         k_scene, k_init, k_run = jax.random.split(key, 3)
         scene = scenarios.mall(k_scene, cfg.n_points, cfg.n_components, cfg.spread, cfg.side, cfg.rows, cfg.cols)
-        init = scene.points[jax.random.choice(k_init, cfg.n_points, (cfg.n_clusters,), replace=False)]
+        init = scene.points[scenarios.random_subset(k_init, cfg.n_points, cfg.n_clusters)]
         settings = kmeans.Settings(aggregation=aggregation, digits=digits, **options)
         history, _ = kmeans.federated_rounds(
             k_run, kmeans.flat_data(scene.points, scene.owner), cfg.n_devices, init, cfg.n_rounds, settings

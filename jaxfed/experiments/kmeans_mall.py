@@ -12,8 +12,9 @@ Three experiments share the scenario and the trial (SPEC B6 [choice] parameters)
 Every experiment stores ``loss`` (point, trial, round): loss (1) normalised by |D| after each round,
 and ``ari`` (point, trial, round): the adjusted Rand index of the induced partition against the
 mixture components. Trials use common random numbers: within a trial every point (method, SNR, …)
-sees the same customers, the same initial centroids (C customers drawn at random, **[choice]**
-Forgy initialisation) and the same channel draws.
+sees the same customers, the same initial centroids (C distinct customers drawn at random,
+**[choice]** Forgy initialisation) and the same channel draws. The i.i.d. split sends every
+customer to an ED drawn uniformly at random.
 """
 
 from __future__ import annotations
@@ -68,14 +69,14 @@ class MallConfig:
 
 
 def _point(method: str, digits: int = 4, snr_db: float = 0.0, adaptive=True, reinit=True, iid=False) -> dict:
-    """Engine point: the method and D are static; SNR and switches are traced."""
+    """Engine point: the method, D and the split are static; SNR and the switches are traced."""
     return {
         "method": method,
         "digits": digits,
         "snr_db": jnp.float32(snr_db),
         "adaptive": jnp.bool_(adaptive),
         "reinit": jnp.bool_(reinit),
-        "iid": jnp.bool_(iid),
+        "iid": bool(iid),
     }
 
 
@@ -85,10 +86,10 @@ def make_trial(cfg: MallConfig):
     def trial(key, point):
         k_scene, k_split, k_init, k_run = jax.random.split(key, 4)
         scene = scenarios.mall(k_scene, cfg.n_points, cfg.n_components, cfg.spread, cfg.side, cfg.rows, cfg.cols)
-        owner = jnp.where(point["iid"], scenarios.iid_owner(k_split, cfg.n_points, cfg.n_devices), scene.owner)
-        init = scene.points[jax.random.choice(k_init, cfg.n_points, (cfg.n_clusters,), replace=False)]
+        owner = scenarios.iid_owner(k_split, cfg.n_points, cfg.n_devices) if point["iid"] else scene.owner
+        init = scene.points[scenarios.random_subset(k_init, cfg.n_points, cfg.n_clusters)]
         if point["method"] == "centralized":
-            history = kmeans.lloyd(scene.points, init, cfg.n_rounds)
+            history, losses, assignments = kmeans.lloyd_rounds(scene.points, init, cfg.n_rounds)
         else:
             settings = kmeans.Settings(
                 aggregation=point["method"],
@@ -104,13 +105,17 @@ def make_trial(cfg: MallConfig):
                 sigma_c=cfg.sigma_c,
             )
             data = kmeans.flat_data(scene.points, owner)
-            history, _ = kmeans.federated_rounds(k_run, data, cfg.n_devices, init, cfg.n_rounds, settings)
-        loss = jax.vmap(lambda c: kmeans.loss(scene.points, c))(history)
+            history, info = kmeans.federated_rounds(k_run, data, cfg.n_devices, init, cfg.n_rounds, settings)
+            losses, assignments = info.loss, info.assignment
+        # The rounds report on the centroids they start from; the metric after round n is about
+        # the centroids it ends with, i.e. the next round's, and one more evaluation for the last.
+        weight = jnp.ones(cfg.n_points, scene.points.dtype)
+        last = kmeans.partition(scene.points.T, weight, history[-1])
+        loss = jnp.concatenate([losses[1:], kmeans.loss(scene.points, history[-1])[None]])
+        assignments = jnp.concatenate([assignments[1:], last.index[None]])
         ari = jax.vmap(
-            lambda c: kmeans.adjusted_rand_index(
-                kmeans.assign(scene.points, c), scene.labels, cfg.n_clusters, cfg.n_components
-            )
-        )(history)
+            lambda a: kmeans.adjusted_rand_index(a, scene.labels, cfg.n_clusters, cfg.n_components)
+        )(assignments)
         return {"loss": loss, "ari": ari}
 
     return trial
@@ -183,7 +188,7 @@ def _scenario_panel(ax, cfg: MallConfig) -> None:
     scene = scenarios.mall(jax.random.key(0), cfg.n_points, cfg.n_components, cfg.spread, cfg.side, cfg.rows, cfg.cols)
     points, owner = np.asarray(scene.points), np.asarray(scene.owner)
     sizes = np.bincount(owner, minlength=cfg.n_devices)[owner]
-    init = scene.points[jax.random.choice(jax.random.key(1), cfg.n_points, (cfg.n_clusters,), replace=False)]
+    init = scene.points[scenarios.random_subset(jax.random.key(1), cfg.n_points, cfg.n_clusters)]
     data = kmeans.flat_data(scene.points, scene.owner)
     final, _ = kmeans.federated_rounds(
         jax.random.key(2), data, cfg.n_devices, init, cfg.n_rounds,
