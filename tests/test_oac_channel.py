@@ -77,13 +77,13 @@ def test_resource_count_and_mapping():
 
 
 def test_activation_and_counts_match_loops():
-    values = fixed_values(7, 4, 0)
-    active = np.array([1, 1, 0, 1, 1, 0, 1], bool)
+    values = fixed_values(N_DEV, N_VAL, 0)
+    active = np.array([1, 1, 0, 1, 1, 0], bool)
     numerals = balanced.encode(jnp.asarray(values), BETA, DIGITS, 1.0)
     onehot = np.asarray(channel.activation(numerals, BETA, active))
-    assert onehot.shape == (7, 4 * DIGITS * BETA)
+    assert onehot.shape == (N_DEV, N_VAL * DIGITS * BETA)
     # Every active ED uses exactly one resource per (q, d); inactive EDs none.
-    per_qd = onehot.reshape(7, 4, DIGITS, BETA).sum(-1)
+    per_qd = onehot.reshape(N_DEV, N_VAL, DIGITS, BETA).sum(-1)
     np.testing.assert_array_equal(per_qd, np.broadcast_to(active[:, None, None], per_qd.shape))
     for act in (None, active):
         np.testing.assert_array_equal(
@@ -133,6 +133,10 @@ def test_ideal_mode_is_the_exact_quantised_sum():
         # Any v_max: exact up to the final float32 scaling by v_max/ξ.
         out = ota(jax.random.key(0), values, BETA, DIGITS, 1.0, 0.0, "ideal", active=act)
         np.testing.assert_allclose(out.estimate, quantised_sum(values, BETA, DIGITS, 1.0, act), rtol=2**-21, atol=1e-7)
+    # A v_max per value, ξ times powers of two: exact again.
+    vmax = xi * np.array([1.0, 2.0, 4.0], np.float32)
+    out = ota(jax.random.key(0), values * vmax, BETA, DIGITS, jnp.asarray(vmax), 0.0, "ideal", active=ALL)
+    np.testing.assert_array_equal(out.estimate, quantised_sum(values * vmax, BETA, DIGITS, vmax))
 
 
 @pytest.mark.parametrize("mode", ["explicit", "aggregate"])
@@ -255,17 +259,17 @@ def test_float64_on_request(mode):
 
 @pytest.mark.parametrize("mode", channel.MODES)
 def test_jit_and_vmap_agree_with_unbatched_calls(mode):
+    """Eager, jitted and vmapped (over keys and SNRs) calls give the same results."""
     values = jnp.asarray(fixed_values(N_DEV, N_VAL, 6))
-    vmax = jnp.array([1.0, 0.5, 2.0])
-    active = jnp.array([True, True, False, True, True, True])
+    active = np.array([True, True, False, True, True, True])
     keys = jax.random.split(jax.random.key(7), 3)
-    snrs = jnp.array([-10.0, 0.0, 30.0])
-    call = lambda k, s: channel.over_the_air_sum(k, values, BETA, DIGITS, vmax, s, mode, active=active)
+    snrs = [-10.0, 0.0, 30.0]
+    call = lambda k, s: channel.over_the_air_sum(k, values, BETA, DIGITS, 1.0, s, mode, active=active)
     loop = [call(k, s) for k, s in zip(keys, snrs)]
-    jitted = jax.jit(call)
-    batched = jax.jit(jax.vmap(call))(keys, snrs)
+    batched = jax.jit(jax.vmap(call))(keys, jnp.asarray(snrs))
     for i, ref in enumerate(loop):
-        for got in (jitted(keys[i], snrs[i]), jax.tree.map(lambda x: x[i], batched)):
+        jitted = ota(keys[i], values, BETA, DIGITS, 1.0, snrs[i], mode, active=active)
+        for got in (jitted, jax.tree.map(lambda x: x[i], batched)):
             np.testing.assert_allclose(got.energy, ref.energy, rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(got.estimate, ref.estimate, rtol=1e-5, atol=1e-5)
 
