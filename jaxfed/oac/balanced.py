@@ -4,7 +4,8 @@ A real value v is quantised to one of β^D levels and written as D numerals of a
 system of odd base β, least significant first. With ξ = (β^D − 1)/2:
 
 1. clamp: v′ = max(−v_max, min(v, v_max));
-2. scale and floor: n = ⌊ξ v′/v_max + ξ + 1/2⌋ ∈ {0, …, 2ξ}, expanded n = Σ_d b_d β^d, b_d ∈ {0, …, β−1};
+2. scale and floor: n = ⌊ξ v′/v_max + ξ + 1/2⌋ ∈ {0, …, 2ξ}, expanded as n = Σ_d b_d β^d with
+   b_d ∈ {0, …, β−1};
 3. shift: η_d = b_d − (β−1)/2 ∈ {−(β−1)/2, …, (β−1)/2}.
 
 Decoding, v̂ = (v_max/ξ) Σ_d η_d β^d, is linear in the numerals: the decoded sum of numerals

@@ -204,7 +204,7 @@ def explicit_energy(key: jax.Array, numerals: jax.Array, beta: int, noise_var, s
         (L,) energies |y_l|², L = QDβ.
     """
     numerals = jnp.asarray(numerals)
-    n_dev, n_values, digits = numerals.shape
+    _, n_values, digits = numerals.shape
     dtype = jnp.result_type(noise_var, symbol_energy, jnp.float32)
     cdtype = _complex_dtype(dtype)
     key_fading, key_symbols, key_noise = jax.random.split(key, 3)
@@ -265,7 +265,8 @@ def estimate_sum(counts_hat: jax.Array, beta: int, digits: int, vmax) -> jax.Arr
     counts_hat = jnp.asarray(counts_hat)
     if counts_hat.ndim == 0 or counts_hat.shape[-1] % (beta * digits):
         raise ValueError(
-            f"counts_hat must have a last axis of Q*beta*digits = Q*{beta * digits} resources, got shape {counts_hat.shape}"
+            f"counts_hat must have a last axis of Q*beta*digits = Q*{beta * digits} resources, "
+            f"got shape {counts_hat.shape}"
         )
     grid = counts_hat.reshape(counts_hat.shape[:-1] + (-1, digits, beta))
     sigma_hat = jnp.sum(grid * _numeral_values(beta, grid.dtype), axis=-1)  # (..., Q, D)
