@@ -4,7 +4,8 @@ A real value v is quantised to one of β^D levels and written as D numerals of a
 system of odd base β, least significant first. With ξ = (β^D − 1)/2:
 
 1. clamp: v′ = max(−v_max, min(v, v_max));
-2. scale and floor: n = ⌊ξ v′/v_max + ξ + 1/2⌋ ∈ {0, …, 2ξ}, expanded n = Σ_d b_d β^d, b_d ∈ {0, …, β−1};
+2. scale and floor: n = ⌊ξ v′/v_max + ξ + 1/2⌋ ∈ {0, …, 2ξ}, expanded as n = Σ_d b_d β^d with
+   b_d ∈ {0, …, β−1};
 3. shift: η_d = b_d − (β−1)/2 ∈ {−(β−1)/2, …, (β−1)/2}.
 
 Decoding, v̂ = (v_max/ξ) Σ_d η_d β^d, is linear in the numerals: the decoded sum of numerals
@@ -20,10 +21,11 @@ Limits (checked, ValueError otherwise):
   so β^D − 1 < 2^31 (β = 3: D ≤ 19; β = 5: D ≤ 13; β = 7: D ≤ 11).
 - **float32 precision** (when the values are float32): β^D ≤ 2^24 (β = 3: D ≤ 15; β = 5:
   D ≤ 10; β = 7: D ≤ 8). Then ξ and every p + 1/2 with p ∈ [−ξ, ξ] a float32 are exact, so
-  the only rounding in step 2 is that of p = (ξ v′)/v_max to the working precision; the
-  computed level is exact whenever p is, and otherwise differs from the exact one only for
-  values within that rounding (a relative 2^-23 of v_max) of a decision threshold. Beyond
-  2^24 levels the quantisation step would be finer than float32 can resolve near v_max.
+  the only roundings in step 2 are those of the product and quotient in p = (ξ v′)/v_max
+  (division correctly rounded, see :func:`_divide`); the level is exact whenever p is, and
+  otherwise differs from the exact one only for values within that rounding (about 2^-23
+  v_max) of a decision threshold. Beyond 2^24 levels the quantisation step would be finer
+  than float32 resolves near v_max.
   Enable ``jax_enable_x64`` and pass float64 values for more levels.
 """
 
@@ -113,7 +115,8 @@ def encode(v, beta: int, digits: int, vmax) -> jax.Array:
         v: values, any shape (...); integer inputs are converted to float.
         beta: base β, static odd int >= 3.
         digits: number of digits D, static int >= 1.
-        vmax: clamping range v_max > 0, an array broadcasting against ``v`` (traced).
+        vmax: clamping range v_max > 0 (not checked: it may be traced), an array
+            broadcasting against ``v``.
 
     Returns:
         int32 numerals of shape ``broadcast(v, vmax).shape + (digits,)``, each in
@@ -123,6 +126,7 @@ def encode(v, beta: int, digits: int, vmax) -> jax.Array:
         ValueError: for an invalid β or D, or when float32 values would need more than 2^24 levels.
     """
     beta, digits = check_base(beta, digits)
+    v = jnp.asarray(v)
     dtype = jnp.result_type(v, vmax, jnp.float32)
     if jnp.finfo(dtype).bits < 64 and beta**digits > _FLOAT32_LEVELS:
         raise ValueError(
@@ -140,8 +144,8 @@ def encode(v, beta: int, digits: int, vmax) -> jax.Array:
     offset = jnp.floor(_divide(xi * clamped, vmax) + 0.5)
     level = jnp.clip(offset, -xi, xi).astype(jnp.int32) + xi  # n ∈ {0, …, 2ξ}
     # Digits peeled off one at a time by a division by the constant β, which compiles to a
-    # multiply and shift (3x faster on CPU than jnp's `//` and `%` by an array of powers, which
-    # divide generically and fix up signs); n >= 0, so truncating division is floor division.
+    # multiply and shift (about 3x faster on CPU than jnp's `//` and `%` by an array of powers,
+    # which divide generically and fix up signs); n >= 0, so truncating division is floor division.
     numerals = []
     for _ in range(digits):
         quotient = lax.div(level, jnp.int32(beta))
