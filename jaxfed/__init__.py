@@ -1,11 +1,35 @@
 """jaxfed: a batched Monte Carlo engine in JAX for federated learning systems.
 
-Modules: graphs, gossip, expfam, likelihoods, gfvl, scenarios (G-FVL, document 000);
-engine (sweeps), stats, plotting, experiments; cli.
+G-FVL (document 000): graphs, gossip, expfam, likelihoods, gfvl.
+Over-the-air federated k-means (document 001): oac (codec, channel), kmeans.
+Shared: scenarios (data), engine (sweeps), stats, plotting, experiments; cli.
 """
 
 __version__ = "0.1.0"
 
-from jaxfed import engine, expfam, gfvl, gossip, graphs, likelihoods, scenarios, stats  # noqa: E402,F401
+from jaxfed import (  # noqa: E402,F401
+    engine,
+    expfam,
+    gfvl,
+    gossip,
+    graphs,
+    kmeans,
+    likelihoods,
+    oac,
+    scenarios,
+    stats,
+)
 
-__all__ = ["engine", "expfam", "gfvl", "gossip", "graphs", "likelihoods", "scenarios", "stats", "__version__"]
+__all__ = [
+    "engine",
+    "expfam",
+    "gfvl",
+    "gossip",
+    "graphs",
+    "kmeans",
+    "likelihoods",
+    "oac",
+    "scenarios",
+    "stats",
+    "__version__",
+]

@@ -98,9 +98,13 @@ def test_killed_run_resumes_to_identical_arrays(tmp_path):
         np.testing.assert_array_equal(a["kl"], b["kl"])
 
 
-def test_reproduce_writes_every_experiment(tmp_path):
+@pytest.mark.slow  # compiles every experiment's groups: ~2 minutes on 2 cores
+def test_reproduce_writes_every_experiment_and_the_report(tmp_path):
     result = run_cli("reproduce", "--scale", "0.01", "--out", str(tmp_path), "--quiet")
     assert result.returncode == 0, result.stderr
+    report = (tmp_path / "report.md").read_text()
     for name in REGISTRY:
         assert (tmp_path / name / "metrics.npz").exists()
         assert (tmp_path / name / f"{name}.png").exists()
+        assert f"## {name}" in report and f"({name}/{name}.png)" in report
+    assert report.count("**Reading.**") == len(REGISTRY)
