@@ -10,9 +10,16 @@ scheduled agent k
 3. updates λ_k ← λ_k + (η_new − η).
 
 Step 2 is a *local solver* ``solve(key, agent, state) -> Δ`` returning the change Δ = η_new − η,
-which steps 2–3 add to both η and λ_k. Returning the increment rather than η_new keeps the
-conjugate case exact in floating point: :func:`conjugate_solver` returns Δ = s_k/α − λ_k (SPEC A4),
-which is exactly s_k/α on the first visit and exactly 0 on every repeat visit.
+which steps 2–3 add to both η and λ_k; both cases use this one step API. Returning the increment
+rather than η_new keeps the conjugate case exact in floating point: :func:`conjugate_solver`
+returns Δ = s_k/α − λ_k (SPEC A4), which is exactly s_k/α on the first visit and exactly 0 on
+every repeat visit. :func:`natgrad_solver` runs L natural-gradient iterations with REINFORCE
+gradients from the incoming η (SPEC A5) and returns their total change.
+
+Unlearning (SPEC A6): after a request to forget agent u, :func:`unlearning_step` replaces u's next
+scheduled slot by :func:`forget` (η ← η − λ_u, λ_u ← 0); u computes nothing afterwards but the token
+still passes through it. The retrain-from-scratch baseline is :func:`learn` from :func:`init` on the
+graph and data without u.
 """
 
 from __future__ import annotations
@@ -21,9 +28,10 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-from jaxfed import expfam, gossip
+from jaxfed import expfam, gossip, likelihoods, natgrad
 
 __all__ = [
     "GFVLState",
@@ -32,6 +40,10 @@ __all__ = [
     "step",
     "learn",
     "conjugate_solver",
+    "natgrad_solver",
+    "forget",
+    "unlearning_step",
+    "unlearn",
     "posterior_eta",
     "conjugate_kl_trajectory",
 ]
@@ -93,6 +105,110 @@ def conjugate_solver(agent_stats: jax.Array, alpha) -> LocalSolver:
         return agent_stats[agent] / alpha - state.lam[agent]
 
     return solve
+
+
+def natgrad_solver(
+    family: expfam.ExpFamily,
+    likelihood: likelihoods.Likelihood,
+    agent_data,
+    alpha,
+    rho,
+    n_iters: int,
+    n_samples: int,
+    baseline: str = "constant",
+    c=0.0,
+) -> LocalSolver:
+    """Non-conjugate local update (SPEC A5): L natural-gradient iterations on the local free energy
+    F_k(η) = E_q[L_k] + α KL(q_η ‖ q_{η_{−k}}), starting from the incoming η,
+
+        η ← Π(η − ρ (FIM(η)⁻¹ ĝ + α (η − η_{−k}))),   ĝ: REINFORCE with S samples
+
+    (:func:`jaxfed.natgrad.natural_gradient_step`, :func:`jaxfed.natgrad.reinforce_gradient`),
+    returning Δ = η^[L] − η. Iteration l uses the key ``fold_in(key, l)``.
+
+    Args:
+        family: the prior's exponential family (q's family).
+        likelihood: the observation model (:mod:`jaxfed.likelihoods`).
+        agent_data: every agent's data summary, leading axis K (e.g. weighted counts (K, 2)).
+        alpha: temperature α > 0 (may be traced).
+        rho: learning rate ρ > 0 (may be traced).
+        n_iters: local iterations L per scheduled slot (static), >= 1.
+        n_samples: REINFORCE samples S per iteration (static), >= 1 (>= 2 for "leave-one-out").
+        baseline: "constant" (value ``c``; the document uses c = 0) or "leave-one-out".
+        c: constant baseline (may be traced).
+    """
+    natgrad.check_count("n_iters", n_iters)
+    natgrad.check_count("n_samples", n_samples, 2 if baseline == "leave-one-out" else 1)
+    if baseline not in natgrad.BASELINES:
+        raise ValueError(f"baseline must be one of {natgrad.BASELINES}, got {baseline!r}")
+    natgrad.check_positive("rho", rho)
+    natgrad.check_positive("alpha", alpha)
+
+    def solve(key, agent, state):
+        data = likelihoods.agent_data(agent_data, agent)
+        cavity = state.eta - state.lam[agent]
+
+        def loss(theta):
+            return likelihood.loss(data, theta)
+
+        def iteration(l, eta):
+            grad = natgrad.reinforce_gradient(jax.random.fold_in(key, l), family, eta, loss, n_samples, baseline, c)
+            return natgrad.natural_gradient_step(family, eta, grad, cavity, rho, alpha)
+
+        return lax.fori_loop(0, n_iters, iteration, state.eta) - state.eta
+
+    return solve
+
+
+def forget(state: GFVLState, agent) -> GFVLState:
+    """Removes agent u's factor (SPEC A6): η ← η − λ_u, λ_u ← 0.
+
+    In the conjugate case the result is exactly the posterior given D_{−u} (once every other agent
+    has been visited); otherwise a warm start for G-FVL on the remaining agents.
+    """
+    return GFVLState(eta=state.eta - state.lam[agent], lam=state.lam.at[agent].set(0.0))
+
+
+def unlearning_step(key: jax.Array, state: GFVLState, agent, solve: LocalSolver, forget_agent) -> GFVLState:
+    """One slot after a request to forget ``forget_agent`` = u (SPEC A6).
+
+    When u is scheduled it does not compute: it applies :func:`forget`, which changes η the first
+    time and nothing afterwards (λ_u is then 0), so u only relays the token. Every other agent takes
+    an ordinary :func:`step`.
+    """
+    return lax.cond(
+        agent == forget_agent,
+        lambda: forget(state, forget_agent),
+        lambda: step(key, state, agent, solve),
+    )
+
+
+def unlearn(key: jax.Array, state: GFVLState, schedule: jax.Array, solve: LocalSolver, forget_agent):
+    """Runs :func:`unlearning_step` over the slots after the request (a ``lax.scan``).
+
+    Args:
+        key: PRNG key.
+        state: the learned state when the request arrives.
+        schedule: (n_slots,) scheduled agents of the slots after the request.
+        solve: the local solver of the remaining agents.
+        forget_agent: u, an agent index in [0, K) (may be traced; a concrete value is validated).
+
+    Returns:
+        (final state, η after each slot of shape (n_slots, P)).
+    """
+    n_agents = state.lam.shape[0]
+    if not isinstance(forget_agent, jax.core.Tracer):
+        valid = isinstance(forget_agent, (int, np.integer)) and not isinstance(forget_agent, bool)
+        if not (valid and 0 <= forget_agent < n_agents):
+            raise ValueError(f"forget_agent must be an agent index in [0, {n_agents}), got {forget_agent!r}")
+    keys = jax.random.split(key, schedule.shape[0])
+
+    def body(s, inputs):
+        k, agent = inputs
+        s = unlearning_step(k, s, agent, solve, forget_agent)
+        return s, s.eta
+
+    return lax.scan(body, state, (keys, schedule))
 
 
 def posterior_eta(prior_eta: jax.Array, agent_stats: jax.Array, alpha) -> jax.Array:

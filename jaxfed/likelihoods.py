@@ -1,22 +1,182 @@
 """Observation models for G-FVL: per-agent losses L_k(θ) and, where conjugate, their statistics.
 
-Bernoulli data z ∈ {0, 1} enter every model here only through the per-agent counts
-(n1_k, n0_k) = (Σ_n z_{k,n}, Σ_n (1 − z_{k,n})), so losses cost O(1) per θ, not O(N_k).
+A model is a :class:`Likelihood`: pure functions of one agent's *data summary* and θ. The per-agent
+loss is the weighted log-loss (SPEC A1)
+
+    L_k(θ) = −Σ_n w_n log p(z_{k,n} | θ),
+
+with weights w_n = 1 (the sum of SPEC A1 [choice], so that α = 1 gives the ordinary posterior) or
+w_n = 1/N_k (the mean; see :func:`loss_weight`).
+
+Data layouts (leaves carry a leading agent axis K when they hold every agent's data):
+
+- count models (:func:`bernoulli`, :func:`noisy_bernoulli`): a (…, 2) array of weighted counts
+  (n1, n0) = (Σ_n w_n z_n, Σ_n w_n (1 − z_n)). Losses cost O(1) per θ, not O(N_k).
+- :func:`from_log_lik`: a :class:`PaddedData` of points z (K, N_max, …) and weights (K, N_max); padding
+  has weight 0. Losses cost O(N_max) per θ.
 """
 
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 import jax
 import jax.numpy as jnp
 
-__all__ = ["bernoulli_beta_stats"]
+from jaxfed import numerics
+
+__all__ = [
+    "Likelihood",
+    "PaddedData",
+    "LOSS_NORMALISATIONS",
+    "bernoulli",
+    "noisy_bernoulli",
+    "from_log_lik",
+    "bernoulli_beta_stats",
+    "loss_weight",
+    "agent_data",
+    "without_agent",
+]
+
+LOSS_NORMALISATIONS = ("sum", "mean")
+
+
+class Likelihood(NamedTuple):
+    """An observation model on θ ∈ (0, 1), seen through one agent's data summary."""
+
+    name: str
+    # (data, θ) -> L(θ) = −Σ_n w_n log p(z_n|θ); θ of any shape, θ ∈ (0, 1).
+    loss: Callable
+    # (data, θ_ref, t) -> L(θ_ref + t) − L(θ_ref). Count models evaluate it as a linear term in t plus a
+    # non-negative remainder, so it is accurate to float precision *of the result* even when the two
+    # losses are 1000 times larger (the quadrature of :mod:`jaxfed.quadrature` relies on it).
+    loss_change: Callable
+    # data with a leading agent axis -> one data summary holding every agent's points (for Σ_k L_k).
+    pool: Callable
+
+
+class PaddedData(NamedTuple):
+    """Raw data points for :func:`from_log_lik`; padded entries carry weight 0."""
+
+    z: jax.Array  # (…, N_max, *point_shape) data points
+    weight: jax.Array  # (…, N_max) weight w_n of each point in L_k (0 for padding)
+
+
+def loss_weight(normalisation: str, n_points) -> float:
+    """Weight w_n of each point in L_k: 1 for ``"sum"`` (SPEC A1), 1/N_k for ``"mean"``."""
+    if normalisation not in LOSS_NORMALISATIONS:
+        raise ValueError(f"loss_normalisation must be one of {LOSS_NORMALISATIONS}, got {normalisation!r}")
+    return 1.0 if normalisation == "sum" else 1.0 / n_points
 
 
 def bernoulli_beta_stats(n_ones: jax.Array, n_total) -> jax.Array:
     """Per-agent Bernoulli statistics in Beta natural coordinates: (..., 2) = (n1, n_total − n1).
 
     The Bernoulli likelihood θ^z (1−θ)^(1−z) = exp(z log θ + (1−z) log(1−θ)) adds (z, 1 − z) to the
-    Beta natural parameter η = (a, b) (SPEC A4).
+    Beta natural parameter η = (a, b) (SPEC A4). The same array is the data summary of the count
+    models :func:`bernoulli` and :func:`noisy_bernoulli` (multiply it by :func:`loss_weight`).
     """
     n_ones = jnp.asarray(n_ones, dtype=float)
     return jnp.stack([n_ones, n_total - n_ones], axis=-1)
+
+
+# --------------------------------------------------------------------------- count models
+def _check_epsilon(epsilon) -> None:
+    if isinstance(epsilon, jax.core.Tracer):
+        return  # traced (a point of a sweep): validated by the experiment config
+    value = float(epsilon)
+    if not 0.0 <= value < 0.5:
+        raise ValueError(f"epsilon must be in [0, 0.5), got {epsilon!r}")
+
+
+def noisy_bernoulli(epsilon=0.1) -> Likelihood:
+    """Noisy Bernoulli (SPEC A5 [choice]): z is a Bernoulli(θ) bit flipped with probability ε,
+
+        p(z = 1 | θ) = ε + (1 − 2ε) θ,   p(z = 0 | θ) = ε + (1 − 2ε)(1 − θ),
+
+    so L(θ) = −n1 log(ε + (1−2ε)θ) − n0 log(ε + (1−2ε)(1−θ)) from the weighted counts (n1, n0).
+    Not conjugate to the Beta prior for ε > 0; ε = 0 is :func:`bernoulli`.
+
+    Args:
+        epsilon: flip probability ε ∈ [0, 0.5) (may be traced; a concrete value is validated).
+    """
+    _check_epsilon(epsilon)
+
+    def loss(data, theta):
+        eps = jnp.asarray(epsilon, theta.dtype)
+        n1, n0 = data[..., 0], data[..., 1]
+        slope = 1.0 - 2.0 * eps
+        # xlogy: a zero count contributes 0 even where its probability is 0 (ε = 0, θ at a bound).
+        return -(jax.scipy.special.xlogy(n1, eps + slope * theta) + jax.scipy.special.xlogy(n0, eps + slope * (1.0 - theta)))
+
+    def loss_change(data, theta_ref, t):
+        # With x1 = (1−2ε)t/p_r and x0 = −(1−2ε)t/(1−p_r):
+        #   L(θ_r + t) − L(θ_r) = −n1 log1p(x1) − n0 log1p(x0)
+        #                       = −(n1 x1 + n0 x0) + n1 φ(x1) + n0 φ(x0),   φ(x) = x − log1p(x) >= 0.
+        # The linear part cancels between the counts near the maximum likelihood; writing it as one
+        # coefficient times t leaves only O(t²) terms of one sign to round.
+        eps = jnp.asarray(epsilon, t.dtype)
+        n1, n0 = data[..., 0], data[..., 1]
+        slope = 1.0 - 2.0 * eps
+        p_ref = eps + slope * theta_ref
+        q_ref = eps + slope * (1.0 - theta_ref)
+        linear = -slope * t * (n1 / p_ref - n0 / q_ref)
+        return linear + n1 * numerics.x_minus_log1p(slope * t / p_ref) + n0 * numerics.x_minus_log1p(-slope * t / q_ref)
+
+    def pool(data):
+        return jnp.sum(data, axis=0)
+
+    return Likelihood(name="noisy_bernoulli", loss=loss, loss_change=loss_change, pool=pool)
+
+
+def bernoulli() -> Likelihood:
+    """Bernoulli: p(z|θ) = θ^z (1−θ)^(1−z), so L(θ) = −n1 log θ − n0 log(1−θ) (conjugate to Beta).
+
+    The conjugate path uses :func:`bernoulli_beta_stats` with :func:`jaxfed.gfvl.conjugate_solver`;
+    this :class:`Likelihood` runs the same model through the non-conjugate machinery (REINFORCE,
+    quadrature), which must then agree with the exact conjugate answer.
+    """
+    return noisy_bernoulli(0.0)._replace(name="bernoulli")
+
+
+# --------------------------------------------------------------------------- user log-likelihoods
+def from_log_lik(log_lik: Callable, name: str = "log_lik") -> Likelihood:
+    """Any log-likelihood ``log_lik(z, theta)`` written in JAX, for one point z and a scalar θ.
+
+    The data summary is :class:`PaddedData`; L(θ) = −Σ_n w_n log_lik(z_n, θ) over the padded
+    points (entries of weight 0 are masked, so padding may hold any value). ``loss_change`` is the
+    plain difference L(θ_ref + t) − L(θ_ref): its absolute rounding error is that of L itself (about
+    |L| times the dtype's epsilon), so for KL values near 1e-6 in float32 prefer a count model or
+    float64.
+    """
+
+    def per_theta(data, theta):
+        values = jax.vmap(log_lik, in_axes=(0, None))(data.z, theta)
+        return -jnp.sum(jnp.where(data.weight > 0, data.weight * values, 0.0))
+
+    def loss(data, theta):
+        theta = jnp.asarray(theta)
+        flat = jax.vmap(per_theta, in_axes=(None, 0))(data, theta.reshape(-1))
+        return flat.reshape(theta.shape)
+
+    def loss_change(data, theta_ref, t):
+        return loss(data, theta_ref + t) - loss(data, theta_ref)
+
+    def pool(data):
+        n_agents, n_max = data.weight.shape[:2]
+        return PaddedData(
+            z=data.z.reshape((n_agents * n_max,) + data.z.shape[2:]), weight=data.weight.reshape(n_agents * n_max)
+        )
+
+    return Likelihood(name=name, loss=loss, loss_change=loss_change, pool=pool)
+
+
+# --------------------------------------------------------------------------- data selection
+def agent_data(data, agent):
+    """One agent's summary from data with a leading agent axis (``agent`` may be traced)."""
+    return jax.tree.map(lambda x: x[agent], data)
+
+
+def without_agent(data, agent: int):
+    """The data of every agent except ``agent`` (static), agent axis K − 1: D_{−u} (SPEC A6)."""
+    return jax.tree.map(lambda x: jnp.delete(x, agent, axis=0), data)

@@ -1,0 +1,150 @@
+"""Fig. 4 of document 000: non-conjugate G-FVL with L local natural-gradient iterations per slot.
+
+Noisy Bernoulli data (SPEC A5) on the complete graph; each slot the scheduled agent runs L
+iterations of η ← Π(η − ρ(FIM⁻¹ĝ + α(η − η_{−k}))) with S-sample REINFORCE gradients.
+
+Metric ``kl`` (point, trial, local_iteration): KL(q ‖ q*) against the exact generalized posterior
+(by quadrature, :mod:`jaxfed.quadrature`) after m = r, 2r, …, total_iters local iterations in all
+(r = ``record_every``), i.e. after slot i = m/L; one point per L. Every L divides r, so all points
+share the axis and the plot's abscissa L × i.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, natgrad, plotting, quadrature, scenarios
+from jaxfed.experiments.base import Experiment, Sweep, check
+
+NAME = "gfvl-local-iters"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Parameters (SPEC A7, Fig. 4). Static (shape-changing): n_agents, n_per_agent, n_samples,
+    local_iters (one engine group per L), total_iters, record_every. Closure constants: the rest.
+
+    ``loss_normalisation`` is SPEC A1's [choice]: "sum" (L_k = Σ_n ℓ, the ordinary posterior at α = 1)
+    or "mean" (L_k = (1/N_k) Σ_n ℓ). With "sum", N_k = 100, c = 0 and ρ = 5e-3 the REINFORCE noise
+    dominates (see benchmarks/README.md and the module report); "mean" is the reading under which
+    the document's curves converge.
+    """
+
+    n_agents: int = 10  # K (complete graph)
+    n_per_agent: int = 100  # N_k
+    prior_a: float = 2.0  # Beta prior a
+    prior_b: float = 2.0  # Beta prior b
+    alpha: float = 1.0  # temperature α
+    theta_true: float = 0.7  # [choice] data z ~ noisy Bernoulli(θ_true)
+    epsilon: float = 0.1  # flip probability ε of the noisy Bernoulli model
+    loss_normalisation: str = "sum"  # [choice] SPEC A1: "sum" or "mean" over an agent's points
+    rho: float = 5e-3  # learning rate ρ
+    n_samples: int = 30  # REINFORCE samples S
+    baseline: str = "constant"  # "constant" (value c) or "leave-one-out"
+    c: float = 0.0  # constant baseline
+    local_iters: tuple[int, ...] = (1, 5, 10, 20)  # L, one point each
+    total_iters: int = 2000  # local iterations in all (L × number of slots), the same for every L
+    record_every: int = 20  # KL recorded every this many local iterations; a multiple of every L
+
+    def __post_init__(self):
+        check("n_agents", self.n_agents, self.n_agents >= 2, "an integer >= 2")
+        check("n_per_agent", self.n_per_agent, self.n_per_agent >= 1, "an integer >= 1")
+        check("prior_a", self.prior_a, self.prior_a > 0, "> 0")
+        check("prior_b", self.prior_b, self.prior_b > 0, "> 0")
+        check("alpha", self.alpha, self.alpha > 0, "> 0")
+        check("theta_true", self.theta_true, 0.0 <= self.theta_true <= 1.0, "in [0, 1]")
+        check("epsilon", self.epsilon, 0.0 <= self.epsilon < 0.5, "in [0, 0.5)")
+        check(
+            "loss_normalisation",
+            self.loss_normalisation,
+            self.loss_normalisation in likelihoods.LOSS_NORMALISATIONS,
+            f"one of {likelihoods.LOSS_NORMALISATIONS}",
+        )
+        check("rho", self.rho, self.rho > 0, "> 0")
+        check("baseline", self.baseline, self.baseline in natgrad.BASELINES, f"one of {natgrad.BASELINES}")
+        minimum_samples = 2 if self.baseline == "leave-one-out" else 1
+        check("n_samples", self.n_samples, self.n_samples >= minimum_samples, f"an integer >= {minimum_samples}")
+        check("local_iters", self.local_iters, len(self.local_iters) >= 1, "a non-empty list")
+        for n_iters in self.local_iters:
+            check("local_iters", n_iters, n_iters >= 1, "integers >= 1")
+        check("record_every", self.record_every, self.record_every >= 1, "an integer >= 1")
+        for n_iters in self.local_iters:
+            check("record_every", self.record_every, self.record_every % n_iters == 0, f"a multiple of every L ({n_iters})")
+        check(
+            "total_iters",
+            self.total_iters,
+            self.total_iters >= self.record_every and self.total_iters % self.record_every == 0,
+            f"a positive multiple of record_every ({self.record_every})",
+        )
+
+
+def noisy_data(key, cfg) -> jax.Array:
+    """Weighted counts (K, 2) of z ~ Bernoulli(ε + (1 − 2ε) θ_true), N_k per agent (the model's own law)."""
+    p_one = cfg.epsilon + (1.0 - 2.0 * cfg.epsilon) * cfg.theta_true
+    ones = scenarios.bernoulli_counts(key, cfg.n_agents, cfg.n_per_agent, p_one)
+    weight = likelihoods.loss_weight(cfg.loss_normalisation, cfg.n_per_agent)
+    return likelihoods.bernoulli_beta_stats(ones, cfg.n_per_agent) * weight
+
+
+def make_trial(cfg: Config):
+    prior = expfam.beta_natural(cfg.prior_a, cfg.prior_b)
+    lik = likelihoods.noisy_bernoulli(cfg.epsilon)
+    adjacency = jnp.asarray(graphs.complete(cfg.n_agents))
+
+    def trial(key, point):
+        n_iters = point["local_iters"]
+        n_slots = cfg.total_iters // n_iters
+        every = cfg.record_every // n_iters  # slots between records
+        key_data, key_schedule, key_learn = jax.random.split(key, 3)
+        data = noisy_data(key_data, cfg)
+        schedule = gossip.mh_schedule(key_schedule, adjacency, n_slots)
+        solve = gfvl.natgrad_solver(
+            expfam.BETA, lik, data, cfg.alpha, cfg.rho, n_iters, cfg.n_samples, cfg.baseline, cfg.c
+        )
+        _, etas = gfvl.learn(key_learn, gfvl.init(prior, cfg.n_agents), schedule, solve)
+        pooled = lik.pool(data)
+
+        def loss_change(theta_ref, t):
+            return lik.loss_change(pooled, theta_ref, t)
+
+        target = quadrature.make_target(prior, loss_change, cfg.alpha)
+        kl = jax.vmap(lambda eta: quadrature.kl_to_target(eta, target, loss_change, cfg.alpha))(etas[every - 1 :: every])
+        return {"kl": kl}
+
+    return trial
+
+
+def build(cfg: Config):
+    labels = [{"local_iters": n_iters} for n_iters in cfg.local_iters]
+    points = [{"local_iters": n_iters} for n_iters in cfg.local_iters]
+    return Sweep(trial=make_trial(cfg), points=points, labels=labels, metric_axes={"kl": ("local_iteration",)})
+
+
+def plot(cfg: Config, labels, metrics, path):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    total = np.arange(1, cfg.total_iters // cfg.record_every + 1) * cfg.record_every
+    plotting.band_plot(ax, total, metrics["kl"], [f"L = {lab['local_iters']}" for lab in labels], log_y=True, floor=1e-6)
+    ax.set_xlabel("total local iterations L × i")
+    ax.set_ylabel(r"KL($q^{(i)}$ ‖ $q^*$)")
+    ax.set_title(
+        f"Noisy Bernoulli (ε={cfg.epsilon:g}), complete K={cfg.n_agents}, ρ={cfg.rho:g}, S={cfg.n_samples}, "
+        f"{cfg.loss_normalisation} loss",
+        fontsize=9,
+    )
+    plotting.save(fig, path)
+
+
+EXPERIMENT = Experiment(
+    name=NAME,
+    description="Fig. 4: non-conjugate G-FVL (REINFORCE natural gradient), KL vs total local iterations for several L",
+    config_cls=Config,
+    build=build,
+    plot=plot,
+    default_trials=1000,
+)
