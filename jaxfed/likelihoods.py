@@ -103,6 +103,7 @@ def noisy_bernoulli(epsilon=0.1) -> Likelihood:
     _check_epsilon(epsilon)
 
     def loss(data, theta):
+        theta = jnp.asarray(theta, dtype=float)
         eps = jnp.asarray(epsilon, theta.dtype)
         n1, n0 = data[..., 0], data[..., 1]
         slope = 1.0 - 2.0 * eps
@@ -115,6 +116,7 @@ def noisy_bernoulli(epsilon=0.1) -> Likelihood:
         #                       = −(n1 x1 + n0 x0) + n1 φ(x1) + n0 φ(x0),   φ(x) = x − log1p(x) >= 0.
         # The linear part cancels between the counts near the maximum likelihood; writing it as one
         # coefficient times t leaves only O(t²) terms of one sign to round.
+        t = jnp.asarray(t, dtype=float)
         eps = jnp.asarray(epsilon, t.dtype)
         n1, n0 = data[..., 0], data[..., 1]
         slope = 1.0 - 2.0 * eps

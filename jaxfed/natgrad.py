@@ -144,10 +144,10 @@ def _beta_deviations(key: jax.Array, a, b, n_samples: int) -> tuple[jax.Array, j
     def round_(carry):
         i, filled, devs = carry
         accept, da, db = _cheng_proposals(jax.random.fold_in(key, i), a, b, per_round)
-        rank = filled + jnp.cumsum(accept) - 1
+        rank = filled + jnp.cumsum(accept, dtype=jnp.int32) - 1
         slot = jnp.where(accept & (rank < n_samples), rank, n_samples)  # n_samples: dropped
         devs = devs.at[slot].set(jnp.stack([da, db], axis=-1), mode="drop")
-        return i + 1, jnp.minimum(filled + jnp.sum(accept), n_samples), devs
+        return i + 1, jnp.minimum(filled + jnp.sum(accept, dtype=jnp.int32), n_samples), devs
 
     empty = jnp.zeros((n_samples, 2), dtype)
     _, _, devs = lax.while_loop(more, round_, (jnp.int32(0), jnp.int32(0), empty))
@@ -322,7 +322,8 @@ def fisher_preconditioner(family: expfam.ExpFamily) -> optax.GradientTransformat
 def keep_in_domain_updates(family: expfam.ExpFamily) -> optax.GradientTransformation:
     """optax transformation: updates ← Π(params + updates) − params (Π: :func:`keep_in_domain`).
 
-    Put it last in a chain so that ``optax.apply_updates`` lands inside the domain.
+    Put it last in a chain so that ``optax.apply_updates`` lands inside the domain (up to the
+    rounding of params + (Π − params), one ulp of the floor).
     """
 
     def init_fn(params):

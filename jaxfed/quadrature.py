@@ -201,7 +201,7 @@ def make_target(
         u, width = carry
         h = width * jnp.linspace(-1.0, 1.0, 17, dtype=dtype)
         values = _log_target(prior_eta, loss_change, alpha, u, h)
-        return jnp.clip(u + h[jnp.argmax(values)], -limit, limit), width / 8.0
+        return jnp.clip(u + h[jnp.argmax(values)], -limit, limit).astype(dtype), width / 8.0
 
     mode, _ = lax.fori_loop(0, _ZOOMS, zoom, (grid[jnp.argmax(on_grid)], spacing))
 
@@ -209,7 +209,7 @@ def make_target(
         # Curvature from ψ(u* ± s) − ψ(u*) (centred at u*, so no cancellation), at the current scale.
         values = _log_target(prior_eta, loss_change, alpha, mode, jnp.stack([-s, s]))
         curvature = -(values[0] + values[1]) / (s * s)
-        return jnp.where(curvature > 0, lax.rsqrt(jnp.where(curvature > 0, curvature, 1.0)), 2.0 * s)
+        return jnp.where(curvature > 0, lax.rsqrt(jnp.where(curvature > 0, curvature, 1.0)), 2.0 * s).astype(dtype)
 
     scale = lax.fori_loop(0, _SCALE_STEPS, refine_scale, spacing)
     high = on_grid >= jnp.max(on_grid) - TAIL_DROP

@@ -25,12 +25,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, natgrad, plotting, quadrature, scenarios
-from jaxfed.experiments.base import Experiment, Sweep, check
+from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, natgrad, plotting, quadrature, scenarios, stats
+from jaxfed.experiments.base import Experiment, Sweep, band_table, check
 
 NAME = "gfvl-unlearning"
 NAME_CONJUGATE = "gfvl-unlearning-conjugate"
 METHODS = ("unlearning", "retrain")
+ASYMPTOTE_TOLERANCE = 1.5
+"""A curve has reached the asymptote from the first slot after which its median stays within this
+factor of it (the asymptote: retrain's median KL averaged over the last quarter of the slots)."""
 
 
 def _check_common(cfg) -> None:
@@ -194,23 +197,36 @@ def build_conjugate(cfg: ConjugateConfig):
     return _sweep(make_conjugate_trial(cfg))
 
 
-def _plot(cfg, labels, metrics, path, title, floor):
+def asymptote(median_retrain: np.ndarray) -> float:
+    """The retrain-from-scratch asymptote: the mean of its median KL over the last quarter of slots."""
+    return float(np.mean(median_retrain[-max(1, len(median_retrain) // 4) :]))
+
+
+def slots_to_reach(median: np.ndarray, level: float) -> int | None:
+    """First slot (1-based) from which ``median`` stays <= ``level``; None if it never does."""
+    above = np.flatnonzero(median > level)
+    if above.size == 0:
+        return 1
+    return int(above[-1]) + 2 if above[-1] + 1 < len(median) else None
+
+
+def _plot(cfg, labels, results, path, title, floor):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
     slots = np.arange(1, cfg.n_slots + 1)
-    plotting.band_plot(ax, slots, metrics["kl"], [lab["method"] for lab in labels], log_y=True, floor=floor)
+    plotting.band_plot(ax, slots, results["kl"], [lab["method"] for lab in labels], log_y=True, floor=floor)
     ax.set_xlabel("slot i after the unlearning request")
     ax.set_ylabel(r"KL($q^{(i)}$ ‖ $p(\theta|\mathcal{D}_{-u})$)")
     ax.set_title(title, fontsize=9)
     plotting.save(fig, path)
 
 
-def plot(cfg: Config, labels, metrics, path):
+def plot(cfg: Config, labels, results, path):
     _plot(
         cfg,
         labels,
-        metrics,
+        results,
         path,
         f"Unlearning agent {cfg.forget_agent + 1}, noisy Bernoulli (ε={cfg.epsilon:g}), complete K={cfg.n_agents}, "
         f"L={cfg.local_iters}, ρ={cfg.rho:g}, S={cfg.n_samples}",
@@ -218,15 +234,49 @@ def plot(cfg: Config, labels, metrics, path):
     )
 
 
-def plot_conjugate(cfg: ConjugateConfig, labels, metrics, path):
+def plot_conjugate(cfg: ConjugateConfig, labels, results, path):
     _plot(
         cfg,
         labels,
-        metrics,
+        results,
         path,
         f"Unlearning agent {cfg.forget_agent + 1}, Beta–Bernoulli, complete K={cfg.n_agents}, N_k={cfg.n_per_agent}",
         floor=1e-9,
     )
+
+
+def _table(cfg, labels, band) -> str:
+    slots = sorted({i for i in (1, 5, 10, 20, 50, 100, 200, 500, cfg.n_slots) if i <= cfg.n_slots})
+    return band_table("slot", slots, [lab["method"] for lab in labels], band, [i - 1 for i in slots], fmt="{:.2e}")
+
+
+def report(cfg: Config, labels, results) -> str:
+    b = stats.band(results["kl"])
+    methods = [lab["method"] for lab in labels]
+    unl, ret = b.median[methods.index("unlearning")], b.median[methods.index("retrain")]
+    level = ASYMPTOTE_TOLERANCE * asymptote(ret)
+    n_unl, n_ret = slots_to_reach(unl, level), slots_to_reach(ret, level)
+    reading = (
+        f"Retrain-from-scratch asymptote (median KL over the last quarter): {asymptote(ret):.3g}. "
+        f"Within {ASYMPTOTE_TOLERANCE:g}× of it for good: unlearning from slot {n_unl}, retraining from slot {n_ret}"
+    )
+    if n_unl is not None and n_ret is not None:
+        reading += f" ({n_ret / n_unl:.1f}× fewer slots for unlearning)."
+    else:
+        reading += f" (not within the {cfg.n_slots} slots recorded)."
+    return f"Median KL(q^(i) ‖ p(θ|D_−u)) [75% band] by slot after the request:\n\n{_table(cfg, labels, b)}\n\n**Reading.** {reading}\n"
+
+
+def report_conjugate(cfg: ConjugateConfig, labels, results) -> str:
+    b = stats.band(results["kl"])
+    methods = [lab["method"] for lab in labels]
+    exact = {m: slots_to_reach(b.median[p], 1e-9) for p, m in enumerate(methods)}
+    reading = (
+        f"The median KL is below 1e-9 (exact posterior given D_−u) from slot {exact['unlearning']} with unlearning "
+        f"(u is scheduled there in half the trials; mean hitting time K − 1 = {cfg.n_agents - 1} from another agent) "
+        f"and from slot {exact['retrain']} when retraining (every other agent visited)."
+    )
+    return f"Median KL(q^(i) ‖ p(θ|D_−u)) [75% band] by slot after the request:\n\n{_table(cfg, labels, b)}\n\n**Reading.** {reading}\n"
 
 
 EXPERIMENT = Experiment(
@@ -235,7 +285,9 @@ EXPERIMENT = Experiment(
     config_cls=Config,
     build=build,
     plot=plot,
+    report=report,
     default_trials=1000,
+    common_random_numbers=True,
 )
 
 EXPERIMENT_CONJUGATE = Experiment(
@@ -244,5 +296,7 @@ EXPERIMENT_CONJUGATE = Experiment(
     config_cls=ConjugateConfig,
     build=build_conjugate,
     plot=plot_conjugate,
+    report=report_conjugate,
     default_trials=1000,
+    common_random_numbers=True,
 )

@@ -1,0 +1,104 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxfed import likelihoods
+
+
+def _points(ones, total):
+    """Explicit 0/1 data with the given counts."""
+    return np.concatenate([np.ones(ones), np.zeros(total - ones)])
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
+def test_count_loss_equals_the_sum_over_points(epsilon):
+    z = _points(37, 50)
+    theta = np.array([0.05, 0.3, 0.5, 0.77, 0.99])
+    p_one = epsilon + (1 - 2 * epsilon) * theta[:, None]
+    direct = -np.sum(np.where(z == 1, np.log(p_one), np.log1p(-p_one)), axis=1)
+    with jax.enable_x64(True):
+        data = likelihoods.bernoulli_beta_stats(37.0, 50)
+        got = likelihoods.noisy_bernoulli(epsilon).loss(data, jnp.asarray(theta))
+    np.testing.assert_allclose(got, direct, rtol=1e-12)
+
+
+def test_bernoulli_is_noisy_bernoulli_without_flips():
+    data = likelihoods.bernoulli_beta_stats(jnp.array([3.0, 9.0]), 12)
+    theta = jnp.linspace(0.01, 0.99, 7)[:, None]
+    np.testing.assert_array_equal(
+        likelihoods.bernoulli().loss(data, theta), likelihoods.noisy_bernoulli(0.0).loss(data, theta)
+    )
+    # a zero count contributes nothing even at a probability of 0
+    assert np.isfinite(likelihoods.bernoulli().loss(jnp.array([5.0, 0.0]), jnp.float32(1.0)))
+
+
+def test_user_log_likelihood_on_padded_data_equals_the_count_model():
+    eps = 0.2
+
+    def log_lik(z, theta):
+        p = eps + (1 - 2 * eps) * theta
+        return z * jnp.log(p) + (1 - z) * jnp.log1p(-p)
+
+    user = likelihoods.from_log_lik(log_lik)
+    counts = likelihoods.noisy_bernoulli(eps)
+    ones, sizes, n_max = [4, 11], [9, 15], 15
+    z = np.zeros((2, n_max))
+    weight = np.zeros((2, n_max))
+    for k in range(2):
+        z[k, : sizes[k]] = _points(ones[k], sizes[k])
+        weight[k, : sizes[k]] = 1.0
+        z[k, sizes[k] :] = np.nan  # padding may hold anything
+    padded = likelihoods.PaddedData(z=jnp.asarray(z), weight=jnp.asarray(weight))
+    stats = likelihoods.bernoulli_beta_stats(jnp.asarray(ones, float), jnp.asarray(sizes, float))
+    theta = jnp.array([[0.2, 0.6], [0.4, 0.9]])
+    for k in range(2):
+        np.testing.assert_allclose(
+            user.loss(likelihoods.agent_data(padded, k), theta), counts.loss(stats[k], theta), rtol=1e-5
+        )
+    np.testing.assert_allclose(user.loss(user.pool(padded), theta), counts.loss(counts.pool(stats), theta), rtol=1e-5)
+    np.testing.assert_allclose(
+        user.loss_change(user.pool(padded), 0.5, jnp.float32(0.1)),
+        counts.loss_change(counts.pool(stats), 0.5, jnp.float32(0.1)),
+        rtol=1e-4,
+    )
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1])
+def test_loss_change_is_accurate_to_its_own_size_in_float32(epsilon):
+    """L(θ_r + t) − L(θ_r) for 1000 points and |t| down to 1e-6: relative error ~1e-6 of the
+    difference, where subtracting two float32 losses (≈ 600) would leave ~1e-4 absolute."""
+    lik = likelihoods.noisy_bernoulli(epsilon)
+    data = np.array([663.0, 337.0])
+    theta_ref = 0.69
+    t = np.concatenate([-np.geomspace(0.3, 1e-6, 20), np.geomspace(1e-6, 0.3, 20)])
+    with jax.enable_x64(True):
+        want = np.asarray(lik.loss_change(jnp.asarray(data), theta_ref, jnp.asarray(t)))
+        # the float64 reference, by the plain difference
+        plain = lik.loss(jnp.asarray(data), theta_ref + jnp.asarray(t)) - lik.loss(jnp.asarray(data), theta_ref)
+    np.testing.assert_allclose(want, plain, rtol=1e-7, atol=1e-9)
+    got = np.asarray(lik.loss_change(jnp.asarray(data, jnp.float32), jnp.float32(theta_ref), jnp.asarray(t, jnp.float32)))
+    scale = np.abs(want) + np.abs(t) * 1000 * 1e-2  # the linear term's coefficient is rounded to ~1e-5 relative
+    assert np.all(np.abs(got - want) <= 2e-6 * scale)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 0.5, 0.7, float("nan")])
+def test_epsilon_out_of_range_is_refused(bad):
+    with pytest.raises(ValueError, match="epsilon"):
+        likelihoods.noisy_bernoulli(bad)
+
+
+def test_epsilon_may_be_traced():
+    data = jnp.array([3.0, 2.0])
+    f = jax.jit(lambda eps: likelihoods.noisy_bernoulli(eps).loss(data, 0.4))
+    np.testing.assert_allclose(f(0.1), likelihoods.noisy_bernoulli(0.1).loss(data, 0.4), rtol=1e-6)
+
+
+def test_loss_weight_and_data_selection():
+    assert likelihoods.loss_weight("sum", 100) == 1.0
+    assert likelihoods.loss_weight("mean", 100) == 0.01
+    with pytest.raises(ValueError, match="loss_normalisation"):
+        likelihoods.loss_weight("median", 100)
+    data = jnp.arange(8.0).reshape(4, 2)
+    np.testing.assert_array_equal(likelihoods.without_agent(data, 1), data[jnp.array([0, 2, 3])])
+    np.testing.assert_array_equal(likelihoods.agent_data(data, 2), data[2])
