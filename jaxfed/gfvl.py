@@ -183,15 +183,22 @@ def unlearning_step(key: jax.Array, state: GFVLState, agent, solve: LocalSolver,
     )
 
 
-def unlearn(key: jax.Array, state: GFVLState, schedule: jax.Array, solve: LocalSolver, forget_agent):
-    """Runs :func:`unlearning_step` over the slots after the request (a ``lax.scan``).
+def unlearn(
+    key: jax.Array, state: GFVLState, schedule: jax.Array, solve: LocalSolver, forget_agent, request: int | jax.Array = 0
+):
+    """Runs G-FVL over a schedule in which agent u = ``forget_agent`` asks to be forgotten after
+    ``request`` slots (a ``lax.scan``): slots 1..request are ordinary steps (:func:`step`), later
+    ones :func:`unlearning_step`. With ``request = 0`` the request precedes the first slot.
+
+    Learning and unlearning in one scan keep one copy of the local solver in the compiled graph.
 
     Args:
         key: PRNG key.
-        state: the learned state when the request arrives.
-        schedule: (n_slots,) scheduled agents of the slots after the request.
-        solve: the local solver of the remaining agents.
+        state: the state before the first slot of ``schedule``.
+        schedule: (n_slots,) scheduled agents.
+        solve: the local solver.
         forget_agent: u, an agent index in [0, K) (may be traced; a concrete value is validated).
+        request: number of slots of ``schedule`` before the request (may be traced).
 
     Returns:
         (final state, η after each slot of shape (n_slots, P)).
@@ -202,13 +209,15 @@ def unlearn(key: jax.Array, state: GFVLState, schedule: jax.Array, solve: LocalS
         if not (valid and 0 <= forget_agent < n_agents):
             raise ValueError(f"forget_agent must be an agent index in [0, {n_agents}), got {forget_agent!r}")
     keys = jax.random.split(key, schedule.shape[0])
+    slots = jnp.arange(schedule.shape[0])
 
     def body(s, inputs):
-        k, agent = inputs
-        s = unlearning_step(k, s, agent, solve, forget_agent)
+        k, agent, slot = inputs
+        # Before the request no agent is forgotten: −1 matches no scheduled agent.
+        s = unlearning_step(k, s, agent, solve, jnp.where(slot >= request, forget_agent, -1))
         return s, s.eta
 
-    return lax.scan(body, state, (keys, schedule))
+    return lax.scan(body, state, (keys, schedule, slots))
 
 
 def posterior_eta(prior_eta: jax.Array, agent_stats: jax.Array, alpha) -> jax.Array:

@@ -123,7 +123,9 @@ def noisy_bernoulli(epsilon=0.1) -> Likelihood:
         p_ref = eps + slope * theta_ref
         q_ref = eps + slope * (1.0 - theta_ref)
         linear = -slope * t * (n1 / p_ref - n0 / q_ref)
-        return linear + n1 * numerics.x_minus_log1p(slope * t / p_ref) + n0 * numerics.x_minus_log1p(-slope * t / q_ref)
+        x1, x0 = jnp.broadcast_arrays(slope * t / p_ref, -slope * t / q_ref)
+        phi1, phi0 = numerics.x_minus_log1p(jnp.stack([x1, x0]))  # one copy of φ in the graph
+        return linear + n1 * phi1 + n0 * phi0
 
     def pool(data):
         return jnp.sum(data, axis=0)

@@ -145,11 +145,8 @@ def _beta_log_ratio(a, b, u_ref, h, t, near):
     """
     theta_r, theta_rc = jax.nn.sigmoid(u_ref), jax.nn.sigmoid(-u_ref)
     tn = jnp.where(near, t, 0.0)
-    value_near = (
-        tn * (a / theta_r - b / theta_rc)
-        - a * numerics.x_minus_log1p(tn / theta_r)
-        - b * numerics.x_minus_log1p(-tn / theta_rc)
-    )
+    phi_a, phi_b = numerics.x_minus_log1p(jnp.stack([tn / theta_r, -tn / theta_rc]))  # one copy in the graph
+    value_near = tn * (a / theta_r - b / theta_rc) - a * phi_a - b * phi_b
     u = u_ref + h
     softplus = jax.nn.softplus
     value_far = -a * (softplus(-u) - softplus(-u_ref)) - b * (softplus(u) - softplus(u_ref))

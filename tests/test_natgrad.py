@@ -63,7 +63,7 @@ def _reference_gradient(eta, n1, n0, eps):
     for i, stat in enumerate((np.log, np.log1p)):
         sign = 1 if i == 0 else -1
         f = lambda t: dist.pdf(t) * loss(t) * ((stat(sign * t) if i == 1 else stat(t)) - mu[i])  # noqa: E731
-        out.append(integrate.quad(f, lo, hi, points=points, limit=200, epsabs=0, epsrel=1e-11)[0])
+        out.append(integrate.quad(f, lo, hi, points=points, limit=200, epsabs=0, epsrel=1e-9)[0])
     return np.array(out)
 
 

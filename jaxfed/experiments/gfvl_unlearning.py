@@ -124,14 +124,14 @@ def _graph_without(n_agents: int, agent: int) -> jax.Array:
 
 def _run_method(method, key, cfg, data, solve_all, solve_rest, prior):
     """η after each of the n_slots slots after the request, for ``method`` (static)."""
-    key_walk, key_learn, key_after = jax.random.split(key, 3)
+    key_walk, key_learn = jax.random.split(key)
     if method == "unlearning":
         walk = gossip.mh_schedule(key_walk, jnp.asarray(graphs.complete(cfg.n_agents)), cfg.learn_slots + cfg.n_slots)
-        state, _ = gfvl.learn(key_learn, gfvl.init(prior, cfg.n_agents), walk[: cfg.learn_slots], solve_all)
-        _, etas = gfvl.unlearn(key_after, state, walk[cfg.learn_slots :], solve_all, cfg.forget_agent)
-    else:
-        walk = gossip.mh_schedule(key_walk, _graph_without(cfg.n_agents, cfg.forget_agent), cfg.n_slots)
-        _, etas = gfvl.learn(key_after, gfvl.init(prior, cfg.n_agents - 1), walk, solve_rest)
+        init = gfvl.init(prior, cfg.n_agents)
+        _, etas = gfvl.unlearn(key_learn, init, walk, solve_all, cfg.forget_agent, request=cfg.learn_slots)
+        return etas[cfg.learn_slots :]
+    walk = gossip.mh_schedule(key_walk, _graph_without(cfg.n_agents, cfg.forget_agent), cfg.n_slots)
+    _, etas = gfvl.learn(key_learn, gfvl.init(prior, cfg.n_agents - 1), walk, solve_rest)
     return etas
 
 
