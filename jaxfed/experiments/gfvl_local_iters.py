@@ -28,10 +28,13 @@ class Config:
     """Parameters (SPEC A7, Fig. 4). Static (shape-changing): n_agents, n_per_agent, n_samples,
     local_iters (one engine group per L), total_iters, record_every. Closure constants: the rest.
 
-    ``loss_normalisation`` is SPEC A1's [choice]: "sum" (L_k = Σ_n ℓ, the ordinary posterior at α = 1)
-    or "mean" (L_k = (1/N_k) Σ_n ℓ). With "sum", N_k = 100, c = 0 and ρ = 5e-3 the REINFORCE noise
-    dominates (see benchmarks/README.md and the module report); "mean" is the reading under which
-    the document's curves converge.
+    [choice] ``loss_normalisation`` defaults to "mean", L_k = (1/N_k) Σ_n ℓ, here only. With SPEC A1's
+    sum, N_k = 100, c = 0 and ρ = 5e-3 the REINFORCE noise dominates: ĝ carries E[L_k] ≈ 60 times the
+    score noise, FIM⁻¹ amplifies it by ~10⁵ along the concentration a + b, and the median KL stays at
+    ~3–4 from 500 to 4,000 local iterations for every L (measured; ``--set loss_normalisation=sum``
+    reproduces it). With the mean the curves converge (median KL 0.58 → 0.005 over 4,000 local
+    iterations) and order by L as in the document's figure, so the document's experiment evidently
+    used a per-point loss scale; the target is then the posterior tempered by 1/N_k.
     """
 
     n_agents: int = 10  # K (complete graph)
@@ -41,7 +44,7 @@ class Config:
     alpha: float = 1.0  # temperature α
     theta_true: float = 0.7  # [choice] data z ~ noisy Bernoulli(θ_true)
     epsilon: float = 0.1  # flip probability ε of the noisy Bernoulli model
-    loss_normalisation: str = "sum"  # [choice] SPEC A1: "sum" or "mean" over an agent's points
+    loss_normalisation: str = "mean"  # [choice] see the class docstring: "mean" or "sum" (SPEC A1)
     rho: float = 5e-3  # learning rate ρ
     n_samples: int = 30  # REINFORCE samples S
     baseline: str = "constant"  # "constant" (value c) or "leave-one-out"
@@ -161,11 +164,11 @@ def report(cfg: Config, labels, results) -> str:
             reading += " It grows with L: more local iterations per slot converge slower per local iteration, as in the document's Fig. 4."
         else:
             reading += " It does not grow monotonically with L (the document's Fig. 4 has more local iterations per slot converging slower)."
-    start = b.median[:, 0]
-    if np.all(final > 0.5 * start):
+    halfway = b.median[:, len(total) // 2 - 1]
+    if len(total) >= 4 and np.all(final > 0.7 * halfway):
         reading += (
-            f" The KL has not fallen to half its first recorded value ({start.min():.3g}): the REINFORCE noise dominates "
-            "(with the sum loss, c = 0 and ρ = 5e-3 the natural-gradient noise exceeds the pull towards the target)."
+            f" The median KL has stopped falling (it was {', '.join(f'{v:.3g}' for v in halfway)} at "
+            f"{total[len(total) // 2 - 1]} local iterations): the REINFORCE noise sets the level."
         )
     return f"Median KL(q ‖ q*) [75% band] by total local iterations L×i ({cfg.loss_normalisation} loss):\n\n{table}\n\n**Reading.** {reading}\n"
 
