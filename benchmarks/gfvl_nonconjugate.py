@@ -86,7 +86,8 @@ class NumpyTarget:
         high = grid[on_grid >= on_grid.max() - quadrature.TAIL_DROP]
         core = quadrature.CORE_WIDTH * s
         self.mode, self.scale = u, s
-        nodes, log_w = _standard_nodes(u, s, min(high.min() - spacing, u - core), max(high.max() + spacing, u + core), limit)
+        lo, hi = min(high.min() - spacing, u - core), max(high.max() + spacing, u + core)
+        nodes, log_w = _standard_nodes(u, s, lo, hi, limit)
         self.log_sum = logsumexp(self.psi(nodes) + log_w)
 
     def psi(self, u):
@@ -137,7 +138,8 @@ def numpy_trial(rng, cfg, limit, timers):
             timers["sampling"] += time.perf_counter() - t0
             stats = np.stack([np.log(theta), np.log1p(-theta)], 1)
             mu = digamma([a, b]) - digamma(a + b)
-            losses = -(data[k, 0] * np.log(eps + (1 - 2 * eps) * theta) + data[k, 1] * np.log(eps + (1 - 2 * eps) * (1 - theta)))
+            p_one = eps + (1 - 2 * eps) * theta
+            losses = -(data[k, 0] * np.log(p_one) + data[k, 1] * np.log(1 - p_one))
             grad = ((losses - c)[:, None] * (stats - mu)).mean(0)
             tri = polygamma(1, [a, b, a + b])
             fisher = np.array([[tri[0] - tri[2], -tri[2]], [-tri[2], tri[1] - tri[2]]])
@@ -152,7 +154,8 @@ def numpy_trial(rng, cfg, limit, timers):
 
 def check_reference_kl(cfg, limit):
     """The NumPy reference's KL equals jaxfed.quadrature's (float32) on a few q's: same maths."""
-    n1, n0 = 663.0 * likelihoods.loss_weight(cfg.loss_normalisation, 100), 337.0 * likelihoods.loss_weight(cfg.loss_normalisation, 100)
+    weight = likelihoods.loss_weight(cfg.loss_normalisation, 100)
+    n1, n0 = 663.0 * weight, 337.0 * weight
     ref = NumpyTarget(cfg.prior_a, cfg.prior_b, n1, n0, cfg.epsilon, cfg.alpha, limit)
     lik = likelihoods.noisy_bernoulli(cfg.epsilon)
 
@@ -176,7 +179,9 @@ def trajectories(cfg, n_trials):
     def run(key):
         key_data, key_walk, key_learn = jax.random.split(key, 3)
         data = gfvl_local_iters.noisy_data(key_data, cfg)
-        solve = gfvl.natgrad_solver(expfam.BETA, lik, data, cfg.alpha, cfg.rho, N_ITERS, cfg.n_samples, cfg.baseline, cfg.c)
+        solve = gfvl.natgrad_solver(
+            expfam.BETA, lik, data, cfg.alpha, cfg.rho, N_ITERS, cfg.n_samples, cfg.baseline, cfg.c
+        )
         walk = gossip.mh_schedule(key_walk, adjacency, N_SLOTS)
         return gfvl.learn(key_learn, gfvl.init(prior, cfg.n_agents), walk, solve)[1]
 
@@ -283,8 +288,9 @@ def main(argv=None):
     print(f"compile              {t_compile:8.2f} s")
     print(f"jaxfed               {t_jax:8.2f} s   {work / t_jax:12.3e} trial·iterations/s")
     print(f"sampling only        {times['cheng']:8.2f} s   ({100 * t_sampling / t_jax:.0f}% of jaxfed)")
-    print(f"  with random.beta   {times['jax_random_beta']:8.2f} s   ({times['jax_random_beta'] / times['cheng']:.1f}x Cheng)")
-    print(f"NumPy loop           {t_numpy:8.2f} s   ratio {speedup:8.1f}x  (scaled from {args.loop_trials} trials/repeat;"
+    slower = times["jax_random_beta"] / times["cheng"]
+    print(f"  with random.beta   {times['jax_random_beta']:8.2f} s   ({slower:.1f}x Cheng)")
+    print(f"NumPy loop           {t_numpy:8.2f} s   ratio {speedup:8.1f}x  (scaled, {args.loop_trials} trials/repeat;"
           f" {100 * med['numpy_sampling']:.0f}% in Generator.beta)")
     write_json(args.out, result)
     return result

@@ -1,6 +1,6 @@
 """jaxfed: a batched Monte Carlo engine in JAX for federated learning systems.
 
-G-FVL (document 000): graphs, gossip, expfam, likelihoods, gfvl.
+G-FVL (document 000): graphs, gossip, expfam, likelihoods, natgrad, quadrature, numerics, gfvl.
 Over-the-air federated k-means (document 001): oac (codec, channel), kmeans.
 Shared: scenarios (data), engine (sweeps), stats, plotting, experiments; cli.
 """
@@ -15,7 +15,10 @@ from jaxfed import (  # noqa: E402,F401
     graphs,
     kmeans,
     likelihoods,
+    natgrad,
+    numerics,
     oac,
+    quadrature,
     scenarios,
     stats,
 )
@@ -28,7 +31,10 @@ __all__ = [
     "graphs",
     "kmeans",
     "likelihoods",
+    "natgrad",
+    "numerics",
     "oac",
+    "quadrature",
     "scenarios",
     "stats",
     "__version__",

@@ -184,7 +184,12 @@ def unlearning_step(key: jax.Array, state: GFVLState, agent, solve: LocalSolver,
 
 
 def unlearn(
-    key: jax.Array, state: GFVLState, schedule: jax.Array, solve: LocalSolver, forget_agent, request: int | jax.Array = 0
+    key: jax.Array,
+    state: GFVLState,
+    schedule: jax.Array,
+    solve: LocalSolver,
+    forget_agent,
+    request: int | jax.Array = 0,
 ):
     """Runs G-FVL over a schedule in which agent u = ``forget_agent`` asks to be forgotten after
     ``request`` slots (a ``lax.scan``): slots 1..request are ordinary steps (:func:`step`), later

@@ -108,7 +108,8 @@ def noisy_bernoulli(epsilon=0.1) -> Likelihood:
         n1, n0 = data[..., 0], data[..., 1]
         slope = 1.0 - 2.0 * eps
         # xlogy: a zero count contributes 0 even where its probability is 0 (ε = 0, θ at a bound).
-        return -(jax.scipy.special.xlogy(n1, eps + slope * theta) + jax.scipy.special.xlogy(n0, eps + slope * (1.0 - theta)))
+        xlogy = jax.scipy.special.xlogy
+        return -(xlogy(n1, eps + slope * theta) + xlogy(n0, eps + slope * (1.0 - theta)))
 
     def loss_change(data, theta_ref, t):
         # With x1 = (1−2ε)t/p_r and x0 = −(1−2ε)t/(1−p_r):

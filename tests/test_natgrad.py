@@ -112,7 +112,8 @@ def test_fisher_matches_the_finite_difference_hessian_of_the_log_partition(a, b)
         np.testing.assert_allclose(BETA.fisher(eta), hess, rtol=1e-9)
         np.testing.assert_allclose(natgrad.fisher_solve(BETA, eta, jnp.asarray(v)), np.linalg.solve(hess, v), rtol=1e-8)
         generic = BETA._replace(name="beta, generic solve")  # not in the closed forms: P×P solve
-        np.testing.assert_allclose(natgrad.fisher_solve(generic, eta, jnp.asarray(v)), np.linalg.solve(hess, v), rtol=1e-7)
+        got = natgrad.fisher_solve(generic, eta, jnp.asarray(v))
+        np.testing.assert_allclose(got, np.linalg.solve(hess, v), rtol=1e-7)
     # float32: the closed form keeps the determinant (whose 1/x terms cancel) accurate
     got = natgrad.fisher_solve(BETA, jnp.array([a, b], jnp.float32), jnp.asarray(v, jnp.float32))
     np.testing.assert_allclose(got, np.linalg.solve(hess, v), rtol=2e-5)

@@ -46,9 +46,11 @@ def _cases():
     Bernoulli ε = 0, 1000 points with the sum loss or 10 with the mean loss, α = 1 and 2, a heavy-tailed
     ε = 0.3 target) with q from the prior to within KL ~1e-6 of the target."""
     out = []
-    for eps, n1, n0, alpha in [(0.1, 663.0, 337.0, 1.0), (0.1, 6.63, 3.37, 1.0), (0.0, 700.0, 300.0, 2.0), (0.3, 660.0, 340.0, 1.0)]:
+    targets = [(0.1, 663.0, 337.0, 1.0), (0.1, 6.63, 3.37, 1.0), (0.0, 700.0, 300.0, 2.0), (0.3, 660.0, 340.0, 1.0)]
+    for eps, n1, n0, alpha in targets:
         a, b = _posterior_shapes(2.0, 2.0, n1, n0, eps, alpha)
-        for qa, qb in [(2.0, 2.0), (a / 2, b / 2), (a, b), (a * 1.02, b), (a * 1.002, b), (a + 0.05, b), (3 * a, 3 * b)]:
+        qs = [(2.0, 2.0), (a / 2, b / 2), (a, b), (a * 1.02, b), (a * 1.002, b), (a + 0.05, b), (3 * a, 3 * b)]
+        for qa, qb in qs:
             out.append((qa, qb, 2.0, 2.0, n1, n0, eps, alpha))
     out.append((352.0, 152.0, 2.0, 2.0, 700.0, 300.0, 0.0, 2.0))  # ε = 0: q is q* exactly (SPEC A4)
     return np.array(out)

@@ -76,7 +76,8 @@ class Config:
             check("local_iters", n_iters, n_iters >= 1, "integers >= 1")
         check("record_every", self.record_every, self.record_every >= 1, "an integer >= 1")
         for n_iters in self.local_iters:
-            check("record_every", self.record_every, self.record_every % n_iters == 0, f"a multiple of every L ({n_iters})")
+            multiple = self.record_every % n_iters == 0
+            check("record_every", self.record_every, multiple, f"a multiple of every L ({n_iters})")
         check(
             "total_iters",
             self.total_iters,
@@ -115,8 +116,8 @@ def make_trial(cfg: Config):
             return lik.loss_change(pooled, theta_ref, t)
 
         target = quadrature.make_target(prior, loss_change, cfg.alpha)
-        kl = jax.vmap(lambda eta: quadrature.kl_to_target(eta, target, loss_change, cfg.alpha))(etas[every - 1 :: every])
-        return {"kl": kl}
+        recorded = etas[every - 1 :: every]
+        return {"kl": jax.vmap(lambda eta: quadrature.kl_to_target(eta, target, loss_change, cfg.alpha))(recorded)}
 
     return trial
 
@@ -171,16 +172,23 @@ def report(cfg: Config, labels, results) -> str:
     order = [lab["local_iters"] for lab in labels]
     if len(order) > 1 and order == sorted(order):
         if np.all(np.diff(final) >= 0):
-            reading += " It grows with L: more local iterations per slot converge slower per local iteration, as in the document's Fig. 4."
+            reading += (
+                " It grows with L: more local iterations per slot converge slower per local iteration,"
+                " as in the document's Fig. 4."
+            )
         else:
-            reading += " It does not grow monotonically with L (the document's Fig. 4 has more local iterations per slot converging slower)."
+            reading += (
+                " It does not grow monotonically with L (in the document's Fig. 4 more local iterations per"
+                " slot converge slower)."
+            )
     halfway = b.median[:, len(total) // 2 - 1]
     if len(total) >= 4 and np.all(final > 0.7 * halfway):
         reading += (
             f" The median KL has stopped falling (it was {', '.join(f'{v:.3g}' for v in halfway)} at "
             f"{total[len(total) // 2 - 1]} local iterations): the REINFORCE noise sets the level."
         )
-    return f"Median KL(q ‖ q*) [75% band] by total local iterations L×i ({cfg.loss_normalisation} loss):\n\n{table}\n\n**Reading.** {reading}\n"
+    head = f"Median KL(q ‖ q*) [75% band] by total local iterations L×i ({cfg.loss_normalisation} loss):"
+    return f"{head}\n\n{table}\n\n**Reading.** {reading}\n"
 
 
 EXPERIMENT = Experiment(

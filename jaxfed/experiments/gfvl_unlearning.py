@@ -245,6 +245,9 @@ def plot_conjugate(cfg: ConjugateConfig, labels, results, path):
     )
 
 
+_HEAD = "Median KL(q^(i) ‖ p(θ|D_−u)) [75% band] by slot after the request:"
+
+
 def _table(cfg, labels, band) -> str:
     slots = sorted({i for i in (1, 5, 10, 20, 50, 100, 200, 500, cfg.n_slots) if i <= cfg.n_slots})
     return band_table("slot", slots, [lab["method"] for lab in labels], band, [i - 1 for i in slots], fmt="{:.2e}")
@@ -264,7 +267,7 @@ def report(cfg: Config, labels, results) -> str:
         reading += f" ({n_ret / n_unl:.1f}× fewer slots for unlearning)."
     else:
         reading += f" (not within the {cfg.n_slots} slots recorded)."
-    return f"Median KL(q^(i) ‖ p(θ|D_−u)) [75% band] by slot after the request:\n\n{_table(cfg, labels, b)}\n\n**Reading.** {reading}\n"
+    return f"{_HEAD}\n\n{_table(cfg, labels, b)}\n\n**Reading.** {reading}\n"
 
 
 def report_conjugate(cfg: ConjugateConfig, labels, results) -> str:
@@ -276,7 +279,7 @@ def report_conjugate(cfg: ConjugateConfig, labels, results) -> str:
         f"(u is scheduled there in half the trials; mean hitting time K − 1 = {cfg.n_agents - 1} from another agent) "
         f"and from slot {exact['retrain']} when retraining (every other agent visited)."
     )
-    return f"Median KL(q^(i) ‖ p(θ|D_−u)) [75% band] by slot after the request:\n\n{_table(cfg, labels, b)}\n\n**Reading.** {reading}\n"
+    return f"{_HEAD}\n\n{_table(cfg, labels, b)}\n\n**Reading.** {reading}\n"
 
 
 EXPERIMENT = Experiment(
