@@ -116,9 +116,9 @@ def main(argv=None):
     t_jax = median_time(lambda: compiled(*fn_args), args.repeats)
 
     # The random-number limit: only the K + n_slots uniforms per trial, keyed as the engine does.
-    def draws(root, point_ids, first):
+    def draws(seed, point_ids, first):
         def one(p, t):
-            key = jax.random.fold_in(jax.random.fold_in(root, p), t)
+            key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), p), t)
             return jax.random.uniform(key, (cfg.n_agents + cfg.n_slots,))
 
         trials = first + jnp.arange(args.trials, dtype=jnp.uint32)
