@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import digamma, gammaln, polygamma
 
+from jaxfed import numerics
+
 __all__ = [
     "ExpFamily",
     "BETA",
@@ -194,39 +196,6 @@ def _beta_fisher(eta):
     return jnp.stack([row0, row1], axis=-2)
 
 
-def _trigamma_series_minus_reciprocal(x):
-    """ψ′(x) − 1/x by its asymptotic series 1/(2x²) + Σ_{k=1..7} B_{2k}/x^{2k+1} (Bernoulli
-    numbers). The first omitted term bounds the error: < 1e-12 relative for x >= 8, < 2e-8 for
-    x >= 4."""
-    r = 1.0 / x
-    r2 = r * r
-    bernoulli = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6)
-    series = bernoulli[-1]
-    for b in bernoulli[-2::-1]:
-        series = b + r2 * series
-    return r2 * (0.5 + r * series)
-
-
-# Where the series takes over, by dtype itemsize: its error there is below the dtype's epsilon.
-_SERIES_FROM = {4: 4, 8: 8}
-
-
-def _trigamma_minus_reciprocal(x):
-    """g(x) = ψ′(x) − 1/x for x > 0, without the cancellation of the difference for large x.
-
-    For x >= n (n = 4 in float32, 8 in float64) the asymptotic series; below, the recurrence
-    ψ′(x) = Σ_{i<n} 1/(x+i)² + ψ′(x+n) moves the argument into the series' range (g(x) >= 1/(2x²),
-    so subtracting 1/x loses at most a couple of bits). A few divisions, several times cheaper
-    than ``jax.scipy.special.polygamma`` (a Hurwitz-zeta evaluation) on the KL's hot path.
-    """
-    n = _SERIES_FROM[jnp.result_type(x).itemsize]
-    small = x < n
-    shifted = jnp.where(small, x + n, x)
-    g_shifted = _trigamma_series_minus_reciprocal(shifted)
-    recurrence = sum(1.0 / (x + i) ** 2 for i in range(n)) + 1.0 / shifted + g_shifted - 1.0 / x
-    return jnp.where(small, recurrence, g_shifted)
-
-
 def _beta_fisher_quadratic(eta, d):
     """dᵀ FIM d = d₁²ψ′(a) + d₂²ψ′(b) − (d₁+d₂)²ψ′(a+b), rearranged to avoid cancellation.
 
@@ -235,7 +204,7 @@ def _beta_fisher_quadratic(eta, d):
     """
     a, b = beta_shapes(eta)
     d1, d2 = d[..., 0], d[..., 1]
-    g = _trigamma_minus_reciprocal
+    g = numerics.trigamma_minus_reciprocal
     return (d1 * b - d2 * a) ** 2 / (a * b * (a + b)) + d1**2 * g(a) + d2**2 * g(b) - (d1 + d2) ** 2 * g(a + b)
 
 
