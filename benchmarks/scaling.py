@@ -43,6 +43,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "scaling.json"))
+    parser.add_argument("--no-device-sweep", action="store_true", help="skip the 1/2/4 forced CPU devices sweep")
     parser.add_argument("--device-child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.device_child:
@@ -73,7 +74,7 @@ def main(argv=None):
         n *= 10
 
     by_devices = []
-    for d in (1, 2, 4):
+    for d in () if args.no_device_sweep else (1, 2, 4):
         env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={d}")
         out = subprocess.run(
             [sys.executable, __file__, "--device-child", str(d), "--device-trials", str(args.device_trials),
