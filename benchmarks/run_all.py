@@ -32,7 +32,7 @@ ACCELERATOR = {
     "gfvl_nonconjugate": ["--trials", "10000", "--loop-trials", "1", "--repeats", "3"],
     "oac_channel": ["--trials", "10000", "--seconds", "2", "--numpy-seconds", "1"],
     "kmeans_oac": ["--trials", "1000", "--chunk", "1024", "--numpy-trials", "1", "--repeats", "3", "--skip-sweep"],
-    "scaling": ["--max-trials", "1000000", "--device-trials", "100000", "--repeats", "3", "--no-device-sweep"],
+    "scaling": ["--max-trials", "100000", "--device-trials", "100000", "--repeats", "3", "--no-device-sweep"],
 }
 
 
