@@ -318,3 +318,16 @@ def test_other_validation():
         channel.resource_index(0, 0, 0, 2, 2)
     with pytest.raises(ValueError, match="counts_hat"):
         channel.estimate_sum(jnp.zeros(7), 3, 2, 1.0)
+
+
+def test_onehot_and_scatter_superposition_agree():
+    """The GPU default (one-hot reduction over EDs) and the CPU default (scatter-add) form the same
+    sum in another order."""
+    numerals = jax.random.randint(jax.random.key(3), (50, 6, 3), -1, 2)
+    active = jax.random.bernoulli(jax.random.key(4), 0.8, (50,))
+    args = (jax.random.key(5), numerals, 3, jnp.float32(0.1), jnp.float32(3.0), active)
+    scatter = channel.explicit_energy(*args, superpose="scatter")
+    onehot = channel.explicit_energy(*args, superpose="onehot")
+    np.testing.assert_allclose(onehot, scatter, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="superpose"):
+        channel.explicit_energy(*args, superpose="fft")
