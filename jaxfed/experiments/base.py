@@ -28,6 +28,8 @@ __all__ = [
     "Sweep",
     "band_table",
     "check",
+    "check_bernoulli_setting",
+    "check_natgrad_setting",
     "make_config",
     "run_experiment",
     "load_results",
@@ -96,7 +98,7 @@ def check(name: str, value, ok: bool, allowed: str) -> None:
 
 def band_table(x_name: str, x_values, labels: list[str], band: stats.Band, index, fmt: str = "{:.3g}") -> str:
     """Markdown table: one row per point, one column per x, cells ``median [lower, upper]``."""
-    head = f"| point | " + " | ".join(f"{x_name} {x}" for x in x_values) + " |"
+    head = "| point | " + " | ".join(f"{x_name} {x}" for x in x_values) + " |"
     rule = "|---|" + "---|" * len(x_values)
     rows = [
         f"| {label} | "
@@ -108,6 +110,31 @@ def band_table(x_name: str, x_values, labels: list[str], band: stats.Band, index
         for p, label in enumerate(labels)
     ]
     return "\n".join([head, rule, *rows])
+
+
+def check_bernoulli_setting(cfg, min_agents: int = 2) -> None:
+    """Validates the fields every G-FVL experiment shares: n_agents, n_per_agent, prior_a, prior_b,
+    alpha, theta_true."""
+    check("n_agents", cfg.n_agents, cfg.n_agents >= min_agents, f"an integer >= {min_agents}")
+    check("n_per_agent", cfg.n_per_agent, cfg.n_per_agent >= 1, "an integer >= 1")
+    check("prior_a", cfg.prior_a, cfg.prior_a > 0, "> 0")
+    check("prior_b", cfg.prior_b, cfg.prior_b > 0, "> 0")
+    check("alpha", cfg.alpha, cfg.alpha > 0, "> 0")
+    check("theta_true", cfg.theta_true, 0.0 <= cfg.theta_true <= 1.0, "in [0, 1]")
+
+
+def check_natgrad_setting(cfg) -> None:
+    """Validates the fields of the non-conjugate (natural-gradient) G-FVL experiments: epsilon,
+    loss_normalisation, rho, baseline, n_samples."""
+    from jaxfed import likelihoods, natgrad
+
+    check("epsilon", cfg.epsilon, 0.0 <= cfg.epsilon < 0.5, "in [0, 0.5)")
+    normalisations = likelihoods.LOSS_NORMALISATIONS
+    check("loss_normalisation", cfg.loss_normalisation, cfg.loss_normalisation in normalisations, f"one of {normalisations}")
+    check("rho", cfg.rho, cfg.rho > 0, "> 0")
+    check("baseline", cfg.baseline, cfg.baseline in natgrad.BASELINES, f"one of {natgrad.BASELINES}")
+    minimum = 2 if cfg.baseline == "leave-one-out" else 1
+    check("n_samples", cfg.n_samples, cfg.n_samples >= minimum, f"an integer >= {minimum}")
 
 
 # --------------------------------------------------------------------------- running

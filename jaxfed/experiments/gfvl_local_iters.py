@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, natgrad, plotting, quadrature, scenarios, stats
-from jaxfed.experiments.base import Experiment, Sweep, band_table, check
+from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, quadrature, scenarios, stats
+from jaxfed.experiments.base import Experiment, Sweep, band_table, check, check_bernoulli_setting, check_natgrad_setting
 
 NAME = "gfvl-local-iters"
 
@@ -54,23 +54,8 @@ class Config:
     record_every: int = 20  # KL recorded every this many local iterations; a multiple of every L
 
     def __post_init__(self):
-        check("n_agents", self.n_agents, self.n_agents >= 2, "an integer >= 2")
-        check("n_per_agent", self.n_per_agent, self.n_per_agent >= 1, "an integer >= 1")
-        check("prior_a", self.prior_a, self.prior_a > 0, "> 0")
-        check("prior_b", self.prior_b, self.prior_b > 0, "> 0")
-        check("alpha", self.alpha, self.alpha > 0, "> 0")
-        check("theta_true", self.theta_true, 0.0 <= self.theta_true <= 1.0, "in [0, 1]")
-        check("epsilon", self.epsilon, 0.0 <= self.epsilon < 0.5, "in [0, 0.5)")
-        check(
-            "loss_normalisation",
-            self.loss_normalisation,
-            self.loss_normalisation in likelihoods.LOSS_NORMALISATIONS,
-            f"one of {likelihoods.LOSS_NORMALISATIONS}",
-        )
-        check("rho", self.rho, self.rho > 0, "> 0")
-        check("baseline", self.baseline, self.baseline in natgrad.BASELINES, f"one of {natgrad.BASELINES}")
-        minimum_samples = 2 if self.baseline == "leave-one-out" else 1
-        check("n_samples", self.n_samples, self.n_samples >= minimum_samples, f"an integer >= {minimum_samples}")
+        check_bernoulli_setting(self)
+        check_natgrad_setting(self)
         check("local_iters", self.local_iters, len(self.local_iters) >= 1, "a non-empty list")
         for n_iters in self.local_iters:
             check("local_iters", n_iters, n_iters >= 1, "integers >= 1")

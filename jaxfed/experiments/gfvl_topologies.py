@@ -14,7 +14,7 @@ import numpy as np
 
 from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, scenarios
 from jaxfed import stats
-from jaxfed.experiments.base import Experiment, Sweep, band_table, check
+from jaxfed.experiments.base import Experiment, Sweep, band_table, check, check_bernoulli_setting
 
 NAME = "gfvl-topologies"
 
@@ -34,12 +34,7 @@ class Config:
     topologies: tuple[str, ...] = ("star", "ring", "complete")
 
     def __post_init__(self):
-        check("n_agents", self.n_agents, self.n_agents >= 2, "an integer >= 2")
-        check("n_per_agent", self.n_per_agent, self.n_per_agent >= 1, "an integer >= 1")
-        check("prior_a", self.prior_a, self.prior_a > 0, "> 0")
-        check("prior_b", self.prior_b, self.prior_b > 0, "> 0")
-        check("alpha", self.alpha, self.alpha > 0, "> 0")
-        check("theta_true", self.theta_true, 0.0 <= self.theta_true <= 1.0, "in [0, 1]")
+        check_bernoulli_setting(self)
         check("n_slots", self.n_slots, self.n_slots >= 1, "an integer >= 1")
         check("topologies", self.topologies, len(self.topologies) >= 1, "a non-empty list")
         for name in self.topologies:

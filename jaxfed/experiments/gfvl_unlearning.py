@@ -25,8 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, natgrad, plotting, quadrature, scenarios, stats
-from jaxfed.experiments.base import Experiment, Sweep, band_table, check
+from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, quadrature, scenarios, stats
+from jaxfed.experiments.base import Experiment, Sweep, band_table, check, check_bernoulli_setting, check_natgrad_setting
 
 NAME = "gfvl-unlearning"
 NAME_CONJUGATE = "gfvl-unlearning-conjugate"
@@ -37,12 +37,7 @@ factor of it (the asymptote: retrain's median KL averaged over the last quarter 
 
 
 def _check_common(cfg) -> None:
-    check("n_agents", cfg.n_agents, cfg.n_agents >= 3, "an integer >= 3 (the graph without u needs two agents)")
-    check("n_per_agent", cfg.n_per_agent, cfg.n_per_agent >= 1, "an integer >= 1")
-    check("prior_a", cfg.prior_a, cfg.prior_a > 0, "> 0")
-    check("prior_b", cfg.prior_b, cfg.prior_b > 0, "> 0")
-    check("alpha", cfg.alpha, cfg.alpha > 0, "> 0")
-    check("theta_true", cfg.theta_true, 0.0 <= cfg.theta_true <= 1.0, "in [0, 1]")
+    check_bernoulli_setting(cfg, min_agents=3)  # the graph without u needs two agents
     check(
         "forget_agent",
         cfg.forget_agent,
@@ -83,17 +78,7 @@ class Config:
 
     def __post_init__(self):
         _check_common(self)
-        check("epsilon", self.epsilon, 0.0 <= self.epsilon < 0.5, "in [0, 0.5)")
-        check(
-            "loss_normalisation",
-            self.loss_normalisation,
-            self.loss_normalisation in likelihoods.LOSS_NORMALISATIONS,
-            f"one of {likelihoods.LOSS_NORMALISATIONS}",
-        )
-        check("rho", self.rho, self.rho > 0, "> 0")
-        check("baseline", self.baseline, self.baseline in natgrad.BASELINES, f"one of {natgrad.BASELINES}")
-        minimum_samples = 2 if self.baseline == "leave-one-out" else 1
-        check("n_samples", self.n_samples, self.n_samples >= minimum_samples, f"an integer >= {minimum_samples}")
+        check_natgrad_setting(self)
         check("local_iters", self.local_iters, self.local_iters >= 1, "an integer >= 1")
 
 
