@@ -69,6 +69,7 @@ RAW_LIMIT_BYTES = 2 * 2**30
 """``keep="auto"`` keeps every trial when the raw metrics fit in this many bytes, else summaries."""
 
 _MEMORY_FRACTION = 0.25  # default budget: this fraction of the device's (or host's) memory
+_BUDGET_FOR_CHUNKS = 0.75  # share of the budget a chunk's buffers may take
 
 
 class ConfigMismatch(ValueError):
@@ -514,7 +515,8 @@ def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, comm
 
     Without a given size, compiles for a probe batch of ``LANES`` trials per device and reads the
     memory analysis: temporaries and outputs scale linearly with the batch (arguments do not),
-    plus the host copy of the outputs. The probe's executable is reused when the size it implies
+    plus the host copy of the outputs; a chunk may take 75% of the budget, the rest is left to the
+    process itself and to the summaries or result arrays. The probe's executable is reused when the size it implies
     needs no larger batch.
     """
     step = LANES * mesh.size
@@ -523,7 +525,8 @@ def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, comm
         analysis = probe.memory_analysis()
         per_trial_device = (analysis.temp_size_in_bytes + analysis.output_size_in_bytes) / LANES
         per_trial_host = analysis.output_size_in_bytes / LANES
-        fits = int(budget // max(per_trial_device / mesh.size + per_trial_host, 1.0))
+        usable = _BUDGET_FOR_CHUNKS * budget  # the rest: the process itself, summaries, results
+        fits = int(usable // max(per_trial_device / mesh.size + per_trial_host, 1.0))
         chunk_size = min(n_trials, max(step, fits // step * step))
         if chunk_size <= step:
             return chunk_size, probe
