@@ -21,8 +21,10 @@ Targets (issue 5): aggregate ≥ 50× the reference; explicit ≥ 0.5 of its ran
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
+import subprocess
 import sys
 import time
 
@@ -83,6 +85,19 @@ def numpy_trial(rng, cfg, snr_db):
     return losses
 
 
+def sweep_run(trials: int) -> dict:
+    """The whole kmeans-snr (D = 4) sweep through ``engine.run`` with its default memory budget."""
+    cfg = kmeans_mall.SnrConfig(digits_list=(DIGITS,))
+    labels = [lab for lab in kmeans_mall._snr_labels(cfg) if lab["method"] == "oac"]
+    sweep = kmeans_mall._sweep(cfg, labels)
+    info: dict = {}
+    start = time.perf_counter()
+    engine.run(sweep.trial, sweep.points, trials, common_random_numbers=True, info=info)
+    wall = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"wall_s": wall, "chunk_sizes": info["chunk_sizes"], "budget_bytes": info["budget_bytes"], "peak_rss_bytes": peak}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=1000)
@@ -92,7 +107,11 @@ def main(argv=None):
     parser.add_argument("--skip-sweep", action="store_true", help="skip the full engine run (peak memory)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "kmeans_oac.json"))
+    parser.add_argument("--sweep-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.sweep_child:
+        print(json.dumps(sweep_run(args.trials)))
+        return None
     if args.quick:
         args.trials, args.chunk, args.numpy_trials, args.repeats = 128, 64, 1, 2
 
@@ -168,16 +187,13 @@ def main(argv=None):
           f"{result['explicit_crn_fraction_of_rng_limit']:.2f} of that limit ({t_rng / n_points:.2f} s)")
 
     if not args.skip_sweep:
-        sweep = kmeans_mall._sweep(cfg, labels)
-        info: dict = {}
-        start = time.perf_counter()
-        engine.run(sweep.trial, sweep.points, args.trials, common_random_numbers=True, info=info)
-        wall = time.perf_counter() - start
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        result["sweep_run"] = {"wall_s": wall, "chunk_sizes": info["chunk_sizes"], "budget_bytes": info["budget_bytes"],
-                               "peak_rss_bytes": peak}
-        print(f"engine.run sweep: {wall:.1f} s wall (incl. compile), chunk {info['chunk_sizes']}, "
-              f"peak RSS {peak / 2**30:.2f} GiB (budget {info['budget_bytes'] / 2**30:.2f} GiB)")
+        # In a fresh process, so that its peak resident memory is the sweep's alone.
+        out = subprocess.run([sys.executable, __file__, "--sweep-child", "--trials", str(args.trials)],
+                             capture_output=True, text=True, check=True)
+        run = json.loads(out.stdout.strip().splitlines()[-1])
+        result["sweep_run"] = run
+        print(f"engine.run sweep: {run['wall_s']:.1f} s wall (incl. compile), chunk {run['chunk_sizes']}, "
+              f"peak RSS {run['peak_rss_bytes'] / 2**30:.2f} GiB (budget {run['budget_bytes'] / 2**30:.2f} GiB)")
 
     agg_crn = result["aggregate (common random numbers)"]
     result["summary"] = [
