@@ -113,9 +113,10 @@ def make_trial(cfg: MallConfig):
         last = kmeans.partition(scene.points.T, weight, history[-1])
         loss = jnp.concatenate([losses[1:], kmeans.loss(scene.points, history[-1])[None]])
         assignments = jnp.concatenate([assignments[1:], last.index[None]])
-        ari = jax.vmap(
-            lambda a: kmeans.adjusted_rand_index(a, scene.labels, cfg.n_clusters, cfg.n_components)
-        )(assignments)
+        # lax.map, not vmap: a scatter batched over rounds and trials is ~2x slower on CPU.
+        ari = jax.lax.map(
+            lambda a: kmeans.adjusted_rand_index(a, scene.labels, cfg.n_clusters, cfg.n_components), assignments
+        )
         return {"loss": loss, "ari": ari}
 
     return trial
