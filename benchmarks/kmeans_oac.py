@@ -7,7 +7,9 @@ channel modes. jaxfed runs the experiment's trial through the engine's jitted ch
 
 - the NumPy reference: the same OAC k-means with the explicit channel, one trial at a time, a
   Python loop over rounds, ``np.add.at`` for the per-ED sums and the dense K × L fading and QPSK
-  matrices of ``benchmarks/oac_channel.py`` (timed on a few trials and scaled);
+  matrices of ``benchmarks/oac_channel.py``, with the experiment's two metrics per round (loss,
+  and the adjusted Rand index from an ``np.bincount`` contingency table) (timed on a few trials
+  and scaled);
 - the random-number limit of the explicit model: JAX drawing only one complex fading coefficient
   per (ED, value, digit) and one complex noise sample per resource, every round;
 - peak memory: the whole sweep once through ``jaxfed.engine.run`` (aggregate channel), whose chunk
@@ -53,15 +55,25 @@ def numpy_mall(rng, cfg):
         outside = np.any((points < 0) | (points > cfg.side), axis=1)
     col = np.minimum((points[:, 0] // (cfg.side / cfg.cols)).astype(int), cfg.cols - 1)
     row = np.minimum((points[:, 1] // (cfg.side / cfg.rows)).astype(int), cfg.rows - 1)
-    return points, col + cfg.cols * row
+    return points, col + cfg.cols * row, labels
+
+
+def numpy_ari(a, b, n_a, n_b):
+    """Adjusted Rand index of two labelings from their contingency table (np.bincount)."""
+    table = np.bincount(a * n_b + b, minlength=n_a * n_b).reshape(n_a, n_b).astype(float)
+    pairs = lambda x: x * (x - 1) / 2  # noqa: E731
+    index, rows, cols = pairs(table).sum(), pairs(table.sum(1)).sum(), pairs(table.sum(0)).sum()
+    expected = rows * cols / pairs(len(a))
+    return (index - expected) / (0.5 * (rows + cols) - expected)
 
 
 def numpy_trial(rng, cfg, snr_db):
-    """One trial of OAC federated k-means (explicit channel) with its per-round loss."""
-    points, owner = numpy_mall(rng, cfg)
+    """One trial of OAC federated k-means (explicit channel) with its per-round loss and adjusted
+    Rand index against the mixture labels (the experiment's two metrics)."""
+    points, owner, labels = numpy_mall(rng, cfg)
     c = points[rng.choice(cfg.n_points, cfg.n_clusters, replace=False)]
     k, n_c = cfg.n_devices, cfg.n_clusters
-    losses = np.empty(cfg.n_rounds)
+    losses, ari = np.empty(cfg.n_rounds), np.empty(cfg.n_rounds)
     for r in range(cfg.n_rounds):
         a = ((points[:, None, :] - c[None]) ** 2).sum(-1).argmin(1)
         counts = np.zeros((k, n_c))
@@ -82,7 +94,8 @@ def numpy_trial(rng, cfg, snr_db):
         a = ((points[:, None, :] - c[None]) ** 2).sum(-1).argmin(1)
         means = np.array([points[a == j].mean(0) if (a == j).any() else c[j] for j in range(n_c)])
         losses[r] = ((points - means[a]) ** 2).sum() / cfg.n_points
-    return losses
+        ari[r] = numpy_ari(a, labels, n_c, cfg.n_components)
+    return losses, ari
 
 
 def sweep_run(trials: int) -> dict:

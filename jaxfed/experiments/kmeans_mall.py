@@ -88,8 +88,13 @@ def make_trial(cfg: MallConfig):
         scene = scenarios.mall(k_scene, cfg.n_points, cfg.n_components, cfg.spread, cfg.side, cfg.rows, cfg.cols)
         owner = scenarios.iid_owner(k_split, cfg.n_points, cfg.n_devices) if point["iid"] else scene.owner
         init = scene.points[scenarios.random_subset(k_init, cfg.n_points, cfg.n_clusters)]
+        data = kmeans.flat_data(scene.points, owner)
+
+        def rand_index(part):  # inside each round: stacking the rounds' assignments costs as much
+            return kmeans.adjusted_rand_index(part.index, scene.labels, cfg.n_clusters, cfg.n_components)
+
         if point["method"] == "centralized":
-            history, losses, assignments = kmeans.lloyd_rounds(scene.points, init, cfg.n_rounds)
+            history, info = kmeans.lloyd_rounds(scene.points, init, cfg.n_rounds, observe=rand_index)
         else:
             settings = kmeans.Settings(
                 aggregation=point["method"],
@@ -104,19 +109,15 @@ def make_trial(cfg: MallConfig):
                 s_min=cfg.s_min,
                 sigma_c=cfg.sigma_c,
             )
-            data = kmeans.flat_data(scene.points, owner)
-            history, info = kmeans.federated_rounds(k_run, data, cfg.n_devices, init, cfg.n_rounds, settings)
-            losses, assignments = info.loss, info.assignment
+            history, info = kmeans.federated_rounds(
+                k_run, data, cfg.n_devices, init, cfg.n_rounds, settings, observe=rand_index
+            )
         # The rounds report on the centroids they start from; the metric after round n is about
         # the centroids it ends with, i.e. the next round's, and one more evaluation for the last.
-        weight = jnp.ones(cfg.n_points, scene.points.dtype)
-        last = kmeans.partition(scene.points.T, weight, history[-1])
-        loss = jnp.concatenate([losses[1:], kmeans.loss(scene.points, history[-1])[None]])
-        assignments = jnp.concatenate([assignments[1:], last.index[None]])
-        # lax.map, not vmap: a scatter batched over rounds and trials is ~2x slower on CPU.
-        ari = jax.lax.map(
-            lambda a: kmeans.adjusted_rand_index(a, scene.labels, cfg.n_clusters, cfg.n_components), assignments
-        )
+        weight = data.mask.astype(data.coords.dtype)
+        last = kmeans.partition(data.coords, weight, history[-1])
+        loss = jnp.concatenate([info.loss[1:], kmeans.partition_loss(last, weight)[None]])
+        ari = jnp.concatenate([info.observed[1:], rand_index(last)[None]])
         return {"loss": loss, "ari": ari}
 
     return trial
