@@ -50,3 +50,11 @@ def write_json(path: str, payload: dict) -> None:
     with open(path, "w") as f:
         json.dump(payload, f, indent=2)
     print(f"wrote {path}")
+
+
+def add_common_arguments(parser, name: str, repeats: int) -> None:
+    """The options every benchmark takes: --repeats, --quick (smoke-run sizes) and --out
+    (default ``benchmarks/results/<name>.json``)."""
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", f"{name}.json"))

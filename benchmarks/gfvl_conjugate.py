@@ -26,7 +26,7 @@ import numpy as np
 from scipy.special import digamma, gammaln
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import compile_time, machine, median_time, write_json  # noqa: E402
+from common import add_common_arguments, compile_time, machine, median_time, write_json  # noqa: E402
 
 from jaxfed import engine, graphs  # noqa: E402
 from jaxfed.experiments import gfvl_topologies  # noqa: E402
@@ -99,9 +99,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10_000)
     parser.add_argument("--loop-trials", type=int, default=30, help="trials per topology for reference (a)")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "gfvl_conjugate.json"))
+    add_common_arguments(parser, "gfvl_conjugate", repeats=5)
     args = parser.parse_args(argv)
     if args.quick:
         args.trials, args.loop_trials, args.repeats = 500, 3, 2

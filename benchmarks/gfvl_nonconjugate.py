@@ -31,7 +31,7 @@ from jax import lax
 from scipy.special import digamma, logsumexp, polygamma
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import compile_time, machine, median_time, write_json  # noqa: E402
+from common import add_common_arguments, compile_time, machine, median_time, write_json  # noqa: E402
 
 from jaxfed import engine, expfam, gfvl, gossip, graphs, likelihoods, natgrad, quadrature  # noqa: E402
 from jaxfed.experiments import gfvl_local_iters  # noqa: E402
@@ -211,9 +211,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--loop-trials", type=int, default=4, help="NumPy reference trials timed per repeat")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "gfvl_nonconjugate.json"))
+    add_common_arguments(parser, "gfvl_nonconjugate", repeats=5)
     args = parser.parse_args(argv)
     if args.quick:
         args.trials, args.loop_trials, args.repeats = 64, 1, 1

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import compile_time, machine, median_time, write_json  # noqa: E402
+from common import add_common_arguments, compile_time, machine, median_time, write_json  # noqa: E402
 from oac_channel import numpy_explicit  # noqa: E402
 
 from jaxfed import engine  # noqa: E402
@@ -116,10 +116,8 @@ def main(argv=None):
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--chunk", type=int, default=128, help="trials per timed chunk")
     parser.add_argument("--numpy-trials", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=3)
+    add_common_arguments(parser, "kmeans_oac", repeats=3)
     parser.add_argument("--skip-sweep", action="store_true", help="skip the full engine run (peak memory)")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "kmeans_oac.json"))
     parser.add_argument("--sweep-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.sweep_child:

@@ -25,14 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import statistics
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from common import add_common_arguments, machine, write_json
 
 from jaxfed.oac import balanced, channel
 
@@ -190,28 +189,22 @@ def check_reference(n_sums=400, n_dev=10, snr_db=0.0, seed=1):
 # --------------------------------------------------------------------------- main
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
+    add_common_arguments(parser, "oac_channel", repeats=3)
     parser.add_argument("--devices", type=int, nargs="+", default=[10, 100, 1000], help="K values")
     parser.add_argument("--trials", type=int, default=10_000, help="trials per SNR point in the batch")
-    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--seconds", type=float, default=5.0, help="seconds of chunks timed per repeat (0: the whole batch)"
     )
     parser.add_argument("--numpy-seconds", type=float, default=2.0, help="seconds of NumPy reference sums per repeat")
     parser.add_argument("--chunk-mib", type=int, default=32, help="working set per chunk (small chunks stay in cache)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "oac_channel.json"))
     args = parser.parse_args(argv)
     if args.quick:
         args.devices, args.trials, args.repeats = [10, 100], 64, 3
         args.seconds, args.numpy_seconds = 0.3, 0.2
 
-    device = jax.devices()[0]
     header = {
-        "device": f"{device.platform}: {device.device_kind}",
-        "cpu_count": os.cpu_count(),
-        "machine": platform.machine(),
-        "jax": jax.__version__,
+        "machine": machine(),
         "dtype": "float32 / complex64",
         "n_values": N_VALUES,
         "beta": BETA,
@@ -259,10 +252,7 @@ def main(argv=None):
                 "compile_s": row[kind].get("compile_s", float("nan")),
             })
     result = {**header, "results": rows, "summary": summary}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-    print("wrote", args.out)
+    write_json(args.out, result)
     return result
 
 

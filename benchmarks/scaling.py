@@ -21,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import compile_time, machine, median_time, write_json  # noqa: E402
+from common import add_common_arguments, compile_time, machine, median_time, write_json  # noqa: E402
 
 
 def device_child(n_devices: int, trials: int, repeats: int) -> dict:
@@ -40,9 +40,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-trials", type=int, default=1_000_000)
     parser.add_argument("--device-trials", type=int, default=20_000)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "scaling.json"))
+    add_common_arguments(parser, "scaling", repeats=3)
     parser.add_argument("--no-device-sweep", action="store_true", help="skip the 1/2/4 forced CPU devices sweep")
     parser.add_argument("--device-child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -302,12 +302,8 @@ def free_energy_gradient(
     return grad + alpha * jnp.einsum("...ij,...j->...i", family.fisher(eta), eta - cavity)
 
 
-def fisher_preconditioner(family: expfam.ExpFamily) -> optax.GradientTransformation:
-    """optax transformation: updates ← FIM(params)⁻¹ updates (params are natural parameters η).
-
-    Stateless; ``update`` requires ``params``. Put it first in a chain so that the scalings after it
-    (learning rate, schedules) act on the natural gradient.
-    """
+def _params_transformation(name: str, transform) -> optax.GradientTransformation:
+    """Stateless optax transformation updates ← transform(updates, params); ``params`` required."""
 
     def init_fn(params):
         del params
@@ -315,10 +311,21 @@ def fisher_preconditioner(family: expfam.ExpFamily) -> optax.GradientTransformat
 
     def update_fn(updates, state, params=None):
         if params is None:
-            raise ValueError("fisher_preconditioner needs params (the natural parameters η)")
-        return fisher_solve(family, params, updates), state
+            raise ValueError(f"{name} needs params (the natural parameters η)")
+        return transform(updates, params), state
 
     return optax.GradientTransformation(init_fn, update_fn)
+
+
+def fisher_preconditioner(family: expfam.ExpFamily) -> optax.GradientTransformation:
+    """optax transformation: updates ← FIM(params)⁻¹ updates (params are natural parameters η).
+
+    Stateless; ``update`` requires ``params``. Put it first in a chain so that the scalings after it
+    (learning rate, schedules) act on the natural gradient.
+    """
+    return _params_transformation(
+        "fisher_preconditioner", lambda updates, params: fisher_solve(family, params, updates)
+    )
 
 
 def keep_in_domain_updates(family: expfam.ExpFamily) -> optax.GradientTransformation:
@@ -327,17 +334,9 @@ def keep_in_domain_updates(family: expfam.ExpFamily) -> optax.GradientTransforma
     Put it last in a chain so that ``optax.apply_updates`` lands inside the domain (up to the
     rounding of params + (Π − params), one ulp of the floor).
     """
-
-    def init_fn(params):
-        del params
-        return optax.EmptyState()
-
-    def update_fn(updates, state, params=None):
-        if params is None:
-            raise ValueError("keep_in_domain_updates needs params (the natural parameters η)")
-        return keep_in_domain(family, params, params + updates) - params, state
-
-    return optax.GradientTransformation(init_fn, update_fn)
+    return _params_transformation(
+        "keep_in_domain_updates", lambda updates, params: keep_in_domain(family, params, params + updates) - params
+    )
 
 
 def natural_gradient_descent(family: expfam.ExpFamily, learning_rate) -> optax.GradientTransformation:
