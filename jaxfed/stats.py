@@ -16,6 +16,11 @@ error:
 - counts merge exactly (integer addition) across chunks, devices and processes; sums are
   accumulated in float64 strictly in trial order (``np.add.accumulate``), so the mean does not
   depend on how trials were chunked either.
+
+Verdicts on a paper's claims are paired comparisons across trials (:func:`paired_verdict`): the
+per-trial difference (or log-ratio) of two metrics computed on the same trials, a seeded
+percentile-bootstrap interval of its median or mean, an exact two-sided sign test, and a verdict
+"reproduced", "not reproduced" or "inconclusive" read from the interval.
 """
 
 from __future__ import annotations
@@ -26,6 +31,11 @@ import numpy as np
 
 __all__ = [
     "Band",
+    "Verdict",
+    "bootstrap_interval",
+    "sign_test",
+    "paired_verdict",
+    "verdict_table",
     "band",
     "Summary",
     "SummaryAccumulator",
@@ -178,3 +188,174 @@ def merge_point_groups(parts: list, n_points: int) -> Summary:
             out[rows] = getattr(summary, field)
         fields[field] = out
     return Summary(**fields)
+
+
+# --------------------------------------------------------------------------- verdicts
+REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
+_CLAIMS = ("greater", "less", "equal")
+_TRANSFORMS = ("difference", "log_ratio")
+_STATISTICS = ("median", "mean")
+
+
+class Verdict(NamedTuple):
+    """A paired comparison of two metrics over the same trials and what it says about a claim.
+
+    ``estimate``, ``lower`` and ``upper`` are on the scale the claim is stated in: a difference
+    a − b, or for ``transform="log_ratio"`` the ratio a / b (the interval of the log-ratio mapped
+    back by exp).
+    """
+
+    claim: str  # human-readable claim, e.g. "complete converges before star"
+    estimate: float  # statistic of the paired differences (or ratio)
+    lower: float  # bootstrap interval at ``level``
+    upper: float
+    level: float
+    p_value: float  # exact two-sided sign test of "median difference = 0" (ties dropped)
+    fraction_greater: float  # fraction of used pairs with a > b
+    n: int  # pairs used (both values finite)
+    n_dropped: int  # pairs dropped because a value was NaN or infinite
+    verdict: str  # "reproduced" | "not reproduced" | "inconclusive"
+
+    def interval_text(self, fmt: str = "{:.3g}") -> str:
+        return f"{fmt.format(self.estimate)} [{fmt.format(self.lower)}, {fmt.format(self.upper)}]"
+
+
+def bootstrap_interval(values, statistic: str = "median", level: float = 0.95, n_boot: int = 2000, seed: int = 0):
+    """Percentile-bootstrap interval of ``statistic`` over the last axis, vectorised over the rest.
+
+    Resamples the last axis with replacement ``n_boot`` times (the same resampling indices for every
+    leading index, from ``numpy.random.default_rng(seed)``, so the result is reproducible) and returns
+    ``(estimate, lower, upper)`` with the (1 ∓ level)/2 quantiles of the resampled statistic.
+    """
+    _check_choice("statistic", statistic, _STATISTICS)
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if int(n_boot) < 1:
+        raise ValueError(f"n_boot must be a positive integer, got {n_boot}")
+    x = np.asarray(values, np.float64)
+    n = x.shape[-1]
+    if n == 0:
+        raise ValueError("bootstrap_interval needs at least one value")
+    reduce = np.median if statistic == "median" else np.mean
+    rng = np.random.default_rng(seed)
+    estimate = reduce(x, axis=-1)
+    # Resample in slabs so memory stays at ~32 MB whatever n_boot and n.
+    slab = max(1, int(4_000_000 // max(n * max(x[..., 0].size, 1), 1)))
+    boots = []
+    for start in range(0, int(n_boot), slab):
+        idx = rng.integers(0, n, size=(min(slab, int(n_boot) - start), n))
+        boots.append(reduce(x[..., idx], axis=-1))  # (..., slab)
+    boots = np.concatenate(boots, axis=-1)
+    lower, upper = np.quantile(boots, [(1 - level) / 2, (1 + level) / 2], axis=-1)
+    return estimate, lower, upper
+
+
+def sign_test(differences) -> float:
+    """Exact two-sided sign test p-value of "positive and negative differences are equally likely".
+
+    Zeros are dropped; p = min(1, 2·P[Bin(n, 1/2) <= min(n₊, n₋)]). 1.0 when nothing is left.
+    """
+    d = np.asarray(differences, np.float64).ravel()
+    n_pos, n_neg = int((d > 0).sum()), int((d < 0).sum())
+    n = n_pos + n_neg
+    if n == 0:
+        return 1.0
+    k = min(n_pos, n_neg)
+    # log of the Bin(n, 1/2) pmf at 0..k, summed stably.
+    j = np.arange(k + 1)
+    log_pmf = _log_comb(n, j) - n * np.log(2.0)
+    top = log_pmf.max()
+    return float(min(1.0, 2.0 * np.exp(top) * np.exp(log_pmf - top).sum()))
+
+
+def _log_comb(n: int, k: np.ndarray) -> np.ndarray:
+    from math import lgamma
+
+    return np.array([lgamma(n + 1) - lgamma(int(i) + 1) - lgamma(n - int(i) + 1) for i in k])
+
+
+def paired_verdict(
+    a,
+    b,
+    claim: str,
+    expect: str = "greater",
+    transform: str = "difference",
+    statistic: str = "median",
+    margin: float = 0.0,
+    level: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> Verdict:
+    """Verdict on a claim about two metrics measured on the same trials (pair i = trial i).
+
+    With d_i = a_i − b_i (``transform="difference"``) or d_i = log(a_i / b_i) (``"log_ratio"``,
+    both positive), the bootstrap interval [lo, hi] of the median (or mean) of d at ``level``
+    decides:
+
+    - ``expect="greater"`` (claim a > b): reproduced if lo > margin, not reproduced if hi <= margin
+      (the effect is absent or reversed), else inconclusive;
+    - ``expect="less"`` (claim a < b): mirror image, with −margin;
+    - ``expect="equal"`` (claim |a − b| <= margin, margin > 0): reproduced if the interval lies inside
+      [−margin, margin], not reproduced if it lies entirely outside, else inconclusive.
+
+    For ``"log_ratio"`` the margin is on the log scale (a 5% ratio margin is log(1.05)) and the
+    reported estimate and interval are ratios. Pairs with a non-finite value are dropped and
+    counted in ``n_dropped``; with no pair left the verdict is inconclusive.
+    """
+    _check_choice("expect", expect, _CLAIMS)
+    _check_choice("transform", transform, _TRANSFORMS)
+    if not np.isfinite(margin) or margin < 0:
+        raise ValueError(f"margin must be finite and >= 0, got {margin}")
+    if expect == "equal" and margin <= 0:
+        raise ValueError(f"expect='equal' needs a margin > 0, got {margin}")
+    a = np.asarray(a, np.float64).ravel()
+    b = np.asarray(b, np.float64).ravel()
+    if a.shape != b.shape:
+        raise ValueError(f"paired_verdict needs a and b of one length, got {a.size} and {b.size}")
+    ok = np.isfinite(a) & np.isfinite(b)
+    if transform == "log_ratio":
+        if np.any((a[ok] <= 0) | (b[ok] <= 0)):
+            raise ValueError("transform='log_ratio' needs positive values in a and b")
+        d = np.log(a[ok]) - np.log(b[ok])
+    else:
+        d = a[ok] - b[ok]
+    n, dropped = int(d.size), int(a.size - d.size)
+    if n == 0:
+        nan = float("nan")
+        return Verdict(claim, nan, nan, nan, level, 1.0, nan, 0, dropped, INCONCLUSIVE)
+    est, lo, hi = (float(v) for v in bootstrap_interval(d, statistic, level, n_boot, seed))
+    if expect == "greater":
+        verdict = REPRODUCED if lo > margin else NOT_REPRODUCED if hi <= margin else INCONCLUSIVE
+    elif expect == "less":
+        verdict = REPRODUCED if hi < -margin else NOT_REPRODUCED if lo >= -margin else INCONCLUSIVE
+    else:
+        inside = -margin <= lo and hi <= margin
+        outside = lo > margin or hi < -margin
+        verdict = REPRODUCED if inside else NOT_REPRODUCED if outside else INCONCLUSIVE
+    if transform == "log_ratio":
+        est, lo, hi = np.exp(est), np.exp(lo), np.exp(hi)
+    frac = float((d > 0).mean())
+    return Verdict(claim, float(est), float(lo), float(hi), level, sign_test(d), frac, n, dropped, verdict)
+
+
+def verdict_table(verdicts: list, what: str = "paired statistic", fmt: str = "{:.3g}") -> str:
+    """Markdown table of verdicts: claim, statistic with interval, sign-test p, pairs, verdict."""
+    if not verdicts:
+        return ""
+    level = verdicts[0].level
+    rows = [
+        f"| claim | {what} [{level:.0%} interval] | a > b in | sign-test p | pairs | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for v in verdicts:
+        dropped = f" ({v.n_dropped} dropped)" if v.n_dropped else ""
+        rows.append(
+            f"| {v.claim} | {v.interval_text(fmt)} | {v.fraction_greater:.0%} | {v.p_value:.2g} | "
+            f"{v.n}{dropped} | **{v.verdict}** |"
+        )
+    return "\n".join(rows)
+
+
+def _check_choice(name: str, value, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")

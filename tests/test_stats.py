@@ -1,0 +1,106 @@
+"""Verdict helper: paired bootstrap interval, sign test, verdicts; and the streaming summaries."""
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from jaxfed import stats
+
+
+def test_sign_test_matches_scipy_binomtest():
+    rng = np.random.default_rng(0)
+    for n, shift in [(7, 0.0), (40, 0.3), (301, -0.1), (1000, 0.05)]:
+        d = rng.normal(shift, 1.0, n)
+        d[:3] = 0.0  # ties are dropped
+        n_pos, n_neg = int((d > 0).sum()), int((d < 0).sum())
+        expected = sps.binomtest(n_pos, n_pos + n_neg, 0.5).pvalue
+        assert stats.sign_test(d) == pytest.approx(expected, rel=1e-9)
+    assert stats.sign_test(np.zeros(5)) == 1.0
+
+
+def test_bootstrap_interval_is_seeded_vectorised_and_covers():
+    rng = np.random.default_rng(1)
+    x = rng.normal(2.0, 1.0, (3, 400))
+    est, lo, hi = stats.bootstrap_interval(x, "mean", level=0.95, n_boot=1000, seed=3)
+    assert est.shape == lo.shape == hi.shape == (3,)
+    np.testing.assert_allclose(est, x.mean(-1))
+    assert np.all(lo < est) and np.all(est < hi)
+    # Width close to the normal theory 2 * 1.96 * sd / sqrt(n).
+    np.testing.assert_allclose(hi - lo, 2 * 1.96 * x.std(-1) / 20, rtol=0.15)
+    again = stats.bootstrap_interval(x, "mean", level=0.95, n_boot=1000, seed=3)
+    np.testing.assert_array_equal(lo, again[1])
+    # Each row alone gives the same interval as in the batch (same resampling indices).
+    single = stats.bootstrap_interval(x[1], "mean", level=0.95, n_boot=1000, seed=3)
+    assert single[1] == pytest.approx(lo[1]) and single[2] == pytest.approx(hi[1])
+
+
+def test_verdict_inconclusive_on_identical_distributions():
+    rng = np.random.default_rng(2)
+    inconclusive = 0
+    for seed in range(20):
+        a, b = rng.exponential(1.0, (2, 300))
+        v = stats.paired_verdict(a, b, "a > b", expect="greater", seed=seed)
+        inconclusive += v.verdict == stats.INCONCLUSIVE
+    # A 95% interval excludes 0 about 1 time in 20 in either direction.
+    assert inconclusive >= 16
+
+
+def test_verdict_reproduced_on_clear_shift_and_not_reproduced_when_reversed():
+    rng = np.random.default_rng(3)
+    base = rng.exponential(1.0, 500)
+    a = base * 1.2 * np.exp(rng.normal(0, 0.05, 500))
+    v = stats.paired_verdict(a, base, "a > b", expect="greater", transform="log_ratio")
+    assert v.verdict == stats.REPRODUCED and 1.15 < v.estimate < 1.25 and v.lower > 1.0
+    assert v.fraction_greater > 0.9 and v.p_value < 1e-10
+    assert stats.paired_verdict(base, a, "b > a", expect="greater").verdict == stats.NOT_REPRODUCED
+    assert stats.paired_verdict(base, a, "b < a", expect="less").verdict == stats.REPRODUCED
+
+
+def test_verdict_equivalence_with_margin():
+    rng = np.random.default_rng(4)
+    a = rng.normal(0, 1, 400)
+    close = a + rng.normal(0.01, 0.01, 400)
+    far = a + 1.0
+    assert stats.paired_verdict(close, a, "≈", expect="equal", margin=0.1).verdict == stats.REPRODUCED
+    assert stats.paired_verdict(far, a, "≈", expect="equal", margin=0.1).verdict == stats.NOT_REPRODUCED
+    noisy = a + rng.normal(0.1, 1.0, 400)
+    assert stats.paired_verdict(noisy, a, "≈", expect="equal", margin=0.1).verdict == stats.INCONCLUSIVE
+
+
+def test_verdict_drops_non_finite_pairs_and_handles_none_left():
+    a = np.array([1.0, np.nan, 3.0, np.inf, 5.0] * 20)
+    b = np.zeros(100)
+    v = stats.paired_verdict(a, b, "a > b")
+    assert v.n == 60 and v.n_dropped == 40 and v.verdict == stats.REPRODUCED
+    empty = stats.paired_verdict([np.nan], [1.0], "a > b")
+    assert empty.verdict == stats.INCONCLUSIVE and empty.n == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"expect": "bigger"}, "expect must be one of"),
+        ({"transform": "ratio"}, "transform must be one of"),
+        ({"statistic": "mode"}, "statistic must be one of"),
+        ({"expect": "equal"}, "needs a margin > 0"),
+        ({"margin": float("inf")}, "margin must be finite"),
+        ({"level": 1.5}, "level must be in"),
+    ],
+)
+def test_verdict_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        stats.paired_verdict(np.ones(5), np.ones(5), "c", **kwargs)
+
+
+def test_verdict_bad_inputs():
+    with pytest.raises(ValueError, match="one length"):
+        stats.paired_verdict(np.ones(5), np.ones(4), "c")
+    with pytest.raises(ValueError, match="positive values"):
+        stats.paired_verdict(np.ones(5), -np.ones(5), "c", transform="log_ratio")
+
+
+def test_verdict_table_lists_each_claim():
+    v = stats.paired_verdict(np.arange(1.0, 51), np.zeros(50), "grows")
+    table = stats.verdict_table([v], what="a − b")
+    assert "| grows |" in table and "**reproduced**" in table and "a − b" in table
+    assert stats.verdict_table([]) == ""
