@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
 
-matplotlib.use("Agg")  # files only; no display is assumed
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from jaxfed.stats import band  # noqa: E402
+from jaxfed.stats import band
 
 __all__ = ["band_plot", "save"]
 
