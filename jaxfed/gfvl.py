@@ -241,13 +241,16 @@ def conjugate_kl_trajectory(
     """KL(q^(i) ‖ p(θ|D)) after each slot of conjugate G-FVL, without running the slots.
 
     In the conjugate case λ_k = s_k/α from agent k's first visit on and repeat visits change
-    nothing (SPEC A4), so q^(i) depends only on how many agents have been visited by slot i:
-    η after m first visits is η_0 + Σ_{first m visited} s_k/α. This evaluates the K distinct
-    non-zero KL values and indexes them by the visit count of each slot: O(K) divergences per
-    trial instead of O(n_slots). The target is η after all K visits (the exact posterior
-    η_0 + Σ_k s_k/α summed in visit order), so the KL is exactly 0 once every agent is visited.
-    It equals running :func:`learn` with :func:`conjugate_solver` and taking the KL of every
-    slot (tests/test_gfvl.py checks this).
+    nothing (the paper's eqs. (13)–(14)), so q^(i) depends only on which agents have been visited by slot i:
+    η after m first visits is η_m = η_0 + Σ_{j<=m} s_{π_j}/α, where π orders the K agents by
+    first-visit slot (agents never visited within the schedule last, by index). This evaluates the
+    K distinct non-zero values KL(η_m ‖ η_K), m = 0..K−1, and indexes them by the visit count of
+    each slot: O(K) divergences per trial instead of O(n_slots). Because π is a permutation of
+    all K agents, the target η_K is the posterior given *every* agent's data, η_0 + Σ_k s_k/α,
+    whether or not the walk has covered the graph; it is summed in visit order, so the KL is
+    exactly 0 from the covering slot on. It equals running :func:`learn` with
+    :func:`conjugate_solver` and taking the KL of every slot to :func:`posterior_eta`
+    (tests/test_gfvl_differential.py checks this, in float64, on walks that do not cover).
 
     Args:
         family: the prior's exponential family.
@@ -261,17 +264,22 @@ def conjugate_kl_trajectory(
     Returns:
         (n_slots,) KL(q^(i) ‖ p(θ|D)), i = 1..n_slots.
     """
-    n_agents = agent_stats.shape[0]
+    n_agents, n_slots = agent_stats.shape[0], schedule.shape[0]
     if n_visited is None:
         first = gossip.first_visit_slots(schedule, n_agents)
-        slots = jnp.arange(schedule.shape[0], dtype=first.dtype)
+        slots = jnp.arange(n_slots, dtype=first.dtype)
         n_visited = jnp.sum(first[None, :] <= slots[:, None], axis=1)
-    # The m-th distinct agent is the one scheduled where the count first reaches m.
-    where_new = jnp.searchsorted(n_visited, jnp.arange(1, n_agents + 1), side="left")
-    order = schedule[jnp.minimum(where_new, schedule.shape[0] - 1)]
+    else:
+        # The m-th distinct agent is the one scheduled where the count first reaches m; counts never
+        # reached give n_slots, whose scatter is dropped, so unvisited agents keep first = n_slots.
+        where_new = jnp.searchsorted(n_visited, jnp.arange(1, n_agents + 1), side="left").astype(jnp.int32)
+        reached = where_new < n_slots
+        agents = jnp.where(reached, schedule[jnp.minimum(where_new, n_slots - 1)], n_agents)
+        first = jnp.full((n_agents,), n_slots, jnp.int32).at[agents].set(where_new, mode="drop")
+    order = jnp.argsort(first, stable=True)  # a permutation: visited agents by first visit, then the rest
     after_m_visits = prior_eta + jnp.concatenate(
         [jnp.zeros_like(prior_eta)[None], jnp.cumsum(agent_stats[order] / alpha, axis=0)]
-    )  # (K + 1, P); rows past the last count reached are never indexed
+    )  # (K + 1, P); row K is the posterior given every agent's data
     kl_before_all = expfam.kl(family, after_m_visits[:-1], after_m_visits[-1])
     kl_after_m = jnp.concatenate([kl_before_all, jnp.zeros((1,), kl_before_all.dtype)])
     return kl_after_m[n_visited]

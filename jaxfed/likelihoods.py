@@ -22,6 +22,7 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxfed import numerics
 
@@ -62,11 +63,29 @@ class PaddedData(NamedTuple):
     weight: jax.Array  # (…, N_max) weight w_n of each point in L_k (0 for padding)
 
 
-def loss_weight(normalisation: str, n_points) -> float:
-    """Weight w_n of each point in L_k: 1 for ``"sum"`` (SPEC A1), 1/N_k for ``"mean"``."""
+def loss_weight(normalisation: str, n_points):
+    """Weight w_n of each point in L_k: 1 for ``"sum"`` (SPEC A1), 1/N_k for ``"mean"``.
+
+    An agent with N_k = 0 holds no data and contributes nothing to the loss whatever the weight; its
+    weight is 0 under the mean (rather than 1/0, which would turn its zero counts into NaN).
+
+    Args:
+        normalisation: "sum" or "mean".
+        n_points: N_k, a number (a float is returned) or an array of per-agent counts (an array of
+            weights is returned), >= 0.
+    """
     if normalisation not in LOSS_NORMALISATIONS:
         raise ValueError(f"loss_normalisation must be one of {LOSS_NORMALISATIONS}, got {normalisation!r}")
-    return 1.0 if normalisation == "sum" else 1.0 / n_points
+    if isinstance(n_points, (int, float, np.integer, np.floating)):
+        if not n_points >= 0:
+            raise ValueError(f"n_points must be >= 0, got {n_points!r}")
+        if normalisation == "sum":
+            return 1.0
+        return 1.0 / n_points if n_points > 0 else 0.0
+    n = jnp.asarray(n_points, dtype=float)
+    if normalisation == "sum":
+        return jnp.ones_like(n)
+    return jnp.where(n > 0, 1.0 / jnp.where(n > 0, n, 1.0), 0.0)
 
 
 def bernoulli_beta_stats(n_ones: jax.Array, n_total) -> jax.Array:
