@@ -54,6 +54,7 @@ class GFVLState(NamedTuple):
 
     eta: jax.Array  # (P,) natural parameter of the global q; travels with the token
     lam: jax.Array  # (K, P) approximate-likelihood factors λ_k; λ_k stays at agent k
+    slot: jax.Array  # () int32 slots taken so far (i − 1 during slot i): indexes a learning-rate schedule ρ_i
 
 
 LocalSolver = Callable[[jax.Array, jax.Array, GFVLState], jax.Array]
@@ -63,15 +64,16 @@ The cavity is ``state.eta - state.lam[agent]``."""
 
 
 def init(prior_eta: jax.Array, n_agents: int) -> GFVLState:
-    """q^(0) = p_0: η = η_0 and every λ_k = 0."""
+    """q^(0) = p_0: η = η_0, every λ_k = 0, no slot taken."""
     prior_eta = jnp.asarray(prior_eta)
-    return GFVLState(eta=prior_eta, lam=jnp.zeros((n_agents,) + prior_eta.shape, prior_eta.dtype))
+    lam = jnp.zeros((n_agents,) + prior_eta.shape, prior_eta.dtype)
+    return GFVLState(eta=prior_eta, lam=lam, slot=jnp.zeros((), jnp.int32))
 
 
 def step(key: jax.Array, state: GFVLState, agent: jax.Array, solve: LocalSolver) -> GFVLState:
     """One slot of G-FVL for the scheduled ``agent`` (SPEC A3): η ← η + Δ, λ_k ← λ_k + Δ."""
     delta = solve(key, agent, state)
-    return GFVLState(eta=state.eta + delta, lam=state.lam.at[agent].add(delta))
+    return GFVLState(eta=state.eta + delta, lam=state.lam.at[agent].add(delta), slot=state.slot + 1)
 
 
 def learn(key: jax.Array, state: GFVLState, schedule: jax.Array, solve: LocalSolver):
@@ -131,7 +133,9 @@ def natgrad_solver(
         likelihood: the observation model (:mod:`jaxfed.likelihoods`).
         agent_data: every agent's data summary, leading axis K (e.g. weighted counts (K, 2)).
         alpha: temperature α > 0 (may be traced).
-        rho: learning rate ρ > 0 (may be traced).
+        rho: learning rate ρ > 0 (may be traced), or a schedule ρ_i (an optax schedule, any
+            ``count -> ρ``; see :func:`jaxfed.natgrad.rho_schedule`) evaluated at the number of slots
+            taken before this one (``state.slot``), so slot i uses ``rho(i − 1)`` for all its L iterations.
         n_iters: local iterations L per scheduled slot (static), >= 1.
         n_samples: REINFORCE samples S per iteration (static), >= 1 (>= 2 for "leave-one-out").
         baseline: "constant" (value ``c``; the document uses c = 0) or "leave-one-out".
@@ -141,19 +145,21 @@ def natgrad_solver(
     natgrad.check_count("n_samples", n_samples, 2 if baseline == "leave-one-out" else 1)
     if baseline not in natgrad.BASELINES:
         raise ValueError(f"baseline must be one of {natgrad.BASELINES}, got {baseline!r}")
-    natgrad.check_positive("rho", rho)
+    if not callable(rho):
+        natgrad.check_positive("rho", rho)
     natgrad.check_positive("alpha", alpha)
 
     def solve(key, agent, state):
         data = likelihoods.agent_data(agent_data, agent)
         cavity = state.eta - state.lam[agent]
+        rate = rho(state.slot) if callable(rho) else rho
 
         def loss(theta):
             return likelihood.loss(data, theta)
 
         def iteration(l, eta):
             grad = natgrad.reinforce_gradient(jax.random.fold_in(key, l), family, eta, loss, n_samples, baseline, c)
-            return natgrad.natural_gradient_step(family, eta, grad, cavity, rho, alpha)
+            return natgrad.natural_gradient_step(family, eta, grad, cavity, rate, alpha)
 
         return lax.fori_loop(0, n_iters, iteration, state.eta) - state.eta
 
@@ -166,7 +172,7 @@ def forget(state: GFVLState, agent) -> GFVLState:
     In the conjugate case the result is exactly the posterior given D_{−u} (once every other agent
     has been visited); otherwise a warm start for G-FVL on the remaining agents.
     """
-    return GFVLState(eta=state.eta - state.lam[agent], lam=state.lam.at[agent].set(0.0))
+    return state._replace(eta=state.eta - state.lam[agent], lam=state.lam.at[agent].set(0.0))
 
 
 def unlearning_step(key: jax.Array, state: GFVLState, agent, solve: LocalSolver, forget_agent) -> GFVLState:
@@ -178,7 +184,7 @@ def unlearning_step(key: jax.Array, state: GFVLState, agent, solve: LocalSolver,
     """
     return lax.cond(
         agent == forget_agent,
-        lambda: forget(state, forget_agent),
+        lambda: forget(state, forget_agent)._replace(slot=state.slot + 1),
         lambda: step(key, state, agent, solve),
     )
 

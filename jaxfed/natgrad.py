@@ -54,6 +54,8 @@ __all__ = [
     "natural_gradient_descent",
     "check_positive",
     "check_count",
+    "RHO_SCHEDULES",
+    "rho_schedule",
 ]
 
 BASELINES = ("constant", "leave-one-out")
@@ -289,6 +291,42 @@ def natural_gradient_step(
     """
     direction = fisher_solve(family, eta, grad) + alpha * (eta - cavity)
     return keep_in_domain(family, eta, eta - rho * direction)
+
+
+# --------------------------------------------------------------------------- learning-rate schedules
+RHO_SCHEDULES = ("constant", "cosine", "inverse:<t0>")
+"""Named forms of :func:`rho_schedule` (for configs and the command line)."""
+
+
+def rho_schedule(spec: str, rho: float, n_slots: int):
+    """A learning-rate schedule ρ_i from a name, as an optax schedule ``count -> ρ`` (count = i − 1):
+
+    - ``"constant"``: ρ_i = ρ (returned as the float ρ, the fixed-rate path);
+    - ``"cosine"``: ``optax.cosine_decay_schedule(ρ, n_slots)``, ρ_i = ρ (1 + cos(π (i−1)/n_slots))/2,
+      from ρ down to 0 at the last slot;
+    - ``"inverse:<t0>"``: ρ_i = ρ t0/(t0 + i − 1), a Robbins–Monro decay (Σ ρ_i = ∞, Σ ρ_i² < ∞) that
+      halves the rate after t0 slots; t0 > 0.
+
+    Raises:
+        ValueError naming the parameter, the value and the allowed forms.
+    """
+    allowed = f"one of {', '.join(RHO_SCHEDULES)} (t0 > 0)"
+    if spec == "constant":
+        return rho
+    if spec == "cosine":
+        return optax.cosine_decay_schedule(rho, max(int(n_slots), 1))
+    head, _, tail = str(spec).partition(":")
+    try:
+        t0 = float(tail) if head == "inverse" else float("nan")
+    except ValueError:
+        t0 = float("nan")
+    if not (math.isfinite(t0) and t0 > 0):
+        raise ValueError(f"rho_schedule must be {allowed}, got {spec!r}")
+
+    def inverse(count):
+        return rho * t0 / (t0 + count)
+
+    return inverse
 
 
 # --------------------------------------------------------------------------- optax

@@ -10,11 +10,16 @@ import numpy as np  # noqa: E402
 
 from jaxfed.stats import band  # noqa: E402
 
-__all__ = ["band_plot", "save"]
+__all__ = ["band_plot", "exact_fraction_plot", "save"]
 
 
-def band_plot(ax, x, values, labels, mass: float = 0.75, log_y: bool = False, floor: float | None = None):
+def band_plot(ax, x, values, labels, mass: float = 0.75, log_y: bool = False):
     """Draws median and central ``mass`` band of a metric over trials for each point.
+
+    On a log axis, values that are exactly 0 (e.g. a KL once the posterior is exact) cannot be drawn:
+    the median and the band edges are left out where they are 0 (no cliff down to an arbitrary floor),
+    and a downward triangle marks the first x from which the median is 0; pair it with
+    :func:`exact_fraction_plot` to show how many trials are exact.
 
     Args:
         ax: matplotlib axes.
@@ -23,26 +28,42 @@ def band_plot(ax, x, values, labels, mass: float = 0.75, log_y: bool = False, fl
         labels: legend label per point.
         mass: band mass (0.75: 12.5%–87.5% quantiles).
         log_y: logarithmic y axis.
-        floor: values below are drawn at ``floor`` (e.g. exact zeros on a log axis); stated in the
-            legend title.
     """
     b = band(values, mass)
+    x = np.asarray(x)
+    positive = b.upper[b.upper > 0]
+    # Where a band's lower edge is 0 it runs to the bottom of the axis, a decade below the data.
+    bottom = positive.min() / 10 if log_y and positive.size else None
     for i, label in enumerate(labels):
         med, lo, hi = b.median[i], b.lower[i], b.upper[i]
-        if floor is not None:
-            med, lo, hi = (np.maximum(v, floor) for v in (med, lo, hi))
+        if log_y:
+            med, hi = np.where(med > 0, med, np.nan), np.where(hi > 0, hi, np.nan)
+            lo = np.where(lo > 0, lo, bottom)
         (line,) = ax.plot(x, med, label=label, lw=1.6)
         ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
+        zero = np.flatnonzero(b.median[i] == 0)
+        if log_y and zero.size and zero[0] > 0 and np.all(b.median[i][zero[0] :] == 0):
+            ax.plot([x[zero[0]]], [b.median[i][zero[0] - 1]], marker="v", ms=7, color=line.get_color(), ls="none")
+    if bottom is not None:
+        ax.set_ylim(bottom=bottom)
+    title = f"median, {round(100 * mass)}% band"
     if log_y:
         ax.set_yscale("log")
-        if floor is not None:
-            ax.set_ylim(bottom=floor / 2)
-    title = f"median, {round(100 * mass)}% band"
-    if floor is not None:
-        title += f" (values < {floor:g} drawn at {floor:g})"
+        if np.any(b.median == 0):
+            title += "\n▼ median exactly 0 from here on"
     ax.legend(title=title, fontsize=8, title_fontsize=8, loc="upper right")
     ax.grid(True, which="both", alpha=0.25)
     return b
+
+
+def exact_fraction_plot(ax, x, values, labels) -> None:
+    """Fraction of trials whose value is exactly 0 at each x (raw values (n_points, n_trials, n_x))."""
+    fraction = np.mean(np.asarray(values) == 0, axis=1)
+    for i, label in enumerate(labels):
+        ax.plot(x, fraction[i], label=label, lw=1.4)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylabel("fraction of trials exact (KL = 0)", fontsize=8)
+    ax.grid(True, alpha=0.25)
 
 
 def save(fig, path: str) -> None:

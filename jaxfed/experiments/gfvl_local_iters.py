@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, quadrature, scenarios, stats
+from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, natgrad, plotting, quadrature, scenarios, stats
 from jaxfed.experiments.base import Experiment, Sweep, band_table, check, check_bernoulli_setting, check_natgrad_setting
 
 NAME = "gfvl-local-iters"
@@ -52,10 +52,19 @@ class Config:
     local_iters: tuple[int, ...] = (1, 5, 10, 20)  # L, one point each
     total_iters: int = 2000  # local iterations in all (L × number of slots), the same for every L
     record_every: int = 20  # KL recorded every this many local iterations; a multiple of every L
+    rho_schedule: str = "constant"  # ρ_i by slot: "constant", "cosine" or "inverse:<t0>" (natgrad.rho_schedule)
+    preset: str = "default"  # the settings the fields above started from: "default" or "paper" (PRESETS)
+
+    PRESETS = {
+        "default": dict(loss_normalisation="mean", rho=5e-3, n_samples=30, baseline="constant", c=0.0, rho_schedule="constant"),
+        "paper": dict(loss_normalisation="mean", rho=5e-3, n_samples=30, baseline="constant", c=0.0, rho_schedule="constant"),
+    }
 
     def __post_init__(self):
         check_bernoulli_setting(self)
         check_natgrad_setting(self)
+        check("preset", self.preset, self.preset in self.PRESETS, f"one of {', '.join(self.PRESETS)}")
+        natgrad.rho_schedule(self.rho_schedule, self.rho, 1)
         check("local_iters", self.local_iters, len(self.local_iters) >= 1, "a non-empty list")
         for n_iters in self.local_iters:
             check("local_iters", n_iters, n_iters >= 1, "integers >= 1")
@@ -91,9 +100,8 @@ def make_trial(cfg: Config):
         key_data, key_schedule, key_learn = jax.random.split(key, 3)
         data = noisy_data(key_data, cfg)
         schedule = gossip.mh_schedule(key_schedule, adjacency, n_slots)
-        solve = gfvl.natgrad_solver(
-            expfam.BETA, lik, data, cfg.alpha, cfg.rho, n_iters, cfg.n_samples, cfg.baseline, cfg.c
-        )
+        rho = natgrad.rho_schedule(cfg.rho_schedule, cfg.rho, n_slots)
+        solve = gfvl.natgrad_solver(expfam.BETA, lik, data, cfg.alpha, rho, n_iters, cfg.n_samples, cfg.baseline, cfg.c)
         _, etas = gfvl.learn(key_learn, gfvl.init(prior, cfg.n_agents), schedule, solve)
         pooled = lik.pool(data)
 
