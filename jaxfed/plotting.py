@@ -56,13 +56,15 @@ def band_plot(ax, x, values, labels, mass: float = 0.75, log_y: bool = False):
     return b
 
 
-def exact_fraction_plot(ax, x, values, labels) -> None:
-    """Fraction of trials whose value is exactly 0 at each x (raw values (n_points, n_trials, n_x))."""
-    fraction = np.mean(np.asarray(values) == 0, axis=1)
+def exact_fraction_plot(ax, x, values, labels, tol: float = 0.0) -> None:
+    """Fraction of trials whose value is <= ``tol`` (exactly 0 by default) at each x, from raw values
+    (n_points, n_trials, n_x)."""
+    fraction = np.mean(np.asarray(values) <= tol, axis=1)
     for i, label in enumerate(labels):
         ax.plot(x, fraction[i], label=label, lw=1.4)
     ax.set_ylim(-0.02, 1.02)
-    ax.set_ylabel("fraction of trials exact (KL = 0)", fontsize=8)
+    what = "KL = 0" if tol == 0 else f"KL ≤ {tol:g}"
+    ax.set_ylabel(f"fraction of trials\nexact ({what})", fontsize=8)
     ax.grid(True, alpha=0.25)
 
 

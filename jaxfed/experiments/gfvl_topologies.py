@@ -147,7 +147,7 @@ def report(cfg: Config, labels, results) -> str:
         f"Median KL(q^(i) ‖ target) [75% band] by slot:\n\n{table}",
     ]
     if isinstance(results["kl"], stats.Summary):
-        text.append("\nPaired verdicts need the raw trials (run with `--keep raw`).")
+        text.append("\n**Reading.** Paired verdicts need the raw trials (run with `--keep raw`).")
         return "\n".join(text) + "\n"
     kl = np.asarray(results["kl"])
     exact = first_slot_at_or_below(kl, 0.0)  # the cover time: KL = 0 once every agent is visited
@@ -187,8 +187,7 @@ def report(cfg: Config, labels, results) -> str:
         claim = [v for v in paired if v.claim.startswith(f"KL <= {THRESHOLD:g}: complete before star")]
         if claim:
             reading.append(f"Paper's claim (complete converges faster than star): **{claim[0].verdict}**.")
-    if reading:
-        text += ["", "**Reading.** " + " ".join(reading)]
+    text += ["", "**Reading.** " + (" ".join(reading) or "The paper's claims concern the complete and star graphs.")]
     return "\n".join(text) + "\n"
 
 
