@@ -64,7 +64,7 @@ class PaddedData(NamedTuple):
 
 
 def loss_weight(normalisation: str, n_points):
-    """Weight w_n of each point in L_k: 1 for ``"sum"`` (SPEC A1), 1/N_k for ``"mean"``.
+    """Weight w_n of each point in L_k: 1 for ``"sum"`` (α = 1 then gives the Bayesian posterior), 1/N_k for ``"mean"``.
 
     An agent with N_k = 0 holds no data and contributes nothing to the loss whatever the weight; its
     weight is 0 under the mean (rather than 1/0, which would turn its zero counts into NaN).

@@ -51,6 +51,8 @@ def band_plot(ax, x, values, labels, mass: float = 0.75, log_y: bool = False):
         ax.set_yscale("log")
         if np.any(b.median == 0):
             title += "\n▼ median exactly 0 from here on"
+        if np.any(b.lower == 0):
+            title += "\nband to the bottom: its lower edge is 0"
     ax.legend(title=title, fontsize=8, title_fontsize=8, loc="upper right")
     ax.grid(True, which="both", alpha=0.25)
     return b

@@ -207,9 +207,9 @@ def plot(cfg: Config, labels, results, path):
     # the comparison is the paired ratio on the right.
     b = stats.band(results["kl"])
     for p, name in enumerate(names):
-        (line,) = ax.plot(total, b.median[p], label=name, lw=1.6)
+        ax.plot(total, b.median[p], label=name, lw=1.6, color=f"C{p}")
         if p == 0:
-            ax.fill_between(total, b.lower[0], b.upper[0], color=line.get_color(), alpha=0.2, lw=0)
+            ax.fill_between(total, b.lower[0], b.upper[0], color="C0", alpha=0.2, lw=0)
     ax.set_yscale("log")
     ax.legend(title=f"median; 75% band of {names[0]}", fontsize=8, title_fontsize=8, loc="upper right")
     ax.grid(True, which="both", alpha=0.25)
@@ -227,8 +227,8 @@ def plot(cfg: Config, labels, results, path):
             ok = np.isfinite(logs[p])
             filled = np.where(ok, logs[p], 0.0)  # a dropped pair (KL = 0) counts as no difference
             est, lo, hi = (np.exp(v) for v in stats.bootstrap_interval(filled, "median", n_boot=200))
-            (line,) = ax_ratio.plot(total, est, label=names[p + 1], lw=1.6)
-            ax_ratio.fill_between(total, lo, hi, color=line.get_color(), alpha=0.25, lw=0)
+            ax_ratio.plot(total, est, label=names[p + 1], lw=1.6, color=f"C{p + 1}")  # the colours of the left panel
+            ax_ratio.fill_between(total, lo, hi, color=f"C{p + 1}", alpha=0.25, lw=0)
         ax_ratio.axhline(1.0, color="k", lw=0.8)
         ax_ratio.set_yscale("log")
         ax_ratio.set_xlabel("total local iterations L × i")
@@ -266,11 +266,16 @@ def report(cfg: Config, labels, results) -> str:
         "",
         stats.verdict_table(paired, what="median ratio"),
     ]
-    by_verdict: dict = {}
-    for v in paired:
-        by_verdict.setdefault(v.verdict, []).append(v.claim.split(" slower")[0] + " at " + v.claim.split(" at ")[-1])
-    summary = "; ".join(f"{verdict} for {', '.join(items)}" for verdict, items in by_verdict.items())
-    text += ["", f"**Reading.** The paper's claim (larger L converges more slowly per local iteration): {summary}."]
+    names_l = [lab["local_iters"] for lab in labels][1:]
+    by_verdict: dict = {}  # verdict -> checkpoint -> the L with that verdict there
+    for k, v in enumerate(paired):
+        m = checkpoints(cfg)[k // len(names_l)]
+        by_verdict.setdefault(v.verdict, {}).setdefault(m, []).append(str(names_l[k % len(names_l)]))
+    summary = "; ".join(
+        f"**{verdict}** at " + ", ".join(f"L·i = {m} (L = {', '.join(ls)})" for m, ls in where.items())
+        for verdict, where in by_verdict.items()
+    )
+    text += ["", f"**Reading.** The paper's claim (a larger L converges more slowly per local iteration): {summary}."]
     return "\n".join(text) + "\n"
 
 
