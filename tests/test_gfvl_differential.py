@@ -136,15 +136,20 @@ def test_star_median_with_too_few_slots_to_cover():
 
 
 # --------------------------------------------------------------------------- visit counts carried in the scan
+_walk = jax.jit(lambda key, adjacency: gossip.mh_walk(key, adjacency, 50))  # one compilation per K
+_schedule = jax.jit(lambda key, adjacency: gossip.mh_schedule(key, adjacency, 50))
+
+
 @SETTINGS
 @given(graph=st.sampled_from(["star", "line", "ring"]), k=st.sampled_from([2, 5, 40]), seed=st.integers(0, 2**31 - 1))
 def test_visit_counts_carried_in_the_scan_match_the_schedule(graph, k, seed):
     """Both branches of the carried visited set (bit mask for K <= 31, boolean vector above)."""
-    walk = gossip.mh_walk(jax.random.key(seed), graphs.by_name(graph, k), 50)
+    adjacency = jnp.asarray(graphs.by_name(graph, k))
+    walk = _walk(jax.random.key(seed), adjacency)
     schedule = np.asarray(walk.schedule)
     counts = [len(set(schedule[: i + 1].tolist())) for i in range(len(schedule))]
     np.testing.assert_array_equal(np.asarray(walk.n_visited), counts)
-    np.testing.assert_array_equal(np.asarray(gossip.mh_schedule(jax.random.key(seed), graphs.by_name(graph, k), 50)), schedule)
+    np.testing.assert_array_equal(np.asarray(_schedule(jax.random.key(seed), adjacency)), schedule)
 
 
 # --------------------------------------------------------------------------- closed-form Fisher solve
