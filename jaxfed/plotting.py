@@ -31,9 +31,9 @@ def band_plot(ax, x, values, labels, mass: float = 0.75, log_y: bool = False):
     """
     b = band(values, mass)
     x = np.asarray(x)
-    positive = b.upper[b.upper > 0]
-    # Where a band's lower edge is 0 it runs to the bottom of the axis, a decade below the data.
-    bottom = positive.min() / 10 if log_y and positive.size else None
+    positive = np.concatenate([b.lower[b.lower > 0], b.upper[b.upper > 0]])
+    # Where a band's lower edge is 0 it runs to the bottom of the axis, a little below the data.
+    bottom = positive.min() / 3 if log_y and positive.size else None
     for i, label in enumerate(labels):
         med, lo, hi = b.median[i], b.lower[i], b.upper[i]
         if log_y:

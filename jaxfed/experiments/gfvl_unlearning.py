@@ -228,7 +228,7 @@ def asymptote(median_retrain: np.ndarray) -> float:
 
 
 def _title(cfg, what: str) -> str:
-    return f"Unlearning agent u = {cfg.forget_agent} (numbered from 0; the paper's agent {cfg.forget_agent + 1}), {what}"
+    return f"Unlearning agent u = {cfg.forget_agent} (numbered from 0; the paper's agent {cfg.forget_agent + 1})\n{what}"
 
 
 def _plot(cfg, labels, results, path, title, level=None, exact=None):
