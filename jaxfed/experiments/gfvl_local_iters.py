@@ -163,6 +163,17 @@ PAPER_CONVENTION = (
 )
 
 
+def preset_differences(cfg) -> str:
+    """One sentence: the fields in which ``cfg`` differs from its class's other preset(s)."""
+    parts = []
+    for name, values in cfg.PRESETS.items():
+        if name == cfg.preset:
+            continue
+        diff = [f"{k} = {getattr(cfg, k)!r} (there {v!r})" for k, v in values.items() if getattr(cfg, k) != v]
+        parts.append(f"Differs from preset `{name}` in " + (", ".join(diff) if diff else "nothing") + ".")
+    return " ".join(parts)
+
+
 def paired_log_ratio(kl: np.ndarray, reference: int = 0) -> np.ndarray:
     """log(KL(L)/KL(L_ref)) per point, trial and record (pairs with a KL of 0 give NaN: dropped)."""
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -256,8 +267,11 @@ def report(cfg: Config, labels, results) -> str:
     text = [
         f"Preset `{cfg.preset}`: ρ = {cfg.rho:g} ({cfg.rho_schedule}), S = {cfg.n_samples}, {cfg.baseline} baseline"
         + (f" c = {cfg.c:g}" if cfg.baseline == "constant" else "")
-        + f", {cfg.loss_normalisation} loss. KL is measured against {target_text(cfg.loss_normalisation, cfg.alpha)}, "
-        "computed by quadrature. " + PAPER_CONVENTION,
+        + f", {cfg.loss_normalisation} loss. {preset_differences(cfg)} A local iteration moves the visited agent's "
+        "factor a fraction ≈ ρ of the way to its optimum, so L iterations in a row cost more the larger ρL is; at "
+        "the REINFORCE noise floor the ratios return towards 1. "
+        f"KL is measured against {target_text(cfg.loss_normalisation, cfg.alpha)}, computed by quadrature. "
+        + PAPER_CONVENTION,
         "",
         f"Median KL(q ‖ q*) [75% band] by total local iterations L×i:\n\n{table}",
     ]

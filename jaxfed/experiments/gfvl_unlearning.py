@@ -38,7 +38,7 @@ from jaxfed.experiments.base import (
     check_natgrad_setting,
     preset_variant,
 )
-from jaxfed.experiments.gfvl_local_iters import PAPER_CONVENTION, target_text
+from jaxfed.experiments.gfvl_local_iters import PAPER_CONVENTION, preset_differences, target_text
 
 NAME = "gfvl-unlearning"
 NAME_CONJUGATE = "gfvl-unlearning-conjugate"
@@ -338,6 +338,7 @@ def report(cfg: Config, labels, results) -> str:
         f"Preset `{cfg.preset}`: ρ = {cfg.rho:g} ({cfg.rho_schedule}), S = {cfg.n_samples}, {cfg.baseline} baseline"
         + (f" c = {cfg.c:g}" if cfg.baseline == "constant" else "")
         + f", L = {cfg.local_iters}, {cfg.loss_normalisation} loss; request after {cfg.learn_slots} slots. "
+        f"{preset_differences(cfg)} "
         f"KL is measured against {_target(cfg)}, "
         "by quadrature. " + PAPER_CONVENTION,
         "",
