@@ -376,7 +376,7 @@ def report_conjugate(cfg: ConjugateConfig, labels, results) -> str:
     b = stats.band(results["kl"])
     text = [
         f"KL is measured against {_target(cfg)} "
-        f"(closed form). A KL below {EXACT:g} is the exact posterior up to float rounding.",
+        f"(closed form). A KL below {EXACT:g} is the exact posterior up to float rounding. " + PAPER_CONVENTION,
         "",
         f"{_HEAD}\n\n{_table(cfg, labels, b)}",
     ]
