@@ -260,7 +260,6 @@ def plot(cfg: Config, labels, results, path):
 
 def report(cfg: Config, labels, results) -> str:
     b = stats.band(results["kl"])
-    total = _total_iters(cfg)
     names = [f"L = {lab['local_iters']}" for lab in labels]
     columns = checkpoints(cfg)
     table = band_table("L×i", columns, names, b, [c // cfg.record_every - 1 for c in columns], fmt="{:.2e}")
