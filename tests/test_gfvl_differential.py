@@ -87,14 +87,14 @@ def _check_trajectory(adjacency, n_slots, stats, alpha, seed):
 
 
 # --------------------------------------------------------------------------- K-distinct-KL trajectory
-# Shapes (K, n_slots) are shared between the cases so that few compilations serve them all.
+# Shapes (K, n_slots) are shared between the cases so that few compilations serve them all; every case
+# compares every slot, the first and the last included.
 @pytest.mark.parametrize(
     "graph, k, n_slots, alpha, n_per_agent",
     [
-        ("star", 10, 1, 1.0, 100),  # first slot only
         ("star", 10, 12, 1.0, 100),  # the star needs ~2K slots at best: never covers
         ("line", 6, 12, 2.5, 40),  # a line of 6 rarely covers in 12 slots
-        ("line", 2, 1, 0.5, 30),  # K = 2, one slot: one agent missing
+        ("line", 2, 12, 0.5, 30),  # K = 2: one agent missing at the first slot
         ("line", 2, 12, 1.0, (30, 0)),  # K = 2, the other agent holds no data
         ("ring", 6, 12, 0.7, (10, 0, 25, 0, 3, 8)),  # agents without data, α ≠ 1
     ],
@@ -122,7 +122,6 @@ def test_kl_trajectory_property(graph, k, alpha, empty, seed):
 
 # --------------------------------------------------------------------------- visit counts carried in the scan
 _walk = jax.jit(lambda key, adjacency: gossip.mh_walk(key, adjacency, 50))  # one compilation per K
-_schedule = jax.jit(lambda key, adjacency: gossip.mh_schedule(key, adjacency, 50))
 
 
 @SETTINGS
@@ -134,7 +133,6 @@ def test_visit_counts_carried_in_the_scan_match_the_schedule(graph, k, seed):
     schedule = np.asarray(walk.schedule)
     counts = [len(set(schedule[: i + 1].tolist())) for i in range(len(schedule))]
     np.testing.assert_array_equal(np.asarray(walk.n_visited), counts)
-    np.testing.assert_array_equal(np.asarray(_schedule(jax.random.key(seed), adjacency)), schedule)
 
 
 # --------------------------------------------------------------------------- closed-form Fisher solve
