@@ -1,4 +1,4 @@
-"""Gossip-based federated variational learning (G-FVL), SPEC A3–A4.
+"""Gossip-based federated variational learning (G-FVL).
 
 The variational posterior is q(θ) ∝ p_0(θ) Π_k t_k(θ) with t_k = exp(λ_kᵀT(θ)) in the prior's
 exponential family, so q has natural parameter η = η_0 + Σ_k λ_k. The state is η (it travels
@@ -12,11 +12,11 @@ scheduled agent k
 Step 2 is a *local solver* ``solve(key, agent, state) -> Δ`` returning the change Δ = η_new − η,
 which steps 2–3 add to both η and λ_k; both cases use this one step API. Returning the increment
 rather than η_new keeps the conjugate case exact in floating point: :func:`conjugate_solver`
-returns Δ = s_k/α − λ_k (SPEC A4), which is exactly s_k/α on the first visit and exactly 0 on
+returns Δ = s_k/α − λ_k, which is exactly s_k/α on the first visit and exactly 0 on
 every repeat visit. :func:`natgrad_solver` runs L natural-gradient iterations with REINFORCE
-gradients from the incoming η (SPEC A5) and returns their total change.
+gradients from the incoming η and returns their total change.
 
-Unlearning (SPEC A6): after a request to forget agent u, :func:`unlearning_step` replaces u's next
+Unlearning: after a request to forget agent u, :func:`unlearning_step` replaces u's next
 scheduled slot by :func:`forget` (η ← η − λ_u, λ_u ← 0); u computes nothing afterwards but the token
 still passes through it. The retrain-from-scratch baseline is :func:`learn` from :func:`init` on the
 graph and data without u.
@@ -71,7 +71,7 @@ def init(prior_eta: jax.Array, n_agents: int) -> GFVLState:
 
 
 def step(key: jax.Array, state: GFVLState, agent: jax.Array, solve: LocalSolver) -> GFVLState:
-    """One slot of G-FVL for the scheduled ``agent`` (SPEC A3): η ← η + Δ, λ_k ← λ_k + Δ."""
+    """One slot of G-FVL for the scheduled ``agent``: η ← η + Δ, λ_k ← λ_k + Δ."""
     delta = solve(key, agent, state)
     return GFVLState(eta=state.eta + delta, lam=state.lam.at[agent].add(delta), slot=state.slot + 1)
 
@@ -93,7 +93,7 @@ def learn(key: jax.Array, state: GFVLState, schedule: jax.Array, solve: LocalSol
 
 
 def conjugate_solver(agent_stats: jax.Array, alpha) -> LocalSolver:
-    """Exact local update of the conjugate case (SPEC A4): η_new = η_{−k} + s_k/α, i.e. Δ = s_k/α − λ_k.
+    """Exact local update of the conjugate case: η_new = η_{−k} + s_k/α, i.e. Δ = s_k/α − λ_k.
 
     Args:
         agent_stats: (K, P) per-agent sums of the likelihood's natural statistics Σ_n [s(z_{k,n}), 1]
@@ -120,7 +120,7 @@ def natgrad_solver(
     baseline: str = "constant",
     c=0.0,
 ) -> LocalSolver:
-    """Non-conjugate local update (SPEC A5): L natural-gradient iterations on the local free energy
+    """Non-conjugate local update: L natural-gradient iterations on the local free energy
     F_k(η) = E_q[L_k] + α KL(q_η ‖ q_{η_{−k}}), starting from the incoming η,
 
         η ← Π(η − ρ (FIM(η)⁻¹ ĝ + α (η − η_{−k}))),   ĝ: REINFORCE with S samples
@@ -138,7 +138,7 @@ def natgrad_solver(
             taken before this one (``state.slot``), so slot i uses ``rho(i − 1)`` for all its L iterations.
         n_iters: local iterations L per scheduled slot (static), >= 1.
         n_samples: REINFORCE samples S per iteration (static), >= 1 (>= 2 for "leave-one-out").
-        baseline: "constant" (value ``c``; the document uses c = 0) or "leave-one-out".
+        baseline: "constant" (value ``c``; the paper uses c = 0) or "leave-one-out".
         c: constant baseline (may be traced).
     """
     natgrad.check_count("n_iters", n_iters)
@@ -167,7 +167,7 @@ def natgrad_solver(
 
 
 def forget(state: GFVLState, agent) -> GFVLState:
-    """Removes agent u's factor (SPEC A6): η ← η − λ_u, λ_u ← 0.
+    """Removes agent u's factor: η ← η − λ_u, λ_u ← 0.
 
     In the conjugate case the result is exactly the posterior given D_{−u} (once every other agent
     has been visited); otherwise a warm start for G-FVL on the remaining agents.
@@ -176,7 +176,7 @@ def forget(state: GFVLState, agent) -> GFVLState:
 
 
 def unlearning_step(key: jax.Array, state: GFVLState, agent, solve: LocalSolver, forget_agent) -> GFVLState:
-    """One slot after a request to forget ``forget_agent`` = u (SPEC A6).
+    """One slot after a request to forget ``forget_agent`` = u.
 
     When u is scheduled it does not compute: it applies :func:`forget`, which changes η the first
     time and nothing afterwards (λ_u is then 0), so u only relays the token. Every other agent takes

@@ -1,11 +1,11 @@
 """Observation models for G-FVL: per-agent losses L_k(θ) and, where conjugate, their statistics.
 
 A model is a :class:`Likelihood`: pure functions of one agent's *data summary* and θ. The per-agent
-loss is the weighted log-loss (SPEC A1)
+loss is the weighted log-loss
 
     L_k(θ) = −Σ_n w_n log p(z_{k,n} | θ),
 
-with weights w_n = 1 (the sum of SPEC A1 [choice], so that α = 1 gives the ordinary posterior) or
+with weights w_n = 1 (the sum, so that α = 1 gives the ordinary posterior) or
 w_n = 1/N_k (the mean; see :func:`loss_weight`).
 
 Data layouts (leaves carry a leading agent axis K when they hold every agent's data):
@@ -92,7 +92,7 @@ def bernoulli_beta_stats(n_ones: jax.Array, n_total) -> jax.Array:
     """Per-agent Bernoulli statistics in Beta natural coordinates: (..., 2) = (n1, n_total − n1).
 
     The Bernoulli likelihood θ^z (1−θ)^(1−z) = exp(z log θ + (1−z) log(1−θ)) adds (z, 1 − z) to the
-    Beta natural parameter η = (a, b) (SPEC A4). The same array is the data summary of the count
+    Beta natural parameter η = (a, b). The same array is the data summary of the count
     models :func:`bernoulli` and :func:`noisy_bernoulli` (multiply it by :func:`loss_weight`).
     """
     n_ones = jnp.asarray(n_ones, dtype=float)
@@ -109,7 +109,7 @@ def _check_epsilon(epsilon) -> None:
 
 
 def noisy_bernoulli(epsilon=0.1) -> Likelihood:
-    """Noisy Bernoulli (SPEC A5 [choice]): z is a Bernoulli(θ) bit flipped with probability ε,
+    """Noisy Bernoulli: z is a Bernoulli(θ) bit flipped with probability ε,
 
         p(z = 1 | θ) = ε + (1 − 2ε) θ,   p(z = 0 | θ) = ε + (1 − 2ε)(1 − θ),
 
@@ -202,5 +202,5 @@ def agent_data(data, agent):
 
 
 def without_agent(data, agent: int):
-    """The data of every agent except ``agent`` (static), agent axis K − 1: D_{−u} (SPEC A6)."""
+    """The data of every agent except ``agent`` (static), agent axis K − 1: D_{−u}."""
     return jax.tree.map(lambda x: jnp.delete(x, agent, axis=0), data)

@@ -1,4 +1,4 @@
-"""Natural-gradient machinery of non-conjugate G-FVL (SPEC A5), pure and vmap-able.
+"""Natural-gradient machinery of non-conjugate G-FVL, pure and vmap-able.
 
 For q_η in an exponential family (:mod:`jaxfed.expfam`) and a loss L(θ):
 
@@ -250,7 +250,7 @@ def reinforce_gradient(
         eta: (P,) natural parameter.
         loss: θ (S,) -> L(θ) (S,).
         n_samples: S (static), >= 1 (>= 2 for the leave-one-out baseline).
-        baseline: "constant" (c_s = ``c``; the document's Fig. 4 uses c = 0) or "leave-one-out"
+        baseline: "constant" (c_s = ``c``; the paper's Fig. 4 uses c = 0) or "leave-one-out"
             (c_s = mean of the other S − 1 losses; lower variance, needs no tuning).
         c: the constant baseline (may be traced); ignored by "leave-one-out".
 
@@ -279,7 +279,7 @@ def keep_in_domain(family: expfam.ExpFamily, eta: jax.Array, proposal: jax.Array
 def natural_gradient_step(
     family: expfam.ExpFamily, eta: jax.Array, grad: jax.Array, cavity: jax.Array, rho, alpha
 ) -> jax.Array:
-    """η ← Π(η − ρ (FIM(η)⁻¹ ĝ + α (η − η_cav)))  (SPEC A5; Π: :func:`keep_in_domain`).
+    """η ← Π(η − ρ (FIM(η)⁻¹ ĝ + α (η − η_cav)))  (Π: :func:`keep_in_domain`).
 
     Args:
         family: the exponential family of q.
@@ -381,7 +381,7 @@ def natural_gradient_descent(family: expfam.ExpFamily, learning_rate) -> optax.G
     """Fisher-preconditioned gradient descent on η as an optax optimizer.
 
     ``chain(fisher_preconditioner, sgd(learning_rate), keep_in_domain_updates)``: fed the Euclidean
-    gradient of :func:`free_energy_gradient`, one update is exactly the SPEC A5 step
+    gradient of :func:`free_energy_gradient`, one update is exactly :func:`natural_gradient_step`,
     η ← Π(η − ρ (FIM⁻¹ ĝ + α (η − η_cav))). ``learning_rate`` is a float or an optax schedule
     (``optax.exponential_decay`` etc.); the schedule counts updates, i.e. local iterations.
     """
