@@ -4,8 +4,8 @@ A family is an :class:`ExpFamily` (a NamedTuple of functions, hashable, usable a
 Generic operations built on it:
 
 - :func:`log_prob`: log q_η(θ);
-- :func:`kl`: KL(q_η1 ‖ q_η2), accurate to ~1e-5 relative in float32 down to 1e-9 and below
-  (SPEC A4b), by a graded-quadrature integral form where the textbook formula cancels;
+- :func:`kl`: KL(q_η1 ‖ q_η2), accurate to ~1e-5 relative in float32 down to 1e-9 and below,
+  by a graded-quadrature integral form where the textbook formula cancels;
 - the Fisher matrix is ``family.fisher(η) = ∇²A(η)`` and the mean parameters ``family.mean(η) = ∇A(η)``.
 
 :data:`BETA` is complete: T(θ) = (log θ, log(1−θ)), η = (a, b), h(θ) = 1/(θ(1−θ)) on (0, 1),
@@ -83,7 +83,7 @@ def kl_direct(family: ExpFamily, eta1: jax.Array, eta2: jax.Array) -> jax.Array:
     """Bregman form KL(q_η1 ‖ q_η2) = A(η2) − A(η1) − (η2 − η1)ᵀ μ(η1).
 
     Exact in exact arithmetic, but it subtracts log-partition values that can be thousands of
-    times larger than the result (SPEC A4b): use :func:`kl`.
+    times larger than the result: use :func:`kl`.
     """
     delta = eta2 - eta1
     return family.log_partition(eta2) - family.log_partition(eta1) - jnp.sum(delta * family.mean(eta1), -1)
@@ -117,7 +117,7 @@ def _graded_half(rho: jax.Array, u: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def kl_integral(family: ExpFamily, eta1: jax.Array, eta2: jax.Array) -> jax.Array:
-    """Integral form KL = ∫₀¹ (1 − t) Δᵀ FIM(η1 + tΔ) Δ dt with Δ = η2 − η1 (SPEC A4b).
+    """Integral form KL = ∫₀¹ (1 − t) Δᵀ FIM(η1 + tΔ) Δ dt with Δ = η2 − η1.
 
     The integrand is non-negative and evaluated by ``family.fisher_quadratic`` without
     cancellation. Each half of [0, 1] uses Gauss–Legendre nodes (8 per half in float32, 24 in

@@ -1,4 +1,4 @@
-"""Gossip-based federated variational learning (G-FVL), SPEC A3–A4.
+"""Gossip-based federated variational learning (G-FVL).
 
 The variational posterior is q(θ) ∝ p_0(θ) Π_k t_k(θ) with t_k = exp(λ_kᵀT(θ)) in the prior's
 exponential family, so q has natural parameter η = η_0 + Σ_k λ_k. The state is η (it travels
@@ -12,11 +12,11 @@ scheduled agent k
 Step 2 is a *local solver* ``solve(key, agent, state) -> Δ`` returning the change Δ = η_new − η,
 which steps 2–3 add to both η and λ_k; both cases use this one step API. Returning the increment
 rather than η_new keeps the conjugate case exact in floating point: :func:`conjugate_solver`
-returns Δ = s_k/α − λ_k (SPEC A4), which is exactly s_k/α on the first visit and exactly 0 on
+returns Δ = s_k/α − λ_k, which is exactly s_k/α on the first visit and exactly 0 on
 every repeat visit. :func:`natgrad_solver` runs L natural-gradient iterations with REINFORCE
-gradients from the incoming η (SPEC A5) and returns their total change.
+gradients from the incoming η and returns their total change.
 
-Unlearning (SPEC A6): after a request to forget agent u, :func:`unlearning_step` replaces u's next
+Unlearning: after a request to forget agent u, :func:`unlearning_step` replaces u's next
 scheduled slot by :func:`forget` (η ← η − λ_u, λ_u ← 0); u computes nothing afterwards but the token
 still passes through it. The retrain-from-scratch baseline is :func:`learn` from :func:`init` on the
 graph and data without u.
@@ -54,6 +54,7 @@ class GFVLState(NamedTuple):
 
     eta: jax.Array  # (P,) natural parameter of the global q; travels with the token
     lam: jax.Array  # (K, P) approximate-likelihood factors λ_k; λ_k stays at agent k
+    slot: jax.Array  # () int32 slots taken so far (i − 1 during slot i): indexes a learning-rate schedule ρ_i
 
 
 LocalSolver = Callable[[jax.Array, jax.Array, GFVLState], jax.Array]
@@ -63,15 +64,16 @@ The cavity is ``state.eta - state.lam[agent]``."""
 
 
 def init(prior_eta: jax.Array, n_agents: int) -> GFVLState:
-    """q^(0) = p_0: η = η_0 and every λ_k = 0."""
+    """q^(0) = p_0: η = η_0, every λ_k = 0, no slot taken."""
     prior_eta = jnp.asarray(prior_eta)
-    return GFVLState(eta=prior_eta, lam=jnp.zeros((n_agents,) + prior_eta.shape, prior_eta.dtype))
+    lam = jnp.zeros((n_agents,) + prior_eta.shape, prior_eta.dtype)
+    return GFVLState(eta=prior_eta, lam=lam, slot=jnp.zeros((), jnp.int32))
 
 
 def step(key: jax.Array, state: GFVLState, agent: jax.Array, solve: LocalSolver) -> GFVLState:
-    """One slot of G-FVL for the scheduled ``agent`` (SPEC A3): η ← η + Δ, λ_k ← λ_k + Δ."""
+    """One slot of G-FVL for the scheduled ``agent``: η ← η + Δ, λ_k ← λ_k + Δ."""
     delta = solve(key, agent, state)
-    return GFVLState(eta=state.eta + delta, lam=state.lam.at[agent].add(delta))
+    return GFVLState(eta=state.eta + delta, lam=state.lam.at[agent].add(delta), slot=state.slot + 1)
 
 
 def learn(key: jax.Array, state: GFVLState, schedule: jax.Array, solve: LocalSolver):
@@ -91,7 +93,7 @@ def learn(key: jax.Array, state: GFVLState, schedule: jax.Array, solve: LocalSol
 
 
 def conjugate_solver(agent_stats: jax.Array, alpha) -> LocalSolver:
-    """Exact local update of the conjugate case (SPEC A4): η_new = η_{−k} + s_k/α, i.e. Δ = s_k/α − λ_k.
+    """Exact local update of the conjugate case: η_new = η_{−k} + s_k/α, i.e. Δ = s_k/α − λ_k.
 
     Args:
         agent_stats: (K, P) per-agent sums of the likelihood's natural statistics Σ_n [s(z_{k,n}), 1]
@@ -118,7 +120,7 @@ def natgrad_solver(
     baseline: str = "constant",
     c=0.0,
 ) -> LocalSolver:
-    """Non-conjugate local update (SPEC A5): L natural-gradient iterations on the local free energy
+    """Non-conjugate local update: L natural-gradient iterations on the local free energy
     F_k(η) = E_q[L_k] + α KL(q_η ‖ q_{η_{−k}}), starting from the incoming η,
 
         η ← Π(η − ρ (FIM(η)⁻¹ ĝ + α (η − η_{−k}))),   ĝ: REINFORCE with S samples
@@ -131,29 +133,33 @@ def natgrad_solver(
         likelihood: the observation model (:mod:`jaxfed.likelihoods`).
         agent_data: every agent's data summary, leading axis K (e.g. weighted counts (K, 2)).
         alpha: temperature α > 0 (may be traced).
-        rho: learning rate ρ > 0 (may be traced).
+        rho: learning rate ρ > 0 (may be traced), or a schedule ρ_i (an optax schedule, any
+            ``count -> ρ``; see :func:`jaxfed.natgrad.rho_schedule`) evaluated at the number of slots
+            taken before this one (``state.slot``), so slot i uses ``rho(i − 1)`` for all its L iterations.
         n_iters: local iterations L per scheduled slot (static), >= 1.
         n_samples: REINFORCE samples S per iteration (static), >= 1 (>= 2 for "leave-one-out").
-        baseline: "constant" (value ``c``; the document uses c = 0) or "leave-one-out".
+        baseline: "constant" (value ``c``; the paper uses c = 0) or "leave-one-out".
         c: constant baseline (may be traced).
     """
     natgrad.check_count("n_iters", n_iters)
     natgrad.check_count("n_samples", n_samples, 2 if baseline == "leave-one-out" else 1)
     if baseline not in natgrad.BASELINES:
         raise ValueError(f"baseline must be one of {natgrad.BASELINES}, got {baseline!r}")
-    natgrad.check_positive("rho", rho)
+    if not callable(rho):
+        natgrad.check_positive("rho", rho)
     natgrad.check_positive("alpha", alpha)
 
     def solve(key, agent, state):
         data = likelihoods.agent_data(agent_data, agent)
         cavity = state.eta - state.lam[agent]
+        rate = rho(state.slot) if callable(rho) else rho
 
         def loss(theta):
             return likelihood.loss(data, theta)
 
         def iteration(l, eta):
             grad = natgrad.reinforce_gradient(jax.random.fold_in(key, l), family, eta, loss, n_samples, baseline, c)
-            return natgrad.natural_gradient_step(family, eta, grad, cavity, rho, alpha)
+            return natgrad.natural_gradient_step(family, eta, grad, cavity, rate, alpha)
 
         return lax.fori_loop(0, n_iters, iteration, state.eta) - state.eta
 
@@ -161,16 +167,16 @@ def natgrad_solver(
 
 
 def forget(state: GFVLState, agent) -> GFVLState:
-    """Removes agent u's factor (SPEC A6): η ← η − λ_u, λ_u ← 0.
+    """Removes agent u's factor: η ← η − λ_u, λ_u ← 0.
 
     In the conjugate case the result is exactly the posterior given D_{−u} (once every other agent
     has been visited); otherwise a warm start for G-FVL on the remaining agents.
     """
-    return GFVLState(eta=state.eta - state.lam[agent], lam=state.lam.at[agent].set(0.0))
+    return state._replace(eta=state.eta - state.lam[agent], lam=state.lam.at[agent].set(0.0))
 
 
 def unlearning_step(key: jax.Array, state: GFVLState, agent, solve: LocalSolver, forget_agent) -> GFVLState:
-    """One slot after a request to forget ``forget_agent`` = u (SPEC A6).
+    """One slot after a request to forget ``forget_agent`` = u.
 
     When u is scheduled it does not compute: it applies :func:`forget`, which changes η the first
     time and nothing afterwards (λ_u is then 0), so u only relays the token. Every other agent takes
@@ -178,7 +184,7 @@ def unlearning_step(key: jax.Array, state: GFVLState, agent, solve: LocalSolver,
     """
     return lax.cond(
         agent == forget_agent,
-        lambda: forget(state, forget_agent),
+        lambda: forget(state, forget_agent)._replace(slot=state.slot + 1),
         lambda: step(key, state, agent, solve),
     )
 
@@ -241,13 +247,16 @@ def conjugate_kl_trajectory(
     """KL(q^(i) ‖ p(θ|D)) after each slot of conjugate G-FVL, without running the slots.
 
     In the conjugate case λ_k = s_k/α from agent k's first visit on and repeat visits change
-    nothing (SPEC A4), so q^(i) depends only on how many agents have been visited by slot i:
-    η after m first visits is η_0 + Σ_{first m visited} s_k/α. This evaluates the K distinct
-    non-zero KL values and indexes them by the visit count of each slot: O(K) divergences per
-    trial instead of O(n_slots). The target is η after all K visits (the exact posterior
-    η_0 + Σ_k s_k/α summed in visit order), so the KL is exactly 0 once every agent is visited.
-    It equals running :func:`learn` with :func:`conjugate_solver` and taking the KL of every
-    slot (tests/test_gfvl.py checks this).
+    nothing (the paper's eqs. (13)–(14)), so q^(i) depends only on which agents have been visited by slot i:
+    η after m first visits is η_m = η_0 + Σ_{j<=m} s_{π_j}/α, where π orders the K agents by
+    first-visit slot (agents never visited within the schedule last, by index). This evaluates the
+    K distinct non-zero values KL(η_m ‖ η_K), m = 0..K−1, and indexes them by the visit count of
+    each slot: O(K) divergences per trial instead of O(n_slots). Because π is a permutation of
+    all K agents, the target η_K is the posterior given *every* agent's data, η_0 + Σ_k s_k/α,
+    whether or not the walk has covered the graph; it is summed in visit order, so the KL is
+    exactly 0 from the covering slot on. It equals running :func:`learn` with
+    :func:`conjugate_solver` and taking the KL of every slot to :func:`posterior_eta`
+    (tests/test_gfvl_differential.py checks this, in float64, on walks that do not cover).
 
     Args:
         family: the prior's exponential family.
@@ -261,17 +270,22 @@ def conjugate_kl_trajectory(
     Returns:
         (n_slots,) KL(q^(i) ‖ p(θ|D)), i = 1..n_slots.
     """
-    n_agents = agent_stats.shape[0]
+    n_agents, n_slots = agent_stats.shape[0], schedule.shape[0]
     if n_visited is None:
         first = gossip.first_visit_slots(schedule, n_agents)
-        slots = jnp.arange(schedule.shape[0], dtype=first.dtype)
+        slots = jnp.arange(n_slots, dtype=first.dtype)
         n_visited = jnp.sum(first[None, :] <= slots[:, None], axis=1)
-    # The m-th distinct agent is the one scheduled where the count first reaches m.
-    where_new = jnp.searchsorted(n_visited, jnp.arange(1, n_agents + 1), side="left")
-    order = schedule[jnp.minimum(where_new, schedule.shape[0] - 1)]
+    else:
+        # The m-th distinct agent is the one scheduled where the count first reaches m; counts never
+        # reached give n_slots, whose scatter is dropped, so unvisited agents keep first = n_slots.
+        where_new = jnp.searchsorted(n_visited, jnp.arange(1, n_agents + 1), side="left").astype(jnp.int32)
+        reached = where_new < n_slots
+        agents = jnp.where(reached, schedule[jnp.minimum(where_new, n_slots - 1)], n_agents)
+        first = jnp.full((n_agents,), n_slots, jnp.int32).at[agents].set(where_new, mode="drop")
+    order = jnp.argsort(first, stable=True)  # a permutation: visited agents by first visit, then the rest
     after_m_visits = prior_eta + jnp.concatenate(
         [jnp.zeros_like(prior_eta)[None], jnp.cumsum(agent_stats[order] / alpha, axis=0)]
-    )  # (K + 1, P); rows past the last count reached are never indexed
+    )  # (K + 1, P); row K is the posterior given every agent's data
     kl_before_all = expfam.kl(family, after_m_visits[:-1], after_m_visits[-1])
     kl_after_m = jnp.concatenate([kl_before_all, jnp.zeros((1,), kl_before_all.dtype)])
     return kl_after_m[n_visited]

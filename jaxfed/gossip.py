@@ -1,4 +1,4 @@
-"""Metropolis–Hastings random-walk scheduling of gossip agents (SPEC A2).
+"""Metropolis–Hastings random-walk scheduling of gossip agents.
 
 A token walks on the graph; the agent holding it at slot i is the scheduled agent k^(i).
 From k the walk proposes a neighbour j uniformly and moves there with probability
@@ -115,7 +115,7 @@ def first_visit_slots(schedule: jax.Array, n_agents: int) -> jax.Array:
 def cover_time(schedule: jax.Array, n_agents: int) -> jax.Array:
     """Number of slots (counting the first) until every agent has been scheduled; -1 if never.
 
-    On the complete graph its mean is 1 + (K−1)·H_{K−1} (SPEC A2).
+    On the complete graph its mean is 1 + (K−1)·H_{K−1}.
     """
     last = jnp.max(first_visit_slots(schedule, n_agents))
     return jnp.where(last < schedule.shape[-1], last + 1, -1).astype(jnp.int32)

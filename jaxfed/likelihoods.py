@@ -1,11 +1,11 @@
 """Observation models for G-FVL: per-agent losses L_k(θ) and, where conjugate, their statistics.
 
 A model is a :class:`Likelihood`: pure functions of one agent's *data summary* and θ. The per-agent
-loss is the weighted log-loss (SPEC A1)
+loss is the weighted log-loss
 
     L_k(θ) = −Σ_n w_n log p(z_{k,n} | θ),
 
-with weights w_n = 1 (the sum of SPEC A1 [choice], so that α = 1 gives the ordinary posterior) or
+with weights w_n = 1 (the sum, so that α = 1 gives the ordinary posterior) or
 w_n = 1/N_k (the mean; see :func:`loss_weight`).
 
 Data layouts (leaves carry a leading agent axis K when they hold every agent's data):
@@ -22,6 +22,7 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxfed import numerics
 
@@ -62,18 +63,36 @@ class PaddedData(NamedTuple):
     weight: jax.Array  # (…, N_max) weight w_n of each point in L_k (0 for padding)
 
 
-def loss_weight(normalisation: str, n_points) -> float:
-    """Weight w_n of each point in L_k: 1 for ``"sum"`` (SPEC A1), 1/N_k for ``"mean"``."""
+def loss_weight(normalisation: str, n_points):
+    """Weight w_n of each point in L_k: 1 for ``"sum"`` (α = 1 then gives the Bayesian posterior), 1/N_k for ``"mean"``.
+
+    An agent with N_k = 0 holds no data and contributes nothing to the loss whatever the weight; its
+    weight is 0 under the mean (rather than 1/0, which would turn its zero counts into NaN).
+
+    Args:
+        normalisation: "sum" or "mean".
+        n_points: N_k, a number (a float is returned) or an array of per-agent counts (an array of
+            weights is returned), >= 0.
+    """
     if normalisation not in LOSS_NORMALISATIONS:
         raise ValueError(f"loss_normalisation must be one of {LOSS_NORMALISATIONS}, got {normalisation!r}")
-    return 1.0 if normalisation == "sum" else 1.0 / n_points
+    if isinstance(n_points, (int, float, np.integer, np.floating)):
+        if not n_points >= 0:
+            raise ValueError(f"n_points must be >= 0, got {n_points!r}")
+        if normalisation == "sum":
+            return 1.0
+        return 1.0 / n_points if n_points > 0 else 0.0
+    n = jnp.asarray(n_points, dtype=float)
+    if normalisation == "sum":
+        return jnp.ones_like(n)
+    return jnp.where(n > 0, 1.0 / jnp.where(n > 0, n, 1.0), 0.0)
 
 
 def bernoulli_beta_stats(n_ones: jax.Array, n_total) -> jax.Array:
     """Per-agent Bernoulli statistics in Beta natural coordinates: (..., 2) = (n1, n_total − n1).
 
     The Bernoulli likelihood θ^z (1−θ)^(1−z) = exp(z log θ + (1−z) log(1−θ)) adds (z, 1 − z) to the
-    Beta natural parameter η = (a, b) (SPEC A4). The same array is the data summary of the count
+    Beta natural parameter η = (a, b). The same array is the data summary of the count
     models :func:`bernoulli` and :func:`noisy_bernoulli` (multiply it by :func:`loss_weight`).
     """
     n_ones = jnp.asarray(n_ones, dtype=float)
@@ -90,7 +109,7 @@ def _check_epsilon(epsilon) -> None:
 
 
 def noisy_bernoulli(epsilon=0.1) -> Likelihood:
-    """Noisy Bernoulli (SPEC A5 [choice]): z is a Bernoulli(θ) bit flipped with probability ε,
+    """Noisy Bernoulli: z is a Bernoulli(θ) bit flipped with probability ε,
 
         p(z = 1 | θ) = ε + (1 − 2ε) θ,   p(z = 0 | θ) = ε + (1 − 2ε)(1 − θ),
 
@@ -183,5 +202,5 @@ def agent_data(data, agent):
 
 
 def without_agent(data, agent: int):
-    """The data of every agent except ``agent`` (static), agent axis K − 1: D_{−u} (SPEC A6)."""
+    """The data of every agent except ``agent`` (static), agent axis K − 1: D_{−u}."""
     return jax.tree.map(lambda x: jnp.delete(x, agent, axis=0), data)

@@ -1,4 +1,4 @@
-"""Natural-gradient machinery of non-conjugate G-FVL (SPEC A5), pure and vmap-able.
+"""Natural-gradient machinery of non-conjugate G-FVL, pure and vmap-able.
 
 For q_η in an exponential family (:mod:`jaxfed.expfam`) and a loss L(θ):
 
@@ -54,6 +54,8 @@ __all__ = [
     "natural_gradient_descent",
     "check_positive",
     "check_count",
+    "RHO_SCHEDULES",
+    "rho_schedule",
 ]
 
 BASELINES = ("constant", "leave-one-out")
@@ -248,7 +250,7 @@ def reinforce_gradient(
         eta: (P,) natural parameter.
         loss: θ (S,) -> L(θ) (S,).
         n_samples: S (static), >= 1 (>= 2 for the leave-one-out baseline).
-        baseline: "constant" (c_s = ``c``; the document's Fig. 4 uses c = 0) or "leave-one-out"
+        baseline: "constant" (c_s = ``c``; the paper's Fig. 4 uses c = 0) or "leave-one-out"
             (c_s = mean of the other S − 1 losses; lower variance, needs no tuning).
         c: the constant baseline (may be traced); ignored by "leave-one-out".
 
@@ -277,7 +279,7 @@ def keep_in_domain(family: expfam.ExpFamily, eta: jax.Array, proposal: jax.Array
 def natural_gradient_step(
     family: expfam.ExpFamily, eta: jax.Array, grad: jax.Array, cavity: jax.Array, rho, alpha
 ) -> jax.Array:
-    """η ← Π(η − ρ (FIM(η)⁻¹ ĝ + α (η − η_cav)))  (SPEC A5; Π: :func:`keep_in_domain`).
+    """η ← Π(η − ρ (FIM(η)⁻¹ ĝ + α (η − η_cav)))  (Π: :func:`keep_in_domain`).
 
     Args:
         family: the exponential family of q.
@@ -289,6 +291,42 @@ def natural_gradient_step(
     """
     direction = fisher_solve(family, eta, grad) + alpha * (eta - cavity)
     return keep_in_domain(family, eta, eta - rho * direction)
+
+
+# --------------------------------------------------------------------------- learning-rate schedules
+RHO_SCHEDULES = ("constant", "cosine", "inverse:<t0>")
+"""Named forms of :func:`rho_schedule` (for configs and the command line)."""
+
+
+def rho_schedule(spec: str, rho: float, n_slots: int):
+    """A learning-rate schedule ρ_i from a name, as an optax schedule ``count -> ρ`` (count = i − 1):
+
+    - ``"constant"``: ρ_i = ρ (returned as the float ρ, the fixed-rate path);
+    - ``"cosine"``: ``optax.cosine_decay_schedule(ρ, n_slots)``, ρ_i = ρ (1 + cos(π (i−1)/n_slots))/2,
+      from ρ down to 0 at the last slot;
+    - ``"inverse:<t0>"``: ρ_i = ρ t0/(t0 + i − 1), a Robbins–Monro decay (Σ ρ_i = ∞, Σ ρ_i² < ∞) that
+      halves the rate after t0 slots; t0 > 0.
+
+    Raises:
+        ValueError naming the parameter, the value and the allowed forms.
+    """
+    allowed = f"one of {', '.join(RHO_SCHEDULES)} (t0 > 0)"
+    if spec == "constant":
+        return rho
+    if spec == "cosine":
+        return optax.cosine_decay_schedule(rho, max(int(n_slots), 1))
+    head, _, tail = str(spec).partition(":")
+    try:
+        t0 = float(tail) if head == "inverse" else float("nan")
+    except ValueError:
+        t0 = float("nan")
+    if not (math.isfinite(t0) and t0 > 0):
+        raise ValueError(f"rho_schedule must be {allowed}, got {spec!r}")
+
+    def inverse(count):
+        return rho * t0 / (t0 + count)
+
+    return inverse
 
 
 # --------------------------------------------------------------------------- optax
@@ -343,7 +381,7 @@ def natural_gradient_descent(family: expfam.ExpFamily, learning_rate) -> optax.G
     """Fisher-preconditioned gradient descent on η as an optax optimizer.
 
     ``chain(fisher_preconditioner, sgd(learning_rate), keep_in_domain_updates)``: fed the Euclidean
-    gradient of :func:`free_energy_gradient`, one update is exactly the SPEC A5 step
+    gradient of :func:`free_energy_gradient`, one update is exactly :func:`natural_gradient_step`,
     η ← Π(η − ρ (FIM⁻¹ ĝ + α (η − η_cav))). ``learning_rate`` is a float or an optax schedule
     (``optax.exponential_decay`` etc.); the schedule counts updates, i.e. local iterations.
     """

@@ -7,11 +7,16 @@ import numpy as np
 
 from jaxfed.stats import band
 
-__all__ = ["band_plot", "save"]
+__all__ = ["band_plot", "exact_fraction_plot", "save"]
 
 
-def band_plot(ax, x, values, labels, mass: float = 0.75, log_y: bool = False, floor: float | None = None):
+def band_plot(ax, x, values, labels, mass: float = 0.75, log_y: bool = False):
     """Draws median and central ``mass`` band of a metric over trials for each point.
+
+    On a log axis, values that are exactly 0 (e.g. a KL once the posterior is exact) cannot be drawn:
+    the median and the band edges are left out where they are 0 (no cliff down to an arbitrary floor),
+    and a downward triangle marks the first x from which the median is 0; pair it with
+    :func:`exact_fraction_plot` to show how many trials are exact.
 
     Args:
         ax: matplotlib axes.
@@ -20,26 +25,46 @@ def band_plot(ax, x, values, labels, mass: float = 0.75, log_y: bool = False, fl
         labels: legend label per point.
         mass: band mass (0.75: 12.5%–87.5% quantiles).
         log_y: logarithmic y axis.
-        floor: values below are drawn at ``floor`` (e.g. exact zeros on a log axis); stated in the
-            legend title.
     """
     b = band(values, mass)
+    x = np.asarray(x)
+    positive = np.concatenate([b.lower[b.lower > 0], b.upper[b.upper > 0]])
+    # Where a band's lower edge is 0 it runs to the bottom of the axis, a little below the data.
+    bottom = positive.min() / 3 if log_y and positive.size else None
     for i, label in enumerate(labels):
         med, lo, hi = b.median[i], b.lower[i], b.upper[i]
-        if floor is not None:
-            med, lo, hi = (np.maximum(v, floor) for v in (med, lo, hi))
+        if log_y:
+            med, hi = np.where(med > 0, med, np.nan), np.where(hi > 0, hi, np.nan)
+            lo = np.where(lo > 0, lo, bottom)
         (line,) = ax.plot(x, med, label=label, lw=1.6)
         ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
+        zero = np.flatnonzero(b.median[i] == 0)
+        if log_y and zero.size and zero[0] > 0 and np.all(b.median[i][zero[0] :] == 0):
+            ax.plot([x[zero[0]]], [b.median[i][zero[0] - 1]], marker="v", ms=7, color=line.get_color(), ls="none")
+    if bottom is not None:
+        ax.set_ylim(bottom=bottom)
+    title = f"median, {round(100 * mass)}% band"
     if log_y:
         ax.set_yscale("log")
-        if floor is not None:
-            ax.set_ylim(bottom=floor / 2)
-    title = f"median, {round(100 * mass)}% band"
-    if floor is not None:
-        title += f" (values < {floor:g} drawn at {floor:g})"
+        if np.any(b.median == 0):
+            title += "\n▼ median exactly 0 from here on"
+        if np.any(b.lower == 0):
+            title += "\nband to the bottom: its lower edge is 0"
     ax.legend(title=title, fontsize=8, title_fontsize=8, loc="upper right")
     ax.grid(True, which="both", alpha=0.25)
     return b
+
+
+def exact_fraction_plot(ax, x, values, labels, tol: float = 0.0) -> None:
+    """Fraction of trials whose value is <= ``tol`` (exactly 0 by default) at each x, from raw values
+    (n_points, n_trials, n_x)."""
+    fraction = np.mean(np.asarray(values) <= tol, axis=1)
+    for i, label in enumerate(labels):
+        ax.plot(x, fraction[i], label=label, lw=1.4)
+    ax.set_ylim(-0.02, 1.02)
+    what = "KL = 0" if tol == 0 else f"KL ≤ {tol:g}"
+    ax.set_ylabel(f"fraction of trials\nexact ({what})", fontsize=8)
+    ax.grid(True, alpha=0.25)
 
 
 def save(fig, path: str) -> None:

@@ -1,4 +1,4 @@
-"""Exact generalized posteriors on θ ∈ (0, 1) and KL(q_η ‖ q*) by quadrature (SPEC A5, A4b).
+"""Exact generalized posteriors on θ ∈ (0, 1) and KL(q_η ‖ q*) by quadrature.
 
 The target of non-conjugate G-FVL with a Beta prior p_0 = Beta(a0, b0) and total loss L = Σ_k L_k is
 
@@ -19,7 +19,7 @@ point θ_r, the target's mode, for both), for any such constants
     KL(q ‖ q*) = E_q[ℓ − ψ] + log ∫ e^ψ du − log ∫ e^ℓ du.
 
 Near convergence (q ≈ Beta(700, 300)) each term of ℓ and ψ is ~10³ times larger than their
-difference (SPEC A4b). Three things keep float32 usable:
+difference. Three things keep float32 usable:
 
 1. both are written relative to θ_r, with θ − θ_r computed from u − u_r without cancellation;
 2. each log-ratio a log(θ/θ_r) + b log((1−θ)/(1−θ_r)) and each loss change (see

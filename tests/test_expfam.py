@@ -50,7 +50,7 @@ def test_beta_kl_matches_quadrature_float64():
 
 
 def test_beta_kl_float32_accurate_near_convergence():
-    """SPEC A4b: in float32 the KL is accurate to ~1e-3 relative down to 1e-9.
+    """In float32 the KL is accurate to ~1e-3 relative down to 1e-9.
 
     Reference: the same float32-rounded parameters in float64 (the rounding of the *inputs*
     changes small divergences noticeably, which is not the KL's error).
@@ -70,7 +70,7 @@ def test_beta_kl_float32_accurate_near_convergence():
     assert keep.sum() > 350
     rel = np.abs(got[keep] - ref[keep]) / ref[keep]
     assert rel.max() < 1e-3, rel.max()
-    # The naive formula fails exactly here (SPEC A4b): it is off by orders of magnitude.
+    # The naive formula fails exactly here: it is off by orders of magnitude.
     naive = float(expfam.kl_direct(BETA, beta_natural(702.0, 302.0), beta_natural(702.0, 302.05)))
     assert abs(naive - 2.9e-6) > 1e-5
 

@@ -22,7 +22,7 @@ def test_conjugate_gfvl_reaches_the_posterior_and_repeat_visits_change_nothing(a
     state = gfvl.init(beta_natural(a, b), k)
     final, etas = gfvl.learn(jax.random.key(2), state, schedule, gfvl.conjugate_solver(stats, alpha))
     ones = np.asarray(ones, np.float64)
-    expected = [a + ones.sum() / alpha, b + (n * k - ones.sum()) / alpha]  # SPEC A4
+    expected = [a + ones.sum() / alpha, b + (n * k - ones.sum()) / alpha]  # the conjugate update
     np.testing.assert_allclose(final.eta, expected, rtol=1e-6)
     # From the covering slot on, η never changes again.
     etas = np.asarray(etas)

@@ -88,3 +88,40 @@ def test_bad_solver_settings_are_refused(kwargs, name):
     args.update(kwargs)
     with pytest.raises(ValueError, match=name):
         gfvl.natgrad_solver(BETA, likelihoods.noisy_bernoulli(0.1), jnp.ones((K, 2)), **args)
+
+
+def test_learning_rate_schedule_is_evaluated_at_the_slot_index():
+    """A schedule ρ_i (any ``count -> ρ``, e.g. an optax schedule) is evaluated at the number of slots
+    taken before, ``state.slot``: slot by slot it gives the η of a float ρ_i. One compilation serves both
+    (``by_schedule`` selects the schedule or the float); the slot counter also counts unlearning slots."""
+    stats = _stats(jax.random.key(3))
+    walk = jnp.array([0, 1, 0, 2], jnp.int32)
+    rates = jnp.array([0.05, 0.02, 0.01, 0.005])
+    lik = likelihoods.bernoulli()
+
+    @jax.jit
+    def one_slot(key, state, agent, rho, by_schedule):
+        def schedule(count):
+            return jnp.where(by_schedule, rates[count], rho)
+
+        return gfvl.step(key, state, agent, gfvl.natgrad_solver(BETA, lik, stats, 1.0, schedule, 1, 4, "leave-one-out"))
+
+    keys = jax.random.split(jax.random.key(4), 4)
+    scheduled, fixed = gfvl.init(PRIOR, K), gfvl.init(PRIOR, K)
+    for i in range(4):
+        scheduled = one_slot(keys[i], scheduled, walk[i], 1.0, True)  # ρ = 1 would be far off if used
+        fixed = one_slot(keys[i], fixed, walk[i], rates[i], False)
+        np.testing.assert_allclose(scheduled.eta, fixed.eta, rtol=1e-6)
+    assert int(scheduled.slot) == 4
+    unlearned, _ = gfvl.unlearn(jax.random.key(5), scheduled, walk, gfvl.conjugate_solver(stats, 1.0), 0, request=1)
+    assert int(unlearned.slot) == 8
+
+
+@pytest.mark.parametrize("spec", ["cosine", "inverse:50"])
+def test_named_schedules(spec):
+    from jaxfed import natgrad
+
+    schedule = natgrad.rho_schedule(spec, 0.1, 100)
+    values = np.asarray([schedule(i) for i in (0, 50, 99)])
+    assert values[0] == pytest.approx(0.1) and np.all(np.diff(values) < 0) and np.all(values > 0)
+    assert natgrad.rho_schedule("constant", 0.1, 100) == 0.1

@@ -43,7 +43,7 @@ def test_first_agent_is_uniform():
 
 
 def test_cover_time_complete_graph_matches_coupon_collector():
-    """E[cover time] on complete(10) = 1 + 9·H_9 = 26.46 (SPEC A2); checked within 4 s.e."""
+    """E[cover time] on complete(10) = 1 + 9·H_9 = 26.46; checked within 4 s.e."""
     k = 10
     expected = 1 + (k - 1) * sum(1.0 / i for i in range(1, k))
     s = jnp.asarray(_schedules(graphs.complete(k), 4000, 200, seed=1))

@@ -99,6 +99,11 @@ def test_epsilon_may_be_traced():
 def test_loss_weight_and_data_selection():
     assert likelihoods.loss_weight("sum", 100) == 1.0
     assert likelihoods.loss_weight("mean", 100) == 0.01
+    # an agent without data contributes nothing (it raised ZeroDivisionError / gave NaN data before)
+    assert likelihoods.loss_weight("mean", 0) == 0.0
+    n = np.array([100.0, 0.0])
+    data = likelihoods.bernoulli_beta_stats(np.array([60.0, 0.0]), n) * likelihoods.loss_weight("mean", n)[:, None]
+    np.testing.assert_allclose(data, [[0.6, 0.4], [0.0, 0.0]], rtol=1e-6)
     with pytest.raises(ValueError, match="loss_normalisation"):
         likelihoods.loss_weight("median", 100)
     data = jnp.arange(8.0).reshape(4, 2)

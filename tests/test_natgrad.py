@@ -25,7 +25,7 @@ def _sampler(n):
 
 @pytest.mark.parametrize("a, b", SHAPES)
 def test_beta_sampler_moments(a, b):
-    """E[T(θ) − μ] = 0 and Var(T_i) = FIM_ii (SPEC A5) within 4 standard errors, and E[θ] = a/(a+b)."""
+    """E[T(θ) − μ] = 0 and Var(T_i) = FIM_ii within 4 standard errors, and E[θ] = a/(a+b)."""
     n = 200_000
     theta, score = _sampler(n)(jax.random.key(11), jnp.array([a, b]))
     theta, score = np.asarray(theta, np.float64), np.asarray(score, np.float64)

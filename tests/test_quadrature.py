@@ -52,7 +52,7 @@ def _cases():
         qs = [(2.0, 2.0), (a / 2, b / 2), (a, b), (a * 1.02, b), (a * 1.002, b), (a + 0.05, b), (3 * a, 3 * b)]
         for qa, qb in qs:
             out.append((qa, qb, 2.0, 2.0, n1, n0, eps, alpha))
-    out.append((352.0, 152.0, 2.0, 2.0, 700.0, 300.0, 0.0, 2.0))  # ε = 0: q is q* exactly (SPEC A4)
+    out.append((352.0, 152.0, 2.0, 2.0, 700.0, 300.0, 0.0, 2.0))  # ε = 0: q is q* exactly (conjugate)
     return np.array(out)
 
 

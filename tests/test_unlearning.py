@@ -59,7 +59,7 @@ def test_hitting_time_of_u_after_the_request():
 
     The MH walk on the complete graph starts uniformly and P is doubly stochastic, so k^(i_u) is
     uniform. From k ≠ u the walk moves to a uniform other agent every slot, so h is geometric with
-    p = 1/(K − 1) and mean K − 1 = 9 (the issue's "K − 1 = 9", the document's "≈ 10 iterations");
+    p = 1/(K − 1) and mean K − 1 = 9 (the issue's "K − 1 = 9", the paper's "≈ 10 iterations");
     from k = u it must first leave, so E[h] = 1 + 9 = K = 10; unconditionally
     E[h] = (9·9 + 10)/10 = 9.1. The exact values come from ``gossip.expected_hitting_times``; the
     Monte Carlo means (20,000 walks) must agree within 4 standard errors.

@@ -13,7 +13,9 @@ REGISTRY: dict[str, Experiment] = {
     for exp in (
         gfvl_topologies.EXPERIMENT,
         gfvl_local_iters.EXPERIMENT,
+        gfvl_local_iters.EXPERIMENT_PAPER,
         gfvl_unlearning.EXPERIMENT,
+        gfvl_unlearning.EXPERIMENT_PAPER,
         gfvl_unlearning.EXPERIMENT_CONJUGATE,
         kmeans_mall.CONVERGENCE,
         kmeans_mall.SNR,

@@ -31,6 +31,7 @@ __all__ = [
     "check_bernoulli_setting",
     "check_natgrad_setting",
     "make_config",
+    "preset_variant",
     "run_experiment",
     "load_results",
 ]
@@ -79,15 +80,35 @@ def _parse_value(name: str, text: str, annotation):
 
 
 def make_config(config_cls: type, overrides: dict[str, str] | None = None):
-    """Builds ``config_cls`` from string overrides (``--set key=value``), validating names and values."""
+    """Builds ``config_cls`` from string overrides (``--set key=value``), validating names and values.
+
+    A config class with a ``PRESETS`` mapping (preset name -> field values) and a ``preset`` field
+    takes ``preset=NAME`` as a bundle: the named preset's values first, then the other overrides on
+    top (so ``--set preset=paper --set rho=0.01`` is the paper's settings with ρ = 0.01).
+    """
     hints = typing.get_type_hints(config_cls)
     fields = {f.name for f in dataclasses.fields(config_cls)}
     values = {}
-    for key, text in (overrides or {}).items():
+    overrides = dict(overrides or {})
+    presets = getattr(config_cls, "PRESETS", None)
+    if presets is not None and "preset" in overrides:
+        name = overrides.pop("preset")
+        check("preset", name, name in presets, f"one of {', '.join(presets)}")
+        values.update(presets[name], preset=name)
+    for key, text in overrides.items():
         if key not in fields:
             raise ValueError(f"unknown parameter {key!r}; known parameters: {', '.join(sorted(fields))}")
         values[key] = _parse_value(key, text, hints[key])
     return config_cls(**values)
+
+
+def preset_variant(config_cls: type, name: str) -> type:
+    """A subclass of ``config_cls`` whose defaults are the preset ``name`` (for an experiment that runs
+    the preset by default, e.g. in ``jaxfed reproduce``)."""
+    values = dict(config_cls.PRESETS[name], preset=name)
+    hints = typing.get_type_hints(config_cls)
+    fields = [(key, hints[key], dataclasses.field(default=value)) for key, value in values.items()]
+    return dataclasses.make_dataclass(f"{config_cls.__name__}_{name}", fields, bases=(config_cls,), frozen=True)
 
 
 def check(name: str, value, ok: bool, allowed: str) -> None:
