@@ -34,6 +34,9 @@ __all__ = [
     "noisy_bernoulli",
     "from_log_lik",
     "bernoulli_beta_stats",
+    "normal_normal_stats",
+    "poisson_gamma_stats",
+    "categorical_dirichlet_stats",
     "loss_weight",
     "agent_data",
     "without_agent",
@@ -97,6 +100,31 @@ def bernoulli_beta_stats(n_ones: jax.Array, n_total) -> jax.Array:
     """
     n_ones = jnp.asarray(n_ones, dtype=float)
     return jnp.stack([n_ones, n_total - n_ones], axis=-1)
+
+
+def normal_normal_stats(sum_z: jax.Array, n_total, variance) -> jax.Array:
+    """Per-agent statistics of z ~ N(θ, σ²) (σ² known) in the :data:`jaxfed.expfam.NORMAL` natural
+    coordinates: (..., 2) = (Σz/σ², −N/(2σ²)).
+
+    exp(−(z − θ)²/(2σ²)) ∝ exp(θ z/σ² − θ²/(2σ²)) adds (z/σ², −1/(2σ²)) to η = (m p, −p/2). With
+    weights w_n (the loss convention) pass the weighted sum and count. ``variance`` may differ per
+    agent (agents whose likelihoods differ).
+    """
+    sum_z, n_total, variance = jnp.broadcast_arrays(*(jnp.asarray(x, dtype=float) for x in (sum_z, n_total, variance)))
+    return jnp.stack([sum_z / variance, -0.5 * n_total / variance], axis=-1)
+
+
+def poisson_gamma_stats(sum_z: jax.Array, n_total) -> jax.Array:
+    """Per-agent statistics of z ~ Poisson(θ) in the :data:`jaxfed.expfam.GAMMA` natural coordinates:
+    (..., 2) = (Σz, −N); θ^z e^(−θ)/z! adds (z, −1) to η = (a, −b)."""
+    sum_z, n_total = jnp.broadcast_arrays(jnp.asarray(sum_z, dtype=float), jnp.asarray(n_total, dtype=float))
+    return jnp.stack([sum_z, -n_total], axis=-1)
+
+
+def categorical_dirichlet_stats(counts: jax.Array) -> jax.Array:
+    """Per-agent statistics of categorical z in the :func:`jaxfed.expfam.dirichlet` natural coordinates:
+    the category counts (..., C); θ_z = exp(Σ_c [z = c] log θ_c) adds the indicator of z to η = α."""
+    return jnp.asarray(counts, dtype=float)
 
 
 # --------------------------------------------------------------------------- count models

@@ -106,7 +106,7 @@ def test_kl_is_zero_on_equal_arguments(family):
 @pytest.mark.parametrize("name", ["normal", "gamma", "dirichlet"])
 def test_mean_is_gradient_and_fisher_is_hessian_of_the_log_partition(name):
     family = FAMILY[name]
-    e1, _ = _grid(name, 2, seed=1)
+    e1, _ = _grid(name, 1, seed=1)
     with jax.enable_x64(True):
         for eta in jnp.asarray(e1):
             np.testing.assert_allclose(family.mean(eta), jax.grad(family.log_partition)(eta), rtol=1e-9)
@@ -137,8 +137,12 @@ def test_dirichlet_with_two_categories_is_the_beta_family():
     )
 
 
-@pytest.mark.parametrize("name, eta", [("normal", [1.5e3, -500.0]), ("gamma", [900.0, -30.0]), ("gamma", [0.3, -2.0]),
-                                       ("dirichlet", [400.0, 0.4, 1200.0])])
+@pytest.mark.parametrize("name, eta", [
+    ("normal", [1.5e3, -500.0]),
+    ("gamma", [900.0, -30.0]),
+    pytest.param("gamma", [0.3, -2.0], marks=pytest.mark.slow),
+    pytest.param("dirichlet", [400.0, 0.4, 1200.0], marks=pytest.mark.slow),
+])
 def test_sample_score_is_an_exact_draw_with_the_textbook_score(name, eta):
     """The closed-form draws have the family's mean parameters (E[T(θ)] = μ(η), 5 standard errors)
     and their scores equal T(θ) − μ(η) up to the textbook form's float32 cancellation."""
