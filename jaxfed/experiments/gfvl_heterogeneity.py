@@ -1,0 +1,217 @@
+"""Conjugate G-FVL on heterogeneous federations: how per-agent data distributions change convergence
+per topology, for any of the conjugate families (Beta–Bernoulli, Normal–Normal with known variance,
+Gamma–Poisson, Dirichlet–Categorical).
+
+Agent k holds N_k points (``sizes``; 0 allowed) drawn from its own θ_k = g⁻¹(g(θ) + τ ε_k) around the
+global θ (:func:`jaxfed.scenarios.agent_thetas`: logit/identity/log/softmax link; for categorical data
+a label skew), and, for the Normal family, its own noise variance σ_k² = σ² exp(``noise_spread`` ε'_k)
+(agents whose likelihoods differ). Points: topology × spread τ. Metric ``kl`` (point, trial, slot):
+KL(q^(i) ‖ p(θ|D)) after slot i, p(θ|D) the posterior given every agent's data (sum loss, α), by the
+fast trajectory path (:func:`jaxfed.gfvl.conjugate_kl_trajectory`; tested against the step kernel in
+tests/test_gfvl_families_differential.py). The points of a trial share its key (common random numbers):
+for one topology the walk and the ε_k are the same at every τ, so spreads are compared pair by pair.
+
+In the conjugate case the KL is exactly 0 from the walk's cover time whatever the data, so heterogeneity
+cannot delay exactness; what it changes is how good the partial posteriors are before it: with i.i.d.
+agents a few visited agents already give a posterior close to the full one, with heterogeneous agents
+every unvisited agent shifts the target, and the slot at which KL falls below a threshold moves toward
+the cover time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxfed import expfam, gfvl, gossip, graphs, plotting, scenarios, stats
+from jaxfed.experiments.base import Experiment, Sweep, band_table, check
+from jaxfed.experiments.gfvl_topologies import first_slot_at_or_below
+
+NAME = "gfvl-heterogeneity"
+THRESHOLD = 1e-2
+"""KL level (nats) of the first-slot comparison."""
+COMPARE_SLOT = 10
+"""Slot at which the KLs of the largest and smallest spread are compared as a paired ratio."""
+
+# Global θ and prior per family (stated in the report): the data model's parameter and a weak prior.
+THETA = {"beta": 0.7, "normal": 1.0, "gamma": 4.0, "dirichlet": (0.2, 0.3, 0.5)}
+PRIOR = {
+    "beta": lambda: expfam.beta_natural(2.0, 2.0),
+    "normal": lambda: expfam.normal_natural(0.0, 100.0),
+    "gamma": lambda: expfam.gamma_natural(1.0, 0.1),
+    "dirichlet": lambda: jnp.ones(3),
+}
+PRIOR_TEXT = {"beta": "Beta(2, 2)", "normal": "N(0, 100)", "gamma": "Gamma(shape 1, rate 0.1)", "dirichlet": "Dir(1, 1, 1)"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Parameters. Static (shape-changing): family, n_agents, sizes, n_slots, topologies, spreads (the
+    points). Traced per point: the adjacency matrix and τ. Closure constants: n_per_agent, alpha,
+    variance, noise_spread.
+    """
+
+    family: str = "dirichlet"  # one of expfam.FAMILIES (the data model is the conjugate likelihood)
+    n_agents: int = 10  # K
+    n_per_agent: int = 100  # N_k of every agent unless `sizes` is given
+    sizes: tuple[int, ...] = ()  # per-agent N_k (K entries, each >= 0); empty: n_per_agent each
+    spreads: tuple[float, ...] = (0.0, 0.5, 2.0)  # τ of θ_k around θ (points); 0: i.i.d. agents
+    alpha: float = 1.0  # temperature α
+    variance: float = 1.0  # Normal family: noise variance σ²
+    noise_spread: float = 0.0  # Normal family: σ_k² = σ² exp(noise_spread ε'_k); 0: equal likelihoods
+    n_slots: int = 300  # slots i = 1..n_slots
+    topologies: tuple[str, ...] = ("star", "ring", "complete")
+
+    def __post_init__(self):
+        check("family", self.family, self.family in expfam.FAMILIES, f"one of {expfam.FAMILIES}")
+        check("n_agents", self.n_agents, self.n_agents >= 2, "an integer >= 2")
+        check("n_per_agent", self.n_per_agent, self.n_per_agent >= 0, "an integer >= 0")
+        if self.sizes:
+            check("sizes", self.sizes, len(self.sizes) == self.n_agents, f"a list of n_agents = {self.n_agents} counts")
+            check("sizes", self.sizes, all(n >= 0 for n in self.sizes), "counts >= 0")
+        check("sizes", self.agent_sizes(), sum(self.agent_sizes()) > 0, "counts with at least one point in all")
+        check("spreads", self.spreads, len(self.spreads) >= 1 and all(s >= 0 for s in self.spreads), "a non-empty list of values >= 0")
+        check("alpha", self.alpha, self.alpha > 0, "> 0")
+        check("variance", self.variance, self.variance > 0, "> 0")
+        check("noise_spread", self.noise_spread, self.noise_spread >= 0, ">= 0")
+        check("n_slots", self.n_slots, self.n_slots >= 1, "an integer >= 1")
+        check("topologies", self.topologies, len(self.topologies) >= 1, "a non-empty list")
+        for name in self.topologies:
+            check("topologies", name, name in graphs.TOPOLOGIES, f"names from {sorted(graphs.TOPOLOGIES)}")
+
+    def agent_sizes(self) -> tuple[int, ...]:
+        """N_k of every agent."""
+        return tuple(self.sizes) if self.sizes else (self.n_per_agent,) * self.n_agents
+
+
+def make_trial(cfg: Config):
+    family = expfam.by_name(cfg.family)
+    sizes = np.asarray(cfg.agent_sizes(), np.float64)
+
+    def trial(key, point):
+        key_theta, key_noise, key_data, key_walk = jax.random.split(key, 4)
+        prior = PRIOR[cfg.family]()
+        thetas = scenarios.agent_thetas(key_theta, cfg.family, THETA[cfg.family], cfg.n_agents, point["spread"])
+        variance = cfg.variance * jnp.exp(cfg.noise_spread * jax.random.normal(key_noise, (cfg.n_agents,)))
+        stats_k = scenarios.conjugate_stats(key_data, cfg.family, thetas, jnp.asarray(sizes, thetas.dtype), variance)
+        walk = gossip.mh_walk(key_walk, point["adjacency"], cfg.n_slots)
+        kl = gfvl.conjugate_kl_trajectory(family, prior, stats_k, cfg.alpha, walk.schedule, walk.n_visited)
+        return {"kl": kl}
+
+    return trial
+
+
+def build(cfg: Config):
+    labels, points = [], []
+    for name in cfg.topologies:
+        adjacency = jnp.asarray(graphs.by_name(name, cfg.n_agents))
+        for spread in cfg.spreads:
+            labels.append({"topology": name, "spread": spread})
+            points.append({"adjacency": adjacency, "spread": jnp.asarray(spread, float)})
+    return Sweep(trial=make_trial(cfg), points=points, labels=labels, metric_axes={"kl": ("slot",)})
+
+
+def _label(lab) -> str:
+    return f"{lab['topology']}, τ={lab['spread']:g}"
+
+
+def plot(cfg: Config, labels, metrics, path):
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(lab["topology"] for lab in labels))
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.8), sharey=True, squeeze=False)
+    slots = np.arange(1, cfg.n_slots + 1)
+    values = metrics["kl"]
+    for ax, name in zip(axes[0], names):
+        idx = [p for p, lab in enumerate(labels) if lab["topology"] == name]
+        sub = (
+            stats.Summary(*(np.asarray(f)[idx] for f in values))
+            if isinstance(values, stats.Summary)
+            else np.asarray(values)[idx]
+        )
+        plotting.band_plot(ax, slots, sub, [f"τ={labels[p]['spread']:g}" for p in idx], log_y=True)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("slot i")
+    axes[0, 0].set_ylabel(r"KL($q^{(i)}$ ‖ $p(\theta|\mathcal{D})$)")
+    fig.suptitle(f"G-FVL, {cfg.family} (conjugate), K={cfg.n_agents}, heterogeneity τ of θ_k around θ", fontsize=9)
+    plotting.save(fig, path)
+
+
+def report(cfg: Config, labels, results) -> str:
+    names = [_label(lab) for lab in labels]
+    b = stats.band(results["kl"])
+    slots = sorted({s for s in (1, 10, 25, 50, 100, cfg.n_slots) if s <= cfg.n_slots})
+    table = band_table("slot", slots, names, b, [s - 1 for s in slots], fmt="{:.2e}")
+    sizes = cfg.agent_sizes()
+    text = [
+        f"Family {cfg.family} (prior {PRIOR_TEXT[cfg.family]}, global θ = {THETA[cfg.family]}), K = {cfg.n_agents}, "
+        f"N_k = {sizes if cfg.sizes else cfg.n_per_agent}, α = {cfg.alpha:g}, sum loss: KL is measured against the "
+        "posterior given every agent's data (the Bayesian posterior at α = 1). τ is the spread of each agent's "
+        "θ_k around θ on the link scale (0: i.i.d. agents).",
+        "",
+        f"Median KL(q^(i) ‖ p(θ|D)) [75% band] by slot:\n\n{table}",
+    ]
+    if isinstance(results["kl"], stats.Summary):
+        text.append("\n**Reading.** Paired verdicts need the raw trials (run with `--keep raw`).")
+        return "\n".join(text) + "\n"
+    kl = np.asarray(results["kl"])
+    rows, verdicts = [], []
+    for topology in dict.fromkeys(lab["topology"] for lab in labels):
+        idx = [p for p, lab in enumerate(labels) if lab["topology"] == topology]
+        first = {labels[p]["spread"]: first_slot_at_or_below(kl[p], THRESHOLD) for p in idx}
+        exact = {labels[p]["spread"]: first_slot_at_or_below(kl[p], 0.0) for p in idx}
+        for spread in first:
+            est, lo, hi = stats.bootstrap_interval(first[spread], "median")
+            ex = stats.bootstrap_interval(exact[spread], "median")
+            rows.append(
+                f"| {topology} | {spread:g} | {est:.0f} [{lo:.0f}, {hi:.0f}] | {ex[0]:.0f} [{ex[1]:.0f}, {ex[2]:.0f}] | "
+                f"{np.mean(first[spread] > cfg.n_slots):.0%} |"
+            )
+        spreads = sorted(first)
+        if len(spreads) >= 2:
+            lo_s, hi_s = spreads[0], spreads[-1]
+            claim = f"{topology}: KL <= {THRESHOLD:g} later at τ={hi_s:g} than at τ={lo_s:g} (slots of τ={hi_s:g} − τ={lo_s:g})"
+            verdicts.append(stats.paired_verdict(first[hi_s], first[lo_s], claim, expect="greater"))
+            if cfg.n_slots >= COMPARE_SLOT:
+                # a KL of exactly 0 (covered) has no ratio: such pairs are dropped and counted
+                at = {labels[p]["spread"]: kl[p, :, COMPARE_SLOT - 1] for p in idx}
+                positive = (at[hi_s] > 0) & (at[lo_s] > 0)
+                claim = f"{topology}: KL at slot {COMPARE_SLOT} larger at τ={hi_s:g} than at τ={lo_s:g} (ratio)"
+                verdicts.append(stats.paired_verdict(
+                    np.where(positive, at[hi_s], np.nan), np.where(positive, at[lo_s], np.nan), claim,
+                    expect="greater", transform="log_ratio",
+                ))
+    text += [
+        "",
+        f"Median first slot with KL <= {THRESHOLD:g} and with KL = 0 (the cover time) [95% bootstrap interval]; "
+        "censored trials count as n_slots + 1:",
+        "",
+        "| topology | τ | KL <= threshold | KL = 0 | not below threshold within n_slots |",
+        "|---|---|---|---|---|",
+        *rows,
+    ]
+    if verdicts:
+        text += ["", "Paired comparisons (same walk and same ε_k at every τ):", "", stats.verdict_table(verdicts, "median paired slot difference")]
+        summary = "; ".join(f"{v.claim.split(' (')[0]}: **{v.verdict}** ({v.interval_text('{:.3g}')})" for v in verdicts)
+        text += [
+            "",
+            "**Reading.** Exactness arrives at the cover time whatever τ (by construction: the KL = 0 column is the "
+            f"same at every τ of a topology). The claims tested, that heterogeneity makes the partial posteriors "
+            f"before cover worse and delays the slot at which the KL falls below {THRESHOLD:g}: {summary}.",
+        ]
+    return "\n".join(text) + "\n"
+
+
+EXPERIMENT = Experiment(
+    name=NAME,
+    description="Conjugate G-FVL (beta/normal/gamma/dirichlet) on heterogeneous agents: KL vs slot per topology and spread of θ_k",
+    config_cls=Config,
+    build=build,
+    plot=plot,
+    report=report,
+    default_trials=300,
+    common_random_numbers=True,
+)
