@@ -21,6 +21,8 @@ Families (conjugate to the likelihood in brackets; :func:`by_name` looks them up
   θ > 0, A(η) = log Γ(a) − a log b.
 - :func:`dirichlet` (C) [Categorical]: T(θ) = log θ, η = (α_1..α_C), h(θ) = 1/Π θ_c on the simplex,
   A(η) = Σ log Γ(α_c) − log Γ(α_0), α_0 = Σ α_c. C = 2 is the Beta family.
+- :func:`mean_field_normal` (d): the product of d NORMAL families on θ ∈ R^d (the variational family of
+  the non-conjugate logistic-regression model, :mod:`jaxfed.logistic`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ __all__ = [
     "GAMMA",
     "FAMILIES",
     "dirichlet",
+    "mean_field_normal",
+    "mean_field_natural",
+    "mean_field_moments",
+    "mean_field_sample_score",
+    "mean_field_fisher_solve",
     "by_name",
     "check_natural",
     "log_prob",
@@ -769,6 +776,114 @@ def dirichlet(n_categories: int) -> ExpFamily:
         sample_score=dirichlet_sample_score,
         fisher_solve=dirichlet_fisher_solve,
     )
+
+
+# --------------------------------------------------------------------------- mean-field Gaussian on R^d
+def _pairs(eta):
+    """(..., 2d) natural parameters → (..., d, 2): coordinate j has the NORMAL parameters η[..., 2j:2j+2]."""
+    return eta.reshape(eta.shape[:-1] + (-1, 2))
+
+
+def _flat(x):
+    return x.reshape(x.shape[:-2] + (-1,))
+
+
+def _mf_stats(theta):
+    return _flat(_normal_stats(theta))
+
+
+def _mf_log_base(theta):
+    return jnp.sum(_normal_log_base(theta), axis=-1)
+
+
+def _mf_log_partition(eta):
+    return jnp.sum(_normal_log_partition(_pairs(eta)), axis=-1)
+
+
+def _mf_mean(eta):
+    return _flat(_normal_mean(_pairs(eta)))
+
+
+def _mf_fisher(eta):
+    """Block diagonal: coordinate j's 2×2 NORMAL Fisher matrix in rows/columns 2j, 2j + 1."""
+    blocks = _normal_fisher(_pairs(eta))  # (..., d, 2, 2)
+    d = blocks.shape[-3]
+    full = jnp.einsum("...iab,ij->...iajb", blocks, jnp.eye(d, dtype=blocks.dtype))
+    return full.reshape(full.shape[:-4] + (2 * d, 2 * d))
+
+
+def _mf_fisher_quadratic(eta, v):
+    return jnp.sum(_normal_fisher_quadratic(_pairs(eta), _pairs(v)), axis=-1)
+
+
+def _mf_boundary(eta):
+    """The precisions p_j: the domain is p_j > 0."""
+    return -2.0 * _pairs(eta)[..., 1]
+
+
+def _mf_sample(key, eta, shape=()):
+    m, p = normal_moments(_pairs(eta))
+    return m + jax.random.normal(key, shape + m.shape, eta.dtype) / jnp.sqrt(p)
+
+
+def _mf_project(eta):
+    return _flat(_normal_project(_pairs(eta)))
+
+
+def _mf_kl(eta1, eta2):
+    """Σ_j KL of coordinate j (the NORMAL closed form)."""
+    return jnp.sum(_normal_kl(_pairs(eta1), _pairs(eta2)), axis=-1)
+
+
+def mean_field_sample_score(key: jax.Array, eta: jax.Array, n_samples: int) -> tuple[jax.Array, jax.Array]:
+    """θ_s = m + ε_s ⊙ s (s_j = p_j^(−1/2), ε_s ~ N(0, I_d)) and per coordinate the NORMAL scores
+    (ε s, 2m ε s + (ε² − 1) s²), flattened to (S, 2d)."""
+    m, p = normal_moments(_pairs(eta))
+    s = 1.0 / jnp.sqrt(p)
+    eps = jax.random.normal(key, (n_samples,) + m.shape, eta.dtype)
+    score = jnp.stack([eps * s, 2.0 * m * eps * s + (eps * eps - 1.0) * s * s], axis=-1)
+    return m + eps * s, _flat(score)
+
+
+def mean_field_fisher_solve(eta: jax.Array, v: jax.Array) -> jax.Array:
+    """FIM(η)⁻¹ v block by block (:func:`normal_fisher_solve` per coordinate): O(d), no d×d solve."""
+    return _flat(normal_fisher_solve(_pairs(eta), _pairs(v)))
+
+
+def mean_field_normal(n_dims: int) -> ExpFamily:
+    """q(θ) = Π_j N(θ_j; m_j, 1/p_j) on θ ∈ R^d, d = ``n_dims`` (static): the product of d :data:`NORMAL`
+    families, η = (m_1 p_1, −p_1/2, …, m_d p_d, −p_d/2) of length P = 2d, FIM block diagonal with the
+    NORMAL 2×2 blocks, so the natural gradient and the KL cost O(d). Equal for equal d.
+    """
+    if isinstance(n_dims, bool) or not isinstance(n_dims, (int, np.integer)) or n_dims < 1:
+        raise ValueError(f"n_dims must be an integer >= 1, got {n_dims!r}")
+    return ExpFamily(
+        name="mean_field_normal",
+        dim=2 * int(n_dims),
+        sufficient_stats=_mf_stats,
+        log_base_measure=_mf_log_base,
+        log_partition=_mf_log_partition,
+        mean=_mf_mean,
+        fisher=_mf_fisher,
+        fisher_quadratic=_mf_fisher_quadratic,
+        boundary_distance=_mf_boundary,
+        sample=_mf_sample,
+        project=_mf_project,
+        kl_closed=_mf_kl,
+        sample_score=mean_field_sample_score,
+        fisher_solve=mean_field_fisher_solve,
+    )
+
+
+def mean_field_natural(mean, variance) -> jax.Array:
+    """η of length 2d for Π_j N(m_j, v_j), from (..., d) means and variances."""
+    return _flat(normal_natural(mean, variance))
+
+
+def mean_field_moments(eta: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(m, v): the (..., d) means and variances of the mean-field Gaussian with natural parameter η."""
+    m, p = normal_moments(_pairs(eta))
+    return m, 1.0 / p
 
 
 # --------------------------------------------------------------------------- lookup and validation
