@@ -826,8 +826,10 @@ def _mf_sample(key, eta, shape=()):
     return m + jax.random.normal(key, shape + m.shape, eta.dtype) / jnp.sqrt(p)
 
 
-def _mf_project(eta):
-    return _flat(_normal_project(_pairs(eta)))
+def _mf_project(eta, min_precision=NORMAL_MIN_PRECISION):
+    """Clips each precision to >= min_precision (never NaN)."""
+    pairs = _pairs(eta)
+    return _flat(pairs.at[..., 1].set(jnp.minimum(pairs[..., 1], -0.5 * min_precision)))
 
 
 def _mf_kl(eta1, eta2):
@@ -850,13 +852,19 @@ def mean_field_fisher_solve(eta: jax.Array, v: jax.Array) -> jax.Array:
     return _flat(normal_fisher_solve(_pairs(eta), _pairs(v)))
 
 
-def mean_field_normal(n_dims: int) -> ExpFamily:
+@functools.lru_cache(maxsize=None)
+def mean_field_normal(n_dims: int, min_precision: float = NORMAL_MIN_PRECISION) -> ExpFamily:
     """q(θ) = Π_j N(θ_j; m_j, 1/p_j) on θ ∈ R^d, d = ``n_dims`` (static): the product of d :data:`NORMAL`
     families, η = (m_1 p_1, −p_1/2, …, m_d p_d, −p_d/2) of length P = 2d, FIM block diagonal with the
-    NORMAL 2×2 blocks, so the natural gradient and the KL cost O(d). Equal for equal d.
+    NORMAL 2×2 blocks, so the natural gradient and the KL cost O(d). ``project`` floors each precision at
+    ``min_precision`` > 0 (a model may know a better floor: e.g. the prior's precision when the loss is
+    convex, since then the optimum is at least as precise as the prior). The same object for equal
+    arguments (cached), so jit caches are shared.
     """
     if isinstance(n_dims, bool) or not isinstance(n_dims, (int, np.integer)) or n_dims < 1:
         raise ValueError(f"n_dims must be an integer >= 1, got {n_dims!r}")
+    if not (math.isfinite(min_precision) and min_precision > 0):
+        raise ValueError(f"min_precision must be finite and > 0, got {min_precision!r}")
     return ExpFamily(
         name="mean_field_normal",
         dim=2 * int(n_dims),
@@ -868,7 +876,7 @@ def mean_field_normal(n_dims: int) -> ExpFamily:
         fisher_quadratic=_mf_fisher_quadratic,
         boundary_distance=_mf_boundary,
         sample=_mf_sample,
-        project=_mf_project,
+        project=_mf_project if min_precision == NORMAL_MIN_PRECISION else functools.partial(_mf_project, min_precision=min_precision),
         kl_closed=_mf_kl,
         sample_score=mean_field_sample_score,
         fisher_solve=mean_field_fisher_solve,

@@ -3,7 +3,7 @@ points) and a plot; :mod:`jaxfed.experiments.base` runs them and writes the resu
 
 from __future__ import annotations
 
-from jaxfed.experiments import gfvl_heterogeneity, gfvl_local_iters, gfvl_topologies, gfvl_unlearning, kmeans_mall
+from jaxfed.experiments import gfvl_heterogeneity, gfvl_local_iters, gfvl_logistic, gfvl_topologies, gfvl_unlearning, kmeans_mall
 from jaxfed.experiments.base import Experiment, Sweep, load_results, make_config, run_experiment
 
 __all__ = ["REGISTRY", "get", "Experiment", "Sweep", "make_config", "run_experiment", "load_results"]
@@ -18,6 +18,7 @@ REGISTRY: dict[str, Experiment] = {
         gfvl_unlearning.EXPERIMENT_PAPER,
         gfvl_unlearning.EXPERIMENT_CONJUGATE,
         gfvl_heterogeneity.EXPERIMENT,
+        gfvl_logistic.EXPERIMENT,
         kmeans_mall.CONVERGENCE,
         kmeans_mall.SNR,
         kmeans_mall.ABLATION,

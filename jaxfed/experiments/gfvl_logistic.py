@@ -1,0 +1,293 @@
+"""G-FVL on a d-dimensional non-conjugate model: federated Bayesian logistic regression on the shipped
+breast-cancer data (:mod:`jaxfed.logistic`), mean-field Gaussian q over θ ∈ R^d, natural-gradient local
+steps with the REINFORCE estimator and the closed-form Gaussian Fisher matrix, L local iterations, MH
+gossip; and unlearning of one agent vs retraining from scratch.
+
+The data split is fixed by ``split_seed`` (train/test split and the assignment of the training points to
+agents, i.i.d. or with label skew); trials repeat the stochastic algorithm (walk and REINFORCE draws) on it,
+so the bands are over the algorithm's randomness. Points:
+
+- ("learn", topology, split) for each topology and split: G-FVL from the prior for ``n_slots`` slots;
+- ("unlearning", complete, iid): ``learn_slots`` slots of learning, then agent u = ``forget_agent``
+  (numbered from 0) asks to be forgotten; at u's next scheduled slot η ← η − λ_u, λ_u ← 0 and u relays only;
+- ("retrain", complete, iid): G-FVL from the prior on the complete graph without u and the data without u.
+
+Metrics per slot (counted from the request for the last two points): ``kl`` KL(q^(i) ‖ q*) to the
+centralised optimum q* of the same family on the same data (all agents for "learn", without u for the
+other two), computed once per configuration by a converged float64 natural-gradient run with Gauss–Hermite
+expectations (:func:`jaxfed.logistic.centralised_optimum`); ``log_lik`` the held-out mean log predictive
+density and ``accuracy`` the held-out accuracy of q^(i); ``hit`` (point, trial): slots from the request until
+u is scheduled (−1 for the learning points and when u is not scheduled within n_slots). The points of a trial
+share its key (common random numbers: the same walk on the same graph).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxfed import expfam, gfvl, gossip, graphs, logistic, natgrad, plotting, stats
+from jaxfed.experiments.base import Experiment, Sweep, band_table, check
+from jaxfed.experiments.gfvl_unlearning import ASYMPTOTE_TOLERANCE, asymptote
+
+NAME = "gfvl-logistic"
+SPLITS = ("iid", "label-skew")
+COMPARE_FRACTION = 0.25
+"""The topology and split comparisons use the KL at this fraction of n_slots (paired ratio)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Parameters. Static: every field (data, targets and shapes are fixed per configuration); the points'
+    mode, topology and split are static too.
+    """
+
+    n_agents: int = 10  # K
+    n_features: int = 10  # features used (the first n of the 30), d = n_features + 1 with the intercept
+    test_fraction: float = 0.2  # held-out share of the 569 points
+    split_seed: int = 0  # seed of the train/test split and of the assignment of points to agents
+    skew: float = 1.0  # label skew: per class, the agents' shares ~ Dirichlet(skew · 1_K); at 0.3 (agents of one class, one empty) ρ = 0.03 diverges in some trials
+    prior_var: float = 1.0  # prior N(0, prior_var I)
+    alpha: float = 1.0  # temperature α
+    rho: float = 0.03  # learning rate ρ of the local natural-gradient steps
+    local_iters: int = 5  # L
+    n_samples: int = 20  # REINFORCE samples S per iteration
+    baseline: str = "leave-one-out"  # REINFORCE baseline ("constant" with c = 0, or "leave-one-out")
+    n_slots: int = 200  # slots recorded per point
+    learn_slots: int = 200  # unlearning: slots of learning before the request
+    forget_agent: int = 9  # u, numbered from 0
+    topologies: tuple[str, ...] = ("complete", "ring")
+    splits: tuple[str, ...] = ("iid", "label-skew")
+
+    def __post_init__(self):
+        check("n_agents", self.n_agents, self.n_agents >= 3, "an integer >= 3")
+        check("n_features", self.n_features, 1 <= self.n_features <= 30, "an integer in [1, 30]")
+        check("test_fraction", self.test_fraction, 0.0 < self.test_fraction < 1.0, "in (0, 1)")
+        check("skew", self.skew, self.skew > 0, "> 0")
+        check("prior_var", self.prior_var, self.prior_var > 0, "> 0")
+        check("alpha", self.alpha, self.alpha > 0, "> 0")
+        check("rho", self.rho, self.rho > 0, "> 0")
+        check("local_iters", self.local_iters, self.local_iters >= 1, "an integer >= 1")
+        check("baseline", self.baseline, self.baseline in natgrad.BASELINES, f"one of {natgrad.BASELINES}")
+        minimum = 2 if self.baseline == "leave-one-out" else 1
+        check("n_samples", self.n_samples, self.n_samples >= minimum, f"an integer >= {minimum}")
+        check("n_slots", self.n_slots, self.n_slots >= 4, "an integer >= 4")
+        check("learn_slots", self.learn_slots, self.learn_slots >= 0, "an integer >= 0")
+        check("forget_agent", self.forget_agent, 0 <= self.forget_agent < self.n_agents, f"an agent index in [0, {self.n_agents})")
+        for name in self.topologies:
+            check("topologies", name, name in graphs.TOPOLOGIES, f"names from {sorted(graphs.TOPOLOGIES)}")
+        for name in self.splits:
+            check("splits", name, name in SPLITS, f"names from {SPLITS}")
+
+
+def prepare(cfg: Config) -> dict:
+    """Host-side, once per configuration: the split, the per-agent data and the float64 targets.
+
+    Returns a dict with the test set, the prior η, per split the padded agent data and q*'s η, and the
+    data without u (i.i.d. split) with its q*; each target's convergence check (relative change of the
+    last iteration) under "converged"."""
+    x, y = logistic.load_breast_cancer()
+    train, test = logistic.train_test_split(x, y, cfg.test_fraction, cfg.split_seed, cfg.n_features)
+    d = train.x.shape[1]
+    owners = {
+        "iid": logistic.split_iid(len(train.y), cfg.n_agents, cfg.split_seed),
+        "label-skew": logistic.split_label_skew(train.y, cfg.n_agents, cfg.skew, cfg.split_seed),
+    }
+    lik = logistic.likelihood()
+    out = {"test": test, "data": {}, "target": {}, "converged": {}, "sizes": {}}
+    with jax.enable_x64(True):
+        prior = expfam.mean_field_natural(jnp.zeros(d), jnp.full(d, cfg.prior_var))
+        optimum = jax.jit(logistic.centralised_optimum, static_argnums=(2,))
+        for split, owner in owners.items():
+            data = logistic.to_padded(train, owner, cfg.n_agents)
+            eta, change = optimum(lik.pool(data), prior, cfg.alpha)
+            out["data"][split], out["target"][split] = data, np.asarray(eta)
+            out["converged"][split] = float(change)
+            out["sizes"][split] = np.bincount(owner, minlength=cfg.n_agents)
+        keep = owners["iid"] != cfg.forget_agent
+        kept_owner = owners["iid"][keep]
+        # the other agents renumbered 0..K−2, as on the graph without u
+        rest = logistic.to_padded(
+            logistic.Dataset(train.x[keep], train.y[keep]), kept_owner - (kept_owner > cfg.forget_agent), cfg.n_agents - 1
+        )
+        eta, change = optimum(lik.pool(rest), prior, cfg.alpha)
+        out["data"]["rest"], out["target"]["rest"], out["converged"]["rest"] = rest, np.asarray(eta), float(change)
+        out["prior"] = np.asarray(prior)
+    return out
+
+
+def _graph_without(n_agents: int, agent: int) -> jax.Array:
+    adjacency = np.delete(np.delete(graphs.complete(n_agents), agent, axis=0), agent, axis=1)
+    return jnp.asarray(graphs.validate_adjacency(adjacency))
+
+
+def make_trial(cfg: Config, problem: dict):
+    d = cfg.n_features + 1
+    # [choice] Π floors each precision at the prior's: the logistic loss is convex, so ∂E_q[L]/∂v >= 0 and
+    # the optimum is at least as precise as the prior; with the generic floor (1e-8) a noisy REINFORCE step
+    # that drives a precision below 0 leaves a variance of 1e8 and the run diverges.
+    family = expfam.mean_field_normal(d, 1.0 / cfg.prior_var)
+    lik = logistic.likelihood()
+    as_float = lambda tree: jax.tree.map(lambda a: jnp.asarray(np.asarray(a), float), tree)  # noqa: E731
+    prior = as_float(problem["prior"])
+    data = {k: as_float(v) for k, v in problem["data"].items()}
+    target = {k: as_float(v) for k, v in problem["target"].items()}
+    test = problem["test"]
+
+    def solver(agent_data):
+        return gfvl.natgrad_solver(family, lik, agent_data, cfg.alpha, cfg.rho, cfg.local_iters, cfg.n_samples, cfg.baseline)
+
+    def metrics(etas, goal):
+        log_lik, accuracy = logistic.predictive_metrics(etas, test)
+        return {"kl": expfam.kl(family, etas, goal), "log_lik": log_lik, "accuracy": accuracy}
+
+    def trial(key, point):
+        key_walk, key_learn = jax.random.split(key)
+        mode = point["mode"]
+        if mode == "learn":
+            walk = gossip.mh_schedule(key_walk, point["adjacency"], cfg.n_slots)
+            _, etas = gfvl.learn(key_learn, gfvl.init(prior, cfg.n_agents), walk, solver(data[point["split"]]))
+            return {**metrics(etas, target[point["split"]]), "hit": jnp.int32(-1)}
+        total = cfg.learn_slots + cfg.n_slots
+        walk = gossip.mh_schedule(key_walk, jnp.asarray(graphs.complete(cfg.n_agents)), total)
+        hit = gossip.hitting_time(walk, cfg.forget_agent, cfg.learn_slots - 1).astype(jnp.int32)
+        if mode == "unlearning":
+            init = gfvl.init(prior, cfg.n_agents)
+            _, etas = gfvl.unlearn(key_learn, init, walk, solver(data["iid"]), cfg.forget_agent, request=cfg.learn_slots)
+            etas = etas[cfg.learn_slots :]
+        else:
+            rest_walk = gossip.mh_schedule(key_walk, _graph_without(cfg.n_agents, cfg.forget_agent), cfg.n_slots)
+            _, etas = gfvl.learn(key_learn, gfvl.init(prior, cfg.n_agents - 1), rest_walk, solver(data["rest"]))
+        return {**metrics(etas, target["rest"]), "hit": hit}
+
+    return trial
+
+
+def _points(cfg: Config):
+    labels, points = [], []
+    for topology in cfg.topologies:
+        adjacency = jnp.asarray(graphs.by_name(topology, cfg.n_agents))
+        for split in cfg.splits:
+            labels.append({"mode": "learn", "topology": topology, "split": split})
+            points.append({"mode": "learn", "adjacency": adjacency, "split": split})
+    for mode in ("unlearning", "retrain"):
+        labels.append({"mode": mode, "topology": "complete", "split": "iid"})
+        points.append({"mode": mode})
+    return labels, points
+
+
+def build(cfg: Config):
+    labels, points = _points(cfg)
+    axes = {"kl": ("slot",), "log_lik": ("slot",), "accuracy": ("slot",), "hit": ()}
+    return Sweep(trial=make_trial(cfg, prepare(cfg)), points=points, labels=labels, metric_axes=axes)
+
+
+def _name(lab) -> str:
+    return f"{lab['mode']} {lab['topology']}/{lab['split']}" if lab["mode"] == "learn" else lab["mode"]
+
+
+def plot(cfg: Config, labels, metrics, path):
+    import matplotlib.pyplot as plt
+
+    names = [_name(lab) for lab in labels]
+    slots = np.arange(1, cfg.n_slots + 1)
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for ax, metric, ylabel, log_y in (
+        (axes[0], "kl", "KL(q^(i) ‖ q*)", True),
+        (axes[1], "log_lik", "held-out mean log predictive", False),
+        (axes[2], "accuracy", "held-out accuracy", False),
+    ):
+        plotting.band_plot(ax, slots, metrics[metric], names, log_y=log_y)
+        ax.set_ylabel(ylabel)
+        ax.set_xlabel("slot i (from the request for unlearning/retrain)")
+    fig.suptitle(
+        f"G-FVL, Bayesian logistic regression (breast cancer, d = {cfg.n_features + 1}), K = {cfg.n_agents}, "
+        f"L = {cfg.local_iters}, S = {cfg.n_samples}, ρ = {cfg.rho:g}, {cfg.baseline} baseline",
+        fontsize=9,
+    )
+    plotting.save(fig, path)
+
+
+def first_slot_within(kl: np.ndarray, level: float) -> np.ndarray:
+    """Per trial, the first slot (1-based) with KL <= level; n_slots + 1 where never (censored)."""
+    below = kl <= level
+    return np.where(below.any(axis=-1), np.argmax(below, axis=-1) + 1, kl.shape[-1] + 1)
+
+
+def report(cfg: Config, labels, results) -> str:
+    names = [_name(lab) for lab in labels]
+    slots = sorted({s for s in (1, 10, 50, 100, cfg.n_slots) if s <= cfg.n_slots})
+    index = [s - 1 for s in slots]
+    text = [
+        f"Breast-cancer data (569 points, {cfg.n_features} standardised features + intercept, d = {cfg.n_features + 1}), "
+        f"{1 - cfg.test_fraction:.0%} training points over K = {cfg.n_agents} agents (split seed {cfg.split_seed}: the "
+        "split is fixed, trials repeat the walk and the REINFORCE draws), sum loss, α = "
+        f"{cfg.alpha:g}, prior N(0, {cfg.prior_var:g} I). KL is measured against the centralised optimum q* of the "
+        "mean-field Gaussian family (float64 natural-gradient run with Gauss–Hermite expectations; for unlearning and "
+        "retrain the optimum without agent u's data).",
+    ]
+    for metric, what, fmt in (("kl", "KL(q^(i) ‖ q*)", "{:.2e}"), ("log_lik", "held-out mean log predictive", "{:.4f}"),
+                              ("accuracy", "held-out accuracy", "{:.3f}")):
+        table = band_table("slot", slots, names, stats.band(results[metric]), index, fmt=fmt)
+        text += ["", f"Median {what} [75% band] by slot:", "", table]
+    if isinstance(results["kl"], stats.Summary):
+        text.append("\n**Reading.** Paired verdicts need the raw trials (run with `--keep raw`).")
+        return "\n".join(text) + "\n"
+    kl = np.asarray(results["kl"])
+    finite = np.all(np.isfinite(kl), axis=-1) & np.all(np.isfinite(np.asarray(results["log_lik"])), axis=-1)
+    text += ["", "Trials with a non-finite metric (diverged), per point: "
+             + ", ".join(f"{n} {int(np.sum(~finite[p]))}" for p, n in enumerate(names)) + "."]
+    at = max(1, int(round(COMPARE_FRACTION * cfg.n_slots)))
+    verdicts = []
+
+    def index_of(mode, topology="complete", split="iid"):
+        for p, lab in enumerate(labels):
+            if (lab["mode"], lab["topology"], lab["split"]) == (mode, topology, split):
+                return p
+        return None
+
+    def ratio(p_a, p_b, claim):
+        a, b = kl[p_a, :, at - 1], kl[p_b, :, at - 1]
+        ok = (a > 0) & (b > 0)
+        return stats.paired_verdict(np.where(ok, a, np.nan), np.where(ok, b, np.nan), claim, expect="greater", transform="log_ratio")
+
+    for topology in cfg.topologies:
+        p_iid, p_skew = index_of("learn", topology, "iid"), index_of("learn", topology, "label-skew")
+        if p_iid is not None and p_skew is not None:
+            verdicts.append(ratio(p_skew, p_iid, f"{topology}: KL at slot {at} larger with label skew than i.i.d. (ratio)"))
+    for split in cfg.splits:
+        p_c, p_r = index_of("learn", "complete", split), index_of("learn", "ring", split)
+        if p_c is not None and p_r is not None:
+            verdicts.append(ratio(p_r, p_c, f"{split}: KL at slot {at} larger on ring than on complete (ratio)"))
+    p_u, p_t = index_of("unlearning"), index_of("retrain")
+    level = ASYMPTOTE_TOLERANCE * asymptote(np.median(kl[p_t], axis=0))
+    first_u, first_t = first_slot_within(kl[p_u], level), first_slot_within(kl[p_t], level)
+    hit = np.asarray(results["hit"])[p_u]
+    verdicts.append(stats.paired_verdict(
+        first_t, first_u, f"unlearning within {ASYMPTOTE_TOLERANCE:g}× the retrained asymptote before retraining (slots of retrain − unlearning)",
+        expect="greater",
+    ))
+    reached = hit >= 0
+    verdicts.append(stats.paired_verdict(
+        first_u[reached], hit[reached] + 1.0, "unlearning at the retrained level when u is next scheduled (slot − (hit + 1), ±5 slots)",
+        expect="equal", margin=5.0,
+    ))
+    text += ["", "Paired comparisons (common random numbers):", "", stats.verdict_table(verdicts, "median paired statistic")]
+    summary = "; ".join(f"{v.claim.split(' (')[0]}: **{v.verdict}** ({v.interval_text()})" for v in verdicts)
+    text += ["", f"**Reading.** {summary}."]
+    return "\n".join(text) + "\n"
+
+
+EXPERIMENT = Experiment(
+    name=NAME,
+    description="G-FVL on d-dimensional Bayesian logistic regression (breast-cancer data): topologies, label skew, unlearning vs retraining",
+    config_cls=Config,
+    build=build,
+    plot=plot,
+    report=report,
+    default_trials=40,
+    common_random_numbers=True,
+)
