@@ -22,6 +22,7 @@ from common import machine, write_json  # noqa: E402
 BENCHMARKS = {
     "gfvl_conjugate": ["--trials", "3000", "--loop-trials", "5", "--repeats", "3"],
     "gfvl_nonconjugate": ["--trials", "256", "--loop-trials", "2", "--repeats", "3"],
+    "gfvl_logistic": ["--trials", "256", "--loop-trials", "2", "--repeats", "3"],
     "oac_channel": ["--devices", "10", "100", "--trials", "2000", "--seconds", "1", "--numpy-seconds", "1"],
     "kmeans_oac": ["--trials", "256", "--chunk", "128", "--numpy-trials", "1", "--repeats", "2", "--skip-sweep"],
     "scaling": ["--max-trials", "100000", "--device-trials", "5000", "--repeats", "2"],
@@ -30,6 +31,7 @@ BENCHMARKS = {
 ACCELERATOR = {
     "gfvl_conjugate": ["--trials", "100000", "--loop-trials", "2", "--repeats", "5"],
     "gfvl_nonconjugate": ["--trials", "10000", "--loop-trials", "1", "--repeats", "3"],
+    "gfvl_logistic": ["--trials", "4096", "--loop-trials", "1", "--repeats", "3"],
     "oac_channel": ["--trials", "10000", "--seconds", "2", "--numpy-seconds", "1"],
     "kmeans_oac": ["--trials", "1000", "--chunk", "1024", "--numpy-trials", "1", "--repeats", "3", "--skip-sweep"],
     "scaling": ["--max-trials", "100000", "--device-trials", "100000", "--repeats", "3", "--no-device-sweep"],
