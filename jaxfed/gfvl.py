@@ -137,14 +137,20 @@ def natgrad_solver(
             ``count -> ρ``; see :func:`jaxfed.natgrad.rho_schedule`) evaluated at the number of slots
             taken before this one (``state.slot``), so slot i uses ``rho(i − 1)`` for all its L iterations.
         n_iters: local iterations L per scheduled slot (static), >= 1.
-        n_samples: REINFORCE samples S per iteration (static), >= 1 (>= 2 for "leave-one-out").
-        baseline: "constant" (value ``c``; the paper uses c = 0) or "leave-one-out".
+        n_samples: samples S per iteration (static), >= 1 (>= 2 for "leave-one-out" and "control-variate").
+        baseline: the gradient estimator, one of :data:`jaxfed.natgrad.ESTIMATORS`: REINFORCE with a
+            "constant" baseline (value ``c``; the paper uses c = 0), "leave-one-out" or "control-variate"
+            (:func:`jaxfed.natgrad.reinforce_gradient`), or "reparameterisation" for the Gaussian families.
         c: constant baseline (may be traced).
     """
     natgrad.check_count("n_iters", n_iters)
-    natgrad.check_count("n_samples", n_samples, 2 if baseline == "leave-one-out" else 1)
-    if baseline not in natgrad.BASELINES:
-        raise ValueError(f"baseline must be one of {natgrad.BASELINES}, got {baseline!r}")
+    if baseline not in natgrad.ESTIMATORS:
+        raise ValueError(f"baseline must be one of {natgrad.ESTIMATORS}, got {baseline!r}")
+    natgrad.check_count("n_samples", n_samples, 2 if baseline in ("leave-one-out", "control-variate") else 1)
+    if baseline == "reparameterisation" and family.name not in natgrad.REPARAMETERISABLE:
+        raise ValueError(
+            f"baseline='reparameterisation' needs a family in {natgrad.REPARAMETERISABLE}, got {family.name!r}"
+        )
     if not callable(rho):
         natgrad.check_positive("rho", rho)
     natgrad.check_positive("alpha", alpha)
@@ -158,7 +164,7 @@ def natgrad_solver(
             return likelihood.loss(data, theta)
 
         def iteration(l, eta):
-            grad = natgrad.reinforce_gradient(jax.random.fold_in(key, l), family, eta, loss, n_samples, baseline, c)
+            grad = natgrad.estimate_gradient(jax.random.fold_in(key, l), family, eta, loss, n_samples, baseline, c)
             return natgrad.natural_gradient_step(family, eta, grad, cavity, rate, alpha)
 
         return lax.fori_loop(0, n_iters, iteration, state.eta) - state.eta

@@ -44,6 +44,11 @@ from jaxfed.expfam import beta_fisher_solve, beta_sample_score
 
 __all__ = [
     "BASELINES",
+    "ESTIMATORS",
+    "REPARAMETERISABLE",
+    "reparameterisation_gradient",
+    "estimate_gradient",
+    "estimator_variance",
     "beta_sample_score",
     "beta_fisher_solve",
     "sample_score",
@@ -61,8 +66,13 @@ __all__ = [
     "rho_schedule",
 ]
 
-BASELINES = ("constant", "leave-one-out")
+BASELINES = ("constant", "leave-one-out", "control-variate")
 """Baseline kinds of :func:`reinforce_gradient`; "constant" uses the value ``c``."""
+ESTIMATORS = BASELINES + ("reparameterisation",)
+"""Gradient estimators of :func:`estimate_gradient`: REINFORCE with one of :data:`BASELINES`, or the
+reparameterisation gradient (Gaussian families only, :data:`REPARAMETERISABLE`)."""
+REPARAMETERISABLE = ("normal", "mean_field_normal")
+"""Families whose draws are θ = m + ε/√p, so that :func:`reparameterisation_gradient` applies."""
 
 
 # --------------------------------------------------------------------------- validation helpers
@@ -119,24 +129,79 @@ def reinforce_gradient(
         eta: (P,) natural parameter.
         loss: θ (S,) -> L(θ) (S,).
         n_samples: S (static), >= 1 (>= 2 for the leave-one-out baseline).
-        baseline: "constant" (c_s = ``c``; the paper's Fig. 4 uses c = 0) or "leave-one-out"
-            (c_s = mean of the other S − 1 losses; lower variance, needs no tuning).
+        baseline: "constant" (c_s = ``c``; the paper's Fig. 4 uses c = 0), "leave-one-out"
+            (c_s = mean of the other S − 1 losses; lower variance, needs no tuning) or "control-variate":
+            a control variate through the score's known mean E[T(θ) − μ] = 0, one coefficient per
+            coordinate, ĝ_j = (1/S) Σ_s (L_s − β_{−s,j}) score_sj with the variance-minimising
+            β_j = E[L score_j²]/E[score_j²] fitted on the other S − 1 samples (so ĝ stays unbiased).
         c: the constant baseline (may be traced); ignored by "leave-one-out".
 
     Returns:
         (P,) unbiased estimate of ∇_η E_q[L].
     """
-    check_count("n_samples", n_samples, 2 if baseline == "leave-one-out" else 1)
+    check_count("n_samples", n_samples, 1 if baseline == "constant" else 2)
     if baseline not in BASELINES:
         raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
     theta, score = sample_score(key, family, eta, n_samples)
     losses = loss(theta)
+    if baseline == "control-variate":
+        weighted, squares = losses[:, None] * score * score, score * score
+        others = jnp.sum(squares, axis=0) - squares
+        beta = (jnp.sum(weighted, axis=0) - weighted) / jnp.where(others > 0, others, 1.0)
+        return jnp.mean((losses[:, None] - beta) * score, axis=0)
     if baseline == "leave-one-out":
         # L_s − (Σ L − L_s)/(S − 1) = S/(S − 1) (L_s − mean L)
         centred = (losses - jnp.mean(losses)) * (n_samples / (n_samples - 1))
     else:
         centred = losses - c
     return jnp.mean(centred[:, None] * score, axis=0)
+
+
+def reparameterisation_gradient(
+    key: jax.Array, family: expfam.ExpFamily, eta: jax.Array, loss: Callable[[jax.Array], jax.Array], n_samples: int
+) -> jax.Array:
+    """Reparameterisation estimate of ∇_η E_{q_η}[L] for the Gaussian families (θ = m + s ε, s = p^(−1/2)):
+
+        ĝ_m = (1/S) Σ_s ∇L(θ_s),   ĝ_v = (1/S) Σ_s ∇L(θ_s) ε_s/(2s),
+        ∇_μ ≈ (ĝ_m − 2m ĝ_v, ĝ_v) per coordinate (μ = (m, m² + v)),   ∇_η = FIM(η) ∇_μ,
+
+    which needs a differentiable loss; the returned ∇_η estimate plugs into :func:`natural_gradient_step`
+    like :func:`reinforce_gradient`'s. Unbiased; its variance does not scale with the loss's magnitude.
+    """
+    if family.name not in REPARAMETERISABLE:
+        raise ValueError(f"the reparameterisation estimator needs a family in {REPARAMETERISABLE}, got {family.name!r}")
+    check_count("n_samples", n_samples)
+    pairs = eta.reshape(-1, 2)
+    m, p = expfam.normal_moments(pairs)
+    s = 1.0 / jnp.sqrt(p)
+    eps = jax.random.normal(key, (n_samples,) + m.shape, eta.dtype)
+    theta = m + eps * s
+    as_input = (lambda t: t[..., 0]) if family.name == "normal" else (lambda t: t)  # NORMAL's θ is a scalar
+    per_sample = jax.grad(lambda t: jnp.sum(loss(as_input(t))))(theta)  # (S, d): ∇L(θ_s), samples independent
+    g_m = jnp.mean(per_sample, axis=0)
+    g_v = jnp.mean(per_sample * eps / (2.0 * s), axis=0)
+    u1, u2 = g_m - 2.0 * m * g_v, g_v
+    # FIM ∇_μ with the NORMAL block [[1/p, 2m/p], [2m/p, 4m²/p + 2/p²]]
+    grad_eta = jnp.stack([(u1 + 2.0 * m * u2) / p, (2.0 * m * u1 + (4.0 * m * m + 2.0 / p) * u2) / p], axis=-1)
+    return grad_eta.reshape(eta.shape)
+
+
+def estimate_gradient(key, family, eta, loss, n_samples: int, estimator: str = "constant", c=0.0) -> jax.Array:
+    """ĝ ≈ ∇_η E_q[L] by ``estimator`` (one of :data:`ESTIMATORS`): REINFORCE with that baseline
+    (:func:`reinforce_gradient`) or the reparameterisation gradient (:func:`reparameterisation_gradient`)."""
+    if estimator == "reparameterisation":
+        return reparameterisation_gradient(key, family, eta, loss, n_samples)
+    return reinforce_gradient(key, family, eta, loss, n_samples, estimator, c)
+
+
+def estimator_variance(key, family, eta, loss, n_samples: int, estimator: str = "constant", c=0.0, n_repeats: int = 2):
+    """tr Cov[FIM(η)⁻¹ ĝ]: the total variance of the natural-gradient estimate (the step direction before ρ),
+    as the unbiased sample variance over ``n_repeats`` (static, >= 2) independent estimates, summed over
+    coordinates. Cost: ``n_repeats`` gradient estimates."""
+    check_count("n_repeats", n_repeats, 2)
+    keys = jax.random.split(key, n_repeats)
+    nat = jax.vmap(lambda k: fisher_solve(family, eta, estimate_gradient(k, family, eta, loss, n_samples, estimator, c)))(keys)
+    return jnp.sum(jnp.var(nat, axis=0, ddof=1))
 
 
 def keep_in_domain(family: expfam.ExpFamily, eta: jax.Array, proposal: jax.Array) -> jax.Array:

@@ -154,7 +154,7 @@ def check_natgrad_setting(cfg) -> None:
     check("loss_normalisation", cfg.loss_normalisation, cfg.loss_normalisation in normalisations, f"one of {normalisations}")
     check("rho", cfg.rho, cfg.rho > 0, "> 0")
     check("baseline", cfg.baseline, cfg.baseline in natgrad.BASELINES, f"one of {natgrad.BASELINES}")
-    minimum = 2 if cfg.baseline == "leave-one-out" else 1
+    minimum = 1 if cfg.baseline == "constant" else 2
     check("n_samples", cfg.n_samples, cfg.n_samples >= minimum, f"an integer >= {minimum}")
 
 

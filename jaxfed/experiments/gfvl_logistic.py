@@ -12,7 +12,9 @@ so the bands are over the algorithm's randomness. Points:
   (numbered from 0) asks to be forgotten; at u's next scheduled slot η ← η − λ_u, λ_u ← 0 and u relays only;
 - ("retrain", complete, iid): G-FVL from the prior on the complete graph without u and the data without u.
 
-Metrics per slot (counted from the request for the last two points): ``kl`` KL(q^(i) ‖ q*) to the
+Metrics per slot (counted from the request for the last two points): ``grad_var`` tr Cov[FIM⁻¹ĝ], the
+total variance of the natural-gradient estimate at q^(i) for the agent scheduled at slot i (what the
+estimator costs, next to the convergence; two extra independent estimates per slot); ``kl`` KL(q^(i) ‖ q*) to the
 centralised optimum q* of the same family on the same data (all agents for "learn", without u for the
 other two), computed once per configuration by a converged float64 natural-gradient run with Gauss–Hermite
 expectations (:func:`jaxfed.logistic.centralised_optimum`); ``log_lik`` the held-out mean log predictive
@@ -55,7 +57,8 @@ class Config:
     rho: float = 0.03  # learning rate ρ of the local natural-gradient steps
     local_iters: int = 5  # L
     n_samples: int = 20  # REINFORCE samples S per iteration
-    baseline: str = "leave-one-out"  # REINFORCE baseline ("constant" with c = 0, or "leave-one-out")
+    baseline: str = "leave-one-out"  # gradient estimator: REINFORCE with "constant" (c = 0), "leave-one-out" or
+    # "control-variate" baseline, or "reparameterisation"
     n_slots: int = 200  # slots recorded per point
     learn_slots: int = 200  # unlearning: slots of learning before the request
     forget_agent: int = 9  # u, numbered from 0
@@ -71,8 +74,8 @@ class Config:
         check("alpha", self.alpha, self.alpha > 0, "> 0")
         check("rho", self.rho, self.rho > 0, "> 0")
         check("local_iters", self.local_iters, self.local_iters >= 1, "an integer >= 1")
-        check("baseline", self.baseline, self.baseline in natgrad.BASELINES, f"one of {natgrad.BASELINES}")
-        minimum = 2 if self.baseline == "leave-one-out" else 1
+        check("baseline", self.baseline, self.baseline in natgrad.ESTIMATORS, f"one of {natgrad.ESTIMATORS}")
+        minimum = 1 if self.baseline in ("constant", "reparameterisation") else 2
         check("n_samples", self.n_samples, self.n_samples >= minimum, f"an integer >= {minimum}")
         check("n_slots", self.n_slots, self.n_slots >= 4, "an integer >= 4")
         check("learn_slots", self.learn_slots, self.learn_slots >= 0, "an integer >= 0")
@@ -140,28 +143,40 @@ def make_trial(cfg: Config, problem: dict):
     def solver(agent_data):
         return gfvl.natgrad_solver(family, lik, agent_data, cfg.alpha, cfg.rho, cfg.local_iters, cfg.n_samples, cfg.baseline)
 
-    def metrics(etas, goal):
+    def metrics(key, etas, goal, schedule, agent_data):
+        """Per slot: KL to the goal, held-out metrics, and the estimator's variance at q^(i) for the agent
+        scheduled at slot i (two extra independent estimates per slot, :func:`jaxfed.natgrad.estimator_variance`)."""
         log_lik, accuracy = logistic.predictive_metrics(etas, test)
-        return {"kl": expfam.kl(family, etas, goal), "log_lik": log_lik, "accuracy": accuracy}
+
+        def variance(i, eta, agent):
+            data_k = jax.tree.map(lambda a: a[agent], agent_data)
+            return natgrad.estimator_variance(
+                jax.random.fold_in(key, i), family, eta, lambda theta: lik.loss(data_k, theta), cfg.n_samples, cfg.baseline
+            )
+
+        grad_var = jax.vmap(variance)(jnp.arange(etas.shape[0]), etas, schedule)
+        return {"kl": expfam.kl(family, etas, goal), "log_lik": log_lik, "accuracy": accuracy, "grad_var": grad_var}
 
     def trial(key, point):
-        key_walk, key_learn = jax.random.split(key)
+        key_walk, key_learn, key_var = jax.random.split(key, 3)
         mode = point["mode"]
         if mode == "learn":
             walk = gossip.mh_schedule(key_walk, point["adjacency"], cfg.n_slots)
-            _, etas = gfvl.learn(key_learn, gfvl.init(prior, cfg.n_agents), walk, solver(data[point["split"]]))
-            return {**metrics(etas, target[point["split"]]), "hit": jnp.int32(-1)}
+            agent_data = data[point["split"]]
+            _, etas = gfvl.learn(key_learn, gfvl.init(prior, cfg.n_agents), walk, solver(agent_data))
+            return {**metrics(key_var, etas, target[point["split"]], walk, agent_data), "hit": jnp.int32(-1)}
         total = cfg.learn_slots + cfg.n_slots
         walk = gossip.mh_schedule(key_walk, jnp.asarray(graphs.complete(cfg.n_agents)), total)
         hit = gossip.hitting_time(walk, cfg.forget_agent, cfg.learn_slots - 1).astype(jnp.int32)
         if mode == "unlearning":
             init = gfvl.init(prior, cfg.n_agents)
             _, etas = gfvl.unlearn(key_learn, init, walk, solver(data["iid"]), cfg.forget_agent, request=cfg.learn_slots)
-            etas = etas[cfg.learn_slots :]
+            etas, schedule, agent_data = etas[cfg.learn_slots :], walk[cfg.learn_slots :], data["iid"]
         else:
-            rest_walk = gossip.mh_schedule(key_walk, _graph_without(cfg.n_agents, cfg.forget_agent), cfg.n_slots)
-            _, etas = gfvl.learn(key_learn, gfvl.init(prior, cfg.n_agents - 1), rest_walk, solver(data["rest"]))
-        return {**metrics(etas, target["rest"]), "hit": hit}
+            schedule = gossip.mh_schedule(key_walk, _graph_without(cfg.n_agents, cfg.forget_agent), cfg.n_slots)
+            agent_data = data["rest"]
+            _, etas = gfvl.learn(key_learn, gfvl.init(prior, cfg.n_agents - 1), schedule, solver(agent_data))
+        return {**metrics(key_var, etas, target["rest"], schedule, agent_data), "hit": hit}
 
     return trial
 
@@ -181,7 +196,7 @@ def _points(cfg: Config):
 
 def build(cfg: Config):
     labels, points = _points(cfg)
-    axes = {"kl": ("slot",), "log_lik": ("slot",), "accuracy": ("slot",), "hit": ()}
+    axes = {"kl": ("slot",), "log_lik": ("slot",), "accuracy": ("slot",), "grad_var": ("slot",), "hit": ()}
     return Sweep(trial=make_trial(cfg, prepare(cfg)), points=points, labels=labels, metric_axes=axes)
 
 
@@ -194,11 +209,12 @@ def plot(cfg: Config, labels, metrics, path):
 
     names = [_name(lab) for lab in labels]
     slots = np.arange(1, cfg.n_slots + 1)
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4))
     for ax, metric, ylabel, log_y in (
         (axes[0], "kl", "KL(q^(i) ‖ q*)", True),
         (axes[1], "log_lik", "held-out mean log predictive", False),
         (axes[2], "accuracy", "held-out accuracy", False),
+        (axes[3], "grad_var", "tr Cov of the natural-gradient estimate", True),
     ):
         plotting.band_plot(ax, slots, metrics[metric], names, log_y=log_y)
         ax.set_ylabel(ylabel)
@@ -230,7 +246,8 @@ def report(cfg: Config, labels, results) -> str:
         "retrain the optimum without agent u's data).",
     ]
     for metric, what, fmt in (("kl", "KL(q^(i) ‖ q*)", "{:.2e}"), ("log_lik", "held-out mean log predictive", "{:.4f}"),
-                              ("accuracy", "held-out accuracy", "{:.3f}")):
+                              ("accuracy", "held-out accuracy", "{:.3f}"),
+                              ("grad_var", f"total variance of the natural-gradient estimate ({cfg.baseline}, S = {cfg.n_samples})", "{:.3g}")):
         table = band_table("slot", slots, names, stats.band(results[metric]), index, fmt=fmt)
         text += ["", f"Median {what} [75% band] by slot:", "", table]
     if isinstance(results["kl"], stats.Summary):
