@@ -38,6 +38,7 @@ def test_mean_field_family_closed_forms_match_the_dense_definitions():
         np.testing.assert_allclose(score, family.sufficient_stats(theta) - family.mean(eta), rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.slow
 def test_expected_loss_by_quadrature_matches_monte_carlo():
     train, _, data = _problem()
     pooled = logistic.likelihood().pool(data)
