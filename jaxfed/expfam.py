@@ -929,7 +929,8 @@ def check_natural(family: ExpFamily, eta, name: str = "eta") -> None:
         )
     if not np.all(np.isfinite(eta)):
         raise ValueError(f"{name} must be finite, got {eta.tolist()!r}")
-    inside = np.asarray(family.boundary_distance(jnp.asarray(eta))) > 0
+    with jax.ensure_compile_time_eval():  # concrete even when called while tracing (e.g. inside a trial)
+        inside = np.asarray(family.boundary_distance(jnp.asarray(eta))) > 0
     if not np.all(inside):
         raise ValueError(
             f"{name} = {eta.tolist()!r} is outside the natural-parameter domain of {family.name!r} "

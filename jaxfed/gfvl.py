@@ -275,7 +275,16 @@ def conjugate_kl_trajectory(
 
     Returns:
         (n_slots,) KL(q^(i) ‖ p(θ|D)), i = 1..n_slots.
+
+    Raises:
+        ValueError for a concrete ``prior_eta`` of the wrong length or outside the family's domain (where
+        its Fisher matrix is not positive definite), and for ``agent_stats`` not of shape (K, P).
     """
+    expfam.check_natural(family, prior_eta, "prior_eta")
+    if agent_stats.ndim != 2 or agent_stats.shape[-1] != family.dim:
+        raise ValueError(
+            f"agent_stats must be (K, {family.dim}) for family {family.name!r}, got shape {tuple(agent_stats.shape)}"
+        )
     n_agents, n_slots = agent_stats.shape[0], schedule.shape[0]
     if n_visited is None:
         first = gossip.first_visit_slots(schedule, n_agents)

@@ -48,6 +48,12 @@ def bernoulli_counts(key: jax.Array, n_agents: int, n_per_agent: int, theta) -> 
     return jnp.minimum(count, n_per_agent).astype(theta.dtype)
 
 
+def _check_family(family: str) -> None:
+    families = ("beta", "normal", "gamma", "dirichlet")
+    if family not in families:
+        raise ValueError(f"family must be one of {families}, got {family!r}")
+
+
 def agent_thetas(key: jax.Array, family: str, theta, n_agents: int, spread) -> jax.Array:
     """Per-agent data distributions θ_k around a global θ: θ_k = g⁻¹(g(θ) + τ ε_k), ε_k ~ N(0, 1) i.i.d.,
 
@@ -64,6 +70,7 @@ def agent_thetas(key: jax.Array, family: str, theta, n_agents: int, spread) -> j
     Returns:
         (K,) θ_k, or (K, C) for "dirichlet".
     """
+    _check_family(family)
     theta = jnp.asarray(theta, dtype=float)
     eps = jax.random.normal(key, (n_agents,) + theta.shape, theta.dtype)
     if family == "beta":
@@ -94,7 +101,10 @@ def conjugate_stats(key: jax.Array, family: str, thetas: jax.Array, sizes, varia
         sizes: (K,) N_k >= 0 (may be traced).
         variance: Normal noise variance σ² (scalar or (K,)), unused otherwise.
     """
+    _check_family(family)
     n = jnp.asarray(sizes, dtype=thetas.dtype)
+    if n.shape != thetas.shape[:1]:
+        raise ValueError(f"sizes must have one entry per agent (K = {thetas.shape[0]}), got shape {n.shape}")
     if family == "beta":
         ones = jax.random.binomial(key, n, thetas).astype(thetas.dtype)
         return likelihoods.bernoulli_beta_stats(ones, n)

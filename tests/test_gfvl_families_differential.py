@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy.special import digamma, gammaln
 
-from jaxfed import expfam, gfvl, gossip, graphs
+from jaxfed import expfam, gfvl, gossip, graphs, scenarios
 
 PRIORS = {
     "beta": np.array([2.0, 2.0]),
@@ -141,3 +141,23 @@ def test_float32_fast_path_is_exact_at_cover_time(name):
     seen = np.array([np.isin([0, 2, 3], schedule[: i + 1]).all() for i in range(8)])
     assert seen.any() and not seen.all()
     assert np.all((np.asarray(kl) == 0.0) == seen)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: gfvl.conjugate_kl_trajectory(expfam.NORMAL, jnp.ones(3), jnp.ones((2, 2)), 1.0, jnp.zeros(4, int)),
+         r"prior_eta must have a last axis of length 2 for family 'normal', got shape \(3,\)"),
+        (lambda: gfvl.conjugate_kl_trajectory(expfam.GAMMA, jnp.array([2.0, 1.0]), jnp.ones((2, 2)), 1.0, jnp.zeros(4, int)),
+         r"prior_eta = \[2.0, 1.0\] is outside the natural-parameter domain of 'gamma' \(its Fisher matrix is not positive definite"),
+        (lambda: gfvl.conjugate_kl_trajectory(expfam.dirichlet(3), jnp.ones(3), jnp.ones((2, 2)), 1.0, jnp.zeros(4, int)),
+         r"agent_stats must be \(K, 3\) for family 'dirichlet', got shape \(2, 2\)"),
+        (lambda: scenarios.conjugate_stats(jax.random.key(0), "gamma", jnp.ones(3), jnp.ones(2)),
+         r"sizes must have one entry per agent \(K = 3\), got shape \(2,\)"),
+        (lambda: scenarios.agent_thetas(jax.random.key(0), "poisson", 1.0, 3, 0.5),
+         r"family must be one of \('beta', 'normal', 'gamma', 'dirichlet'\), got 'poisson'"),
+    ],
+)
+def test_bad_shapes_and_names_are_one_line_errors(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
