@@ -4,8 +4,11 @@ For q_η in an exponential family (:mod:`jaxfed.expfam`) and a loss L(θ):
 
 - :func:`reinforce_gradient`: the score-function (REINFORCE) estimate of ∇_η E_{q_η}[L],
       ĝ = (1/S) Σ_s (L(θ_s) − c_s) (T(θ_s) − μ(η)),   θ_s ~ q_η i.i.d.,
-  with a constant baseline c_s = c or the leave-one-out mean c_s = (1/(S−1)) Σ_{s'≠s} L(θ_s');
-  both keep ĝ unbiased because c_s does not depend on θ_s.
+  with a constant baseline c_s = c, the leave-one-out mean c_s = (1/(S−1)) Σ_{s'≠s} L(θ_s'), or a
+  per-coordinate control variate through the score's known mean (``"control-variate"``); all keep ĝ
+  unbiased because c_s does not depend on θ_s.
+- :func:`reparameterisation_gradient`: the pathwise estimate for the Gaussian families, and
+  :func:`estimate_gradient` / :func:`estimator_variance` over every estimator (:data:`ESTIMATORS`).
 - :func:`fisher_solve`: FIM(η)⁻¹ v (the family's closed form where it carries one, else a P×P solve).
 - :func:`natural_gradient_step`: one step on the local free energy F(η) = E_q[L] + α KL(q_η ‖ q_{η_cav}),
       η ← Π(η − ρ (FIM(η)⁻¹ ĝ + α (η − η_cav))),
