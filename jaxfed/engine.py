@@ -311,8 +311,12 @@ def _host_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.3g} GiB"
+def _size(n: float) -> str:
+    """Bytes in the largest binary unit that keeps the number >= 1, e.g. ``'1.5 GiB'``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.3g} {unit}"
+        n /= 1024
 
 
 def _check_host_memory(keep: str, n_points: int, n_trials: int, specs: dict) -> None:
@@ -327,16 +331,20 @@ def _check_host_memory(keep: str, n_points: int, n_trials: int, specs: dict) -> 
     budget = _HOST_FRACTION * _host_memory()
     if need > budget:
         raise ValueError(
-            f"keep={keep!r}: the results would need {_gib(need)} of host memory, more than the budget of "
-            f"{_gib(budget)} ({_HOST_FRACTION:.0%} of this machine's); {hint}"
+            f"keep={keep!r}: the results would need {_size(need)} of host memory, more than the budget of "
+            f"{_size(budget)} ({_HOST_FRACTION:.0%} of this machine's); {hint}"
         )
 
 
-def _refuse_chunk(what: str, need: float, budget: int) -> None:
+def _refuse_chunk(chunk_size: int, minimum: bool, need: float, budget: int) -> None:
     if need > budget:
+        what, hint = (
+            (f"the smallest chunk ({chunk_size} trials)", "smaller shapes") if minimum
+            else (f"a chunk of {chunk_size} trials", "a smaller chunk size")
+        )
         raise ValueError(
-            f"{what} would need {_gib(need)} per device, more than the memory budget of {_gib(budget)} "
-            "(--max-memory / max_memory); use a smaller chunk size, smaller shapes or a larger budget"
+            f"{what} would need {_size(need)} per device, more than the memory budget of {_size(budget)} "
+            f"(--max-memory / max_memory); use {hint} or a larger budget"
         )
 
 
@@ -530,13 +538,13 @@ def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, comm
     step = LANES * mesh.size
     out_per_trial = len(spec.point_ids) * sum(math.prod(s) * np.dtype(d).itemsize for s, d in spec.metrics.values())
     if chunk_size is None:
-        _refuse_chunk(f"a chunk of the minimum {step} trials", step * out_per_trial * (1 + 1 / mesh.size), budget)
+        _refuse_chunk(step, True, step * out_per_trial * (1 + 1 / mesh.size), budget)
         probe = _make_chunk_fn(trial, group, step, mesh, common).lower(*args).compile()
         analysis = probe.memory_analysis()
         per_trial_device = (analysis.temp_size_in_bytes + analysis.output_size_in_bytes) / LANES
         per_trial_host = analysis.output_size_in_bytes / LANES
         per_trial = per_trial_device / mesh.size + per_trial_host
-        _refuse_chunk(f"a chunk of the minimum {step} trials", step * per_trial, budget)
+        _refuse_chunk(step, True, step * per_trial, budget)
         usable = _BUDGET_FOR_CHUNKS * budget  # the rest: the process itself, summaries, results
         fits = int(usable // max(per_trial, 1.0))
         chunk_size = min(n_trials, max(step, fits // step * step))
@@ -544,9 +552,9 @@ def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, comm
             return chunk_size, probe
     else:
         batch = _round_up(chunk_size, step)
-        _refuse_chunk(f"a chunk of {chunk_size} trials", batch * out_per_trial * (1 + 1 / mesh.size), budget)
+        _refuse_chunk(chunk_size, False, batch * out_per_trial * (1 + 1 / mesh.size), budget)
     compiled = _make_chunk_fn(trial, group, _round_up(chunk_size, step), mesh, common).lower(*args).compile()
     analysis = compiled.memory_analysis()
     if analysis is not None:
-        _refuse_chunk(f"a chunk of {chunk_size} trials", analysis.temp_size_in_bytes + analysis.output_size_in_bytes, budget)
+        _refuse_chunk(chunk_size, False, analysis.temp_size_in_bytes + analysis.output_size_in_bytes, budget)
     return chunk_size, compiled
