@@ -29,6 +29,7 @@ import io
 import json
 import os
 import re
+import shutil
 from typing import Iterator, NamedTuple
 
 import numpy as np
@@ -304,7 +305,10 @@ class Store:
         if not self.overwrite:
             raise err
         self.note(f"{err}; discarded, recomputing")
-        _remove(path)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)  # a directory squatting on a name this engine builds
+        else:
+            _remove(path)
 
     def _rel(self, name: str) -> str:
         return os.path.join(self.dir, "chunks", name)
