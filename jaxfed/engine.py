@@ -348,6 +348,15 @@ def _refuse_chunk(chunk_size: int, minimum: bool, need: float, budget: int) -> N
         )
 
 
+def _check_chunk_outputs(n_points: int, specs: dict, chunk_size: int | None, n_devices: int, budget: int) -> None:
+    """Refuses a chunk whose outputs alone (a device's share plus the host copy) exceed the
+    budget: the smallest chunk, or the given one. Needs only shapes, so it runs before compiling."""
+    step = LANES * n_devices
+    batch = step if chunk_size is None else _round_up(chunk_size, step)
+    out_per_trial = n_points * sum(math.prod(s) * np.dtype(d).itemsize for s, d in specs.values())
+    _refuse_chunk(chunk_size or step, chunk_size is None, batch * out_per_trial * (1 + 1 / n_devices), budget)
+
+
 # --------------------------------------------------------------------------- run
 def run(
     trial: Trial,
@@ -442,6 +451,9 @@ def run(
         keep = "raw" if raw_bytes <= RAW_LIMIT_BYTES else "summary"
     info["keep"] = keep
     _check_host_memory(keep, len(points), n_trials, specs)
+    if mesh is not None:  # the outputs alone of the smallest (or the given) chunk must fit
+        for group, _ in groups:
+            _check_chunk_outputs(len(group.point_ids), specs, chunk_size, mesh.size, budget)
     full_identity = None
     if out_dir is not None:
         full_identity = dict(identity, seed=seed, common_random_numbers=bool(common_random_numbers))
@@ -451,9 +463,11 @@ def run(
     nonfinite = {name: np.zeros(len(points), np.int64) for name in specs}
     if keep == "raw":
         results = {name: np.zeros((len(points), n_trials) + shape, dtype) for name, (shape, dtype) in specs.items()}
-    for g, (group, traced) in enumerate(groups):
+    # Every stored file is read and verified before anything is compiled or computed.
+    specs_by_group = [GroupSpec(g, group.point_ids, specs) for g, (group, _) in enumerate(groups)]
+    stored = [_load_stored(store, spec, keep, n_trials, results) for spec in specs_by_group]
+    for g, ((group, traced), spec, done) in enumerate(zip(groups, specs_by_group, stored)):
         rows = np.asarray(group.point_ids)
-        spec = GroupSpec(g, group.point_ids, specs)
         point_ids = np.asarray(group.point_ids, np.uint32)
 
         args = lambda start: (np.uint32(seed), point_ids, traced, np.uint32(start))  # noqa: E731
@@ -472,12 +486,6 @@ def run(
             return {name: value[:, : stop - start] for name, value in _to_host(out).items()}
 
         if keep == "raw":
-            done = []
-            for start, stop, stored in store.raw_chunks(spec, n_trials):
-                stop_used = min(stop, n_trials)  # a larger run's chunk serves a smaller request
-                for name in specs:
-                    results[name][rows, start:stop_used] = stored[name][:, : stop_used - start]
-                done.append((start, stop_used))
             plan = _broadcast_from_0(np.asarray(_missing_ranges(n_trials, done, size), np.int64).reshape(-1, 2))
             bar.update(len(rows) * (n_trials - int((plan[:, 1] - plan[:, 0]).sum())))
             for start, stop in plan:
@@ -489,7 +497,7 @@ def run(
             for name in specs:
                 nonfinite[name][rows] = [_nonfinite_trials(results[name][p]) for p in rows]
         else:
-            next_trial, states = store.load_summary(spec, n_trials)
+            next_trial, states = done
             next_trial = int(_broadcast_from_0(np.asarray([next_trial], np.int64))[0])
             accumulators = {
                 name: stats.SummaryAccumulator.from_state(states[name])
@@ -516,6 +524,20 @@ def run(
     return results
 
 
+def _load_stored(store: Store, spec: GroupSpec, keep: str, n_trials: int, results: dict):
+    """What the store holds for a group, verified: raw mode copies the stored trials into
+    ``results`` and returns their ranges; summary mode returns (next trial, states or None)."""
+    if keep != "raw":
+        return store.load_summary(spec, n_trials)
+    rows, done = np.asarray(spec.point_ids), []
+    for start, stop, arrays in store.raw_chunks(spec, n_trials):
+        stop_used = min(stop, n_trials)  # a larger run's chunk serves a smaller request
+        for name in spec.metrics:
+            results[name][rows, start:stop_used] = arrays[name][:, : stop_used - start]
+        done.append((start, stop_used))
+    return done
+
+
 def _nonfinite_trials(values: np.ndarray) -> int:
     """Trials (axis 0) of one point's raw metric with a NaN or ±inf anywhere."""
     return int((~np.isfinite(values)).reshape(values.shape[0], -1).any(-1).sum())
@@ -536,9 +558,7 @@ def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, comm
             (compiling allocates nothing).
     """
     step = LANES * mesh.size
-    out_per_trial = len(spec.point_ids) * sum(math.prod(s) * np.dtype(d).itemsize for s, d in spec.metrics.values())
     if chunk_size is None:
-        _refuse_chunk(step, True, step * out_per_trial * (1 + 1 / mesh.size), budget)
         probe = _make_chunk_fn(trial, group, step, mesh, common).lower(*args).compile()
         analysis = probe.memory_analysis()
         per_trial_device = (analysis.temp_size_in_bytes + analysis.output_size_in_bytes) / LANES
@@ -550,9 +570,6 @@ def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, comm
         chunk_size = min(n_trials, max(step, fits // step * step))
         if chunk_size <= step:
             return chunk_size, probe
-    else:
-        batch = _round_up(chunk_size, step)
-        _refuse_chunk(chunk_size, False, batch * out_per_trial * (1 + 1 / mesh.size), budget)
     compiled = _make_chunk_fn(trial, group, _round_up(chunk_size, step), mesh, common).lower(*args).compile()
     analysis = compiled.memory_analysis()
     if analysis is not None:
