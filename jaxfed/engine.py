@@ -49,7 +49,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxfed import stats
-from jaxfed.store import ConfigMismatch, GroupSpec, Store, StoreError, atomic_savez, atomic_write_json
+from jaxfed.store import STORE_FORMAT, ConfigMismatch, GroupSpec, Store, StoreError, atomic_savez, atomic_write_json
 
 __all__ = [
     "run",
@@ -456,7 +456,9 @@ def run(
             _check_chunk_outputs(len(group.point_ids), specs, chunk_size, mesh.size, budget)
     full_identity = None
     if out_dir is not None:
-        full_identity = dict(identity, seed=seed, common_random_numbers=bool(common_random_numbers))
+        full_identity = dict(
+            identity, seed=seed, common_random_numbers=bool(common_random_numbers), store_format=STORE_FORMAT
+        )
     store = Store(out_dir if is_main else None, full_identity or {}, overwrite, note=bar.note)
 
     results: dict = {}

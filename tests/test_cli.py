@@ -54,7 +54,7 @@ def test_run_writes_config_metrics_and_plot(tmp_path, capsys):
         (["run", "gfvl-topologies", "--set", "alpha"], "key=value"),
         (["run", "gfvl-topologies", "--trials", "0"], "expected an integer >= 1"),
         (["run", "gfvl-topologies", "--seed", "-1"], "expected an integer in [0, 2**32)"),
-        (["reproduce", "--scale", "0"], "--scale must be > 0"),
+        (["reproduce", "--scale", "0"], "--scale: expected a finite number > 0"),
         (["frobnicate"], "invalid choice"),
     ],
 )
