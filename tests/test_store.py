@@ -86,7 +86,7 @@ def run_toy(out_dir, n_trials=N_TRIALS, keep="raw", overwrite=False, seed=SEED, 
 @contextlib.contextmanager
 def faults(kill_at=None, torn=False):
     """Counts the store's filesystem calls (yields their names); raises Killed at call ``kill_at``
-    (1-based), before it runs, or with ``torn`` after writing half of a file's bytes."""
+    (1-based), before it runs, or with ``torn`` (if it is a file write) after writing half the bytes."""
     calls = []
     originals = {name: getattr(store, name) for name in FS_OPS}
 
@@ -96,7 +96,7 @@ def faults(kill_at=None, torn=False):
         def call(*args):
             calls.append(name)
             if len(calls) == kill_at:
-                if torn:
+                if torn and name == "_write_file":
                     real(args[0], args[1][: len(args[1]) // 2])
                 raise Killed(f"{name} #{kill_at}")
             return real(*args)
@@ -470,28 +470,26 @@ def test_random_sequences_of_kills_end_identical(tmp_path, references, seed):
         d = tmp_path / keep
         if rng.random() < 0.5:
             run_toy(d, rng.choice([4, 8, 13]), keep, chunk_size=rng.choice([1, 5, 7]))
-        while True:
+        for _ in range(rng.randint(1, 6)):
             chunk = rng.choice([1, 3, 6, 20])
             calls = count_calls(tmp_path, keep, N_TRIALS, d if d.exists() else None, chunk)
-            if not calls or rng.random() < 0.15:
-                break
-            with faults(kill_at=rng.randint(1, len(calls)), torn=rng.random() < 0.3):
-                try:
-                    run_toy(d, N_TRIALS, keep, chunk_size=chunk)
-                except Killed:
-                    kills += 1
+            with faults(kill_at=rng.randint(1, len(calls)), torn=rng.random() < 0.3), pytest.raises(Killed):
+                run_toy(d, N_TRIALS, keep, chunk_size=chunk)  # same state and chunk as counted: killed
+            kills += 1
         assert check_identical_or_refused(d, references[keep, N_TRIALS], keep, chunk_size=rng.choice([2, 6])) == "identical"
-    assert kills > 0
+    print(f"seed {seed}: {kills} kills")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("keep", ["raw", "summary"])
 def test_byte_flips_over_whole_files(tmp_path, finished, references, keep):
-    """Every byte of a raw chunk; the header region and 400 random positions of a summary state."""
+    """Every byte of a raw chunk; of a summary state (~200 kB), the first and last 400 bytes (zip
+    headers, array headers, the store's header, zip directory) and 200 random positions."""
     path = _first(finished[keep], "g000_*.npz" if keep == "raw" else "summary_g000.npz")
     size = path.stat().st_size
     rng = random.Random(0)
-    positions = range(size) if keep == "raw" else sorted(set(range(min(size, 2000))) | set(rng.sample(range(size), 400)))
+    ends = set(range(400)) | set(range(size - 400, size))
+    positions = range(size) if keep == "raw" else sorted(ends | set(rng.sample(range(size), 200)))
     rel = path.relative_to(finished[keep])
     outcomes = [
         _corrupt_and_check(tmp_path, finished, references, keep, lambda d, p=p: _flip(d / rel, p)) for p in positions
@@ -500,11 +498,11 @@ def test_byte_flips_over_whole_files(tmp_path, finished, references, keep):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("keep, seed", [("raw", 0), ("raw", 1), ("summary", 0), ("summary", 1), ("summary", 2)])
+@pytest.mark.parametrize("keep, seed", [("raw", 0), ("summary", 0), ("summary", 1)])
 def test_real_sigkill_of_the_cli_resumes_identically(tmp_path, keep, seed):
     """SIGKILL of `jaxfed run` at a random moment while chunks are committed, then resume."""
-    args = [sys.executable, "-m", "jaxfed.cli", "run", "gfvl-topologies", "--trials", "3000", "--chunk-size", "100",
-            "--set", "n_slots=200", "--quiet", "--keep", keep]
+    args = [sys.executable, "-m", "jaxfed.cli", "run", "gfvl-topologies", "--trials", "2000", "--chunk-size", "64",
+            "--set", "n_slots=100", "--quiet", "--keep", keep]
     killed, whole = tmp_path / "killed", tmp_path / "whole"
     proc = subprocess.Popen([*args, "--out", str(killed)])
     deadline = time.time() + 300
@@ -513,7 +511,7 @@ def test_real_sigkill_of_the_cli_resumes_identically(tmp_path, keep, seed):
         if chunks.exists() and any(chunks.iterdir()):
             break
         time.sleep(0.01)
-    time.sleep(random.Random(seed).uniform(0.0, 1.5))
+    time.sleep(random.Random(seed).uniform(0.0, 1.0))
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     for out in (killed, whole):
