@@ -459,15 +459,20 @@ def run(
         full_identity = dict(
             identity, seed=seed, common_random_numbers=bool(common_random_numbers), store_format=STORE_FORMAT
         )
-    store = Store(out_dir if is_main else None, full_identity or {}, overwrite, note=bar.note)
 
     results: dict = {}
     nonfinite = {name: np.zeros(len(points), np.int64) for name in specs}
     if keep == "raw":
         results = {name: np.zeros((len(points), n_trials) + shape, dtype) for name, (shape, dtype) in specs.items()}
-    # Every stored file is read and verified before anything is compiled or computed.
+    # Every stored file is read and verified (by process 0) before anything is compiled or computed.
     specs_by_group = [GroupSpec(g, group.point_ids, specs) for g, (group, _) in enumerate(groups)]
-    stored = [_load_stored(store, spec, keep, n_trials, results) for spec in specs_by_group]
+    refusal = None
+    try:
+        store = Store(out_dir if is_main else None, full_identity or {}, overwrite, note=bar.note)
+        stored = [_load_stored(store, spec, keep, n_trials, results) for spec in specs_by_group]
+    except StoreError as err:
+        refusal = err
+    _raise_on_every_process(refusal)
     for g, ((group, traced), spec, done) in enumerate(zip(groups, specs_by_group, stored)):
         rows = np.asarray(group.point_ids)
         point_ids = np.asarray(group.point_ids, np.uint32)
@@ -524,6 +529,17 @@ def run(
     if keep == "summary":
         results = {name: stats.merge_point_groups(parts, len(points)) for name, parts in results.items()}
     return results
+
+
+def _raise_on_every_process(refusal: StoreError | None) -> None:
+    """Raises process 0's refusal of the store on every process: the others would otherwise wait
+    for it in the next collective until JAX's heartbeat timeout."""
+    if jax.process_count() > 1:
+        refused = int(_broadcast_from_0(np.asarray([refusal is not None], np.int64))[0])
+        if refused and refusal is None:
+            raise StoreError("process 0 refused the result directory (its error line names the file)")
+    if refusal is not None:
+        raise refusal
 
 
 def _load_stored(store: Store, spec: GroupSpec, keep: str, n_trials: int, results: dict):

@@ -24,6 +24,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -521,3 +522,28 @@ def test_real_sigkill_of_the_cli_resumes_identically(tmp_path, keep, seed):
         assert a.files == b.files
         for key in a.files:
             np.testing.assert_array_equal(a[key], b[key])
+
+
+@pytest.mark.slow
+def test_a_refusal_by_process_0_stops_every_process(tmp_path):
+    """Only process 0 reads the store; when it refuses, process 1 must not wait for it forever."""
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "jaxfed.cli", "run", "gfvl-topologies", "--trials", "128", "--chunk-size", "64",
+            "--set", "n_slots=20", "--quiet", "--out", str(out)]
+    assert subprocess.run(args, capture_output=True, timeout=600).returncode == 0
+    chunk = next((out / "chunks").glob("g000_*.npz"))
+    chunk.write_bytes(chunk.read_bytes()[:-10])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [
+        subprocess.Popen([*args, "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2)
+    ]
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    if any("collective" in e.lower() and "not" in e.lower() for e in errors):
+        pytest.skip("this jaxlib cannot run CPU collectives across processes")
+    assert [p.returncode for p in procs] == [2, 2], errors
+    assert f"{chunk}: not a readable .npz file" in errors[0]
+    assert "process 0 refused the result directory" in errors[1]
