@@ -54,7 +54,7 @@ SUMMARY_FIELDS = {"count": np.int64, "nan_count": np.int64, "total": np.float64,
 """Per-cell arrays of a summary state (see :class:`jaxfed.stats.SummaryAccumulator`), with their dtypes."""
 
 _META = "__meta__"
-_RAW_NAME = re.compile(r"g(\d{3})_t(\d{10})_(\d{10})\.npz")
+_RAW_NAME = re.compile(r"g(\d{3,})_t(\d{10})_(\d{10})\.npz")
 _TMP_NAME = re.compile(r".+\.\d+\.tmp")
 _HINT = "delete it or use --overwrite (overwrite=True) to recompute it"
 
@@ -183,6 +183,8 @@ def _unpack(path: str, rel: str) -> tuple[dict, dict]:
 def _verify(rel: str, meta: dict, arrays: dict, expected: dict, specs: dict) -> None:
     """Checks header fields against ``expected``, arrays against ``specs`` (name -> (shape, dtype))
     and the checksum; raises StoreError naming the first thing that is wrong."""
+    if meta.get("identity") != expected["identity"]:
+        raise StoreError(f"{rel}: belongs to another configuration (its identity digest differs); {_HINT}")
     for key, want in expected.items():
         if meta.get(key) != want:
             got = json.dumps(meta.get(key))[:60]
@@ -294,7 +296,7 @@ class Store:
     def _discard_all(self) -> None:
         self.note(f"{self.dir}: discarding the stored results of another configuration")
         for name in self._names():
-            if _RAW_NAME.fullmatch(name) or re.fullmatch(r"summary_g\d{3}\.npz", name):
+            if _RAW_NAME.fullmatch(name) or re.fullmatch(r"summary_g\d{3,}\.npz", name):
                 _remove(os.path.join(self.chunks, name))
         for name in ("manifest.json", "config.json", "metrics.npz"):  # manifest.json: store format 1
             if os.path.lexists(os.path.join(self.dir, name)):
@@ -321,8 +323,8 @@ class Store:
             return
         for name in self._names():
             match = _RAW_NAME.fullmatch(name)
-            if not match or int(match[1]) != spec.index:
-                continue
+            if not match or name != _raw_name(spec.index, int(match[2]), int(match[3])):
+                continue  # another group's, or a name this engine never builds ("g0001", …)
             start, stop = int(match[2]), int(match[3])
             if start >= n_trials:  # a larger run's trials: kept, not needed now
                 continue
@@ -343,7 +345,7 @@ class Store:
         """Commits trials [start, stop) of a group: one atomic file."""
         if self.dir is None:
             return
-        name = f"g{spec.index:03d}_t{start:010d}_{stop:010d}.npz"
+        name = _raw_name(spec.index, start, stop)
         atomic_write_bytes(os.path.join(self.chunks, name), _pack(self._expected("raw", spec, start, stop), arrays))
 
     # ---------------------------------------------------------------- summaries
@@ -359,7 +361,7 @@ class Store:
         """
         if self.dir is None:
             return 0, None
-        name = f"summary_g{spec.index:03d}.npz"
+        name = _summary_name(spec.index)
         path = os.path.join(self.chunks, name)
         if not os.path.lexists(path):
             return 0, None
@@ -395,7 +397,7 @@ class Store:
             return
         arrays = {f"{metric}/{field}": value for metric, s in states.items() for field, value in s.items()}
         meta = self._expected("summary", spec, 0, next_trial)
-        atomic_write_bytes(os.path.join(self.chunks, f"summary_g{spec.index:03d}.npz"), _pack(meta, arrays))
+        atomic_write_bytes(os.path.join(self.chunks, _summary_name(spec.index)), _pack(meta, arrays))
 
     def _summary_specs(self, spec: GroupSpec) -> dict:
         specs = {}
@@ -415,6 +417,14 @@ class Store:
             "point_ids": list(spec.point_ids),
             "trials": [start, stop],
         }
+
+
+def _raw_name(group: int, start: int, stop: int) -> str:
+    return f"g{group:03d}_t{start:010d}_{stop:010d}.npz"
+
+
+def _summary_name(group: int) -> str:
+    return f"summary_g{group:03d}.npz"
 
 
 def _n_bins() -> int:

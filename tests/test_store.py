@@ -439,7 +439,7 @@ def _corrupt_and_check(tmp_path, finished, references, keep, damage):
 def test_every_kind_of_corruption_is_refused_or_harmless(tmp_path, finished, references, keep):
     outcomes = {}
     for name, damage in corruptions(keep).items():
-        outcomes[name] = _corrupt_and_check(tmp_path, finished, references, keep, lambda d: damage(d, tmp_path))
+        outcomes[name] = _corrupt_and_check(tmp_path, finished, references, keep, lambda d, f=damage: f(d, tmp_path))
     print(f"{keep}: {len(outcomes)} corruption kinds: " + ", ".join(f"{k} -> {v}" for k, v in outcomes.items()))
     # Damage that changes what a file says must be refused, never silently recomputed around.
     for name, outcome in outcomes.items():
