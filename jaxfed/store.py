@@ -55,7 +55,9 @@ SUMMARY_FIELDS = {"count": np.int64, "nan_count": np.int64, "total": np.float64,
 
 _META = "__meta__"
 _RAW_NAME = re.compile(r"g(\d{3,})_t(\d{10})_(\d{10})\.npz")
-_TMP_NAME = re.compile(r".+\.\d+\.tmp")
+_SUMMARY_NAME = re.compile(r"summary_g\d{3,}\.npz")
+# Temporary files of atomic writes (name.PID.tmp) of the files this package writes, nothing else.
+_TMP_NAME = re.compile(r"(identity\.json|config\.json|metrics\.npz|g\d{3,}_t\d{10}_\d{10}\.npz|summary_g\d{3,}\.npz)\.\d+\.tmp")
 _HINT = "delete it or use --overwrite (overwrite=True) to recompute it"
 
 
@@ -159,48 +161,48 @@ def _one_line(err: Exception) -> str:
     return " ".join(f"{type(err).__name__}: {err}".split())[:200]
 
 
-def _unpack(path: str, rel: str) -> tuple[dict, dict]:
+def _unpack(path: str) -> tuple[dict, dict]:
     """(header, arrays) of a stored file, read whole; StoreError if it is not a complete one."""
     if os.path.islink(path):
-        raise StoreError(f"{rel}: is a symbolic link, not a file this engine wrote; {_HINT}")
+        raise StoreError(f"{path}: is a symbolic link, not a file this engine wrote; {_HINT}")
     try:
         with open(path, "rb") as f:
             data = f.read()
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             arrays = {name: z[name] for name in z.files}
     except Exception as err:  # noqa: BLE001 - any failure to parse means a damaged file
-        raise StoreError(f"{rel}: not a readable .npz file ({_one_line(err)}); {_HINT}") from None
+        raise StoreError(f"{path}: not a readable .npz file ({_one_line(err)}); {_HINT}") from None
     header = arrays.pop(_META, None)
     try:
         meta = json.loads(header.tobytes().decode()) if header is not None and header.dtype == np.uint8 else None
     except (UnicodeDecodeError, ValueError):
         meta = None
     if not isinstance(meta, dict):
-        raise StoreError(f"{rel}: has no valid {_META} header; {_HINT}")
+        raise StoreError(f"{path}: has no valid {_META} header; {_HINT}")
     return meta, arrays
 
 
-def _verify(rel: str, meta: dict, arrays: dict, expected: dict, specs: dict) -> None:
+def _verify(path: str, meta: dict, arrays: dict, expected: dict, specs: dict) -> None:
     """Checks header fields against ``expected``, arrays against ``specs`` (name -> (shape, dtype))
     and the checksum; raises StoreError naming the first thing that is wrong."""
     if meta.get("identity") != expected["identity"]:
-        raise StoreError(f"{rel}: belongs to another configuration (its identity digest differs); {_HINT}")
+        raise StoreError(f"{path}: belongs to another configuration (its identity digest differs); {_HINT}")
     for key, want in expected.items():
         if meta.get(key) != want:
             got = json.dumps(meta.get(key))[:60]
-            raise StoreError(f"{rel}: header says {key} = {got}, expected {json.dumps(want)[:60]}; {_HINT}")
+            raise StoreError(f"{path}: header says {key} = {got}, expected {json.dumps(want)[:60]}; {_HINT}")
     if set(arrays) != set(specs):
-        raise StoreError(f"{rel}: holds arrays {sorted(arrays)}, expected {sorted(specs)}; {_HINT}")
+        raise StoreError(f"{path}: holds arrays {sorted(arrays)}, expected {sorted(specs)}; {_HINT}")
     for name, (shape, dtype) in specs.items():
         a = arrays[name]
         if a.shape != tuple(shape) or a.dtype.str != np.dtype(dtype).str:
             raise StoreError(
-                f"{rel}: array {name!r} is {a.dtype.str}{list(a.shape)}, expected {np.dtype(dtype).str}{list(shape)}; {_HINT}"
+                f"{path}: array {name!r} is {a.dtype.str}{list(a.shape)}, expected {np.dtype(dtype).str}{list(shape)}; {_HINT}"
             )
         if meta.get("arrays", {}).get(name) != [list(a.shape), a.dtype.str]:
-            raise StoreError(f"{rel}: header does not describe array {name!r} as stored; {_HINT}")
+            raise StoreError(f"{path}: header does not describe array {name!r} as stored; {_HINT}")
     if meta.get("sha256") != _digest(meta, arrays):
-        raise StoreError(f"{rel}: checksum mismatch (the file was changed after it was written); {_HINT}")
+        raise StoreError(f"{path}: checksum mismatch (the file was changed after it was written); {_HINT}")
 
 
 # --------------------------------------------------------------------------- identity
@@ -223,12 +225,12 @@ def describe_differences(stored, given, prefix: str = "") -> list[str]:
 _ABSENT = object()
 
 
-def _read_json(path: str, rel: str):
+def _read_json(path: str):
     try:
         with open(path, "rb") as f:
             return json.loads(f.read().decode())
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise StoreError(f"{rel}: not readable JSON ({_one_line(err)})") from None
+        raise StoreError(f"{path}: not readable JSON ({_one_line(err)})") from None
 
 
 # --------------------------------------------------------------------------- the store
@@ -250,7 +252,6 @@ class Store:
 
     def __init__(self, out_dir: str | None, identity: dict, overwrite: bool = False, note=lambda message: None):
         self.dir, self.overwrite, self.note = out_dir, overwrite, note
-        self.identity = identity
         self.digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
         if out_dir is None:
             return
@@ -263,7 +264,7 @@ class Store:
         path = os.path.join(out_dir, "identity.json")
         if os.path.lexists(path):
             try:
-                stored = _read_json(path, path)
+                stored = _read_json(path)
                 if not isinstance(stored, dict):
                     raise StoreError(f"{path}: holds a JSON {type(stored).__name__}, expected an object")
             except StoreError as err:
@@ -296,7 +297,7 @@ class Store:
     def _discard_all(self) -> None:
         self.note(f"{self.dir}: discarding the stored results of another configuration")
         for name in self._names():
-            if _RAW_NAME.fullmatch(name) or re.fullmatch(r"summary_g\d{3,}\.npz", name):
+            if _RAW_NAME.fullmatch(name) or _SUMMARY_NAME.fullmatch(name):
                 _remove(os.path.join(self.chunks, name))
         for name in ("manifest.json", "config.json", "metrics.npz"):  # manifest.json: store format 1
             if os.path.lexists(os.path.join(self.dir, name)):
@@ -311,9 +312,6 @@ class Store:
             shutil.rmtree(path)  # a directory squatting on a name this engine builds
         else:
             _remove(path)
-
-    def _rel(self, name: str) -> str:
-        return os.path.join(self.dir, "chunks", name)
 
     # ---------------------------------------------------------------- raw chunks
     def raw_chunks(self, spec: GroupSpec, n_trials: int) -> Iterator[tuple[int, int, dict]]:
@@ -331,11 +329,11 @@ class Store:
             path = os.path.join(self.chunks, name)
             try:
                 if not start < stop:
-                    raise StoreError(f"{self._rel(name)}: empty trial range in its name; {_HINT}")
-                meta, arrays = _unpack(path, self._rel(name))
+                    raise StoreError(f"{path}: empty trial range in its name; {_HINT}")
+                meta, arrays = _unpack(path)
                 expected = self._expected("raw", spec, start, stop)
                 specs = {m: ((len(spec.point_ids), stop - start, *shape), dt) for m, (shape, dt) in spec.metrics.items()}
-                _verify(self._rel(name), meta, arrays, expected, specs)
+                _verify(path, meta, arrays, expected, specs)
             except StoreError as err:
                 self._rejected(path, err)
                 continue
@@ -361,17 +359,16 @@ class Store:
         """
         if self.dir is None:
             return 0, None
-        name = _summary_name(spec.index)
-        path = os.path.join(self.chunks, name)
+        path = os.path.join(self.chunks, _summary_name(spec.index))
         if not os.path.lexists(path):
             return 0, None
         try:
-            meta, arrays = _unpack(path, self._rel(name))
+            meta, arrays = _unpack(path)
             trials = meta.get("trials")
             if not (isinstance(trials, list) and len(trials) == 2 and trials[0] == 0 and isinstance(trials[1], int)):
-                raise StoreError(f"{self._rel(name)}: header has no trial range [0, n]; {_HINT}")
+                raise StoreError(f"{path}: header has no trial range [0, n]; {_HINT}")
             stop = trials[1]
-            _verify(self._rel(name), meta, arrays, self._expected("summary", spec, 0, stop), self._summary_specs(spec))
+            _verify(path, meta, arrays, self._expected("summary", spec, 0, stop), self._summary_specs(spec))
             states = _split_states(arrays)
             for metric, state in states.items():
                 counted = state["count"] + state["nan_count"]
@@ -380,10 +377,10 @@ class Store:
                     or np.any(state["hist"].sum(-1, dtype=np.int64) != state["count"])
                     or np.any((state["nonfinite_trials"] < 0) | (state["nonfinite_trials"] > stop))
                 ):
-                    raise StoreError(f"{self._rel(name)}: counts of {metric!r} do not add up to its {stop} trials; {_HINT}")
+                    raise StoreError(f"{path}: counts of {metric!r} do not add up to its {stop} trials; {_HINT}")
             if stop > n_trials:
                 raise StoreError(
-                    f"{self._rel(name)}: summarises {stop} trials, more than the {n_trials} asked for; a summary "
+                    f"{path}: summarises {stop} trials, more than the {n_trials} asked for; a summary "
                     f"cannot be cut down: ask for >= {stop} trials, or use another --out directory or --overwrite"
                 )
         except StoreError as err:
