@@ -185,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="processes in a multi-process run (env JAXFED_NUM_PROCESSES)")
         p.add_argument("--process-id", type=int, default=_env_int("JAXFED_PROCESS_ID"),
                        help="this process's index in [0, num-processes) (env JAXFED_PROCESS_ID)")
-        p.add_argument("--coordinator-timeout", type=_positive_float, default=_env_float("JAXFED_COORDINATOR_TIMEOUT", 120.0),
+        # A string default goes through `type` too, so a bad environment value is a one-line error.
+        p.add_argument("--coordinator-timeout", type=_positive_float, default=os.environ.get("JAXFED_COORDINATOR_TIMEOUT") or "120",
                        help="seconds to wait for every process to reach the coordinator (default 120; env JAXFED_COORDINATOR_TIMEOUT)")
         p.add_argument("--quiet", action="store_true", help="no progress output")
         p.add_argument("--overwrite", action="store_true",
@@ -215,11 +216,6 @@ def build_parser() -> argparse.ArgumentParser:
 def _env_int(name: str):
     value = os.environ.get(name)
     return int(value) if value not in (None, "") else None
-
-
-def _env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    return default if value in (None, "") else float(value)
 
 
 def _start_devices(args) -> None:
