@@ -244,3 +244,8 @@ def test_non_finite_counts_reach_config_json_and_stderr_in_both_modes(tmp_path, 
         assert config["nonfinite_trials"]["x"][1] > 0
     assert lines["raw"] == lines["summary"] and len(lines["raw"]) == 2
     assert lines["raw"][1].startswith("jaxfed: warning: nan: x: ") and "of 100 trials of point s=2 have NaN" in lines["raw"][1]
+
+
+def test_python_api_configs_are_checked_for_non_finite_floats_too():
+    with pytest.raises(ValueError, match="scale must be a finite number, got inf"):
+        base.run_experiment(NAN_EXPERIMENT, NanConfig(scale=float("inf")), 2)
