@@ -119,6 +119,22 @@ def test_unreachable_coordinator_times_out_with_one_line(tmp_path):
 
 def test_plot_of_a_directory_that_is_not_a_finished_run(capsys, tmp_path):
     assert "config.json: cannot be read as JSON" in one_line_error(capsys, ["plot", str(tmp_path)])
+    (tmp_path / "config.json").write_text(json.dumps({"experiment": "x", "parameters": [], "points": [], "metrics_sha256": ""}))
+    assert "config.json: not the config.json of a finished run (needs experiment (str), parameters (dict)" in one_line_error(
+        capsys, ["plot", str(tmp_path)]
+    )
+
+
+def test_an_allocation_that_fails_while_building_is_one_line(capsys, tmp_path, monkeypatch):
+    """E.g. --set n_agents=200000: the experiment builds a 200000² adjacency matrix."""
+    from jaxfed.experiments import REGISTRY
+
+    def build(cfg):
+        raise MemoryError("Unable to allocate 149. GiB for an array with shape (200000, 200000) and data type int32")
+
+    monkeypatch.setitem(REGISTRY, "nan", dataclasses.replace(NAN_EXPERIMENT, build=build))
+    err = one_line_error(capsys, ["run", "nan", "--out", str(tmp_path), "--quiet"])
+    assert "out of memory (Unable to allocate 149. GiB" in err
 
 
 def test_damaged_chunk_through_the_cli_is_one_line_naming_it(capsys, tmp_path, monkeypatch):

@@ -314,9 +314,10 @@ def load_results(out_dir: str) -> tuple[dict, dict]:
             config_json = json.loads(f.read().decode())
     except (OSError, UnicodeDecodeError, ValueError) as err:
         raise ValueError(f"{config_path}: cannot be read as JSON ({type(err).__name__}); is {out_dir} a finished run?") from None
-    required = ("experiment", "parameters", "points", "metrics_sha256")
-    if not isinstance(config_json, dict) or not all(k in config_json for k in required):
-        raise ValueError(f"{config_path}: not the config.json of a finished run (needs keys {', '.join(required)})")
+    required = {"experiment": str, "parameters": dict, "points": list, "metrics_sha256": str}
+    if not isinstance(config_json, dict) or not all(isinstance(config_json.get(k), t) for k, t in required.items()):
+        needs = ", ".join(f"{k} ({t.__name__})" for k, t in required.items())
+        raise ValueError(f"{config_path}: not the config.json of a finished run (needs {needs})")
     try:
         with open(metrics_path, "rb") as f:
             data = f.read()
