@@ -257,16 +257,12 @@ def _round_up(n: int, multiple: int) -> int:
 
 
 def _missing_ranges(n_trials: int, done: list[tuple[int, int]], chunk_size: int) -> list[tuple[int, int]]:
-    """Chunks of at most ``chunk_size`` trials covering what ``done`` (stored ranges) leaves out of [0, n_trials)."""
-    covered = np.zeros(n_trials + 1, np.int64)
-    for start, stop in done:
-        covered[start] += 1
-        covered[stop] -= 1
-    free = np.cumsum(covered)[:n_trials] == 0
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], free.astype(np.int8), [0]])))
-    ranges = []
-    for start, stop in zip(edges[0::2], edges[1::2]):
-        ranges += [(int(t), int(min(t + chunk_size, stop))) for t in range(start, stop, chunk_size)]
+    """Chunks of at most ``chunk_size`` trials covering what ``done`` (stored ranges, possibly
+    overlapping) leaves out of [0, n_trials); O(stored chunks), whatever ``n_trials``."""
+    ranges, covered = [], 0
+    for start, stop in sorted(done) + [(n_trials, n_trials)]:
+        ranges += [(t, min(t + chunk_size, start)) for t in range(covered, start, chunk_size)]
+        covered = max(covered, stop)
     return ranges
 
 
