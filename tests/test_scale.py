@@ -75,12 +75,12 @@ def test_small_memory_budget_gives_smaller_chunks_and_the_same_metrics(single, t
     sweep = gfvl_topologies.build(gfvl_topologies.Config(n_slots=60))
     big, small = {}, {}
     a = engine.run(sweep.trial, sweep.points, 300, max_memory=2**30, info=big)
-    b = engine.run(sweep.trial, sweep.points, 300, max_memory=200_000, info=small)
+    b = engine.run(sweep.trial, sweep.points, 300, max_memory=4 * 2**20, info=small)
     assert small["chunk_sizes"][0] < big["chunk_sizes"][0]
     assert small["chunk_sizes"][0] % engine.LANES == 0
     np.testing.assert_array_equal(a["kl"], b["kl"])
     np.testing.assert_array_equal(a["kl"], single["kl"])
-    result = cli("run", "gfvl-topologies", "--trials", "300", "--max-memory", "200K", "--out", str(tmp_path / "m"), *SMALL)
+    result = cli("run", "gfvl-topologies", "--trials", "300", "--max-memory", "4M", "--out", str(tmp_path / "m"), *SMALL)
     assert result.returncode == 0, result.stderr
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     assert config["engine"]["chunk_sizes"] == small["chunk_sizes"]
