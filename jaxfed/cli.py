@@ -275,6 +275,11 @@ def _initialize_distributed(coordinator: str, n: int, process_id: int, timeout: 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    import matplotlib
+
+    # The CLI only writes figures to files; the library leaves the backend to its caller (a
+    # notebook keeps its inline backend).
+    matplotlib.use("Agg")
     try:
         _start_devices(args)
         return args.func(args)
