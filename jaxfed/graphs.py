@@ -180,7 +180,7 @@ def degrees(adjacency) -> jax.Array:
 
 
 def mh_transition_matrix(adjacency) -> jax.Array:
-    """Metropolis–Hastings random-walk transition matrix (SPEC A2).
+    """Metropolis–Hastings random-walk transition matrix (docs/gfvl.md §A2).
 
     ``P[k, j] = min(1/deg(k), 1/deg(j))`` for neighbours j of k, ``P[k, k] = 1 − Σ_{j≠k} P[k, j]``.
     P is symmetric and doubly stochastic, so the uniform distribution is stationary.
