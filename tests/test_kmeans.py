@@ -150,7 +150,7 @@ def test_bad_inputs_are_rejected():
         kmeans.federated(jax.random.key(0), points, mask[:, :3], init, 3)
     with pytest.raises(ValueError, match="more centroids"):
         kmeans.federated(jax.random.key(0), points[:, :1], mask[:, :1] & False, init, 3)
-    with pytest.raises(ValueError, match="mu must be > 0"):
+    with pytest.raises(ValueError, match="mu must be finite and > 0"):
         kmeans.federated(jax.random.key(0), points, mask, init, 3, mu=0.0)
     with pytest.raises(ValueError, match="channel must be"):
         kmeans.federated(jax.random.key(0), points, mask, init, 3, "oac", channel="wired")
