@@ -196,6 +196,7 @@ class RoundInfo(NamedTuple):
     observed: object = None  # observe(partition) of the round, when an `observe` function is given
     next_vmax: jax.Array = None  # () the adaptive v_max carried to the next round (federated only)
     aggregate: jax.Array = None  # (C·L,) the ES's sum Σ_k Δc_{k,c} as the back-end delivered it
+    dead_zone: jax.Array = None  # (C,) bool, clusters with points whose changes all quantise to 0
 
 
 def _check_settings(s: Settings) -> None:
@@ -359,6 +360,17 @@ def _reinitialise(key, centroids, new_centroids, sizes, s: Settings):
     return jnp.where(moved[:, None], donor_centroids + noise, new_centroids), moved
 
 
+def _dead_zone(values, active, sizes, vmax, s: Settings):
+    """Clusters with points whose every change quantises to zero (|v| < v_max/(2ξ) for all L
+    coordinates of every active ED): their quantised sum is 0, so only channel noise or
+    re-initialisation can move them. All False for exact sums."""
+    n_clusters = sizes.shape[0]
+    if s.aggregation == "ideal":
+        return jnp.zeros(n_clusters, bool)
+    zero = (oac.balanced.quantize(values, s.beta, s.digits, vmax) == 0) | ~active[:, None]
+    return jnp.all(zero.reshape(values.shape[0], n_clusters, -1), axis=(0, 2)) & (sizes > 0)
+
+
 def federated_round(key, centroids, data: FlatData, n_devices: int, s: Settings, observe=None, carried_vmax=None):
     """One round of federated k-means (SPEC B2 + B5). Returns (new centroids, :class:`RoundInfo`).
 
@@ -386,6 +398,7 @@ def federated_round(key, centroids, data: FlatData, n_devices: int, s: Settings,
         observed=None if observe is None else observe(part),
         next_vmax=next_vmax,
         aggregate=total,
+        dead_zone=_dead_zone(values, active, sizes, vmax, s),
     )
     return updated, info
 
