@@ -255,17 +255,24 @@ def test_vmax_readings():
                                 s._replace(vmax_rule="max"))
 
 
-def test_symbol_energy_reaches_the_channel():
-    """E_s = β by default; another E_s changes the OAC rounds (one compiled function, E_s traced)."""
+def test_symbol_energy_reaches_the_channel(monkeypatch):
+    """Settings.symbol_energy is the E_s the OAC back-end transmits and detects with (None: the
+    channel's default β); the channel itself is tested in test_oac_channel."""
+    seen = []
+
+    def spy(key, values, *args, symbol_energy=None, **kwargs):
+        seen.append(symbol_energy)
+        return oac.OverTheAirSum(jnp.sum(values, axis=0), jnp.zeros(1))
+
+    monkeypatch.setattr(kmeans.oac, "over_the_air_sum", spy)
     x, init, owner = blobs(10, dim=2)
     data = kmeans.flat_data(x, owner)
-    run = jax.jit(lambda e_s: kmeans.federated_rounds(
-        jax.random.key(3), data, 7, init, 2, kmeans.Settings(aggregation="oac", snr_db=0.0, symbol_energy=e_s))[0])
-    default = kmeans.federated_rounds(jax.random.key(3), data, 7, init, 2, kmeans.Settings(aggregation="oac", snr_db=0.0))[0]
-    np.testing.assert_allclose(run(3.0), default, rtol=1e-6)
-    assert not np.allclose(run(np.sqrt(3.0)), default)
+    s = kmeans.Settings(aggregation="oac", snr_db=0.0, reinit=False)
+    for e_s in (None, np.sqrt(3.0)):
+        kmeans.federated_round(jax.random.key(3), jnp.asarray(init), data, 7, s._replace(symbol_energy=e_s))
+    assert seen == [None, np.sqrt(3.0)]
     with pytest.raises(ValueError, match="symbol_energy must be finite and > 0"):
-        kmeans.federated_rounds(jax.random.key(3), data, 7, init, 2, kmeans.Settings(aggregation="oac", symbol_energy=0.0))
+        kmeans.federated_rounds(jax.random.key(3), data, 7, init, 2, s._replace(symbol_energy=0.0))
 
 
 # --------------------------------------------------------------------------- no silent garbage

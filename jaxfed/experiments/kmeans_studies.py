@@ -242,14 +242,20 @@ def _report_digits1(cfg: Digits1Config, labels, results) -> str:
         f"and re-initialisation fires {reinits[on[low]]:.2f} times per run against {reinits[on[-1]]:.2f}. "
         f"With re-initialisation the median final loss is {b.median[on[low], -1]:.2f} m² at {lo_db:g} dB and "
         f"{b.median[on[-1], -1]:.2f} m² at {hi_db:g} dB; without it {b.median[off[low], -1]:.2f} and "
-        f"{b.median[off[-1], -1]:.2f} m². So the noise does not act as a dither on the quantiser (it is added "
-        "after quantisation, to the sums): it helps D = 1 by knocking frozen centroids loose so that "
-        "re-initialisation can restart them where the data are."
+        f"{b.median[off[-1], -1]:.2f} m². "
     )
     verdicts = [
         ratio_verdict(last, on[-1], on[low], f"with re-init, D=1 is worse at {hi_db:g} dB than at {lo_db:g} dB", "greater"),
         ratio_verdict(last, off[-1], off[low], f"without re-init, D=1 is worse at {hi_db:g} dB than at {lo_db:g} dB", "greater"),
     ]
+    if verdicts[0].verdict == stats.REPRODUCED and verdicts[1].verdict != stats.REPRODUCED:
+        reading += (
+            "The noise does not act as a dither on the quantiser (it is added after quantisation, to the sums), "
+            "and on its own it does not help: it helps D = 1 by knocking frozen centroids loose so that "
+            "re-initialisation restarts them where the data are."
+        )
+    else:
+        reading += "These trials do not single out noise-driven re-initialisation as the cause (see the verdicts)."
     return (
         text + "Per round, mean over trials and rounds:\n\n" + "\n".join(rows) + f"\n\n**Reading.** {reading}\n\n"
         + "Checks of the explanation (not claims of the paper):\n\n" + verdict_block(verdicts)
