@@ -292,11 +292,22 @@ def ratio_verdict(final, a: int, b: int, claim: str, expect: str):
     return stats.paired_verdict(final[a], final[b], claim, expect=expect, transform="log_ratio", margin=margin)
 
 
-def verdict_block(verdicts) -> str:
+def difference_verdict(final, a: int, b: int, claim: str, expect: str = "less"):
+    """Paired verdict on the mean per-trial difference final[a] − final[b] (m²): the statistic for
+    an effect that shows in a minority of trials (e.g. re-initialisation rescuing a run), where
+    the median of the pairs is 0."""
+    return stats.paired_verdict(final[a], final[b], claim, expect=expect, statistic="mean")
+
+
+RATIO_TEXT = "per-trial ratio a/b of final losses; median with its 95% bootstrap interval"
+DIFFERENCE_TEXT = "per-trial difference a − b of final losses (m²); mean with its 95% bootstrap interval"
+
+
+def verdict_block(verdicts, how: str = RATIO_TEXT, what: str = "median ratio a/b") -> str:
+    equal = f"; \"≈\" means within ±{EQUAL_MARGIN:.0%}" if any("≈" in v.claim for v in verdicts) else ""
     return (
-        "**Verdicts** (per-trial ratio a/b of final losses over the same trials; median with its 95% "
-        f"bootstrap interval; \"≈\" means within ±{EQUAL_MARGIN:.0%}; exact sign test):\n\n"
-        + stats.verdict_table(verdicts, "median ratio a/b")
+        f"**Verdicts** ({how}, over the same trials{equal}; exact sign test):\n\n"
+        + stats.verdict_table(verdicts, what)
         + "\n"
     )
 
