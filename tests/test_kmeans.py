@@ -82,7 +82,7 @@ def test_oac_at_30_db_is_close_to_centralized():
     the medians); the fading of non-coherent detection leaves a gap at any SNR. With 96 trials the median ratio's standard
     error is about 0.02, so 1.10 is more than 3 standard errors above the measured value.
     """
-    cfg = kmeans_mall.ConvergenceConfig(snrs_db=(30.0,))
+    cfg = kmeans_mall.ConvergenceConfig(snrs_db=(30.0,), init="forgy")  # the start these figures were measured from
     sweep = kmeans_mall.CONVERGENCE.build(cfg)
     from jaxfed import engine
 

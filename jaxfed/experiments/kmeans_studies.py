@@ -130,8 +130,8 @@ def _report_devices(cfg: DevicesConfig, labels, results) -> str:
         f"{cfg.bits} bits per value, r_compression = {cfg.compression:g}, r_bits = {cfg.bits_per_resource:g}):\n\n"
         + "\n".join(rows)
         + "\n\n**Reading.** OAC's resources per round are the same for every K; the orthogonal links' grow "
-        "linearly with K. The loss columns show what the channel costs as K grows: more EDs share each "
-        "resource, and the detector's fading self-noise grows with the counts K_l.\n\n"
+        "linearly with K. The loss columns and the last verdict show what the channel costs as K grows: more "
+        "EDs share each resource, and the detector's fading self-noise grows with the counts K_l.\n\n"
     )
     resources_line = (
         f"Claim \"OAC resources per round do not depend on K\": **{'reproduced' if len(oac_all) == 1 else 'not reproduced'}** "
