@@ -517,6 +517,7 @@ def _plot_snr(cfg: SnrConfig, labels, results, path):
             q = index_of(labels, method="quantized", digits=d)
             ax2.axhline(np.exp(np.median(np.log(last[q] / last[0]))), color=line.get_color(), ls=":", lw=1.2)
         ax2.axhline(1.0, color="k", lw=1.2, label="centralized")
+        ax2.axhline(np.exp(np.median(np.log(last[1] / last[0]))), color="0.4", ls="--", lw=1.2, label="ideal federated")
         ax2.set_yscale("log")
         ax2.set_xlabel("SNR of one ED at the edge server (dB)")
         ax2.set_ylabel("final loss / centralized, same trial")
