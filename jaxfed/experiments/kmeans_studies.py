@@ -210,6 +210,10 @@ def _plot_digits1(cfg: Digits1Config, labels, results, path):
             q = index_of(labels, method="quantized", reinit=reinit)
             ax.axhline(np.median(per_trial[q]) if final else per_trial[q].mean(), color=line.get_color(), ls=":", lw=1.2,
                        label=f"quantisation only, {name}")
+        if metric != "dead_zone":  # the lowest SNR is orders of magnitude off the others
+            ax.set_yscale("symlog" if metric == "reinits" else "log")
+            if metric == "reinits":
+                ax.set_ylim(bottom=0)
         ax.set_xlabel("SNR of one ED at the edge server (dB)")
         ax.set_ylabel(ylabel + (" (median)" if final else " (mean)"), fontsize=8)
         ax.set_title(f"D = 1: {title}", fontsize=9)
