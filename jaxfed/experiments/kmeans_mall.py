@@ -430,6 +430,7 @@ def _report_convergence(cfg: ConvergenceConfig, labels, results) -> str:
     verdicts = [
         ratio_verdict(last, hi, 0, f"OAC {labels[hi]['snr_db']:g} dB ≈ centralized (a = OAC, b = centralized)", "equal"),
         ratio_verdict(last, 1, 0, "ideal federated ≈ centralized", "equal"),
+        ratio_verdict(last, hi, 1, f"(explanation) OAC {labels[hi]['snr_db']:g} dB above ideal federated: the detector's self-noise", "greater"),
     ]
     if hi != lo:
         verdicts.append(ratio_verdict(
