@@ -497,7 +497,7 @@ def federated(
         n_rounds: number of rounds (static).
         aggregation: ``"ideal"``, ``"quantized"`` or ``"oac"``.
         **options: the other fields of :class:`Settings` (β, D, channel, snr_db, μ, v_max,
-            adaptive_vmax, reinit, s_min, σ_c). Note the default ``reinit=True``; pass
+            adaptive_vmax, vmax_rule, symbol_energy, reinit, s_min, σ_c). Note the default ``reinit=True``; pass
             ``reinit=False`` for plain federated Lloyd's k-means.
     """
     unknown = set(options) - set(Settings._fields)
