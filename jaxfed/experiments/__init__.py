@@ -3,7 +3,14 @@ points) and a plot; :mod:`jaxfed.experiments.base` runs them and writes the resu
 
 from __future__ import annotations
 
-from jaxfed.experiments import gfvl_local_iters, gfvl_topologies, gfvl_unlearning, kmeans_mall
+from jaxfed.experiments import (
+    gfvl_local_iters,
+    gfvl_topologies,
+    gfvl_unlearning,
+    kmeans_ablation,
+    kmeans_mall,
+    kmeans_studies,
+)
 from jaxfed.experiments.base import Experiment, Sweep, load_results, make_config, run_experiment
 
 __all__ = ["REGISTRY", "get", "Experiment", "Sweep", "make_config", "run_experiment", "load_results"]
@@ -19,7 +26,9 @@ REGISTRY: dict[str, Experiment] = {
         gfvl_unlearning.EXPERIMENT_CONJUGATE,
         kmeans_mall.CONVERGENCE,
         kmeans_mall.SNR,
-        kmeans_mall.ABLATION,
+        kmeans_ablation.EXPERIMENT,
+        kmeans_studies.DEVICES,
+        kmeans_studies.DIGITS1,
     )
 }
 
