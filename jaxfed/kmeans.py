@@ -1,4 +1,4 @@
-"""Federated k-means over wireless channels (SPEC B2, B5), and centralized Lloyd's k-means.
+"""Federated k-means over wireless channels (docs/kmeans.md §B2, B5), and centralized Lloyd's k-means.
 
 Round n of federated k-means: the edge server (ES) broadcasts centroids c_1..c_C; edge device
 (ED) k assigns its points to the nearest centroid, S_{k,c}, reports the counts |S_{k,c}| over an
@@ -11,7 +11,7 @@ Back-ends for Σ_k Δc_{k,c} (the values v_{k,q}, q = cL + l, are vec([Δc_{k,1}
 ``"ideal"`` (exact sums), ``"quantized"`` (balanced-number codec, no channel: the exact sum of
 the quantised values) and ``"oac"`` (non-coherent over-the-air computation,
 :func:`jaxfed.oac.over_the_air_sum`, channel ``"explicit"`` or ``"aggregate"``).
-Enhancements (SPEC B5, Algorithm 1 of document 001), each switchable:
+Enhancements (docs/kmeans.md §B5, Algorithm 1 of the paper), each switchable:
 
 - adaptive v_max: v_max = max_k m_k with m_k a maximum of ED k's values sent over an orthogonal
   channel; otherwise a fixed v_max. The paper writes m_k = max_q v_{k,q} (signed) with v_max
@@ -340,7 +340,7 @@ def _aggregate(key, values, active, s: Settings, carried_vmax):
 
 
 def _reinitialise(key, centroids, new_centroids, sizes, s: Settings):
-    """c″ ← c_{c′} + n for clusters below S_min (SPEC B5); returns (centroids, moved mask).
+    """c″ ← c_{c′} + n for clusters below S_min (docs/kmeans.md §B5); returns (centroids, moved mask).
 
     The donor c′ of each centroid is the ⌊u·n_donors⌋-th donor, u ~ U[0, 1): one uniform per
     centroid where ``jax.random.categorical`` would draw C Gumbel variates (a seventh of the
@@ -372,7 +372,7 @@ def _dead_zone(values, active, sizes, vmax, s: Settings):
 
 
 def federated_round(key, centroids, data: FlatData, n_devices: int, s: Settings, observe=None, carried_vmax=None):
-    """One round of federated k-means (SPEC B2 + B5). Returns (new centroids, :class:`RoundInfo`).
+    """One round of federated k-means (docs/kmeans.md §B2 + B5). Returns (new centroids, :class:`RoundInfo`).
 
     ``observe``: optional function of the round's :class:`Partition` (of the broadcast
     centroids), its result stored in ``RoundInfo.observed``. ``carried_vmax``: the adaptive v_max
@@ -569,7 +569,7 @@ def partition_loss(part: Partition, weight: jax.Array) -> jax.Array:
 def loss(points, centroids, mask=None) -> jax.Array:
     """Loss (1) normalised by |D|: (1/|D|) Σ_c Σ_{d∈S_c} ‖d − μ_c‖², S_c the points nearest to
     centroid c and μ_c their mean (the within-cluster scatter of the partition the centroids
-    induce; SPEC B1). Computed as Σ_d ‖d − c_{a(d)}‖² − Σ_c ‖Σ_{d∈S_c}(d − c_c)‖²/|S_c|, which
+    induce; docs/kmeans.md §B1). Computed as Σ_d ‖d − c_{a(d)}‖² − Σ_c ‖Σ_{d∈S_c}(d − c_c)‖²/|S_c|, which
     involves only distances to the centroids (no large squared coordinates to cancel).
 
     ValueError for concrete points that are empty (or all masked out) or not finite; traced ones

@@ -45,9 +45,9 @@ def bernoulli_counts(key: jax.Array, n_agents: int, n_per_agent: int, theta) -> 
     return jnp.minimum(count, n_per_agent).astype(theta.dtype)
 
 
-# --------------------------------------------------------------------------- the mall (document 001)
+# --------------------------------------------------------------------------- the mall (docs/kmeans.md)
 class MallScenario(NamedTuple):
-    """Customers in a tiled mall (SPEC B1), as one list of points."""
+    """Customers in a tiled mall (docs/kmeans.md §B1), as one list of points."""
 
     points: jax.Array  # (N, 2) positions in metres, inside [0, side]²
     owner: jax.Array  # (N,) int32 ED (tile) of each point: col + cols·row, row 0 at y = 0
@@ -64,7 +64,7 @@ def mall(
     rows: int = 10,
     cols: int = 10,
 ) -> MallScenario:
-    """Customers of a ``side`` × ``side`` mall tiled ``rows`` × ``cols``, one ED per tile (SPEC B1).
+    """Customers of a ``side`` × ``side`` mall tiled ``rows`` × ``cols``, one ED per tile (docs/kmeans.md §B1).
 
     Customers come from an equal-weight Gaussian mixture: ``n_components`` centres uniform in the
     mall, isotropic standard deviation ``spread``; **[choice]** each coordinate is truncated to the

@@ -1,4 +1,4 @@
-"""Over-the-air channel (SPEC B4): resource mapping, modes, energy detector and estimator statistics.
+"""Over-the-air channel (docs/kmeans.md §B4): resource mapping, modes, energy detector and estimator statistics.
 
 Monte Carlo tolerances come from the exact moments of the model, never from trying seeds: with
 θ_l = E_s K_l + σ², |y_l|² = θ_l X_l with X_l ~ Exp(1) independent across resources.
@@ -25,7 +25,7 @@ ota = jax.jit(channel.over_the_air_sum, static_argnames=("beta", "digits", "mode
 
 
 def quantised_sum(values, beta, digits, vmax, active=None):
-    """Σ_k of the SPEC B3 quantised values, in float64 (independent of the library)."""
+    """Σ_k of the docs/kmeans.md §B3 quantised values, in float64 (independent of the library)."""
     xi = (beta**digits - 1) // 2
     clamped = np.clip(np.asarray(values, np.float64), -vmax, vmax)
     level = np.floor(xi * clamped / vmax + 0.5)  # n − ξ
@@ -35,7 +35,7 @@ def quantised_sum(values, beta, digits, vmax, active=None):
 
 
 def counts_reference(values, beta, digits, vmax, active=None):
-    """K_{q,d,j} by explicit loops over devices, values and digits (SPEC B3/B4)."""
+    """K_{q,d,j} by explicit loops over devices, values and digits (docs/kmeans.md §B3/B4)."""
     numerals = np.asarray(balanced.encode(jnp.asarray(values, jnp.float32), beta, digits, vmax))
     n_dev, n_val = numerals.shape[:2]
     counts = np.zeros(channel.n_resources(n_val, beta, digits), np.int64)

@@ -1,4 +1,4 @@
-"""Non-coherent over-the-air computation of a sum (SPEC B4): resources, channel, energy detector.
+"""Non-coherent over-the-air computation of a sum (docs/kmeans.md §B4): resources, channel, energy detector.
 
 K edge devices (EDs) each hold Q real values; the edge server (ES) wants Σ_k values[k, q].
 Each ED encodes value q into D balanced numerals (:mod:`jaxfed.oac.balanced`) and, for digit d,
@@ -12,7 +12,7 @@ The ES detects energies and decodes linearly:
 
     K̂_l = (|y_l|² − σ²)/E_s,   σ̂_{q,d} = Σ_j s_j K̂_{q,d,j},   v̂_q = (v_max/ξ) Σ_d β^d σ̂_{q,d}.
 
-**[choice] symbol energy** (SPEC B4): amplitude √E_s with E_s = β by default, i.e. energy β on
+**[choice] symbol energy** (docs/kmeans.md §B4): amplitude √E_s with E_s = β by default, i.e. energy β on
 the active resource and unit average energy per resource. The document names E_s = √β; pass
 ``symbol_energy`` to use another value (the transmitter and the detector use the same one).
 
@@ -83,7 +83,7 @@ def n_resources(n_values: int, beta: int, digits: int) -> int:
 
 
 def resource_index(q, d, j, beta: int, digits: int):
-    """Resource l = β D q + β d + j of value q, digit d and numeral s_j = j − (β−1)/2 (SPEC B4).
+    """Resource l = β D q + β d + j of value q, digit d and numeral s_j = j − (β−1)/2 (docs/kmeans.md §B4).
 
     It is the row-major flattening of a (Q, D, β) grid, which is how the functions here lay
     resources out. Works on ints and integer arrays alike.
@@ -364,8 +364,8 @@ def over_the_air_sum(
 ) -> OverTheAirSum:
     """One over-the-air round: K EDs send Q values each; the ES estimates the Q sums.
 
-    Encodes (SPEC B3), transmits on L = QβD resources, superposes through the channel of
-    ``mode`` (SPEC B4) and applies the energy detector and linear decoder:
+    Encodes (docs/kmeans.md §B3), transmits on L = QβD resources, superposes through the channel of
+    ``mode`` (docs/kmeans.md §B4) and applies the energy detector and linear decoder:
     v̂_q = (v_max/ξ) Σ_d β^d Σ_j s_j (|y_{q,d,j}|² − σ²)/E_s. In the ``explicit`` and
     ``aggregate`` modes v̂ is unbiased for the sum of the quantised values, with variance
     (v_max/ξ)² Σ_d β^{2d} Σ_j s_j² (K_{q,d,j} + σ²/E_s)².
@@ -380,7 +380,7 @@ def over_the_air_sum(
         snr_db: SNR = 1/σ² of one ED at the ES, **in dB** (traced scalar; +inf: no noise).
         mode: ``"explicit"``, ``"aggregate"`` or ``"ideal"`` (static; see the module docstring).
         active: optional (K,) bool mask; inactive EDs transmit nothing (traced).
-        symbol_energy: E_s, energy on an active resource (traced); default β (SPEC B4 [choice]).
+        symbol_energy: E_s, energy on an active resource (traced); default β (docs/kmeans.md §B4 [choice]).
 
     Returns:
         :class:`OverTheAirSum` with ``estimate`` (Q,) and ``energy`` (L,).
