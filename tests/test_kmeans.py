@@ -59,6 +59,7 @@ def _final_losses(aggregation, digits, n_trials=96, **options):
     return np.asarray(jax.jit(jax.vmap(trial))(jax.random.split(jax.random.key(11), n_trials)), np.float64)
 
 
+@pytest.mark.slow  # statistical check over hundreds of trials (~30 s each)
 def test_quantized_loss_approaches_ideal_as_digits_grow():
     """Paired over the same trials (same data and initial centroids): the mean excess loss over
     ideal aggregation shrinks with D, each step within 3 standard errors of the paired difference."""
@@ -73,6 +74,7 @@ def test_quantized_loss_approaches_ideal_as_digits_grow():
     assert abs(means[5]) < 0.05 * ideal.mean()
 
 
+@pytest.mark.slow  # statistical check over hundreds of trials (~30 s each)
 def test_oac_at_30_db_is_close_to_centralized():
     """OAC (β = 3, D = 4, adaptive v_max, re-initialisation, 30 dB) on the default mall, against
     centralized k-means from the same initial centroids and customers (common random numbers):
