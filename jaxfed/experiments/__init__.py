@@ -12,8 +12,9 @@ from jaxfed.experiments import (
     kmeans_studies,
 )
 from jaxfed.experiments.base import Experiment, Sweep, load_results, make_config, run_experiment
+from jaxfed.experiments.catalog import describe, find
 
-__all__ = ["REGISTRY", "get", "Experiment", "Sweep", "make_config", "run_experiment", "load_results"]
+__all__ = ["REGISTRY", "get", "describe", "Experiment", "Sweep", "make_config", "run_experiment", "load_results"]
 
 REGISTRY: dict[str, Experiment] = {
     exp.name: exp
@@ -34,7 +35,6 @@ REGISTRY: dict[str, Experiment] = {
 
 
 def get(name: str) -> Experiment:
-    """The experiment called ``name``; ValueError listing the known names otherwise."""
-    if name not in REGISTRY:
-        raise ValueError(f"unknown experiment {name!r}; choose one of: {', '.join(sorted(REGISTRY))}")
-    return REGISTRY[name]
+    """The experiment called ``name``: built-in, a user's ``path/to/file.py:ATTRIBUTE`` or an installed
+    plugin (see :mod:`jaxfed.experiments.catalog`); ValueError listing the known names otherwise."""
+    return find(name, REGISTRY)
