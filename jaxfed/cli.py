@@ -1,4 +1,4 @@
-"""Command line: ``jaxfed list | run NAME | reproduce | plot DIR``.
+"""Command line: jaxfed list | show NAME | run NAME | reproduce | plot DIR.
 
 Errors in names, values or parameters print one line ``jaxfed: error: …`` and exit with status 2.
 """
@@ -6,8 +6,10 @@ Errors in names, values or parameters print one line ``jaxfed: error: …`` and 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
+import threading
 
 DEFAULT_OUT = "results"
 
@@ -28,6 +30,13 @@ def _cmd_list(args) -> int:
     width = max(len(name) for name in REGISTRY)
     for name, exp in REGISTRY.items():
         print(f"{name:<{width}}  {exp.description}")
+    return 0
+
+
+def _cmd_show(args) -> int:
+    from jaxfed.experiments import describe, get
+
+    print(describe(get(args.name)))
     return 0
 
 
@@ -78,8 +87,6 @@ def _cmd_reproduce(args) -> int:
     from jaxfed import report
     from jaxfed.experiments import REGISTRY
 
-    if not args.scale > 0:
-        raise ValueError(f"--scale must be > 0, got {args.scale}")
     sections, start = [], time.perf_counter()
     for exp in REGISTRY.values():
         n_trials = max(1, round(exp.default_trials * args.scale))
@@ -97,7 +104,7 @@ def _cmd_plot(args) -> int:
     from jaxfed.experiments import get, load_results, make_config
 
     config_json, metrics = load_results(args.dir)
-    exp = get(config_json["experiment"])
+    exp = get(config_json.get("source") or config_json["experiment"])
     params = {k: ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in config_json["parameters"].items()}
     cfg = make_config(exp.config_cls, params)
     path = os.path.join(args.dir, f"{exp.name}.png")
@@ -116,8 +123,26 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _trials(text: str) -> int:
+    """Trials per point: an integer in [1, 2**32] (trial indices are folded into keys as 32 bits)."""
+    value = _positive_int(text)
+    if value > 2**32:
+        raise argparse.ArgumentTypeError(f"expected at most 2**32 = 4294967296 trials (trial indices are 32-bit), got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
+
+
 def _bytes(text: str) -> int:
-    """'512M', '2G', '1.5GiB' or a plain number of bytes."""
+    """'512M', '2G', '1.5GiB' or a plain number of bytes; finite and at least one byte."""
     units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
     t = text.strip().upper().removesuffix("IB").removesuffix("B")
     unit = t[-1] if t and t[-1] in "KMGT" else ""
@@ -125,8 +150,8 @@ def _bytes(text: str) -> int:
         value = float(t[: len(t) - len(unit)]) * units[unit]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a size such as 512M or 2G, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
+    if not (math.isfinite(value) and value >= 1):
+        raise argparse.ArgumentTypeError(f"expected a finite positive size such as 512M or 2G, got {text!r}")
     return int(value)
 
 
@@ -152,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     sub.add_parser("list", help="list the experiments").set_defaults(func=_cmd_list)
+    show = sub.add_parser("show", help="an experiment's parameters: default, type and meaning")
+    show.add_argument("name", help="experiment name, or path/to/file.py:NAME for a user experiment")
+    show.set_defaults(func=_cmd_show)
 
     def common(p):
         p.add_argument("--seed", type=_seed, default=0, help="root seed (default 0)")
@@ -167,12 +195,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="processes in a multi-process run (env JAXFED_NUM_PROCESSES)")
         p.add_argument("--process-id", type=int, default=_env_int("JAXFED_PROCESS_ID"),
                        help="this process's index in [0, num-processes) (env JAXFED_PROCESS_ID)")
+        # A string default goes through `type` too, so a bad environment value is a one-line error.
+        p.add_argument("--coordinator-timeout", type=_positive_float, default=os.environ.get("JAXFED_COORDINATOR_TIMEOUT") or "120",
+                       help="seconds to wait for every process to reach the coordinator (default 120; env JAXFED_COORDINATOR_TIMEOUT)")
         p.add_argument("--quiet", action="store_true", help="no progress output")
-        p.add_argument("--overwrite", action="store_true", help="discard a stored run with a different config")
+        p.add_argument("--overwrite", action="store_true",
+                       help="discard stored results that cannot be used (another config, damaged files) instead of refusing")
 
     run = sub.add_parser("run", help="run one experiment")
-    run.add_argument("name", help="experiment name (see `jaxfed list`)")
-    run.add_argument("--trials", type=_positive_int, default=None, help="trials per point")
+    run.add_argument("name", help="experiment name (see jaxfed list), or path/to/file.py:NAME for a user experiment")
+    run.add_argument("--trials", type=_trials, default=None,
+                     help="trials per point, at most 2**32; more than a stored run's computes only the new ones")
     run.add_argument("--out", default=None, help=f"result directory (default {DEFAULT_OUT}/NAME)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter")
     common(run)
@@ -180,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("reproduce", help="run every paper experiment at its default size")
     rep.add_argument("--out", default=DEFAULT_OUT, help=f"result directory (default {DEFAULT_OUT})")
-    rep.add_argument("--scale", type=float, default=1.0, help="multiply every default trial count")
+    rep.add_argument("--scale", type=_positive_float, default=1.0, help="multiply every default trial count")
     common(rep)
     rep.set_defaults(func=_cmd_reproduce)
 
@@ -207,19 +240,68 @@ def _start_devices(args) -> None:
             raise ValueError("a multi-process run needs --coordinator host:port and --process-id (or their JAXFED_ variables)")
         if not 0 <= args.process_id < n:
             raise ValueError(f"--process-id must be in [0, {n}), got {args.process_id}")
+        _initialize_distributed(args.coordinator, n, args.process_id, args.coordinator_timeout)
+    if getattr(args, "devices", None):
         import jax
 
-        jax.distributed.initialize(coordinator_address=args.coordinator, num_processes=n, process_id=args.process_id)
+        present = jax.local_devices()
+        if args.devices > len(present):
+            raise ValueError(
+                f"--devices {args.devices}: only {len(present)} {present[0].platform} device(s) present on this machine"
+            )
+
+
+def _initialize_distributed(coordinator: str, n: int, process_id: int, timeout: float) -> None:
+    """``jax.distributed.initialize``, or one line and exit status 2 when not every process has
+    reached the coordinator within ``timeout`` seconds.
+
+    JAX itself aborts the process with a multi-line fatal log on its own timeout, so a watchdog
+    thread (JAX's wait releases the interpreter) reports first and ends the process.
+    """
+    import jax
+
+    def give_up():
+        sys.stderr.write(
+            f"jaxfed: error: the coordinator {coordinator} and all {n} processes were not reachable within "
+            f"{timeout:g} s (--coordinator-timeout); check the address and start every process\n"
+        )
+        sys.stderr.flush()
+        os._exit(2)
+
+    watchdog = threading.Timer(timeout, give_up)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        jax.distributed.initialize(
+            coordinator_address=coordinator,
+            num_processes=n,
+            process_id=process_id,
+            initialization_timeout=int(timeout) + 30,  # JAX's own limit, after the watchdog's
+        )
+    finally:
+        watchdog.cancel()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    import matplotlib
+
+    # The CLI only writes figures to files; the library leaves the backend to its caller (a
+    # notebook keeps its inline backend).
+    matplotlib.use("Agg")
     try:
         _start_devices(args)
         return args.func(args)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"jaxfed: error: {err}", file=sys.stderr)
+    except ValueError as err:
+        print(f"jaxfed: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a path that is not a directory, a read-only one, a full disk, …
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"jaxfed: error: {where}{err.strerror or err}", file=sys.stderr)
+        return 2
+    except MemoryError as err:
+        print(f"jaxfed: error: out of memory ({' '.join(str(err).split()) or 'allocation failed'}); use smaller shapes", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("jaxfed: interrupted; rerun the same command to resume from the finished chunks", file=sys.stderr)

@@ -23,15 +23,18 @@ each chunk into a :class:`jaxfed.stats.Summary` (count, mean, standard error and
 histogram for quantiles, merged exactly in trial order) so a million trials need no more memory
 than one chunk.
 
-Store: with ``out_dir``, finished work is written atomically (temporary file + ``os.replace``)
-and recorded in ``manifest.json``; rerunning on the same directory computes only what is missing,
-a directory holding a different configuration is refused (or cleared with ``overwrite``), and a
-process killed at any moment loses at most the chunk in flight.
+Store: with ``out_dir``, every finished chunk (raw) or summary state (summary) is one atomic file
+that records what it covers and is verified on load (see :mod:`jaxfed.store`); rerunning on the
+same directory computes only what is missing, so a process killed at any moment loses at most
+the chunk in flight, and a run can grow: the trial count is not part of the run's identity, so
+asking for more trials computes only the new ones. Asking for fewer is served from the stored
+trials in raw mode and refused in summary mode (a summary cannot be cut down). A directory
+holding a different configuration, or a damaged file, is refused with one line naming it (or
+discarded with ``overwrite``).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -46,6 +49,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxfed import stats
+from jaxfed.store import STORE_FORMAT, ConfigMismatch, GroupSpec, Store, StoreError, atomic_savez, atomic_write_json
 
 __all__ = [
     "run",
@@ -54,7 +58,9 @@ __all__ = [
     "default_memory_budget",
     "Progress",
     "ConfigMismatch",
+    "StoreError",
     "LANES",
+    "MAX_TRIALS",
     "RAW_LIMIT_BYTES",
     "atomic_write_json",
     "atomic_savez",
@@ -68,33 +74,13 @@ LANES = 64
 RAW_LIMIT_BYTES = 2 * 2**30
 """``keep="auto"`` keeps every trial when the raw metrics fit in this many bytes, else summaries."""
 
+MAX_TRIALS = 2**32
+"""Trials per point at most: trial indices are folded into the keys as uint32, so more would repeat keys."""
+
 _MEMORY_FRACTION = 0.25  # default budget: this fraction of the device's (or host's) memory
 _BUDGET_FOR_CHUNKS = 0.75  # share of the budget a chunk's buffers may take
-
-
-class ConfigMismatch(ValueError):
-    """An output directory already holds a run with a different configuration."""
-
-
-# --------------------------------------------------------------------------- atomic files
-def atomic_write_json(path: str, obj) -> None:
-    """Writes JSON to ``path`` via a temporary file and ``os.replace`` (never half-written)."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def atomic_savez(path: str, arrays: dict) -> None:
-    """``np.savez`` to ``path`` via a temporary file and ``os.replace``."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+_HOST_FRACTION = 0.75  # share of the host's memory that raw results or summary states may take
+_SUMMARY_BYTES_PER_BIN = 20  # int32 state + int64 bincount + int32 cast + int32 serialised copy
 
 
 # --------------------------------------------------------------------------- progress
@@ -270,97 +256,101 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-# --------------------------------------------------------------------------- store
-class _Store:
-    """Result directory: identity check, manifest of finished chunks, summary states.
-
-    Only process 0 touches the files; every method is a no-op elsewhere or without a directory.
-    """
-
-    def __init__(self, out_dir: str | None, identity: dict | None, overwrite: bool):
-        self.dir = out_dir if jax.process_index() == 0 else None
-        self.manifest = {"chunks": [], "summaries": {}}
-        if self.dir is None:
-            return
-        os.makedirs(os.path.join(self.dir, "chunks"), exist_ok=True)
-        for name in os.listdir(os.path.join(self.dir, "chunks")):
-            if name.endswith(".tmp"):  # a write that a kill interrupted
-                os.remove(os.path.join(self.dir, "chunks", name))
-        path = os.path.join(self.dir, "identity.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                existing = json.load(f)
-            if existing != identity:
-                if not overwrite:
-                    diff = sorted(k for k in set(existing) | set(identity) if existing.get(k) != identity.get(k))
-                    raise ConfigMismatch(
-                        f"{self.dir} holds a run with a different configuration (differs in {', '.join(diff)}); "
-                        "use another --out directory or --overwrite to discard it"
-                    )
-                for name in os.listdir(os.path.join(self.dir, "chunks")):
-                    os.remove(os.path.join(self.dir, "chunks", name))
-                if os.path.exists(self._manifest_path):
-                    os.remove(self._manifest_path)
-        atomic_write_json(path, identity)
-        if os.path.exists(self._manifest_path):
-            with open(self._manifest_path) as f:
-                self.manifest = json.load(f)
-
-    @property
-    def _manifest_path(self) -> str:
-        return os.path.join(self.dir, "manifest.json")
-
-    def finished_chunks(self, group: int) -> list[tuple[int, int, str]]:
-        if self.dir is None:
-            return []
-        done = []
-        for g, start, stop, name in self.manifest["chunks"]:
-            path = os.path.join(self.dir, "chunks", name)
-            if g == group and os.path.exists(path):
-                done.append((start, stop, path))
-        return sorted(done)
-
-    def save_chunk(self, group: int, start: int, stop: int, arrays: dict) -> None:
-        if self.dir is None:
-            return
-        name = f"g{group:03d}_t{start:09d}_{stop:09d}.npz"
-        atomic_savez(os.path.join(self.dir, "chunks", name), arrays)
-        self.manifest["chunks"].append([group, start, stop, name])
-        atomic_write_json(self._manifest_path, self.manifest)
-
-    def load_summary(self, group: int) -> tuple[int, dict | None]:
-        """(next trial to compute, summary states) of a group in summary mode."""
-        entry = self.manifest["summaries"].get(str(group)) if self.dir is not None else None
-        if entry is None:
-            return 0, None
-        with np.load(os.path.join(self.dir, "chunks", entry["file"])) as z:
-            states = {}
-            for key in z.files:
-                metric, field = key.split("/", 1)
-                states.setdefault(metric, {})[field] = z[key]
-        return entry["next_trial"], states
-
-    def save_summary(self, group: int, next_trial: int, states: dict) -> None:
-        if self.dir is None:
-            return
-        name = f"summary_g{group:03d}.npz"
-        arrays = {f"{metric}/{field}": value for metric, s in states.items() for field, value in s.items()}
-        atomic_savez(os.path.join(self.dir, "chunks", name), arrays)
-        self.manifest["summaries"][str(group)] = {"file": name, "next_trial": next_trial}
-        atomic_write_json(self._manifest_path, self.manifest)
-
-
-def _missing_ranges(n_trials: int, done: list[tuple[int, int, str]], chunk_size: int) -> list[tuple[int, int]]:
-    covered = np.zeros(n_trials + 1, np.int64)
-    for start, stop, _ in done:
-        covered[start] += 1
-        covered[stop] -= 1
-    free = np.cumsum(covered)[:n_trials] == 0
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], free.astype(np.int8), [0]])))
-    ranges = []
-    for start, stop in zip(edges[0::2], edges[1::2]):
-        ranges += [(int(t), int(min(t + chunk_size, stop))) for t in range(start, stop, chunk_size)]
+def _missing_ranges(n_trials: int, done: list[tuple[int, int]], chunk_size: int) -> list[tuple[int, int]]:
+    """Chunks of at most ``chunk_size`` trials covering what ``done`` (stored ranges, possibly
+    overlapping) leaves out of [0, n_trials); O(stored chunks), whatever ``n_trials``."""
+    ranges, covered = [], 0
+    for start, stop in sorted(done) + [(n_trials, n_trials)]:
+        ranges += [(t, min(t + chunk_size, start)) for t in range(covered, start, chunk_size)]
+        covered = max(covered, stop)
     return ranges
+
+
+# --------------------------------------------------------------------------- checks before any work
+def _metric_specs(probes: list, groups: list) -> dict:
+    """metric -> (shape, dtype string) of one trial, from each group's ``eval_shape`` probe.
+
+    Raises:
+        ValueError: naming the metric and the problem, when a trial does not return a dict of
+            arrays with valid names, or when a metric's names, shape or dtype depend on the point.
+    """
+    specs, first = None, None
+    for (group, _), probe in zip(groups, probes):
+        p = group.point_ids[0]
+        if not isinstance(probe, dict):
+            raise ValueError(f"trial must return a dict of metric name -> array, got {type(probe).__name__} (point {p})")
+        here = {}
+        for name, value in probe.items():
+            if not isinstance(name, str) or not name or "/" in name or name.startswith("__"):
+                raise ValueError(f"metric name {name!r} (point {p}) must be a non-empty string without '/', not starting with '__'")
+            if not isinstance(value, jax.ShapeDtypeStruct):
+                raise ValueError(f"metric {name!r} must be an array, got {type(value).__name__} (point {p})")
+            here[name] = (tuple(value.shape), np.dtype(value.dtype).str)
+        if specs is None:
+            specs, first = here, p
+            continue
+        if set(here) != set(specs):
+            raise ValueError(
+                f"trial returns metrics {sorted(specs)} for point {first} but {sorted(here)} for point {p}; "
+                "every point must return the same metrics"
+            )
+        for name, (shape, dtype) in here.items():
+            if (shape, dtype) != specs[name]:
+                raise ValueError(
+                    f"metric {name!r} is {specs[name][1]}{list(specs[name][0])} for point {first} but {dtype}{list(shape)} "
+                    f"for point {p}: a metric's shape and dtype must not depend on the point"
+                )
+    return specs
+
+
+def _host_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _size(n: float) -> str:
+    """Bytes in the largest binary unit that keeps the number >= 1, e.g. ``'1.5 GiB'``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.3g} {unit}"
+        n /= 1024
+
+
+def _check_host_memory(keep: str, n_points: int, n_trials: int, specs: dict) -> None:
+    """Refuses, before anything is allocated, results that cannot fit in the host's memory."""
+    cells = sum(math.prod(shape) for shape, _ in specs.values())
+    if keep == "raw":
+        need = n_points * n_trials * sum(math.prod(shape) * np.dtype(dt).itemsize for shape, dt in specs.values())
+        hint = "keep fewer trials or use keep='summary' (--keep summary)"
+    else:
+        need = n_points * cells * (stats.N_BINS * _SUMMARY_BYTES_PER_BIN + 64)
+        hint = "use smaller metric shapes"
+    budget = _HOST_FRACTION * _host_memory()
+    if need > budget:
+        raise ValueError(
+            f"keep={keep!r}: the results would need {_size(need)} of host memory, more than the budget of "
+            f"{_size(budget)} ({_HOST_FRACTION:.0%} of this machine's); {hint}"
+        )
+
+
+def _refuse_chunk(chunk_size: int, minimum: bool, need: float, budget: int) -> None:
+    if need > budget:
+        what, hint = (
+            (f"the smallest chunk ({chunk_size} trials)", "smaller shapes") if minimum
+            else (f"a chunk of {chunk_size} trials", "a smaller chunk size")
+        )
+        raise ValueError(
+            f"{what} would need {_size(need)} per device, more than the memory budget of {_size(budget)} "
+            f"(--max-memory / max_memory); use {hint} or a larger budget"
+        )
+
+
+def _check_chunk_outputs(n_points: int, specs: dict, chunk_size: int | None, n_devices: int, budget: int) -> None:
+    """Refuses a chunk whose outputs alone (a device's share plus the host copy) exceed the
+    budget: the smallest chunk, or the given one. Needs only shapes, so it runs before compiling."""
+    step = LANES * n_devices
+    batch = step if chunk_size is None else _round_up(chunk_size, step)
+    out_per_trial = n_points * sum(math.prod(s) * np.dtype(d).itemsize for s, d in specs.values())
+    _refuse_chunk(chunk_size or step, chunk_size is None, batch * out_per_trial * (1 + 1 / n_devices), budget)
 
 
 # --------------------------------------------------------------------------- run
@@ -383,15 +373,23 @@ def run(
 ) -> dict:
     """Runs ``trial`` for every point and ``n_trials`` trials per point.
 
+    Everything that can be checked before work starts is checked first: arguments, the metrics a
+    trial returns (by ``jax.eval_shape``), the host memory of the results and the device memory of
+    a chunk; each failure is one ``ValueError`` line.
+
     Args:
         trial: pure function ``trial(key, point) -> dict of arrays``; never jitted by the caller.
+            Every point must return the same metric names, shapes and dtypes.
         points: list of point pytrees (array leaves traced, other leaves static).
-        n_trials: trials per point, >= 1.
+        n_trials: trials per point, in [1, :data:`MAX_TRIALS`].
         seed: root seed in [0, 2**32); the key of (p, t) is fold_in(fold_in(key(seed), p), t).
-        chunk_size: trials per chunk; default: as many as ``max_memory`` allows.
-        out_dir: if given (process 0), finished chunks are stored there and a rerun resumes.
-        identity: JSON dict that identifies the run for resume (required with ``out_dir``).
-        overwrite: discard a stored run whose identity differs instead of raising.
+        chunk_size: trials per chunk (capped at ``n_trials``); default: as many as ``max_memory`` allows.
+        out_dir: if given (process 0), finished chunks are stored there and a rerun resumes or
+            grows the run (see :mod:`jaxfed.store`).
+        identity: JSON dict that identifies the run for resume (required with ``out_dir``); it
+            should not contain the trial count, so that a run can grow.
+        overwrite: discard stored results that cannot be used (another identity, damaged
+            files, a summary of more trials than asked for) instead of raising.
         progress: progress bar on stderr (default: when stderr is a TTY, on process 0).
         use_jit: ``False`` runs the same vmapped function unjitted on one device (for tests).
         devices: local devices per process to shard trials over (default: all).
@@ -399,33 +397,39 @@ def run(
             memory); the chunk size follows from the compiled function's memory analysis.
         keep: ``"raw"`` (every trial), ``"summary"`` (streaming :class:`jaxfed.stats.Summary`)
             or ``"auto"`` (raw when it fits in ``RAW_LIMIT_BYTES``).
-        info: if a dict is given, it receives what the engine chose (chunk sizes, devices, keep).
+        info: if a dict is given, it receives what the engine chose (chunk sizes, devices, keep)
+            and ``nonfinite_trials``: metric -> per point, the trials with a NaN or ±inf value.
         common_random_numbers: every point of trial t gets the key fold_in(key(seed), t), so
             points differ only by their parameters (variance reduction for comparisons).
 
     Returns:
         dict metric -> NumPy array (n_points, n_trials, *metric_shape) for ``keep="raw"``,
-        or metric -> :class:`jaxfed.stats.Summary` for ``keep="summary"``.
+        or metric -> :class:`jaxfed.stats.Summary` for ``keep="summary"``. Non-finite values
+        stay in raw arrays; summaries leave them out of every statistic and count them.
+
+    Raises:
+        ValueError: a bad argument, trial output or memory need (before any work);
+            :class:`jaxfed.store.StoreError` (a ValueError): an unusable ``out_dir`` or stored file.
     """
-    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
-        raise ValueError(f"n_trials must be an integer >= 1, got {n_trials!r}")
+    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or not 1 <= n_trials <= MAX_TRIALS:
+        raise ValueError(f"n_trials must be an integer in [1, 2**32] (trial indices are 32-bit), got {n_trials!r}")
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
         raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
-    if max_memory is not None and (not isinstance(max_memory, int) or max_memory < 1):
-        raise ValueError(f"max_memory must be a positive number of bytes, got {max_memory!r}")
+    if max_memory is not None and (isinstance(max_memory, bool) or not isinstance(max_memory, int) or max_memory < 1):
+        raise ValueError(f"max_memory must be a positive integer number of bytes, got {max_memory!r}")
     if keep not in ("raw", "summary", "auto"):
         raise ValueError(f"keep must be 'raw', 'summary' or 'auto', got {keep!r}")
-    if not isinstance(seed, int) or not 0 <= seed < 2**32:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
     if not points:
         raise ValueError("points must be a non-empty list")
-    if out_dir is not None and identity is None:
-        raise ValueError("identity is required when out_dir is given")
+    if out_dir is not None and not isinstance(identity, dict):
+        raise ValueError("identity (a JSON dict) is required when out_dir is given")
+    chunk_size = None if chunk_size is None else min(chunk_size, n_trials)
 
     mesh = make_mesh(devices) if use_jit else None
     n_shards = mesh.size if mesh is not None else 1
     budget = max_memory if max_memory is not None else default_memory_budget(mesh or make_mesh(1))
-    store = _Store(out_dir, identity, overwrite)
     is_main = jax.process_index() == 0
     bar = Progress(n_trials * len(points), (sys.stderr.isatty() if progress is None else progress) and is_main)
     groups = _group_points(points)
@@ -437,23 +441,37 @@ def run(
         jax.eval_shape(lambda k, t, g=group: trial(k, _rebuild(g, t)), jax.random.key(0), [x[0] for x in traced])
         for group, traced in groups
     ]
+    specs = _metric_specs(probes, groups)
     if keep == "auto":
-        raw_bytes = sum(
-            len(group.point_ids) * n_trials * math.prod(s.shape) * s.dtype.itemsize
-            for (group, _), probe in zip(groups, probes)
-            for s in probe.values()
-        )
+        raw_bytes = len(points) * n_trials * sum(math.prod(s) * np.dtype(d).itemsize for s, d in specs.values())
         keep = "raw" if raw_bytes <= RAW_LIMIT_BYTES else "summary"
     info["keep"] = keep
+    _check_host_memory(keep, len(points), n_trials, specs)
+    if mesh is not None:  # the outputs alone of the smallest (or the given) chunk must fit
+        for group, _ in groups:
+            _check_chunk_outputs(len(group.point_ids), specs, chunk_size, mesh.size, budget)
+    full_identity = None
+    if out_dir is not None:
+        full_identity = dict(
+            identity, seed=seed, common_random_numbers=bool(common_random_numbers), store_format=STORE_FORMAT
+        )
 
     results: dict = {}
-    for g, ((group, traced), probe) in enumerate(zip(groups, probes)):
+    nonfinite = {name: np.zeros(len(points), np.int64) for name in specs}
+    if keep == "raw":
+        results = {name: np.zeros((len(points), n_trials) + shape, dtype) for name, (shape, dtype) in specs.items()}
+    # Every stored file is read and verified (by process 0) before anything is compiled or computed.
+    specs_by_group = [GroupSpec(g, group.point_ids, specs) for g, (group, _) in enumerate(groups)]
+    refusal = None
+    try:
+        store = Store(out_dir if is_main else None, full_identity or {}, overwrite, note=bar.note)
+        stored = [_load_stored(store, spec, keep, n_trials, results) for spec in specs_by_group]
+    except StoreError as err:
+        refusal = err
+    _raise_on_every_process(refusal)
+    for g, ((group, traced), spec, done) in enumerate(zip(groups, specs_by_group, stored)):
         rows = np.asarray(group.point_ids)
         point_ids = np.asarray(group.point_ids, np.uint32)
-        if keep == "raw":
-            for name, spec in probe.items():
-                if name not in results:
-                    results[name] = np.zeros((len(points), n_trials) + spec.shape, spec.dtype)
 
         args = lambda start: (np.uint32(seed), point_ids, traced, np.uint32(start))  # noqa: E731
         if mesh is None:
@@ -461,7 +479,7 @@ def run(
             chunk_fn = _make_chunk_fn(trial, group, _round_up(size, LANES), None, common_random_numbers)
         else:
             size, chunk_fn = _sized_chunk_fn(
-                trial, group, mesh, budget, n_trials, chunk_size, args(0), common_random_numbers
+                trial, group, mesh, budget, n_trials, chunk_size, args(0), common_random_numbers, spec
             )
         info["chunk_sizes"].append(size)
         bar.note(f"group {g}: {len(rows)} point(s), chunk size {size} trials over {n_shards} device(s)")
@@ -471,27 +489,24 @@ def run(
             return {name: value[:, : stop - start] for name, value in _to_host(out).items()}
 
         if keep == "raw":
-            done = store.finished_chunks(g)
-            for start, stop, path in done:
-                with np.load(path) as stored:
-                    for name in probe:
-                        results[name][rows, start:stop] = stored[name]
-                bar.update(len(rows) * (stop - start))
             plan = _broadcast_from_0(np.asarray(_missing_ranges(n_trials, done, size), np.int64).reshape(-1, 2))
+            bar.update(len(rows) * (n_trials - int((plan[:, 1] - plan[:, 0]).sum())))
             for start, stop in plan:
                 out = compute(int(start), int(stop))
                 for name, value in out.items():
                     results[name][rows, start:stop] = value
-                store.save_chunk(g, int(start), int(stop), out)
+                store.save_raw(spec, int(start), int(stop), out)
                 bar.update(len(rows) * (stop - start))
+            for name in specs:
+                nonfinite[name][rows] = [_nonfinite_trials(results[name][p]) for p in rows]
         else:
-            next_trial, states = store.load_summary(g)
+            next_trial, states = done
             next_trial = int(_broadcast_from_0(np.asarray([next_trial], np.int64))[0])
             accumulators = {
                 name: stats.SummaryAccumulator.from_state(states[name])
                 if states is not None
-                else stats.SummaryAccumulator((len(rows),) + spec.shape)
-                for name, spec in probe.items()
+                else stats.SummaryAccumulator((len(rows),) + shape)
+                for name, (shape, _) in specs.items()
             }
             bar.update(len(rows) * next_trial)
             for start in range(next_trial, n_trials, size):
@@ -500,17 +515,49 @@ def run(
                 if is_main:
                     for name, value in out.items():
                         accumulators[name].add(value)
-                    store.save_summary(g, stop, {name: acc.state() for name, acc in accumulators.items()})
+                    store.save_summary(spec, stop, {name: acc.state() for name, acc in accumulators.items()})
                 bar.update(len(rows) * (stop - start))
             for name, acc in accumulators.items():
                 results.setdefault(name, []).append((rows, acc.result()))
+                nonfinite[name][rows] = acc.nonfinite_trials
 
+    info["nonfinite_trials"] = {name: counts.tolist() for name, counts in nonfinite.items()}
     if keep == "summary":
         results = {name: stats.merge_point_groups(parts, len(points)) for name, parts in results.items()}
     return results
 
 
-def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, common):
+def _raise_on_every_process(refusal: StoreError | None) -> None:
+    """Raises process 0's refusal of the store on every process: the others would otherwise wait
+    for it in the next collective until JAX's heartbeat timeout."""
+    if jax.process_count() > 1:
+        refused = int(_broadcast_from_0(np.asarray([refusal is not None], np.int64))[0])
+        if refused and refusal is None:
+            raise StoreError("process 0 refused the result directory (its error line names the file)")
+    if refusal is not None:
+        raise refusal
+
+
+def _load_stored(store: Store, spec: GroupSpec, keep: str, n_trials: int, results: dict):
+    """What the store holds for a group, verified: raw mode copies the stored trials into
+    ``results`` and returns their ranges; summary mode returns (next trial, states or None)."""
+    if keep != "raw":
+        return store.load_summary(spec, n_trials)
+    rows, done = np.asarray(spec.point_ids), []
+    for start, stop, arrays in store.raw_chunks(spec, n_trials):
+        stop_used = min(stop, n_trials)  # a larger run's chunk serves a smaller request
+        for name in spec.metrics:
+            results[name][rows, start:stop_used] = arrays[name][:, : stop_used - start]
+        done.append((start, stop_used))
+    return done
+
+
+def _nonfinite_trials(values: np.ndarray) -> int:
+    """Trials (axis 0) of one point's raw metric with a NaN or ±inf anywhere."""
+    return int((~np.isfinite(values)).reshape(values.shape[0], -1).any(-1).sum())
+
+
+def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, common, spec):
     """(chunk size, compiled chunk function): the given size, or the largest that fits ``budget``.
 
     Without a given size, compiles for a probe batch of ``LANES`` trials per device and reads the
@@ -518,6 +565,11 @@ def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, comm
     plus the host copy of the outputs; a chunk may take 75% of the budget, the rest is left to the
     process itself and to the summaries or result arrays. The probe's executable is reused when the size it implies
     needs no larger batch.
+
+    Raises:
+        ValueError: the smallest possible chunk (or the given one) needs more than ``budget``,
+            checked from the output shapes before compiling and from the memory analysis after
+            (compiling allocates nothing).
     """
     step = LANES * mesh.size
     if chunk_size is None:
@@ -525,9 +577,15 @@ def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, comm
         analysis = probe.memory_analysis()
         per_trial_device = (analysis.temp_size_in_bytes + analysis.output_size_in_bytes) / LANES
         per_trial_host = analysis.output_size_in_bytes / LANES
+        per_trial = per_trial_device / mesh.size + per_trial_host
+        _refuse_chunk(step, True, step * per_trial, budget)
         usable = _BUDGET_FOR_CHUNKS * budget  # the rest: the process itself, summaries, results
-        fits = int(usable // max(per_trial_device / mesh.size + per_trial_host, 1.0))
+        fits = int(usable // max(per_trial, 1.0))
         chunk_size = min(n_trials, max(step, fits // step * step))
         if chunk_size <= step:
             return chunk_size, probe
-    return chunk_size, _make_chunk_fn(trial, group, _round_up(chunk_size, step), mesh, common).lower(*args).compile()
+    compiled = _make_chunk_fn(trial, group, _round_up(chunk_size, step), mesh, common).lower(*args).compile()
+    analysis = compiled.memory_analysis()
+    if analysis is not None:
+        _refuse_chunk(chunk_size, False, analysis.temp_size_in_bytes + analysis.output_size_in_bytes, budget)
+    return chunk_size, compiled

@@ -25,6 +25,7 @@ percentile-bootstrap interval of its median or mean, an exact two-sided sign tes
 
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -79,7 +80,8 @@ def band(values, mass: float = 0.75, axis: int = 1) -> Band:
 
     Args:
         values: raw array with a trial axis, e.g. (point, trial, slot), or a :class:`Summary`
-            (quantiles from its histogram, see the module docstring for their error).
+            (quantiles from its histogram, see the module docstring for their error). NaN and
+            ±inf trials are left out in both cases (a cell without a finite trial gives NaN).
         mass: probability inside the band, in (0, 1).
         axis: the trial axis of a raw array.
     """
@@ -89,7 +91,14 @@ def band(values, mass: float = 0.75, axis: int = 1) -> Band:
     if isinstance(values, Summary):
         med, lo, hi = (summary_quantile(values, q) for q in qs)
     else:
-        med, lo, hi = np.quantile(values, qs, axis=axis)
+        # Non-finite trials are left out, as summaries leave them out: both modes give one band.
+        finite = np.isfinite(values)
+        if finite.all():
+            med, lo, hi = np.quantile(values, qs, axis=axis)
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a cell with no finite trial: NaN
+                med, lo, hi = np.nanquantile(np.where(finite, values, np.nan), qs, axis=axis)
     return Band(median=med, lower=lo, upper=hi, mass=mass)
 
 
@@ -113,10 +122,14 @@ class SummaryAccumulator:
     """Accumulates chunks of trials of one metric into a :class:`Summary` (host, NumPy).
 
     Cells are (point, *time); :meth:`add` takes a chunk (point, trial, *time) of the *next*
-    trials in order.
+    trials in order. Besides the :class:`Summary` fields it counts, per point, the trials with
+    a non-finite value in any cell (``nonfinite_trials``), the figure raw mode reports too.
     """
 
+    FIELDS = ("count", "nan_count", "total", "total_sq", "hist", "nonfinite_trials")
+
     def __init__(self, cell_shape: tuple):
+        self.nonfinite_trials = np.zeros(cell_shape[:1], np.int64)  # per point: trials with any non-finite cell
         self.count = np.zeros(cell_shape, np.int64)
         self.nan_count = np.zeros(cell_shape, np.int64)
         self.total = np.zeros(cell_shape, np.float64)
@@ -126,12 +139,13 @@ class SummaryAccumulator:
     @classmethod
     def from_state(cls, state: dict) -> "SummaryAccumulator":
         acc = cls(state["count"].shape)
-        for field in ("count", "nan_count", "total", "total_sq", "hist"):
+        for field in cls.FIELDS:
             setattr(acc, field, np.array(state[field]))
         return acc
 
     def state(self) -> dict:
-        return {f: getattr(self, f) for f in ("count", "nan_count", "total", "total_sq", "hist")}
+        """The arrays that :meth:`from_state` restores the accumulator from (the engine stores them)."""
+        return {f: getattr(self, f) for f in self.FIELDS}
 
     def add(self, chunk: np.ndarray) -> None:
         """Adds a chunk (point, trial, *time) of the next trials, in blocks of trial rows so the
@@ -143,6 +157,7 @@ class SummaryAccumulator:
     def _add_block(self, values: np.ndarray) -> None:
         finite = np.isfinite(values)
         self.nan_count += (~finite).sum(0)
+        self.nonfinite_trials += (~finite).reshape(finite.shape[:2] + (-1,)).any(-1).sum(0)
         self.count += finite.sum(0)
         clean = np.where(finite, values, 0).astype(np.float64)
         # Running sums strictly in trial order: the result does not depend on chunking.
@@ -301,6 +316,13 @@ def paired_verdict(
     For ``"log_ratio"`` the margin is on the log scale (a 5% ratio margin is log(1.05)) and the
     reported estimate and interval are ratios. Pairs with a non-finite value are dropped and
     counted in ``n_dropped``; with no pair left the verdict is inconclusive.
+
+    >>> rng = np.random.default_rng(0)
+    >>> before = rng.exponential(1.0, 400)
+    >>> after = before * 1.2 * np.exp(rng.normal(0, 0.1, 400))
+    >>> v = paired_verdict(after, before, "after > before", transform="log_ratio")
+    >>> v.verdict, v.interval_text("{:.2f}")
+    ('reproduced', '1.20 [1.18, 1.21]')
     """
     _check_choice("expect", expect, _CLAIMS)
     _check_choice("transform", transform, _TRANSFORMS)

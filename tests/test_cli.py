@@ -54,7 +54,7 @@ def test_run_writes_config_metrics_and_plot(tmp_path, capsys):
         (["run", "gfvl-topologies", "--set", "alpha"], "key=value"),
         (["run", "gfvl-topologies", "--trials", "0"], "expected an integer >= 1"),
         (["run", "gfvl-topologies", "--seed", "-1"], "expected an integer in [0, 2**32)"),
-        (["reproduce", "--scale", "0"], "--scale must be > 0"),
+        (["reproduce", "--scale", "0"], "--scale: expected a finite number > 0"),
         (["frobnicate"], "invalid choice"),
     ],
 )
@@ -69,11 +69,13 @@ def test_bad_input_is_one_line_and_exit_2(args, message, capsys, tmp_path):
 def test_a_different_config_in_the_same_directory_is_refused(tmp_path, capsys):
     out = str(tmp_path / "d")
     assert cli.main(["run", "gfvl-topologies", "--trials", "4", "--out", out, *SMALL]) == 0
-    assert cli.main(["run", "gfvl-topologies", "--trials", "5", "--out", out, *SMALL]) == 2
-    assert "different configuration (differs in n_trials)" in capsys.readouterr().err
-    assert cli.main(["run", "gfvl-topologies", "--trials", "5", "--out", out, "--overwrite", *SMALL]) == 0
+    assert cli.main(["run", "gfvl-topologies", "--trials", "4", "--seed", "1", "--out", out, *SMALL]) == 2
+    err = capsys.readouterr().err
+    assert "different configuration (differs in seed: stored 0, given 1)" in err and len(err.splitlines()) == 1
+    assert cli.main(["run", "gfvl-topologies", "--trials", "4", "--seed", "1", "--out", out, "--overwrite", *SMALL]) == 0
 
 
+@pytest.mark.slow  # real SIGKILL of a subprocess; tests/test_store.py injects kills in-process
 def test_killed_run_resumes_to_identical_arrays(tmp_path):
     """A run killed (SIGKILL) after some chunks resumes, computing only what is missing."""
     args = ["run", "gfvl-topologies", "--trials", "4000", "--chunk-size", "100", "--set", "n_slots=300", "--quiet"]

@@ -4,30 +4,36 @@ An :class:`Experiment` is run by :func:`run_experiment`, which hands the sweep t
 :func:`jaxfed.engine.run` and writes the result directory:
 
 - ``config.json``: every parameter, the points (``"points"``, in point-axis order), seed, trials,
-  each metric's axes, versions and device;
+  each metric's axes, per point the trials with non-finite metrics, versions, device and the
+  SHA-256 of ``metrics.npz`` (written last);
 - ``metrics.npz``: one array per metric with axes (point, trial, …) as listed in config.json;
 - ``<name>.png``: the figure;
-- ``chunks/``: finished chunks, so an interrupted run resumes.
+- ``chunks/``, ``identity.json``: the store (see :mod:`jaxfed.store`), so an interrupted run resumes
+  and a finished one can grow.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
+import math
 import os
+import sys
 import typing
 from typing import Any, Callable, NamedTuple
 
 import jax
 import numpy as np
 
-from jaxfed import engine, stats
+from jaxfed import engine, stats, store
 
 __all__ = [
     "Experiment",
     "Sweep",
     "band_table",
     "check",
+    "check_finite",
     "check_bernoulli_setting",
     "check_natgrad_setting",
     "make_config",
@@ -56,6 +62,7 @@ class Experiment:
     report: Callable[[Any, list, dict], str]  # (config, labels, results) -> markdown: numbers + reading
     default_trials: int = 1000  # used by `jaxfed run` without --trials and by `jaxfed reproduce`
     common_random_numbers: bool = False  # all points of a trial share its key (same data and draws)
+    source: str = ""  # "path/to/file.py:ATTRIBUTE" of a user experiment (set when loaded from a file)
 
 
 # --------------------------------------------------------------------------- configs
@@ -73,7 +80,10 @@ def _parse_value(name: str, text: str, annotation):
             pass
     elif typing.get_origin(annotation) is tuple:
         item = typing.get_args(annotation)[0]
-        return tuple(_parse_value(name, part.strip(), item) for part in text.split(",") if part.strip())
+        parts = [part.strip() for part in text.split(",")]
+        if text.strip() and not all(parts):
+            raise ValueError(f"parameter {name}: empty entry in {text!r}")
+        return tuple(_parse_value(name, part, item) for part in parts if part)
     else:
         raise TypeError(f"parameter {name} has unsupported type {annotation}")
     raise ValueError(f"parameter {name}: cannot parse {text!r} as {type_name}")
@@ -99,6 +109,7 @@ def make_config(config_cls: type, overrides: dict[str, str] | None = None):
         if key not in fields:
             raise ValueError(f"unknown parameter {key!r}; known parameters: {', '.join(sorted(fields))}")
         values[key] = _parse_value(key, text, hints[key])
+    check_finite(config_cls, values)
     return config_cls(**values)
 
 
@@ -109,6 +120,22 @@ def preset_variant(config_cls: type, name: str) -> type:
     hints = typing.get_type_hints(config_cls)
     fields = [(key, hints[key], dataclasses.field(default=value)) for key, value in values.items()]
     return dataclasses.make_dataclass(f"{config_cls.__name__}_{name}", fields, bases=(config_cls,), frozen=True)
+
+
+def check_finite(config_cls: type, values: dict) -> None:
+    """Refuses NaN and ±inf in every float parameter (and every entry of a float tuple) of
+    ``values``, unless the field says otherwise with ``metadata={"nonfinite": True}``.
+
+    Runs before ``config_cls.__post_init__``, whose range checks (``> 0`` …) let inf through.
+    """
+    for f in dataclasses.fields(config_cls):
+        if f.name not in values or f.metadata.get("nonfinite"):
+            continue
+        value = values[f.name]
+        entries = value if isinstance(value, tuple) else (value,)
+        for entry in entries:
+            if isinstance(entry, float) and not math.isfinite(entry):
+                raise ValueError(f"{f.name} must be a finite number, got {entry!r}")
 
 
 def check(name: str, value, ok: bool, allowed: str) -> None:
@@ -180,25 +207,31 @@ def run_experiment(
 ) -> tuple[dict, dict]:
     """Runs an experiment through the engine and writes its result directory.
 
+    The run's identity (what a rerun on ``out_dir`` must match) is the experiment, parameters,
+    points, seed and dtype; the trial count is not part of it, so rerunning with more trials
+    computes only the new ones (see :mod:`jaxfed.store`). Trials with a NaN or ±inf metric are
+    counted per point in ``config_json["nonfinite_trials"]`` and reported on stderr, in raw and
+    summary modes alike. ``config.json`` is written last and records the SHA-256 of
+    ``metrics.npz``, so :func:`load_results` never pairs one run's config with another's metrics.
+
     Returns:
         (config_json, results) where results maps metric names to raw arrays (point, trial, …)
         or, with ``keep="summary"``, to :class:`jaxfed.stats.Summary`.
     """
     n_trials = exp.default_trials if n_trials is None else n_trials
-    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
-        raise ValueError(f"trials must be an integer >= 1, got {n_trials!r}")
+    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or not 1 <= n_trials <= engine.MAX_TRIALS:
+        raise ValueError(f"trials must be an integer in [1, 2**32] (trial indices are 32-bit), got {n_trials!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+    check_finite(type(config), {f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
     sweep = exp.build(config)
     identity = _jsonable(
         {
             "experiment": exp.name,
             "parameters": dataclasses.asdict(config),
             "points": sweep.labels,
-            "n_trials": n_trials,
             "seed": seed,
             "dtype": "float64" if jax.config.jax_enable_x64 else "float32",
-            "keep": keep,
         }
     )
     info: dict = {}
@@ -218,20 +251,45 @@ def run_experiment(
         info=info,
         common_random_numbers=exp.common_random_numbers,
     )
+    nonfinite = info.pop("nonfinite_trials")
     config_json = dict(identity)
+    if exp.source:
+        config_json["source"] = exp.source  # so that `jaxfed plot` finds a user experiment again
     config_json.update(
+        n_trials=n_trials,
+        keep=keep,
         description=exp.description,
         metrics={name: _metric_doc(value, sweep.metric_axes[name]) for name, value in results.items()},
+        nonfinite_trials=nonfinite,
         engine=info,
         versions=_versions(),
         device=str(jax.devices()[0]),
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     )
+    if jax.process_index() == 0:
+        for line in nonfinite_lines(nonfinite, sweep.labels, n_trials):
+            print(f"jaxfed: warning: {exp.name}: {line}", file=sys.stderr)
     if out_dir is not None and jax.process_index() == 0:
-        engine.atomic_savez(os.path.join(out_dir, "metrics.npz"), _flatten(results))
-        engine.atomic_write_json(os.path.join(out_dir, "config.json"), config_json)
+        data = store.savez_bytes(_flatten(results))
+        store.atomic_write_bytes(os.path.join(out_dir, "metrics.npz"), data)
         exp.plot(config, sweep.labels, results, os.path.join(out_dir, f"{exp.name}.png"))
+        config_json["metrics_sha256"] = hashlib.sha256(data).hexdigest()
+        store.atomic_write_json(os.path.join(out_dir, "config.json"), config_json)
     return config_json, results
+
+
+def nonfinite_lines(nonfinite: dict, labels: list, n_trials: int) -> list[str]:
+    """One line per (metric, point) with trials holding NaN or ±inf (``nonfinite``: metric -> per-point counts)."""
+    lines = []
+    for name, counts in nonfinite.items():
+        for label, count in zip(labels, counts):
+            if count:
+                where = ", ".join(f"{k}={v}" for k, v in label.items())
+                lines.append(
+                    f"{name}: {count} of {n_trials} trials of point {where} have NaN or infinite values "
+                    "(left out of bands and summaries; counted in config.json)"
+                )
+    return lines
 
 
 def _metric_doc(value, axes) -> dict:
@@ -265,13 +323,34 @@ def _flatten(results: dict) -> dict:
 
 
 def load_results(out_dir: str) -> tuple[dict, dict]:
-    """Reads ``config.json`` and ``metrics.npz`` of a finished run (raw arrays or Summaries)."""
+    """Reads ``config.json`` and ``metrics.npz`` of a finished run (raw arrays or Summaries).
+
+    Raises:
+        ValueError: one line naming the file, when either is missing, unreadable, or
+            ``metrics.npz`` is not the one ``config.json`` was written with.
+    """
+    import io
     import json
 
-    with open(os.path.join(out_dir, "config.json")) as f:
-        config_json = json.load(f)
+    config_path, metrics_path = os.path.join(out_dir, "config.json"), os.path.join(out_dir, "metrics.npz")
+    try:
+        with open(config_path, "rb") as f:
+            config_json = json.loads(f.read().decode())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ValueError(f"{config_path}: cannot be read as JSON ({type(err).__name__}); is {out_dir} a finished run?") from None
+    required = {"experiment": str, "parameters": dict, "points": list, "metrics_sha256": str}
+    if not isinstance(config_json, dict) or not all(isinstance(config_json.get(k), t) for k, t in required.items()):
+        needs = ", ".join(f"{k} ({t.__name__})" for k, t in required.items())
+        raise ValueError(f"{config_path}: not the config.json of a finished run (needs {needs})")
+    try:
+        with open(metrics_path, "rb") as f:
+            data = f.read()
+    except OSError as err:
+        raise ValueError(f"{metrics_path}: cannot be read ({err.strerror})") from None
+    if hashlib.sha256(data).hexdigest() != config_json["metrics_sha256"]:
+        raise ValueError(f"{metrics_path}: does not match config.json (checksum); rerun the command to rewrite both")
     results: dict = {}
-    with np.load(os.path.join(out_dir, "metrics.npz")) as z:
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:
         for key in z.files:
             if "/" in key:
                 name, field = key.split("/", 1)

@@ -51,7 +51,7 @@ class Config:
     n_features: int = 10  # features used (the first n of the 30), d = n_features + 1 with the intercept
     test_fraction: float = 0.2  # held-out share of the 569 points
     split_seed: int = 0  # seed of the train/test split and of the assignment of points to agents
-    skew: float = 1.0  # label skew: per class, the agents' shares ~ Dirichlet(skew · 1_K); at 0.3 (agents of one class, one empty) ρ = 0.03 diverges in some trials
+    skew: float = 1.0  # label skew: per class, the agents' shares ~ Dirichlet(skew · 1_K) (smaller: more skew)
     prior_var: float = 1.0  # prior N(0, prior_var I)
     alpha: float = 1.0  # temperature α
     rho: float = 0.03  # learning rate ρ of the local natural-gradient steps

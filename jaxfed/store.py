@@ -1,0 +1,438 @@
+"""The result store of :func:`jaxfed.engine.run`: a directory that never yields a wrong result.
+
+Layout of ``out_dir`` (every name is built here; no name is ever read from a file):
+
+- ``identity.json``: what identifies the run (the caller's identity plus the seed, common random
+  numbers and :data:`STORE_FORMAT`). The trial count is not part of it, so a run can grow.
+- ``chunks/g{G}_t{START}_{STOP}.npz`` (raw mode): trials [START, STOP) of every point of group G.
+- ``chunks/summary_g{G}.npz`` (summary mode): the summary state of group G after trials [0, STOP).
+
+Each of these ``.npz`` files is its own commit point: it is written to a temporary file, flushed
+to disk and renamed over its name (``os.replace``, atomic), so after a kill at any instant a file
+is either complete or absent. Besides its arrays it carries ``__meta__``, a JSON header saying
+what it covers: format, kind, identity digest, group, point ids, trial range, each array's shape
+and dtype, and a SHA-256 of the header and the array bytes. Loading verifies all of it against
+what the current run expects (and, for summaries, that every cell counts exactly the trials the
+header claims), so a file that is truncated, damaged, edited, copied from another run, group or
+trial range is never merged: it raises :class:`StoreError`, one line naming the file and what is
+wrong, or with ``overwrite`` it is deleted and its trials recomputed.
+
+Every write goes through the few filesystem functions at the top of this module (``_write_file``,
+``_replace``, ``_remove``, ``_makedirs``), so the fault-injection tests can cut a run at any one of
+them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+from typing import Iterator, NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "STORE_FORMAT",
+    "StoreError",
+    "ConfigMismatch",
+    "GroupSpec",
+    "Store",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_savez",
+    "savez_bytes",
+    "describe_differences",
+]
+
+STORE_FORMAT = 2
+"""Version of the layout above; a directory written by another version is refused as another configuration."""
+
+SUMMARY_FIELDS = {"count": np.int64, "nan_count": np.int64, "total": np.float64, "total_sq": np.float64, "hist": np.int32}
+"""Per-cell arrays of a summary state (see :class:`jaxfed.stats.SummaryAccumulator`), with their dtypes."""
+
+_META = "__meta__"
+_RAW_NAME = re.compile(r"g(\d{3,})_t(\d{10})_(\d{10})\.npz")
+_SUMMARY_NAME = re.compile(r"summary_g\d{3,}\.npz")
+# Temporary files of atomic writes (name.PID.tmp) of the files this package writes, nothing else.
+_TMP_NAME = re.compile(r"(identity\.json|config\.json|metrics\.npz|g\d{3,}_t\d{10}_\d{10}\.npz|summary_g\d{3,}\.npz)\.\d+\.tmp")
+_HINT = "delete it or use --overwrite (overwrite=True) to recompute it"
+
+
+class StoreError(ValueError):
+    """A result directory cannot be used as it is; the message is one line naming the file."""
+
+
+class ConfigMismatch(StoreError):
+    """An output directory already holds a run with a different configuration."""
+
+
+class GroupSpec(NamedTuple):
+    """What every stored file of one point group must match."""
+
+    index: int  # group number, in the order of first appearance among the points
+    point_ids: tuple  # global point indices of the group
+    metrics: dict  # metric name -> (shape tuple of one trial, dtype string such as "<f4")
+
+
+# --------------------------------------------------------------------------- filesystem layer
+def _write_file(path: str, data: bytes) -> None:
+    """Creates ``path`` with ``data`` and flushes it to disk."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _replace(src: str, dst: str) -> None:
+    os.replace(src, dst)
+    try:  # make the rename itself durable; not every filesystem lets a directory be opened
+        fd = os.open(os.path.dirname(dst) or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _remove(path: str) -> None:
+    os.remove(path)
+
+
+def _makedirs(path: str) -> None:
+    os.makedirs(path, exist_ok=True)
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Writes ``data`` to ``path`` via a temporary file and ``os.replace``: never half-written.
+
+    Raises:
+        StoreError: the file cannot be written (permissions, full disk, …), naming it.
+    """
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        _write_file(tmp, data)
+        _replace(tmp, path)
+    except OSError as err:
+        raise StoreError(f"cannot write {path}: {err.strerror or err}") from None
+
+
+def atomic_write_json(path: str, obj) -> None:
+    """Writes ``obj`` as JSON to ``path`` atomically (see :func:`atomic_write_bytes`)."""
+    atomic_write_bytes(path, json.dumps(obj, indent=2, sort_keys=True).encode())
+
+
+def savez_bytes(arrays: dict) -> bytes:
+    """The bytes of ``np.savez(arrays)`` (uncompressed .npz)."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def atomic_savez(path: str, arrays: dict) -> None:
+    """``np.savez`` to ``path`` atomically (see :func:`atomic_write_bytes`)."""
+    atomic_write_bytes(path, savez_bytes(arrays))
+
+
+# --------------------------------------------------------------------------- file format
+def _digest(meta: dict, arrays: dict) -> str:
+    """SHA-256 over the header (without its own digest) and every array's dtype, shape and bytes."""
+    h = hashlib.sha256(json.dumps({k: v for k, v in meta.items() if k != "sha256"}, sort_keys=True).encode())
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.data)
+    return h.hexdigest()
+
+
+def _pack(meta: dict, arrays: dict) -> bytes:
+    meta = dict(meta, arrays={name: [list(a.shape), a.dtype.str] for name, a in arrays.items()})
+    meta["sha256"] = _digest(meta, arrays)
+    header = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), np.uint8)
+    return savez_bytes({**arrays, _META: header})
+
+
+def _one_line(err: Exception) -> str:
+    return " ".join(f"{type(err).__name__}: {err}".split())[:200]
+
+
+def _unpack(path: str) -> tuple[dict, dict]:
+    """(header, arrays) of a stored file, read whole; StoreError if it is not a complete one."""
+    if os.path.islink(path):
+        raise StoreError(f"{path}: is a symbolic link, not a file this engine wrote; {_HINT}")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            arrays = {name: z[name] for name in z.files}
+    except Exception as err:  # noqa: BLE001 - any failure to parse means a damaged file
+        raise StoreError(f"{path}: not a readable .npz file ({_one_line(err)}); {_HINT}") from None
+    header = arrays.pop(_META, None)
+    try:
+        meta = json.loads(header.tobytes().decode()) if header is not None and header.dtype == np.uint8 else None
+    except (UnicodeDecodeError, ValueError):
+        meta = None
+    if not isinstance(meta, dict):
+        raise StoreError(f"{path}: has no valid {_META} header; {_HINT}")
+    return meta, arrays
+
+
+def _verify(path: str, meta: dict, arrays: dict, expected: dict, specs: dict) -> None:
+    """Checks header fields against ``expected``, arrays against ``specs`` (name -> (shape, dtype))
+    and the checksum; raises StoreError naming the first thing that is wrong."""
+    if meta.get("identity") != expected["identity"]:
+        raise StoreError(f"{path}: belongs to another configuration (its identity digest differs); {_HINT}")
+    for key, want in expected.items():
+        if meta.get(key) != want:
+            got = json.dumps(meta.get(key))[:60]
+            raise StoreError(f"{path}: header says {key} = {got}, expected {json.dumps(want)[:60]}; {_HINT}")
+    if set(arrays) != set(specs):
+        raise StoreError(f"{path}: holds arrays {sorted(arrays)}, expected {sorted(specs)}; {_HINT}")
+    for name, (shape, dtype) in specs.items():
+        a = arrays[name]
+        if a.shape != tuple(shape) or a.dtype.str != np.dtype(dtype).str:
+            raise StoreError(
+                f"{path}: array {name!r} is {a.dtype.str}{list(a.shape)}, expected {np.dtype(dtype).str}{list(shape)}; {_HINT}"
+            )
+        if meta.get("arrays", {}).get(name) != [list(a.shape), a.dtype.str]:
+            raise StoreError(f"{path}: header does not describe array {name!r} as stored; {_HINT}")
+    if meta.get("sha256") != _digest(meta, arrays):
+        raise StoreError(f"{path}: checksum mismatch (the file was changed after it was written); {_HINT}")
+
+
+# --------------------------------------------------------------------------- identity
+def describe_differences(stored, given, prefix: str = "") -> list[str]:
+    """``["key: stored X, given Y", …]`` for every differing (nested) key of two JSON values."""
+    if isinstance(stored, dict) and isinstance(given, dict):
+        out = []
+        for key in sorted(set(stored) | set(given), key=str):
+            out += describe_differences(stored.get(key, _ABSENT), given.get(key, _ABSENT), f"{prefix}{key}.")
+        return out
+    if stored == given:
+        return []
+
+    def show(v):
+        return "(absent)" if v is _ABSENT else json.dumps(v)[:60]
+
+    return [f"{prefix.rstrip('.')}: stored {show(stored)}, given {show(given)}"]
+
+
+_ABSENT = object()
+
+
+def _read_json(path: str):
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read().decode())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise StoreError(f"{path}: not readable JSON ({_one_line(err)})") from None
+
+
+# --------------------------------------------------------------------------- the store
+class Store:
+    """A result directory (see the module docstring); every method is a no-op when ``out_dir`` is None.
+
+    Args:
+        out_dir: the directory (created if needed), or None for a run without a store.
+        identity: JSON dict identifying the run (without the trial count).
+        overwrite: discard what cannot be used (another configuration, damaged files) instead of
+            raising :class:`StoreError`.
+        note: called with a one-line message when something stored is discarded.
+
+    Raises:
+        StoreError: ``out_dir`` cannot be created or written, or ``identity.json`` is unreadable.
+        ConfigMismatch: the directory holds another configuration (the message names every
+            differing key with both values).
+    """
+
+    def __init__(self, out_dir: str | None, identity: dict, overwrite: bool = False, note=lambda message: None):
+        self.dir, self.overwrite, self.note = out_dir, overwrite, note
+        self.digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+        if out_dir is None:
+            return
+        self.chunks = os.path.join(out_dir, "chunks")
+        try:
+            _makedirs(self.chunks)
+        except OSError as err:
+            raise StoreError(f"{out_dir}: cannot be used as a result directory ({err.strerror or err})") from None
+        self._remove_temporaries()
+        path = os.path.join(out_dir, "identity.json")
+        if os.path.lexists(path):
+            try:
+                stored = _read_json(path)
+                if not isinstance(stored, dict):
+                    raise StoreError(f"{path}: holds a JSON {type(stored).__name__}, expected an object")
+            except StoreError as err:
+                if not overwrite:
+                    raise StoreError(f"{err}; use another --out directory or --overwrite to discard the run") from None
+                stored = None
+            if stored != identity:
+                if stored is not None and not overwrite:
+                    raise ConfigMismatch(
+                        f"{out_dir} holds a run with a different configuration (differs in "
+                        + "; ".join(describe_differences(stored, identity))
+                        + "); use another --out directory or --overwrite to discard it"
+                    )
+                self._discard_all()
+        atomic_write_json(path, identity)
+
+    def _names(self) -> list[str]:
+        try:
+            return sorted(os.listdir(self.chunks))
+        except OSError as err:
+            raise StoreError(f"{self.chunks}: cannot be listed ({err.strerror or err})") from None
+
+    def _remove_temporaries(self) -> None:
+        """Removes temporary files left by writes a kill interrupted (never a committed file)."""
+        for folder in (self.dir, self.chunks):
+            for name in os.listdir(folder):
+                if _TMP_NAME.fullmatch(name) and os.path.isfile(os.path.join(folder, name)):
+                    _remove(os.path.join(folder, name))
+
+    def _discard_all(self) -> None:
+        self.note(f"{self.dir}: discarding the stored results of another configuration")
+        for name in self._names():
+            if _RAW_NAME.fullmatch(name) or _SUMMARY_NAME.fullmatch(name):
+                _remove(os.path.join(self.chunks, name))
+        for name in ("manifest.json", "config.json", "metrics.npz"):  # manifest.json: store format 1
+            if os.path.lexists(os.path.join(self.dir, name)):
+                _remove(os.path.join(self.dir, name))
+
+    def _rejected(self, path: str, err: StoreError) -> None:
+        """Raises ``err``, or with ``overwrite`` deletes the file so its trials are recomputed."""
+        if not self.overwrite:
+            raise err
+        self.note(f"{err}; discarded, recomputing")
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)  # a directory squatting on a name this engine builds
+        else:
+            _remove(path)
+
+    # ---------------------------------------------------------------- raw chunks
+    def raw_chunks(self, spec: GroupSpec, n_trials: int) -> Iterator[tuple[int, int, dict]]:
+        """Yields (start, stop, arrays) of every verified stored chunk of the group that
+        overlaps trials [0, ``n_trials``), arrays (points, stop − start, …), one file at a time."""
+        if self.dir is None:
+            return
+        for name in self._names():
+            match = _RAW_NAME.fullmatch(name)
+            if not match or name != _raw_name(spec.index, int(match[2]), int(match[3])):
+                continue  # another group's, or a name this engine never builds ("g0001", …)
+            start, stop = int(match[2]), int(match[3])
+            if start >= n_trials:  # a larger run's trials: kept, not needed now
+                continue
+            path = os.path.join(self.chunks, name)
+            try:
+                if not start < stop:
+                    raise StoreError(f"{path}: empty trial range in its name; {_HINT}")
+                meta, arrays = _unpack(path)
+                expected = self._expected("raw", spec, start, stop)
+                specs = {m: ((len(spec.point_ids), stop - start, *shape), dt) for m, (shape, dt) in spec.metrics.items()}
+                _verify(path, meta, arrays, expected, specs)
+            except StoreError as err:
+                self._rejected(path, err)
+                continue
+            yield start, stop, arrays
+
+    def save_raw(self, spec: GroupSpec, start: int, stop: int, arrays: dict) -> None:
+        """Commits trials [start, stop) of a group: one atomic file."""
+        if self.dir is None:
+            return
+        name = _raw_name(spec.index, start, stop)
+        atomic_write_bytes(os.path.join(self.chunks, name), _pack(self._expected("raw", spec, start, stop), arrays))
+
+    # ---------------------------------------------------------------- summaries
+    def load_summary(self, spec: GroupSpec, n_trials: int) -> tuple[int, dict | None]:
+        """(next trial, {metric: state}) of a group's stored summary, or (0, None).
+
+        A state is the dict of :data:`SUMMARY_FIELDS` arrays plus ``nonfinite_trials`` (points,).
+
+        Raises:
+            StoreError: the file is not a verified summary of this group, or it already covers
+                more than ``n_trials`` trials (a summary cannot be cut down; with ``overwrite``
+                it is discarded and recomputed).
+        """
+        if self.dir is None:
+            return 0, None
+        path = os.path.join(self.chunks, _summary_name(spec.index))
+        if not os.path.lexists(path):
+            return 0, None
+        try:
+            meta, arrays = _unpack(path)
+            trials = meta.get("trials")
+            if not (isinstance(trials, list) and len(trials) == 2 and trials[0] == 0 and isinstance(trials[1], int)):
+                raise StoreError(f"{path}: header has no trial range [0, n]; {_HINT}")
+            stop = trials[1]
+            _verify(path, meta, arrays, self._expected("summary", spec, 0, stop), self._summary_specs(spec))
+            states = _split_states(arrays)
+            for metric, state in states.items():
+                counted = state["count"] + state["nan_count"]
+                if (
+                    np.any(counted != stop)
+                    or np.any(state["hist"].sum(-1, dtype=np.int64) != state["count"])
+                    or np.any((state["nonfinite_trials"] < 0) | (state["nonfinite_trials"] > stop))
+                ):
+                    raise StoreError(f"{path}: counts of {metric!r} do not add up to its {stop} trials; {_HINT}")
+            if stop > n_trials:
+                raise StoreError(
+                    f"{path}: summarises {stop} trials, more than the {n_trials} asked for; a summary "
+                    f"cannot be cut down: ask for >= {stop} trials, or use another --out directory or --overwrite"
+                )
+        except StoreError as err:
+            self._rejected(path, err)
+            return 0, None
+        return stop, states
+
+    def save_summary(self, spec: GroupSpec, next_trial: int, states: dict) -> None:
+        """Commits a group's summary state after trials [0, next_trial): one atomic file."""
+        if self.dir is None:
+            return
+        arrays = {f"{metric}/{field}": value for metric, s in states.items() for field, value in s.items()}
+        meta = self._expected("summary", spec, 0, next_trial)
+        atomic_write_bytes(os.path.join(self.chunks, _summary_name(spec.index)), _pack(meta, arrays))
+
+    def _summary_specs(self, spec: GroupSpec) -> dict:
+        specs = {}
+        for metric, (shape, _) in spec.metrics.items():
+            cells = (len(spec.point_ids), *shape)
+            for field, dtype in SUMMARY_FIELDS.items():
+                specs[f"{metric}/{field}"] = (cells + ((_n_bins(),) if field == "hist" else ()), dtype)
+            specs[f"{metric}/nonfinite_trials"] = ((len(spec.point_ids),), np.int64)
+        return specs
+
+    def _expected(self, kind: str, spec: GroupSpec, start: int, stop: int) -> dict:
+        return {
+            "format": STORE_FORMAT,
+            "kind": kind,
+            "identity": self.digest,
+            "group": spec.index,
+            "point_ids": list(spec.point_ids),
+            "trials": [start, stop],
+        }
+
+
+def _raw_name(group: int, start: int, stop: int) -> str:
+    return f"g{group:03d}_t{start:010d}_{stop:010d}.npz"
+
+
+def _summary_name(group: int) -> str:
+    return f"summary_g{group:03d}.npz"
+
+
+def _n_bins() -> int:
+    from jaxfed import stats
+
+    return stats.N_BINS
+
+
+def _split_states(arrays: dict) -> dict:
+    states: dict = {}
+    for key, value in arrays.items():
+        metric, field = key.rsplit("/", 1)
+        states.setdefault(metric, {})[field] = value
+    return states
