@@ -18,10 +18,14 @@ takes the vectorised path and results are **bit-identical whatever the chunk siz
 or process count**. The chunk size comes from a memory budget and the compiled function's memory
 analysis unless given.
 
-Results: ``keep="raw"`` returns every trial, arrays (point, trial, …); ``keep="summary"`` streams
-each chunk into a :class:`jaxfed.stats.Summary` (count, mean, standard error and a log-spaced
-histogram for quantiles, merged exactly in trial order) so a million trials need no more memory
-than one chunk.
+Results: ``keep="raw"`` returns every trial, arrays (point, trial, …); ``keep="summary"`` returns
+a :class:`jaxfed.stats.Summary` (count, mean, standard error and a log-spaced histogram for
+quantiles) so a million trials need no more memory than one chunk. The device computes each
+chunk's part of it inside the compiled chunk function (:func:`jaxfed.stats.chunk_summary`:
+integer counts and histograms, float64 sums per block of ``stats.SUMMARY_BLOCK`` trials aligned to
+trial indices); the host folds the blocks in trial order. Summary chunks are whole blocks (the
+chunk size is rounded up to a multiple of ``SUMMARY_BLOCK``), which keeps summaries bit-identical
+whatever the chunk size, device count or process count.
 
 Store: with ``out_dir``, every finished chunk (raw) or summary state (summary) is one atomic file
 that records what it covers and is verified on load (see :mod:`jaxfed.store`); rerunning on the
@@ -189,8 +193,14 @@ def default_memory_budget(mesh: Mesh) -> int:
     return int(_MEMORY_FRACTION * limit)
 
 
-def _make_chunk_fn(trial: Trial, group: _Group, batch: int, mesh: Mesh | None, common: bool = False):
-    """(seed, point_ids (P,), traced leaves (P, ...), first_trial) -> metrics (P, batch, ...).
+def _make_chunk_fn(trial: Trial, group: _Group, batch: int, mesh: Mesh | None, common: bool = False, summary: bool = False):
+    """The chunk function of a group, for ``batch`` trials from ``first_trial`` on.
+
+    Raw: (seed, point_ids (P,), traced leaves (P, ...), first_trial) -> metrics (P, batch, ...).
+    Summary: (…, first_trial, n_valid) -> metric -> :func:`jaxfed.stats.chunk_summary` of trials
+    [first_trial, first_trial + n_valid) (a multiple of ``stats.SUMMARY_BLOCK``) plus ``tail``,
+    the raw values (P, SUMMARY_BLOCK, ...) of the block from ``first_trial + n_valid`` on (the
+    run's last, partial block, which the host summarises; garbage when there is none).
 
     With a mesh, the trial axis is sharded across it and the function is jitted; without one it
     runs unjitted on the default device (for testing jit against no-jit).
@@ -200,24 +210,38 @@ def _make_chunk_fn(trial: Trial, group: _Group, batch: int, mesh: Mesh | None, c
         key = jax.random.fold_in(root_key if common else jax.random.fold_in(root_key, point_id), trial_id)
         return trial(key, _rebuild(group, traced))
 
-    def chunk(seed, point_ids, traced, first_trial):
+    def metrics(seed, point_ids, traced, first_trial):
         trial_ids = first_trial + jnp.arange(batch, dtype=jnp.uint32)
         if mesh is not None and mesh.size > 1:
             trial_ids = jax.lax.with_sharding_constraint(trial_ids, NamedSharding(mesh, P("trials")))
         over_trials = jax.vmap(one, in_axes=(None, None, None, 0))
         return jax.vmap(over_trials, in_axes=(None, 0, 0, None))(jax.random.key(seed), point_ids, traced, trial_ids)
 
+    def summarised(seed, point_ids, traced, first_trial, n_valid):
+        values = metrics(seed, point_ids, traced, first_trial)
+        with jax.enable_x64(True):  # float64 block sums on any device; the trial itself stays as it is
+            return {
+                name: dict(
+                    stats.chunk_summary(v, n_valid, jnp),
+                    tail=jax.lax.dynamic_slice_in_dim(v, n_valid, stats.SUMMARY_BLOCK, axis=1),
+                )
+                for name, v in values.items()
+            }
+
+    if summary:
+        return summarised if mesh is None else jax.jit(summarised)
     if mesh is None:
-        return chunk
-    return jax.jit(chunk, out_shardings=NamedSharding(mesh, P(None, "trials")))
+        return metrics
+    return jax.jit(metrics, out_shardings=NamedSharding(mesh, P(None, "trials")))
 
 
 def _to_host(tree) -> dict:
+    """The chunk function's outputs (a pytree) as NumPy arrays on process 0, gathered from every process."""
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
         tree = multihost_utils.process_allgather(tree, tiled=True)
-    return {name: np.asarray(value) for name, value in tree.items()}
+    return jax.tree.map(np.asarray, tree)
 
 
 def _broadcast_from_0(array: np.ndarray) -> np.ndarray:
@@ -383,7 +407,8 @@ def run(
         points: list of point pytrees (array leaves traced, other leaves static).
         n_trials: trials per point, in [1, :data:`MAX_TRIALS`].
         seed: root seed in [0, 2**32); the key of (p, t) is fold_in(fold_in(key(seed), p), t).
-        chunk_size: trials per chunk (capped at ``n_trials``); default: as many as ``max_memory`` allows.
+        chunk_size: trials per chunk (capped at ``n_trials``; in summary mode rounded up to a
+            multiple of ``stats.SUMMARY_BLOCK``); default: as many as ``max_memory`` allows.
         out_dir: if given (process 0), finished chunks are stored there and a rerun resumes or
             grows the run (see :mod:`jaxfed.store`).
         identity: JSON dict that identifies the run for resume (required with ``out_dir``); it
@@ -395,7 +420,7 @@ def run(
         devices: local devices per process to shard trials over (default: all).
         max_memory: bytes per device a chunk may use (default: a quarter of the device's
             memory); the chunk size follows from the compiled function's memory analysis.
-        keep: ``"raw"`` (every trial), ``"summary"`` (streaming :class:`jaxfed.stats.Summary`)
+        keep: ``"raw"`` (every trial), ``"summary"`` (:class:`jaxfed.stats.Summary`, computed on the device)
             or ``"auto"`` (raw when it fits in ``RAW_LIMIT_BYTES``).
         info: if a dict is given, it receives what the engine chose (chunk sizes, devices, keep)
             and ``nonfinite_trials``: metric -> per point, the trials with a NaN or ±inf value.
@@ -473,26 +498,31 @@ def run(
         rows = np.asarray(group.point_ids)
         point_ids = np.asarray(group.point_ids, np.uint32)
 
-        args = lambda start: (np.uint32(seed), point_ids, traced, np.uint32(start))  # noqa: E731
+        summary = keep == "summary"
+
+        def args(start, n_valid=0):
+            extra = (np.uint32(n_valid),) if summary else ()
+            return (np.uint32(seed), point_ids, traced, np.uint32(start)) + extra
+
+        wanted = chunk_size
+        if summary and wanted is not None:  # chunks start on sum blocks (see stats.SUMMARY_BLOCK)
+            wanted = min(_round_up(wanted, stats.SUMMARY_BLOCK), n_trials)
         if mesh is None:
-            size = chunk_size or min(n_trials, 4096)
-            chunk_fn = _make_chunk_fn(trial, group, _round_up(size, LANES), None, common_random_numbers)
+            size = wanted or min(n_trials, 4096)
+            chunk_fn = _make_chunk_fn(trial, group, _round_up(size, LANES), None, common_random_numbers, summary)
         else:
             size, chunk_fn = _sized_chunk_fn(
-                trial, group, mesh, budget, n_trials, chunk_size, args(0), common_random_numbers, spec
+                trial, group, mesh, budget, n_trials, wanted, args(0), common_random_numbers, summary,
+                _summary_output_bytes(len(rows), specs) if summary else 0,
             )
         info["chunk_sizes"].append(size)
         bar.note(f"group {g}: {len(rows)} point(s), chunk size {size} trials over {n_shards} device(s)")
-
-        def compute(start, stop):
-            out = chunk_fn(*args(start))
-            return {name: value[:, : stop - start] for name, value in _to_host(out).items()}
 
         if keep == "raw":
             plan = _broadcast_from_0(np.asarray(_missing_ranges(n_trials, done, size), np.int64).reshape(-1, 2))
             bar.update(len(rows) * (n_trials - int((plan[:, 1] - plan[:, 0]).sum())))
             for start, stop in plan:
-                out = compute(int(start), int(stop))
+                out = {name: value[:, : stop - start] for name, value in _to_host(chunk_fn(*args(int(start)))).items()}
                 for name, value in out.items():
                     results[name][rows, start:stop] = value
                 store.save_raw(spec, int(start), int(stop), out)
@@ -500,26 +530,23 @@ def run(
             for name in specs:
                 nonfinite[name][rows] = [_nonfinite_trials(results[name][p]) for p in rows]
         else:
-            next_trial, states = done
-            next_trial = int(_broadcast_from_0(np.asarray([next_trial], np.int64))[0])
-            accumulators = {
-                name: stats.SummaryAccumulator.from_state(states[name])
-                if states is not None
-                else stats.SummaryAccumulator((len(rows),) + shape)
-                for name, (shape, _) in specs.items()
-            }
-            bar.update(len(rows) * next_trial)
-            for start in range(next_trial, n_trials, size):
+            first, states, tails = _resume_point(done, n_trials, len(rows), specs)
+            first = int(_broadcast_from_0(np.asarray([first], np.int64))[0])
+            bar.update(len(rows) * first)
+            for start in range(first, n_trials, size):
                 stop = min(start + size, n_trials)
-                out = compute(start, stop)
+                whole = stop // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK  # trials in whole blocks
+                out = _to_host(chunk_fn(*args(start, whole - start)))
                 if is_main:
-                    for name, value in out.items():
-                        accumulators[name].add(value)
-                    store.save_summary(spec, stop, {name: acc.state() for name, acc in accumulators.items()})
+                    for name, part in out.items():
+                        states[name] = stats.fold(states[name], part, (whole - start) // stats.SUMMARY_BLOCK)
+                        tails[name] = part["tail"][:, : stop - whole]
+                    store.save_summary(spec, stop, {name: dict(states[name]._asdict(), tail=tails[name]) for name in specs})
                 bar.update(len(rows) * (stop - start))
-            for name, acc in accumulators.items():
-                results.setdefault(name, []).append((rows, acc.result()))
-                nonfinite[name][rows] = acc.nonfinite_trials
+            for name in specs:
+                final, summary_of = stats.finish(states[name], tails[name])
+                results.setdefault(name, []).append((rows, summary_of))
+                nonfinite[name][rows] = final.nonfinite_trials
 
     info["nonfinite_trials"] = {name: counts.tolist() for name, counts in nonfinite.items()}
     if keep == "summary":
@@ -552,19 +579,48 @@ def _load_stored(store: Store, spec: GroupSpec, keep: str, n_trials: int, result
     return done
 
 
+def _summary_output_bytes(n_points: int, specs: dict) -> int:
+    """Bytes of a summary chunk's outputs that do not grow with the batch: int32 counts and
+    histograms, and the raw tail block."""
+    per_cell = 4 * (stats.N_BINS + 2)
+    return n_points * sum(
+        math.prod(shape) * (per_cell + stats.SUMMARY_BLOCK * np.dtype(dt).itemsize) + 4 for shape, dt in specs.values()
+    )
+
+
+def _resume_point(done, n_trials: int, n_points: int, specs: dict) -> tuple[int, dict, dict]:
+    """(first trial to compute, metric -> SummaryState of the whole blocks before it, metric ->
+    raw tail after them) from a stored summary (next trial, states) or (0, None).
+
+    A finished run (stored up to ``n_trials``) is complete as stored; a shorter one resumes at its
+    last whole block, recomputing the partial block after it, so that every block sum is taken
+    over the same trials as in an uninterrupted run.
+    """
+    stop, stored = done
+    if stored is None:
+        states = {name: stats.empty_state((n_points,) + shape) for name, (shape, _) in specs.items()}
+        return 0, states, {name: np.zeros((n_points, 0) + shape, dt) for name, (shape, dt) in specs.items()}
+    states = {name: stats.SummaryState(**{f: s[f] for f in stats.SummaryState._fields}) for name, s in stored.items()}
+    tails = {name: s["tail"] for name, s in stored.items()}
+    if stop == n_trials:
+        return stop, states, tails
+    return stop // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK, states, tails
+
+
 def _nonfinite_trials(values: np.ndarray) -> int:
     """Trials (axis 0) of one point's raw metric with a NaN or ±inf anywhere."""
     return int((~np.isfinite(values)).reshape(values.shape[0], -1).any(-1).sum())
 
 
-def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, common, spec):
+def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, common, summary, fixed=0):
     """(chunk size, compiled chunk function): the given size, or the largest that fits ``budget``.
 
     Without a given size, compiles for a probe batch of ``LANES`` trials per device and reads the
     memory analysis: temporaries and outputs scale linearly with the batch (arguments do not),
     plus the host copy of the outputs; a chunk may take 75% of the budget, the rest is left to the
     process itself and to the summaries or result arrays. The probe's executable is reused when the size it implies
-    needs no larger batch.
+    needs no larger batch. ``fixed``: bytes of outputs that do not grow with the batch (a summary's
+    histograms and counts), counted once on the host and twice on the device (output and scatter).
 
     Raises:
         ValueError: the smallest possible chunk (or the given one) needs more than ``budget``,
@@ -573,18 +629,18 @@ def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, comm
     """
     step = LANES * mesh.size
     if chunk_size is None:
-        probe = _make_chunk_fn(trial, group, step, mesh, common).lower(*args).compile()
+        probe = _make_chunk_fn(trial, group, step, mesh, common, summary).lower(*args).compile()
         analysis = probe.memory_analysis()
-        per_trial_device = (analysis.temp_size_in_bytes + analysis.output_size_in_bytes) / LANES
-        per_trial_host = analysis.output_size_in_bytes / LANES
+        per_trial_device = max(analysis.temp_size_in_bytes + analysis.output_size_in_bytes - 2 * fixed, 0) / LANES
+        per_trial_host = max(analysis.output_size_in_bytes - fixed, 0) / LANES
         per_trial = per_trial_device / mesh.size + per_trial_host
-        _refuse_chunk(step, True, step * per_trial, budget)
-        usable = _BUDGET_FOR_CHUNKS * budget  # the rest: the process itself, summaries, results
+        _refuse_chunk(step, True, step * per_trial + 3 * fixed, budget)
+        usable = _BUDGET_FOR_CHUNKS * budget - 3 * fixed  # the rest: the process itself, summaries, results
         fits = int(usable // max(per_trial, 1.0))
         chunk_size = min(n_trials, max(step, fits // step * step))
         if chunk_size <= step:
             return chunk_size, probe
-    compiled = _make_chunk_fn(trial, group, _round_up(chunk_size, step), mesh, common).lower(*args).compile()
+    compiled = _make_chunk_fn(trial, group, _round_up(chunk_size, step), mesh, common, summary).lower(*args).compile()
     analysis = compiled.memory_analysis()
     if analysis is not None:
         _refuse_chunk(chunk_size, False, analysis.temp_size_in_bytes + analysis.output_size_in_bytes, budget)

@@ -5,7 +5,9 @@ Layout of ``out_dir`` (every name is built here; no name is ever read from a fil
 - ``identity.json``: what identifies the run (the caller's identity plus the seed, common random
   numbers and :data:`STORE_FORMAT`). The trial count is not part of it, so a run can grow.
 - ``chunks/g{G}_t{START}_{STOP}.npz`` (raw mode): trials [START, STOP) of every point of group G.
-- ``chunks/summary_g{G}.npz`` (summary mode): the summary state of group G after trials [0, STOP).
+- ``chunks/summary_g{G}.npz`` (summary mode): the summary state of group G after trials [0, STOP):
+  counts, histograms and float64 sums over the whole blocks of ``stats.SUMMARY_BLOCK`` trials
+  [0, W), W = STOP rounded down to a block, and the raw values of trials [W, STOP) (``tail``).
 
 Each of these ``.npz`` files is its own commit point: it is written to a temporary file, flushed
 to disk and renamed over its name (``os.replace``, atomic), so after a kill at any instant a file
@@ -47,11 +49,11 @@ __all__ = [
     "describe_differences",
 ]
 
-STORE_FORMAT = 2
+STORE_FORMAT = 3
 """Version of the layout above; a directory written by another version is refused as another configuration."""
 
 SUMMARY_FIELDS = {"count": np.int64, "nan_count": np.int64, "total": np.float64, "total_sq": np.float64, "hist": np.int32}
-"""Per-cell arrays of a summary state (see :class:`jaxfed.stats.SummaryAccumulator`), with their dtypes."""
+"""Per-cell arrays of a summary state (see :class:`jaxfed.stats.SummaryState`), with their dtypes."""
 
 _META = "__meta__"
 _RAW_NAME = re.compile(r"g(\d{3,})_t(\d{10})_(\d{10})\.npz")
@@ -350,7 +352,8 @@ class Store:
     def load_summary(self, spec: GroupSpec, n_trials: int) -> tuple[int, dict | None]:
         """(next trial, {metric: state}) of a group's stored summary, or (0, None).
 
-        A state is the dict of :data:`SUMMARY_FIELDS` arrays plus ``nonfinite_trials`` (points,).
+        A state is the dict of :data:`SUMMARY_FIELDS` arrays and ``nonfinite_trials`` (points,)
+        over the whole blocks, plus ``tail``, the raw values (points, trials, …) after them.
 
         Raises:
             StoreError: the file is not a verified summary of this group, or it already covers
@@ -368,16 +371,17 @@ class Store:
             if not (isinstance(trials, list) and len(trials) == 2 and trials[0] == 0 and isinstance(trials[1], int)):
                 raise StoreError(f"{path}: header has no trial range [0, n]; {_HINT}")
             stop = trials[1]
-            _verify(path, meta, arrays, self._expected("summary", spec, 0, stop), self._summary_specs(spec))
+            whole = stop // _block() * _block()
+            _verify(path, meta, arrays, self._expected("summary", spec, 0, stop), self._summary_specs(spec, stop - whole))
             states = _split_states(arrays)
             for metric, state in states.items():
                 counted = state["count"] + state["nan_count"]
                 if (
-                    np.any(counted != stop)
+                    np.any(counted != whole)
                     or np.any(state["hist"].sum(-1, dtype=np.int64) != state["count"])
-                    or np.any((state["nonfinite_trials"] < 0) | (state["nonfinite_trials"] > stop))
+                    or np.any((state["nonfinite_trials"] < 0) | (state["nonfinite_trials"] > whole))
                 ):
-                    raise StoreError(f"{path}: counts of {metric!r} do not add up to its {stop} trials; {_HINT}")
+                    raise StoreError(f"{path}: counts of {metric!r} do not add up to its {whole} trials in whole blocks; {_HINT}")
             if stop > n_trials:
                 raise StoreError(
                     f"{path}: summarises {stop} trials, more than the {n_trials} asked for; a summary "
@@ -396,13 +400,14 @@ class Store:
         meta = self._expected("summary", spec, 0, next_trial)
         atomic_write_bytes(os.path.join(self.chunks, _summary_name(spec.index)), _pack(meta, arrays))
 
-    def _summary_specs(self, spec: GroupSpec) -> dict:
+    def _summary_specs(self, spec: GroupSpec, n_tail: int) -> dict:
         specs = {}
-        for metric, (shape, _) in spec.metrics.items():
+        for metric, (shape, dtype) in spec.metrics.items():
             cells = (len(spec.point_ids), *shape)
-            for field, dtype in SUMMARY_FIELDS.items():
-                specs[f"{metric}/{field}"] = (cells + ((_n_bins(),) if field == "hist" else ()), dtype)
+            for field, field_dtype in SUMMARY_FIELDS.items():
+                specs[f"{metric}/{field}"] = (cells + ((_n_bins(),) if field == "hist" else ()), field_dtype)
             specs[f"{metric}/nonfinite_trials"] = ((len(spec.point_ids),), np.int64)
+            specs[f"{metric}/tail"] = ((len(spec.point_ids), n_tail, *shape), dtype)
         return specs
 
     def _expected(self, kind: str, spec: GroupSpec, start: int, stop: int) -> dict:
@@ -428,6 +433,12 @@ def _n_bins() -> int:
     from jaxfed import stats
 
     return stats.N_BINS
+
+
+def _block() -> int:
+    from jaxfed import stats
+
+    return stats.SUMMARY_BLOCK
 
 
 def _split_states(arrays: dict) -> dict:
