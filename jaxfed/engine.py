@@ -39,6 +39,7 @@ discarded with ``overwrite``).
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 import os
 import sys
@@ -494,60 +495,75 @@ def run(
     except StoreError as err:
         refusal = err
     _raise_on_every_process(refusal)
-    for g, ((group, traced), spec, done) in enumerate(zip(groups, specs_by_group, stored)):
-        rows = np.asarray(group.point_ids)
-        point_ids = np.asarray(group.point_ids, np.uint32)
+    writer = _Writer()
+    try:
+        for g, ((group, traced), spec, done) in enumerate(zip(groups, specs_by_group, stored)):
+            rows = np.asarray(group.point_ids)
+            point_ids = np.asarray(group.point_ids, np.uint32)
 
-        summary = keep == "summary"
+            summary = keep == "summary"
 
-        def args(start, n_valid=0):
-            extra = (np.uint32(n_valid),) if summary else ()
-            return (np.uint32(seed), point_ids, traced, np.uint32(start)) + extra
+            def args(start, n_valid=0):
+                extra = (np.uint32(n_valid),) if summary else ()
+                return (np.uint32(seed), point_ids, traced, np.uint32(start)) + extra
 
-        wanted = chunk_size
-        if summary and wanted is not None:  # chunks start on sum blocks (see stats.SUMMARY_BLOCK)
-            wanted = min(_round_up(wanted, stats.SUMMARY_BLOCK), n_trials)
-        if mesh is None:
-            size = wanted or min(n_trials, 4096)
-            chunk_fn = _make_chunk_fn(trial, group, _round_up(size, LANES), None, common_random_numbers, summary)
-        else:
-            size, chunk_fn = _sized_chunk_fn(
-                trial, group, mesh, budget, n_trials, wanted, args(0), common_random_numbers, summary,
-                _summary_output_bytes(len(rows), specs) if summary else 0,
-            )
-        info["chunk_sizes"].append(size)
-        bar.note(f"group {g}: {len(rows)} point(s), chunk size {size} trials over {n_shards} device(s)")
+            wanted = chunk_size
+            if summary and wanted is not None:  # chunks start on sum blocks (see stats.SUMMARY_BLOCK)
+                wanted = min(_round_up(wanted, stats.SUMMARY_BLOCK), n_trials)
+            if mesh is None:
+                size = wanted or min(n_trials, 4096)
+                chunk_fn = _make_chunk_fn(trial, group, _round_up(size, LANES), None, common_random_numbers, summary)
+            else:
+                size, chunk_fn = _sized_chunk_fn(
+                    trial, group, mesh, budget, n_trials, wanted, args(0), common_random_numbers, summary,
+                    _summary_output_bytes(len(rows), specs) if summary else 0,
+                )
+            info["chunk_sizes"].append(size)
+            bar.note(f"group {g}: {len(rows)} point(s), chunk size {size} trials over {n_shards} device(s)")
 
-        if keep == "raw":
-            plan = _broadcast_from_0(np.asarray(_missing_ranges(n_trials, done, size), np.int64).reshape(-1, 2))
-            bar.update(len(rows) * (n_trials - int((plan[:, 1] - plan[:, 0]).sum())))
-            for start, stop in plan:
-                out = {name: value[:, : stop - start] for name, value in _to_host(chunk_fn(*args(int(start)))).items()}
-                for name, value in out.items():
-                    results[name][rows, start:stop] = value
-                store.save_raw(spec, int(start), int(stop), out)
-                bar.update(len(rows) * (stop - start))
-            for name in specs:
-                nonfinite[name][rows] = [_nonfinite_trials(results[name][p]) for p in rows]
-        else:
-            first, states, tails = _resume_point(done, n_trials, len(rows), specs)
-            first = int(_broadcast_from_0(np.asarray([first], np.int64))[0])
-            bar.update(len(rows) * first)
-            for start in range(first, n_trials, size):
-                stop = min(start + size, n_trials)
-                whole = stop // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK  # trials in whole blocks
-                out = _to_host(chunk_fn(*args(start, whole - start)))
-                if is_main:
-                    for name, part in out.items():
-                        states[name] = stats.fold(states[name], part, (whole - start) // stats.SUMMARY_BLOCK)
-                        tails[name] = part["tail"][:, : stop - whole]
-                    store.save_summary(spec, stop, {name: dict(states[name]._asdict(), tail=tails[name]) for name in specs})
-                bar.update(len(rows) * (stop - start))
-            for name in specs:
-                final, summary_of = stats.finish(states[name], tails[name])
-                results.setdefault(name, []).append((rows, summary_of))
-                nonfinite[name][rows] = final.nonfinite_trials
+            if keep == "raw":
+                plan = _broadcast_from_0(np.asarray(_missing_ranges(n_trials, done, size), np.int64).reshape(-1, 2))
+                bar.update(len(rows) * (n_trials - int((plan[:, 1] - plan[:, 0]).sum())))
 
+                def store_raw(chunk, device_out):
+                    start, stop = (int(t) for t in chunk)
+                    out = {name: value[:, : stop - start] for name, value in _to_host(device_out).items()}
+                    for name, value in out.items():
+                        results[name][rows, start:stop] = value
+                    writer.submit(store.save_raw, spec, start, stop, out)
+                    bar.update(len(rows) * (stop - start))
+
+                _pipelined(plan, lambda chunk: chunk_fn(*args(int(chunk[0]))), store_raw, writer)
+                for name in specs:
+                    nonfinite[name][rows] = [_nonfinite_trials(results[name][p]) for p in rows]
+            else:
+                first, states, tails = _resume_point(done, n_trials, len(rows), specs)
+                first = int(_broadcast_from_0(np.asarray([first], np.int64))[0])
+                bar.update(len(rows) * first)
+                plan = [(start, min(start + size, n_trials)) for start in range(first, n_trials, size)]
+
+                def whole(stop):  # trials before ``stop`` in whole sum blocks
+                    return stop // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK
+
+                def fold_summary(chunk, device_out):
+                    start, stop = chunk
+                    out = _to_host(device_out)
+                    if is_main:
+                        for name, part in out.items():
+                            states[name] = stats.fold(states[name], part, (whole(stop) - start) // stats.SUMMARY_BLOCK)
+                            tails[name] = part["tail"][:, : stop - whole(stop)]
+                        snapshot = {name: dict(states[name]._asdict(), tail=tails[name]) for name in specs}
+                        writer.submit(store.save_summary, spec, stop, snapshot)
+                    bar.update(len(rows) * (stop - start))
+
+                _pipelined(plan, lambda chunk: chunk_fn(*args(chunk[0], whole(chunk[1]) - chunk[0])), fold_summary, writer)
+                for name in specs:
+                    final, summary_of = stats.finish(states[name], tails[name])
+                    results.setdefault(name, []).append((rows, summary_of))
+                    nonfinite[name][rows] = final.nonfinite_trials
+
+    finally:
+        writer.close()
     info["nonfinite_trials"] = {name: counts.tolist() for name, counts in nonfinite.items()}
     if keep == "summary":
         results = {name: stats.merge_point_groups(parts, len(points)) for name, parts in results.items()}
@@ -577,6 +593,49 @@ def _load_stored(store: Store, spec: GroupSpec, keep: str, n_trials: int, result
             results[name][rows, start:stop_used] = arrays[name][:, : stop_used - start]
         done.append((start, stop_used))
     return done
+
+
+class _Writer:
+    """Runs store writes one at a time on a background thread, so that the device and the host
+    need not wait for the disk; :meth:`submit` first waits for the previous write (at most one
+    pending, in order: the store sees the same sequence of calls as without the thread), and
+    re-raises whatever it raised, a simulated or real kill included."""
+
+    def __init__(self):
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxfed-store")
+        self._pending = None
+
+    def submit(self, fn, *args) -> None:
+        self.wait()
+        self._pending = self._pool.submit(fn, *args)
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        """Waits for the last write, then stops the thread (also after an error)."""
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown(wait=True)
+
+
+def _pipelined(chunks, dispatch, handle, writer: _Writer) -> None:
+    """For each chunk, ``dispatch(chunk)`` (asynchronous: returns device arrays at once) and then
+    ``handle(chunk, outputs)`` of the *previous* chunk, so the device computes chunk i + 1 while
+    the host converts, folds and stores chunk i. At most two chunks are alive: the one in flight
+    and the one being handled (whose write waits for the previous write first)."""
+    previous = None
+    for chunk in chunks:
+        outputs = dispatch(chunk)
+        if previous is not None:
+            handle(*previous)
+        previous = (chunk, outputs)
+    if previous is not None:
+        handle(*previous)
+    writer.wait()
 
 
 def _summary_output_bytes(n_points: int, specs: dict) -> int:
