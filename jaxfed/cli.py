@@ -52,6 +52,7 @@ def _run_one(exp, overrides, args, out_dir, n_trials):
         devices=args.devices,
         max_memory=args.max_memory,
         keep=args.keep,
+        compilation_cache=args.compilation_cache,
     )
     engine = config_json["engine"]
     if not args.quiet:
@@ -188,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
         # A string default goes through `type` too, so a bad environment value is a one-line error.
         p.add_argument("--coordinator-timeout", type=_positive_float, default=os.environ.get("JAXFED_COORDINATOR_TIMEOUT") or "120",
                        help="seconds to wait for every process to reach the coordinator (default 120; env JAXFED_COORDINATOR_TIMEOUT)")
+        p.add_argument("--compilation-cache", default=None, metavar="DIR|off",
+                       help="persistent compilation cache directory, or off (default: $JAXFED_COMPILATION_CACHE, "
+                            "else ~/.cache/jaxfed/xla); reruns of the same experiment and shapes skip compiling")
         p.add_argument("--quiet", action="store_true", help="no progress output")
         p.add_argument("--overwrite", action="store_true",
                        help="discard stored results that cannot be used (another config, damaged files) instead of refusing")

@@ -40,6 +40,8 @@ discarded with ``overwrite``).
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
+import json
 import math
 import os
 import sys
@@ -59,6 +61,9 @@ from jaxfed.store import STORE_FORMAT, ConfigMismatch, GroupSpec, Store, StoreEr
 __all__ = [
     "run",
     "chunk_function",
+    "compilation_cache_dir",
+    "use_compilation_cache",
+    "CACHE_ENV",
     "make_mesh",
     "default_memory_budget",
     "Progress",
@@ -395,6 +400,7 @@ def run(
     keep: str = "raw",
     info: dict | None = None,
     common_random_numbers: bool = False,
+    compilation_cache: str | None = None,
 ) -> dict:
     """Runs ``trial`` for every point and ``n_trials`` trials per point.
 
@@ -423,10 +429,16 @@ def run(
             memory); the chunk size follows from the compiled function's memory analysis.
         keep: ``"raw"`` (every trial), ``"summary"`` (:class:`jaxfed.stats.Summary`, computed on the device)
             or ``"auto"`` (raw when it fits in ``RAW_LIMIT_BYTES``).
-        info: if a dict is given, it receives what the engine chose (chunk sizes, devices, keep)
-            and ``nonfinite_trials``: metric -> per point, the trials with a NaN or ±inf value.
+        info: if a dict is given, it receives what the engine chose (chunk sizes, devices, keep;
+            per group: the chunk size, None when the store already held every trial and nothing
+            was compiled), the compilation cache directory, per group the compile time in
+            seconds, whether the executable came from the cache and whether the memory probe's
+            result did, and ``nonfinite_trials``: metric -> per point, the trials with a NaN or ±inf value.
         common_random_numbers: every point of trial t gets the key fold_in(key(seed), t), so
             points differ only by their parameters (variance reduction for comparisons).
+        compilation_cache: directory of JAX's persistent compilation cache (and of the memory
+            probe's results), ``"off"`` to disable it; default: ``$JAXFED_COMPILATION_CACHE``, else
+            a per-user directory (see :func:`compilation_cache_dir`).
 
     Returns:
         dict metric -> NumPy array (n_points, n_trials, *metric_shape) for ``keep="raw"``,
@@ -460,7 +472,11 @@ def run(
     bar = Progress(n_trials * len(points), (sys.stderr.isatty() if progress is None else progress) and is_main)
     groups = _group_points(points)
     info = {} if info is None else info
-    info.update(devices=n_shards, processes=jax.process_count(), chunk_sizes=[], budget_bytes=budget)
+    cache_dir = use_compilation_cache(compilation_cache, note=bar.note) if use_jit else None
+    info.update(
+        devices=n_shards, processes=jax.process_count(), chunk_sizes=[], budget_bytes=budget,
+        compilation_cache=cache_dir, compile_s=[], compile_cached=[], memory_probe_cached=[],
+    )
 
     # Shapes of one trial's metrics, per group, without running anything.
     probes = [
@@ -510,19 +526,26 @@ def run(
             wanted = chunk_size
             if summary and wanted is not None:  # chunks start on sum blocks (see stats.SUMMARY_BLOCK)
                 wanted = min(_round_up(wanted, stats.SUMMARY_BLOCK), n_trials)
-            if mesh is None:
-                size = wanted or min(n_trials, 4096)
+            left = not _complete(done, keep, n_trials)
+            if not int(_broadcast_from_0(np.asarray([left], np.int64))[0]):  # verified complete: nothing to compile
+                size, chunk_fn, compiled = None, None, {}
+            elif mesh is None:
+                size, compiled = wanted or min(n_trials, 4096), {}
                 chunk_fn = _make_chunk_fn(trial, group, _round_up(size, LANES), None, common_random_numbers, summary)
             else:
-                size, chunk_fn = _sized_chunk_fn(
+                bar.note(f"group {g}: compiling …")
+                size, chunk_fn, compiled = _sized_chunk_fn(
                     trial, group, mesh, budget, n_trials, wanted, args(0), common_random_numbers, summary,
-                    _summary_output_bytes(len(rows), specs) if summary else 0,
+                    _summary_output_bytes(len(rows), specs) if summary else 0, cache_dir,
                 )
             info["chunk_sizes"].append(size)
-            bar.note(f"group {g}: {len(rows)} point(s), chunk size {size} trials over {n_shards} device(s)")
+            for key in ("compile_s", "compile_cached", "memory_probe_cached"):
+                info[key].append(compiled.get(key))
+            if size is not None:
+                bar.note(f"group {g}: {len(rows)} point(s), chunk size {size} trials over {n_shards} device(s)")
 
             if keep == "raw":
-                plan = _broadcast_from_0(np.asarray(_missing_ranges(n_trials, done, size), np.int64).reshape(-1, 2))
+                plan = _broadcast_from_0(np.asarray(_missing_ranges(n_trials, done, size or n_trials), np.int64).reshape(-1, 2))
                 bar.update(len(rows) * (n_trials - int((plan[:, 1] - plan[:, 0]).sum())))
 
                 def store_raw(chunk, device_out):
@@ -540,7 +563,7 @@ def run(
                 first, states, tails = _resume_point(done, n_trials, len(rows), specs)
                 first = int(_broadcast_from_0(np.asarray([first], np.int64))[0])
                 bar.update(len(rows) * first)
-                plan = [(start, min(start + size, n_trials)) for start in range(first, n_trials, size)]
+                plan = [(start, min(start + size, n_trials)) for start in range(first, n_trials, size or n_trials)]
 
                 def whole(stop):  # trials before ``stop`` in whole sum blocks
                     return stop // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK
@@ -638,6 +661,13 @@ def _pipelined(chunks, dispatch, handle, writer: _Writer) -> None:
     writer.wait()
 
 
+def _complete(done, keep: str, n_trials: int) -> bool:
+    """Whether the verified store already holds every trial asked for (nothing to compute)."""
+    if keep == "raw":
+        return not _missing_ranges(n_trials, done, n_trials)
+    return done[1] is not None and done[0] == n_trials
+
+
 def _summary_output_bytes(n_points: int, specs: dict) -> int:
     """Bytes of a summary chunk's outputs that do not grow with the batch: int32 counts and
     histograms, and the raw tail block."""
@@ -671,8 +701,8 @@ def _nonfinite_trials(values: np.ndarray) -> int:
     return int((~np.isfinite(values)).reshape(values.shape[0], -1).any(-1).sum())
 
 
-def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, common, summary, fixed=0):
-    """(chunk size, compiled chunk function): the given size, or the largest that fits ``budget``.
+def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, common, summary, fixed=0, cache_dir=None):
+    """(chunk size, compiled chunk function, compile record): the given size, or the largest that fits ``budget``.
 
     Without a given size, compiles for a probe batch of ``LANES`` trials per device and reads the
     memory analysis: temporaries and outputs scale linearly with the batch (arguments do not),
@@ -680,6 +710,11 @@ def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, comm
     process itself and to the summaries or result arrays. The probe's executable is reused when the size it implies
     needs no larger batch. ``fixed``: bytes of outputs that do not grow with the batch (a summary's
     histograms and counts), counted once on the host and twice on the device (output and scatter).
+    The probe's memory figures are cached in ``cache_dir`` under a digest of the lowered program,
+    so a rerun compiles only the chunk function (itself from JAX's persistent cache).
+
+    The record holds ``compile_s`` (seconds spent compiling), ``compile_cached`` (every
+    executable came from the persistent cache) and ``memory_probe_cached``.
 
     Raises:
         ValueError: the smallest possible chunk (or the given one) needs more than ``budget``,
@@ -687,20 +722,136 @@ def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, comm
             (compiling allocates nothing).
     """
     step = LANES * mesh.size
+    record = {"compile_s": 0.0, "compile_cached": True, "memory_probe_cached": None}
+
+    def compile_batch(batch):
+        executable, seconds, cached = _compile(_make_chunk_fn(trial, group, batch, mesh, common, summary).lower(*args))
+        record["compile_s"] += seconds
+        record["compile_cached"] &= cached
+        return executable
+
     if chunk_size is None:
-        probe = _make_chunk_fn(trial, group, step, mesh, common, summary).lower(*args).compile()
-        analysis = probe.memory_analysis()
-        per_trial_device = max(analysis.temp_size_in_bytes + analysis.output_size_in_bytes - 2 * fixed, 0) / LANES
-        per_trial_host = max(analysis.output_size_in_bytes - fixed, 0) / LANES
+        lowered = _make_chunk_fn(trial, group, step, mesh, common, summary).lower(*args)
+        key = _probe_key(lowered, mesh)
+        figures = _load_probe(cache_dir, key)
+        record["memory_probe_cached"] = figures is not None
+        probe = None
+        if figures is None:
+            probe, seconds, cached = _compile(lowered)
+            record["compile_s"] += seconds
+            record["compile_cached"] &= cached
+            analysis = probe.memory_analysis()
+            figures = {"temp": int(analysis.temp_size_in_bytes), "output": int(analysis.output_size_in_bytes)}
+            _save_probe(cache_dir, key, figures)
+        per_trial_device = max(figures["temp"] + figures["output"] - 2 * fixed, 0) / LANES
+        per_trial_host = max(figures["output"] - fixed, 0) / LANES
         per_trial = per_trial_device / mesh.size + per_trial_host
         _refuse_chunk(step, True, step * per_trial + 3 * fixed, budget)
         usable = _BUDGET_FOR_CHUNKS * budget - 3 * fixed  # the rest: the process itself, summaries, results
         fits = int(usable // max(per_trial, 1.0))
         chunk_size = min(n_trials, max(step, fits // step * step))
         if chunk_size <= step:
-            return chunk_size, probe
-    compiled = _make_chunk_fn(trial, group, _round_up(chunk_size, step), mesh, common, summary).lower(*args).compile()
+            return chunk_size, probe if probe is not None else compile_batch(step), record
+    compiled = compile_batch(_round_up(chunk_size, step))
     analysis = compiled.memory_analysis()
     if analysis is not None:
         _refuse_chunk(chunk_size, False, analysis.temp_size_in_bytes + analysis.output_size_in_bytes, budget)
-    return chunk_size, compiled
+    return chunk_size, compiled, record
+
+
+# --------------------------------------------------------------------------- compilation cache
+CACHE_ENV = "JAXFED_COMPILATION_CACHE"
+"""Environment variable: the compilation cache directory, or ``off``."""
+
+_OFF = ("off", "none", "0", "false", "no")
+_cache_events = {"hits": 0, "misses": 0}
+
+
+def compilation_cache_dir(option: str | None = None) -> str | None:
+    """The compilation cache directory to use, or None when disabled.
+
+    ``option`` (the ``--compilation-cache`` flag or ``compilation_cache=``) first, then
+    ``$JAXFED_COMPILATION_CACHE``, then ``$XDG_CACHE_HOME/jaxfed/xla`` (``~/.cache/jaxfed/xla``);
+    ``off`` (or ``none``, ``0``, ``false``, ``no``) disables the cache.
+    """
+    value = option if option is not None else os.environ.get(CACHE_ENV) or None
+    if value is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return os.path.join(base, "jaxfed", "xla")
+    if value.strip().lower() in _OFF:
+        return None
+    return os.path.abspath(os.path.expanduser(value))
+
+
+def use_compilation_cache(option: str | None = None, note=lambda message: None) -> str | None:
+    """Points JAX's persistent compilation cache at :func:`compilation_cache_dir` (every
+    executable is cached, however fast it compiled) and returns the directory, or None when the
+    cache is off or the directory cannot be created or written (then ``note`` says why and the
+    run compiles as usual). Damaged entries in the directory are skipped by JAX with a warning
+    and recompiled."""
+    from jax.experimental.compilation_cache import compilation_cache as jax_cache
+
+    path = compilation_cache_dir(option)
+    if path is not None:
+        try:
+            os.makedirs(path, exist_ok=True)
+            if not os.access(path, os.W_OK | os.X_OK):
+                raise PermissionError(f"{path}: not writable")
+        except OSError as err:
+            note(f"compilation cache {path} cannot be used ({err.strerror or err}); compiling without it")
+            path = None
+    if jax.config.jax_compilation_cache_dir != path:
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax_cache.reset_cache()  # JAX decides once per process whether it uses a cache
+    if not getattr(use_compilation_cache, "listening", False):
+        jax.monitoring.register_event_listener(_count_cache_event)
+        use_compilation_cache.listening = True
+    return path
+
+
+def _count_cache_event(event: str, **kwargs) -> None:
+    if event == "/jax/compilation_cache/cache_hits":
+        _cache_events["hits"] += 1
+    elif event == "/jax/compilation_cache/cache_misses":
+        _cache_events["misses"] += 1
+
+
+def _compile(lowered) -> tuple[Any, float, bool]:
+    """(executable, seconds, whether it came from the persistent cache) of a lowered function."""
+    hits, misses = _cache_events["hits"], _cache_events["misses"]
+    start = time.perf_counter()
+    executable = lowered.compile()
+    seconds = time.perf_counter() - start
+    return executable, seconds, _cache_events["hits"] > hits and _cache_events["misses"] == misses
+
+
+def _probe_key(lowered, mesh: Mesh) -> str:
+    """Digest of what the memory probe's figures depend on: the program and the devices."""
+    device = mesh.devices.flat[0]
+    what = f"{jax.__version__}|{device.platform}|{getattr(device, 'device_kind', '')}|{mesh.size}|{lowered.as_text()}"
+    return hashlib.sha256(what.encode()).hexdigest()
+
+
+def _load_probe(cache_dir: str | None, key: str) -> dict | None:
+    """The cached memory figures {"temp", "output"} (bytes) for ``key``, or None (absent, unreadable or malformed)."""
+    if cache_dir is None:
+        return None
+    try:
+        with open(os.path.join(cache_dir, "jaxfed-memory", f"{key}.json"), "rb") as f:
+            figures = json.loads(f.read().decode())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    ok = isinstance(figures, dict) and all(type(figures.get(k)) is int and figures[k] >= 0 for k in ("temp", "output"))
+    return figures if ok else None
+
+
+def _save_probe(cache_dir: str | None, key: str, figures: dict) -> None:
+    """Caches the memory figures; a cache that cannot be written is only a missed saving."""
+    if cache_dir is None:
+        return
+    try:
+        os.makedirs(os.path.join(cache_dir, "jaxfed-memory"), exist_ok=True)
+        atomic_write_json(os.path.join(cache_dir, "jaxfed-memory", f"{key}.json"), figures)
+    except (OSError, StoreError):
+        pass

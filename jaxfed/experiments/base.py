@@ -203,6 +203,7 @@ def run_experiment(
     devices: int | None = None,
     max_memory: int | None = None,
     keep: str = "auto",
+    compilation_cache: str | None = None,
 ) -> tuple[dict, dict]:
     """Runs an experiment through the engine and writes its result directory.
 
@@ -249,6 +250,7 @@ def run_experiment(
         keep=keep,
         info=info,
         common_random_numbers=exp.common_random_numbers,
+        compilation_cache=compilation_cache,
     )
     nonfinite = info.pop("nonfinite_trials")
     config_json = dict(identity)
