@@ -12,6 +12,7 @@ import sys
 import threading
 
 DEFAULT_OUT = "results"
+DEFAULT_MAX_TRIALS = 1_000_000  # trials per point at most in a precision-targeted run
 
 
 def _parse_sets(items: list[str]) -> dict[str, str]:
@@ -53,6 +54,8 @@ def _run_one(exp, overrides, args, out_dir, n_trials):
         max_memory=args.max_memory,
         keep=args.keep,
         compilation_cache=args.compilation_cache,
+        target_se=getattr(args, "target_se", None),
+        target_metric=getattr(args, "target_metric", None),
     )
     engine = config_json["engine"]
     if not args.quiet:
@@ -69,6 +72,14 @@ def _cmd_run(args) -> int:
 
     exp = get(args.name)
     n_trials = exp.default_trials if args.trials is None else args.trials
+    if args.target_se is None and (args.target_metric is not None or args.max_trials is not None):
+        raise ValueError("--target-metric and --max-trials go with --target-se X")
+    if args.target_se is not None:
+        if args.trials is not None:
+            raise ValueError("--trials is a fixed count; with --target-se give the cap as --max-trials")
+        if args.target_metric is None:
+            raise ValueError("--target-se needs --target-metric NAME[@index]")
+        n_trials = args.max_trials or DEFAULT_MAX_TRIALS
     out_dir = args.out or os.path.join(DEFAULT_OUT, exp.name)
     _run_one(exp, _parse_sets(args.set), args, out_dir, n_trials)
     print(out_dir)
@@ -202,6 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="trials per point, at most 2**32; more than a stored run's computes only the new ones")
     run.add_argument("--out", default=None, help=f"result directory (default {DEFAULT_OUT}/NAME)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter")
+    run.add_argument("--target-se", type=_positive_float, default=None, metavar="X",
+                     help="run each point until the standard error of the mean of --target-metric is <= X (implies --keep summary)")
+    run.add_argument("--target-metric", default=None, metavar="NAME[@index]",
+                     help="the metric (and cell, e.g. loss@49) whose standard error --target-se bounds; without @index every cell")
+    run.add_argument("--max-trials", type=_trials, default=None,
+                     help=f"with --target-se: the most trials per point (default {DEFAULT_MAX_TRIALS:,})")
     common(run)
     run.set_defaults(func=_cmd_run)
 

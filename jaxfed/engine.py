@@ -47,7 +47,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -401,6 +401,8 @@ def run(
     info: dict | None = None,
     common_random_numbers: bool = False,
     compilation_cache: str | None = None,
+    target_se: float | None = None,
+    target_metric: str | None = None,
 ) -> dict:
     """Runs ``trial`` for every point and ``n_trials`` trials per point.
 
@@ -436,6 +438,13 @@ def run(
             result did, and ``nonfinite_trials``: metric -> per point, the trials with a NaN or ±inf value.
         common_random_numbers: every point of trial t gets the key fold_in(key(seed), t), so
             points differ only by their parameters (variance reduction for comparisons).
+        target_se, target_metric: a precision target (summary mode; ``n_trials`` is then the
+            most per point): chunks run until, for each point on its own, the standard error of
+            the mean of ``target_metric`` (``"NAME"``: its worst cell, ``"NAME@i"`` or
+            ``"NAME@i,j"``: one cell) is at most ``target_se``; a point stops at the first chunk
+            boundary where it is (decided from completed chunks only, so a rerun with the same
+            seed and chunk size gives identical results) and is not computed again.
+            ``info["target"]`` receives per point the trials run and the standard error reached.
         compilation_cache: directory of JAX's persistent compilation cache (and of the memory
             probe's results), ``"off"`` to disable it; default: ``$JAXFED_COMPILATION_CACHE``, else
             a per-user directory (see :func:`compilation_cache_dir`).
@@ -484,6 +493,14 @@ def run(
         for group, traced in groups
     ]
     specs = _metric_specs(probes, groups)
+    target = None
+    if target_se is not None or target_metric is not None:
+        if keep == "raw":
+            raise ValueError("a precision target (target_se) needs keep='summary' (--keep summary): raw runs have a fixed trial count")
+        target = parse_target(target_se, target_metric, specs)
+        keep = "summary"
+        info["target"] = {"se": target.se, "metric": target_metric, "max_trials": n_trials,
+                          "trials_per_point": [None] * len(points), "se_reached": [None] * len(points)}
     if keep == "auto":
         raw_bytes = len(points) * n_trials * sum(math.prod(s) * np.dtype(d).itemsize for s, d in specs.values())
         keep = "raw" if raw_bytes <= RAW_LIMIT_BYTES else "summary"
@@ -497,6 +514,8 @@ def run(
         full_identity = dict(
             identity, seed=seed, common_random_numbers=bool(common_random_numbers), store_format=STORE_FORMAT
         )
+        if target is not None:  # where each point stops depends on the target
+            full_identity["target"] = {"se": target.se, "metric": target_metric}
 
     results: dict = {}
     nonfinite = {name: np.zeros(len(points), np.int64) for name in specs}
@@ -524,6 +543,8 @@ def run(
                 return (np.uint32(seed), point_ids, traced, np.uint32(start)) + extra
 
             wanted = chunk_size
+            if target is not None and done[3] is not None:  # a targeted run resumes on its own chunk boundaries
+                wanted = done[3]
             if summary and wanted is not None:  # chunks start on sum blocks (see stats.SUMMARY_BLOCK)
                 wanted = min(_round_up(wanted, stats.SUMMARY_BLOCK), n_trials)
             left = not _complete(done, keep, n_trials)
@@ -560,30 +581,62 @@ def run(
                 for name in specs:
                     nonfinite[name][rows] = [_nonfinite_trials(results[name][p]) for p in rows]
             else:
-                first, states, tails = _resume_point(done, n_trials, len(rows), specs)
+                first, states, tails, counts = _resume_point(done, n_trials, len(rows), specs)
                 first = int(_broadcast_from_0(np.asarray([first], np.int64))[0])
-                bar.update(len(rows) * first)
-                plan = [(start, min(start + size, n_trials)) for start in range(first, n_trials, size or n_trials)]
+                bar.update(int(counts.sum()))
 
                 def whole(stop):  # trials before ``stop`` in whole sum blocks
                     return stop // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK
 
-                def fold_summary(chunk, device_out):
+                def fold_summary(chunk, device_out, active=slice(None)):
                     start, stop = chunk
                     out = _to_host(device_out)
-                    if is_main:
+                    n_blocks = (whole(stop) - start) // stats.SUMMARY_BLOCK
+                    if is_main:  # new arrays, never changed in place: the writer thread may still read the last ones
                         for name, part in out.items():
-                            states[name] = stats.fold(states[name], part, (whole(stop) - start) // stats.SUMMARY_BLOCK)
-                            tails[name] = part["tail"][:, : stop - whole(stop)]
+                            tail = part["tail"][:, : stop - whole(stop)]
+                            if isinstance(active, slice):
+                                states[name], tails[name] = stats.fold(states[name], part, n_blocks), tail
+                            else:
+                                sub = stats.fold(stats.SummaryState(*(f[active] for f in states[name])), part, n_blocks)
+                                states[name] = stats.SummaryState(*(_with_rows(f, active, v) for f, v in zip(states[name], sub)))
+                                tails[name] = _with_rows(_widened(tails[name], tail.shape[1]), active, tail)
+                        counts[active] = stop
                         snapshot = {name: dict(states[name]._asdict(), tail=tails[name]) for name in specs}
-                        writer.submit(store.save_summary, spec, stop, snapshot)
-                    bar.update(len(rows) * (stop - start))
+                        writer.submit(store.save_summary, spec, counts.tolist(), size, snapshot)
+                    bar.update((len(rows) if isinstance(active, slice) else active.size) * (stop - start))
 
-                _pipelined(plan, lambda chunk: chunk_fn(*args(chunk[0], whole(chunk[1]) - chunk[0])), fold_summary, writer)
+                if target is None:
+                    plan = [(start, min(start + size, n_trials)) for start in range(first, n_trials, size or n_trials)]
+                    _pipelined(plan, lambda chunk: chunk_fn(*args(chunk[0], whole(chunk[1]) - chunk[0])), fold_summary, writer)
+                else:
+                    # Sequential: each decision needs the chunk before it (and only chunks before it).
+                    subset_fn = None  # jitted for the shapes of fewer points, when some have stopped
+                    while True:
+                        go = _broadcast_from_0(_still_running(states, counts, n_trials, target).astype(np.int64))
+                        active = np.flatnonzero(go)
+                        if active.size == 0:
+                            break
+                        start = int(counts[active[0]])
+                        stop = min(start + size, n_trials)
+                        if active.size < len(rows) and subset_fn is None:
+                            subset_fn = chunk_fn if mesh is None else _make_chunk_fn(
+                                trial, group, _round_up(size, LANES * mesh.size), mesh, common_random_numbers, True
+                            )
+                        fn = chunk_fn if active.size == len(rows) else subset_fn
+                        sub_args = (np.uint32(seed), point_ids[active], [x[active] for x in traced], np.uint32(start),
+                                    np.uint32(whole(stop) - start))
+                        fold_summary((start, stop), fn(*sub_args), active)
+                    writer.wait()
+                tail_lengths = np.where(counts == counts.max(initial=0), counts - whole(counts), 0)
                 for name in specs:
-                    final, summary_of = stats.finish(states[name], tails[name])
+                    final, summary_of = stats.finish(states[name], tails[name], tail_lengths)
                     results.setdefault(name, []).append((rows, summary_of))
                     nonfinite[name][rows] = final.nonfinite_trials
+                if target is not None:
+                    for p, n, se in zip(rows, counts, _worst_se(results[target.metric][-1][1], target)):
+                        info["target"]["trials_per_point"][p] = int(n)
+                        info["target"]["se_reached"][p] = float(se)
 
     finally:
         writer.close()
@@ -606,7 +659,8 @@ def _raise_on_every_process(refusal: StoreError | None) -> None:
 
 def _load_stored(store: Store, spec: GroupSpec, keep: str, n_trials: int, results: dict):
     """What the store holds for a group, verified: raw mode copies the stored trials into
-    ``results`` and returns their ranges; summary mode returns (next trial, states or None)."""
+    ``results`` and returns their ranges; summary mode returns what
+    :meth:`jaxfed.store.Store.load_summary` does (stop, states, per-point trials, chunk size)."""
     if keep != "raw":
         return store.load_summary(spec, n_trials)
     rows, done = np.asarray(spec.point_ids), []
@@ -677,23 +731,100 @@ def _summary_output_bytes(n_points: int, specs: dict) -> int:
     )
 
 
-def _resume_point(done, n_trials: int, n_points: int, specs: dict) -> tuple[int, dict, dict]:
+def _resume_point(done, n_trials: int, n_points: int, specs: dict) -> tuple[int, dict, dict, np.ndarray]:
     """(first trial to compute, metric -> SummaryState of the whole blocks before it, metric ->
-    raw tail after them) from a stored summary (next trial, states) or (0, None).
+    raw tail after them, per point the trials done) from a stored summary (see
+    :meth:`jaxfed.store.Store.load_summary`).
 
     A finished run (stored up to ``n_trials``) is complete as stored; a shorter one resumes at its
     last whole block, recomputing the partial block after it, so that every block sum is taken
     over the same trials as in an uninterrupted run.
     """
-    stop, stored = done
+    stop, stored, point_trials, _ = done
     if stored is None:
         states = {name: stats.empty_state((n_points,) + shape) for name, (shape, _) in specs.items()}
-        return 0, states, {name: np.zeros((n_points, 0) + shape, dt) for name, (shape, dt) in specs.items()}
+        tails = {name: np.zeros((n_points, 0) + shape, dt) for name, (shape, dt) in specs.items()}
+        return 0, states, tails, np.zeros(n_points, np.int64)
     states = {name: stats.SummaryState(**{f: s[f] for f in stats.SummaryState._fields}) for name, s in stored.items()}
     tails = {name: s["tail"] for name, s in stored.items()}
+    counts = np.asarray(point_trials, np.int64)
     if stop == n_trials:
-        return stop, states, tails
-    return stop // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK, states, tails
+        return stop, states, tails, counts
+    first = stop // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK
+    tails = {name: tail[:, :0] for name, tail in tails.items()}
+    return first, states, tails, np.minimum(counts, first)
+
+
+def _with_rows(array: np.ndarray, rows, values) -> np.ndarray:
+    """A copy of ``array`` with ``rows`` replaced by ``values``."""
+    out = array.copy()
+    out[rows] = values
+    return out
+
+
+def _widened(tail: np.ndarray, n: int) -> np.ndarray:
+    """``tail`` (points, trials, …) zero-padded to at least ``n`` trials."""
+    if tail.shape[1] >= n:
+        return tail
+    out = np.zeros((tail.shape[0], n) + tail.shape[2:], tail.dtype)
+    out[:, : tail.shape[1]] = tail
+    return out
+
+
+class Target(NamedTuple):
+    """A precision target: every point runs until the standard error of the mean of ``metric``
+    (at ``index``, or the worst cell when None) is at most ``se``."""
+
+    se: float
+    metric: str
+    index: tuple | None
+
+
+def parse_target(se, metric: str | None, specs: dict) -> Target:
+    """The :class:`Target` of ``se`` and ``"NAME"`` or ``"NAME@i"`` / ``"NAME@i,j"``.
+
+    Raises:
+        ValueError: one line, for a target that is not a positive finite number, an unknown
+            metric (naming the known ones) or an index that does not exist in its shape.
+    """
+    if isinstance(se, bool) or not isinstance(se, (int, float)) or not (math.isfinite(se) and se > 0):
+        raise ValueError(f"target_se must be a finite number > 0, got {se!r}")
+    if not isinstance(metric, str) or not metric:
+        raise ValueError(f"target_metric is required with target_se: one of {', '.join(sorted(specs))}, optionally NAME@index")
+    name, _, index_text = metric.partition("@")
+    if name not in specs:
+        raise ValueError(f"target metric {name!r} does not exist; metrics: {', '.join(sorted(specs))}")
+    shape = specs[name][0]
+    if not index_text:
+        return Target(float(se), name, None)
+    try:
+        index = tuple(int(part) for part in index_text.split(","))
+    except ValueError:
+        index = None
+    if not shape:
+        raise ValueError(f"target metric {name!r} is a scalar per trial: give it without @index")
+    if index is None or len(index) != len(shape) or not all(0 <= i < n for i, n in zip(index, shape)):
+        raise ValueError(
+            f"target metric index {index_text!r} does not exist in {name!r}, whose cells have shape {list(shape)} "
+            f"(use {name}@i with 0 <= i < n{' per axis, comma-separated' if len(shape) > 1 else ''})"
+        )
+    return Target(float(se), name, index)
+
+
+def _worst_se(summary, target: Target) -> np.ndarray:
+    """Per point, the standard error of the target cell (or the worst over cells; NaN when a cell
+    has fewer than two finite trials, which never meets a target)."""
+    se = np.asarray(summary.se)
+    se = se[(slice(None),) + target.index] if target.index is not None else se.reshape(se.shape[0], -1)
+    se = np.where(np.isnan(se), np.inf, se)
+    return se if se.ndim == 1 else se.max(axis=1, initial=-np.inf)
+
+
+def _still_running(states: dict, counts: np.ndarray, n_trials: int, target: Target) -> np.ndarray:
+    """Per point, whether it needs another chunk: fewer than ``n_trials`` trials and the target
+    not yet met by the trials done (decided from completed chunks only)."""
+    se = _worst_se(stats.result_of(states[target.metric]), target)
+    return (counts < n_trials) & ~(se <= target.se)
 
 
 def _nonfinite_trials(values: np.ndarray) -> int:

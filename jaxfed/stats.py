@@ -255,7 +255,8 @@ def chunk_summary(values, n_valid, xp) -> dict:
     Args:
         values: (points, T, *time), T a multiple of :data:`SUMMARY_BLOCK`, trial 0 of the chunk
             at a multiple of it in trial indices.
-        n_valid: trials [0, n_valid) of the chunk count; the rest (padding) are ignored.
+        n_valid: trials [0, n_valid) of the chunk count, the rest (padding) are ignored; a
+            scalar, or one count per point.
 
     Returns:
         dict of int32 ``count``, ``nan_count`` (points, *time), ``nonfinite_trials`` (points,),
@@ -265,7 +266,8 @@ def chunk_summary(values, n_valid, xp) -> dict:
     """
     n_points, n_trials = values.shape[:2]
     cells = values.shape[2:]
-    valid = (xp.arange(n_trials) < n_valid).reshape((1, n_trials) + (1,) * len(cells))
+    per_point = xp.asarray(n_valid).reshape((-1, 1) + (1,) * len(cells))  # (1 or points, 1, …)
+    valid = xp.arange(n_trials).reshape((1, n_trials) + (1,) * len(cells)) < per_point
     finite = xp.isfinite(values)
     used, bad = finite & valid, (~finite) & valid
     clean = xp.where(used, values, 0).astype(np.float64)
@@ -304,13 +306,14 @@ def fold(state: SummaryState, part: dict, n_blocks: int) -> SummaryState:
     )
 
 
-def finish(state: SummaryState, tail: np.ndarray) -> tuple[SummaryState, Summary]:
+def finish(state: SummaryState, tail: np.ndarray, lengths=None) -> tuple[SummaryState, Summary]:
     """(state, Summary) after the last, partial block: ``tail`` (points, < SUMMARY_BLOCK, *time)
-    raw values, summarised on the host by the same :func:`chunk_summary`."""
+    raw values, summarised on the host by the same :func:`chunk_summary`; ``lengths``: per point,
+    the tail trials that count (default: all)."""
     n = tail.shape[1]
     padded = np.zeros((tail.shape[0], SUMMARY_BLOCK) + tail.shape[2:], tail.dtype)
     padded[:, :n] = tail
-    state = fold(state, chunk_summary(padded, n, np), 1 if n else 0)
+    state = fold(state, chunk_summary(padded, n if lengths is None else np.asarray(lengths), np), 1 if n else 0)
     return state, result_of(state)
 
 

@@ -349,11 +349,15 @@ class Store:
         atomic_write_bytes(os.path.join(self.chunks, name), _pack(self._expected("raw", spec, start, stop), arrays))
 
     # ---------------------------------------------------------------- summaries
-    def load_summary(self, spec: GroupSpec, n_trials: int) -> tuple[int, dict | None]:
-        """(next trial, {metric: state}) of a group's stored summary, or (0, None).
+    def load_summary(self, spec: GroupSpec, n_trials: int) -> tuple[int, dict | None, list | None, int | None]:
+        """(stop, {metric: state}, per-point trial counts, chunk size) of a group's stored summary,
+        or (0, None, None, None).
 
         A state is the dict of :data:`SUMMARY_FIELDS` arrays and ``nonfinite_trials`` (points,)
-        over the whole blocks, plus ``tail``, the raw values (points, trials, …) after them.
+        over each point's whole blocks, plus ``tail``, the raw values (points, trials, …) after
+        the whole blocks of ``stop`` (zeros for a point with fewer trials). Every point has
+        ``stop`` trials, except in a precision-targeted run where a point stops on its own at a
+        chunk boundary (a multiple of the block).
 
         Raises:
             StoreError: the file is not a verified summary of this group, or it already covers
@@ -361,27 +365,33 @@ class Store:
                 it is discarded and recomputed).
         """
         if self.dir is None:
-            return 0, None
+            return 0, None, None, None
         path = os.path.join(self.chunks, _summary_name(spec.index))
         if not os.path.lexists(path):
-            return 0, None
+            return 0, None, None, None
         try:
             meta, arrays = _unpack(path)
-            trials = meta.get("trials")
-            if not (isinstance(trials, list) and len(trials) == 2 and trials[0] == 0 and isinstance(trials[1], int)):
+            trials, counts, chunk = meta.get("trials"), meta.get("point_trials"), meta.get("chunk")
+            if not (isinstance(trials, list) and len(trials) == 2 and trials[0] == 0 and type(trials[1]) is int):
                 raise StoreError(f"{path}: header has no trial range [0, n]; {_HINT}")
             stop = trials[1]
-            whole = stop // _block() * _block()
-            _verify(path, meta, arrays, self._expected("summary", spec, 0, stop), self._summary_specs(spec, stop - whole))
+            if not (
+                isinstance(counts, list) and len(counts) == len(spec.point_ids) and max(counts, default=-1) == stop
+                and all(type(n) is int and 0 <= n and (n == stop or n % _block() == 0) for n in counts)
+                and type(chunk) is int and chunk >= 1
+            ):
+                raise StoreError(f"{path}: header has no valid per-point trial counts and chunk size; {_HINT}")
+            whole = np.asarray(counts) // _block() * _block()
+            _verify(path, meta, arrays, self._expected("summary", spec, 0, stop), self._summary_specs(spec, stop - stop // _block() * _block()))
             states = _split_states(arrays)
             for metric, state in states.items():
                 counted = state["count"] + state["nan_count"]
                 if (
-                    np.any(counted != whole)
+                    np.any(counted != whole.reshape((-1,) + (1,) * (counted.ndim - 1)))
                     or np.any(state["hist"].sum(-1, dtype=np.int64) != state["count"])
                     or np.any((state["nonfinite_trials"] < 0) | (state["nonfinite_trials"] > whole))
                 ):
-                    raise StoreError(f"{path}: counts of {metric!r} do not add up to its {whole} trials in whole blocks; {_HINT}")
+                    raise StoreError(f"{path}: counts of {metric!r} do not add up to its trials in whole blocks; {_HINT}")
             if stop > n_trials:
                 raise StoreError(
                     f"{path}: summarises {stop} trials, more than the {n_trials} asked for; a summary "
@@ -389,15 +399,16 @@ class Store:
                 )
         except StoreError as err:
             self._rejected(path, err)
-            return 0, None
-        return stop, states
+            return 0, None, None, None
+        return stop, states, counts, chunk
 
-    def save_summary(self, spec: GroupSpec, next_trial: int, states: dict) -> None:
-        """Commits a group's summary state after trials [0, next_trial): one atomic file."""
+    def save_summary(self, spec: GroupSpec, point_trials: list, chunk: int, states: dict) -> None:
+        """Commits a group's summary state after trials [0, point_trials[p]) of each point,
+        computed in chunks of ``chunk`` trials: one atomic file."""
         if self.dir is None:
             return
         arrays = {f"{metric}/{field}": value for metric, s in states.items() for field, value in s.items()}
-        meta = self._expected("summary", spec, 0, next_trial)
+        meta = dict(self._expected("summary", spec, 0, max(point_trials)), point_trials=list(point_trials), chunk=chunk)
         atomic_write_bytes(os.path.join(self.chunks, _summary_name(spec.index)), _pack(meta, arrays))
 
     def _summary_specs(self, spec: GroupSpec, n_tail: int) -> dict:
