@@ -16,6 +16,7 @@ def run(cache, **kwargs):
     return out, info
 
 
+@pytest.mark.slow
 def test_a_second_run_takes_the_executable_and_the_memory_probe_from_the_cache(tmp_path):
     cache = str(tmp_path / "cache")
     first, info1 = run(cache)
@@ -57,6 +58,7 @@ def test_a_corrupted_cache_directory_does_not_break_a_run(tmp_path):
         np.testing.assert_array_equal(out["walk"], reference["walk"])
 
 
+@pytest.mark.slow
 def test_a_rerun_of_a_finished_run_compiles_nothing(tmp_path):
     d = str(tmp_path / "run")
     for keep in ("raw", "summary"):

@@ -54,7 +54,7 @@ def test_device_summary_equals_the_host_summary_of_the_same_trials(raw, device_s
     assert device_summary["s"].nan_count.sum() > 0 and (device_summary["x"].hist[..., stats.N_BINS // 2] > 0).any()
 
 
-@pytest.mark.parametrize("chunk_size", [1, 7])
+@pytest.mark.parametrize("chunk_size", [pytest.param(1, marks=pytest.mark.slow), 7])
 def test_bit_identical_for_any_chunk_size(device_summary, chunk_size):
     info = {}
     out = engine.run(trial, POINTS, N, seed=5, keep="summary", chunk_size=chunk_size, info=info)
@@ -71,6 +71,7 @@ def test_bin_index_is_the_same_in_numpy_and_xla():
     np.testing.assert_array_equal(index, stats.N_BINS // 2 + 1 + np.arange(edges.size - 1))
 
 
+@pytest.mark.slow
 def test_growth_and_a_kill_between_chunks_resume_bit_identically(tmp_path, device_summary, monkeypatch):
     grown = str(tmp_path / "grown")
     engine.run(trial, POINTS, 100, seed=5, keep="summary", out_dir=grown, identity={})  # ends inside a block
@@ -107,6 +108,7 @@ np.savez({path!r}, **{{f"{{m}}/{{f}}": getattr(s, f) for m, s in out.items() for
 """
 
 
+@pytest.mark.slow
 def test_four_forced_cpu_devices_give_identical_summaries(tmp_path, device_summary):
     path = str(tmp_path / "four.npz")
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")

@@ -33,6 +33,7 @@ def test_the_next_chunk_is_dispatched_before_the_previous_one_is_handled(monkeyp
         np.testing.assert_array_equal(out[name], reference[name])
 
 
+@pytest.mark.slow
 def test_a_kill_in_the_writer_thread_during_a_pipelined_run_resumes_identically(tmp_path, monkeypatch):
     reference = engine.run(trial, POINTS, 23, seed=4, chunk_size=23)
     real, saved = store.Store.save_raw, []

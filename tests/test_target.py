@@ -26,6 +26,7 @@ def run_once():
     return targeted()
 
 
+@pytest.mark.slow
 def test_each_point_stops_at_the_first_chunk_boundary_where_the_target_holds(run_once):
     out, target = run_once
     counts = target["trials_per_point"]
@@ -43,6 +44,7 @@ def test_each_point_stops_at_the_first_chunk_boundary_where_the_target_holds(run
         np.testing.assert_array_equal(out["walk"].hist[p], at_stop.hist[p])
 
 
+@pytest.mark.slow
 def test_reproducible_and_a_kill_resumes_identically(run_once, tmp_path, monkeypatch):
     out, target = run_once
     again, target_again = targeted()
@@ -82,6 +84,7 @@ def test_an_unknown_target_metric_or_index_is_one_line_and_status_2(metric, mess
     assert result.stderr.startswith(f"jaxfed: error: {message}")
 
 
+@pytest.mark.slow
 def test_config_json_records_the_trials_and_the_precision_of_each_point(tmp_path):
     out = tmp_path / "t"
     result = subprocess.run(
