@@ -34,13 +34,20 @@ def _cmd_list(args) -> int:
     return 0
 
 
+def _say(line: str) -> None:
+    """A status line on stderr, above any progress bar (never written into one)."""
+    import tqdm
+
+    tqdm.tqdm.write(line, file=sys.stderr)
+
+
 def _run_one(exp, overrides, args, out_dir, n_trials):
     """Runs one experiment; returns (config, config_json, results)."""
     from jaxfed.experiments import make_config, run_experiment
 
     cfg = make_config(exp.config_cls, overrides)
     if not args.quiet:
-        print(f"{exp.name}: {n_trials} trials -> {out_dir}", file=sys.stderr)
+        _say(f"{exp.name}: {n_trials} trials -> {out_dir}")
     config_json, results = run_experiment(
         exp,
         cfg,
@@ -59,10 +66,9 @@ def _run_one(exp, overrides, args, out_dir, n_trials):
     )
     engine = config_json["engine"]
     if not args.quiet:
-        print(
+        _say(
             f"{exp.name}: chunk size(s) {engine['chunk_sizes']} trials over {engine['devices']} device(s) "
-            f"in {engine['processes']} process(es), kept {engine['keep']}",
-            file=sys.stderr,
+            f"in {engine['processes']} process(es), kept {engine['keep']}"
         )
     return cfg, config_json, results
 
@@ -89,19 +95,36 @@ def _cmd_run(args) -> int:
 def _cmd_reproduce(args) -> int:
     import time
 
+    import jax
+    import tqdm
+
     from jaxfed import report
     from jaxfed.experiments import REGISTRY
 
-    sections, start = [], time.perf_counter()
-    for exp in REGISTRY.values():
+    experiments = list(REGISTRY.values())
+    shown = not args.quiet and sys.stderr.isatty() and jax.process_index() == 0
+    # Which experiment of how many, and an overall ETA (by experiments done); the engine's
+    # per-group bars open below it.
+    overall = tqdm.tqdm(total=len(experiments), unit="experiment", file=sys.stderr, disable=not shown, dynamic_ncols=True)
+    sections, times, start = [], [], time.perf_counter()
+    for i, exp in enumerate(experiments, 1):
+        overall.set_description(f"experiment {i}/{len(experiments)}: {exp.name}")
         n_trials = max(1, round(exp.default_trials * args.scale))
         t0 = time.perf_counter()
         cfg, config_json, results = _run_one(exp, {}, args, os.path.join(args.out, exp.name), n_trials)
-        sections.append(report.section(exp, cfg, config_json, results, time.perf_counter() - t0))
-    import jax
-
+        times.append((exp.name, time.perf_counter() - t0))
+        sections.append(report.section(exp, cfg, config_json, results, times[-1][1]))
+        overall.update(1)
+    overall.close()
     if jax.process_index() == 0:
-        print(report.write(args.out, sections, time.perf_counter() - start))
+        path = report.write(args.out, sections, time.perf_counter() - start)
+        if not args.quiet:
+            width = max(len(name) for name, _ in times)
+            lines = [f"  {name:<{width}}  {seconds:8.1f} s" for name, seconds in times]
+            print("\n".join(["jaxfed reproduce: time per experiment", *lines,
+                             f"  {'total':<{width}}  {time.perf_counter() - start:8.1f} s", f"report: {path}"]),
+                  file=sys.stderr)
+        print(path)
     return 0
 
 

@@ -52,6 +52,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tqdm
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -95,32 +96,33 @@ _SUMMARY_BYTES_PER_BIN = 20  # int32 state + int64 bincount + int32 cast + int32
 
 # --------------------------------------------------------------------------- progress
 class Progress:
-    """A one-line progress bar on stderr, redrawn between chunks; silent when disabled."""
+    """Progress on stderr through tqdm: one bar per group (trials done, rate, ETA), started after
+    the group is compiled, and one-line notes printed above the bars (never into them); silent
+    when disabled."""
 
-    def __init__(self, total: int, enabled: bool, label: str = ""):
-        self.total, self.enabled, self.label = total, enabled, label
-        self.done = 0
-        self.start = time.perf_counter()
+    def __init__(self, enabled: bool, label: str = ""):
+        self.enabled, self.label = enabled, label
+        self.bar = None
 
     def note(self, message: str) -> None:
         if self.enabled:
-            sys.stderr.write(f"{self.label}{message}\n")
-            sys.stderr.flush()
+            tqdm.tqdm.write(f"{self.label}{message}", file=sys.stderr)
+
+    def group(self, description: str, total: int) -> None:
+        """Closes the previous group's bar and opens one for ``total`` trials."""
+        self.close()
+        if self.enabled:
+            self.bar = tqdm.tqdm(total=total, desc=f"{self.label}{description}", unit=" point-trials", unit_scale=True,
+                                 file=sys.stderr, dynamic_ncols=True, leave=False)
 
     def update(self, n: int) -> None:
-        self.done += n
-        if not self.enabled:
-            return
-        frac = self.done / max(self.total, 1)
-        elapsed = time.perf_counter() - self.start
-        eta = elapsed / frac - elapsed if frac > 0 else float("nan")
-        bar = "#" * int(30 * frac)
-        sys.stderr.write(
-            f"\r{self.label}[{bar:<30}] {self.done}/{self.total} trials {elapsed:6.1f}s elapsed, ETA {eta:6.1f}s"
-        )
-        if self.done >= self.total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
+        if self.bar is not None:
+            self.bar.update(int(n))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 # --------------------------------------------------------------------------- points
@@ -478,7 +480,7 @@ def run(
     n_shards = mesh.size if mesh is not None else 1
     budget = max_memory if max_memory is not None else default_memory_budget(mesh or make_mesh(1))
     is_main = jax.process_index() == 0
-    bar = Progress(n_trials * len(points), (sys.stderr.isatty() if progress is None else progress) and is_main)
+    bar = Progress((sys.stderr.isatty() if progress is None else progress) and is_main)
     groups = _group_points(points)
     info = {} if info is None else info
     cache_dir = use_compilation_cache(compilation_cache, note=bar.note) if use_jit else None
@@ -554,7 +556,7 @@ def run(
                 size, compiled = wanted or min(n_trials, 4096), {}
                 chunk_fn = _make_chunk_fn(trial, group, _round_up(size, LANES), None, common_random_numbers, summary)
             else:
-                bar.note(f"group {g}: compiling …")
+                bar.note(f"group {g + 1}/{len(groups)}: compiling …")
                 size, chunk_fn, compiled = _sized_chunk_fn(
                     trial, group, mesh, budget, n_trials, wanted, args(0), common_random_numbers, summary,
                     _summary_output_bytes(len(rows), specs) if summary else 0, cache_dir,
@@ -563,7 +565,12 @@ def run(
             for key in ("compile_s", "compile_cached", "memory_probe_cached"):
                 info[key].append(compiled.get(key))
             if size is not None:
-                bar.note(f"group {g}: {len(rows)} point(s), chunk size {size} trials over {n_shards} device(s)")
+                bar.note(
+                    f"group {g + 1}/{len(groups)}: {len(rows)} point(s), chunk size {size} trials over {n_shards} device(s), "
+                    f"memory budget {_size(budget)} per device"
+                    + (f", compiled in {compiled['compile_s']:.1f} s{' (cache)' if compiled['compile_cached'] else ''}" if compiled else "")
+                )
+            bar.group(f"group {g + 1}/{len(groups)}", len(rows) * n_trials)
 
             if keep == "raw":
                 plan = _broadcast_from_0(np.asarray(_missing_ranges(n_trials, done, size or n_trials), np.int64).reshape(-1, 2))
@@ -640,6 +647,7 @@ def run(
 
     finally:
         writer.close()
+        bar.close()
     info["nonfinite_trials"] = {name: counts.tolist() for name, counts in nonfinite.items()}
     if keep == "summary":
         results = {name: stats.merge_point_groups(parts, len(points)) for name, parts in results.items()}
