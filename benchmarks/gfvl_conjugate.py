@@ -44,7 +44,7 @@ def numpy_beta_kl(a1, b1, a2, b2):
 
 
 def numpy_loop(rng, adjacency, cfg, n_trials):
-    """(a): one trial at a time, a Python loop over slots, MH step as in SPEC A2."""
+    """(a): one trial at a time, a Python loop over slots, MH step as in docs/gfvl.md §A2."""
     k_agents = adjacency.shape[0]
     neighbours = [np.flatnonzero(adjacency[k]) for k in range(k_agents)]
     deg = adjacency.sum(1)

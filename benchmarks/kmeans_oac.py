@@ -1,15 +1,15 @@
 """Throughput of OAC federated k-means on the mall (the ``kmeans-snr`` sweep) vs plain NumPy.
 
 Workload: the kmeans-snr sweep for D = 4, β = 3: 1,000 trials × 9 SNR points (−10 … 30 dB) ×
-50 rounds, K = 100 EDs, C = 10, N = 2,000 customers, adaptive v_max and re-initialisation, for both
-channel modes. jaxfed runs the experiment's trial through the engine's jitted chunk function
+50 rounds, K = 100 EDs, C = 10, N = 2,000 customers, initial centroids uniform in the mall (the
+experiments' server-side default), adaptive v_max and re-initialisation, for both channel modes. jaxfed runs the experiment's trial through the engine's jitted chunk function
 (compile timed apart; median of repeats of one chunk, scaled to the sweep). In the same run:
 
 - the NumPy reference: the same OAC k-means with the explicit channel, one trial at a time, a
   Python loop over rounds, ``np.add.at`` for the per-ED sums and the dense K × L fading and QPSK
   matrices of ``benchmarks/oac_channel.py``, with the experiment's two metrics per round (loss,
-  and the adjusted Rand index from an ``np.bincount`` contingency table) (timed on a few trials
-  and scaled);
+  and the adjusted Rand index from an ``np.bincount`` contingency table, and the count of
+  re-initialised centroids) (timed on a few trials and scaled);
 - the random-number limit of the explicit model: JAX drawing only one complex fading coefficient
   per (ED, value, digit) and one complex noise sample per resource, every round;
 - peak memory: the whole sweep once through ``jaxfed.engine.run`` (aggregate channel), whose chunk
@@ -68,12 +68,13 @@ def numpy_ari(a, b, n_a, n_b):
 
 
 def numpy_trial(rng, cfg, snr_db):
-    """One trial of OAC federated k-means (explicit channel) with its per-round loss and adjusted
-    Rand index against the mixture labels (the experiment's two metrics)."""
+    """One trial of OAC federated k-means (explicit channel) from centroids uniform in the mall,
+    with its per-round loss, adjusted Rand index against the mixture labels and number of
+    re-initialised centroids (the experiment's three metrics)."""
     points, owner, labels = numpy_mall(rng, cfg)
-    c = points[rng.choice(cfg.n_points, cfg.n_clusters, replace=False)]
+    c = rng.uniform(0.0, cfg.side, (cfg.n_clusters, 2))
     k, n_c = cfg.n_devices, cfg.n_clusters
-    losses, ari = np.empty(cfg.n_rounds), np.empty(cfg.n_rounds)
+    losses, ari, reinits = np.empty(cfg.n_rounds), np.empty(cfg.n_rounds), np.zeros(cfg.n_rounds)
     for r in range(cfg.n_rounds):
         a = ((points[:, None, :] - c[None]) ** 2).sum(-1).argmin(1)
         counts = np.zeros((k, n_c))
@@ -90,18 +91,19 @@ def numpy_trial(rng, cfg, snr_db):
         if small.any() and (~small).any():
             donors = np.flatnonzero(~small)
             new[small] = c[rng.choice(donors, small.sum())] + cfg.sigma_c * rng.standard_normal((small.sum(), 2))
+            reinits[r] = small.sum()
         c = new
         a = ((points[:, None, :] - c[None]) ** 2).sum(-1).argmin(1)
         means = np.array([points[a == j].mean(0) if (a == j).any() else c[j] for j in range(n_c)])
         losses[r] = ((points - means[a]) ** 2).sum() / cfg.n_points
         ari[r] = numpy_ari(a, labels, n_c, cfg.n_components)
-    return losses, ari
+    return losses, ari, reinits
 
 
 def sweep_run(trials: int) -> dict:
     """The whole kmeans-snr (D = 4) sweep through ``engine.run`` with its default memory budget."""
     cfg = kmeans_mall.SnrConfig(digits_list=(DIGITS,))
-    labels = [lab for lab in kmeans_mall._snr_labels(cfg) if lab["method"] == "oac"]
+    labels = [lab for lab in kmeans_mall._snr_labels(cfg) if lab["method"] == "oac" and not lab.get("noise_free")]
     sweep = kmeans_mall._sweep(cfg, labels)
     info: dict = {}
     start = time.perf_counter()
@@ -127,7 +129,7 @@ def main(argv=None):
         args.trials, args.chunk, args.numpy_trials, args.repeats = 128, 64, 1, 2
 
     cfg = kmeans_mall.SnrConfig(digits_list=(DIGITS,))
-    labels = [lab for lab in kmeans_mall._snr_labels(cfg) if lab["method"] == "oac"]
+    labels = [lab for lab in kmeans_mall._snr_labels(cfg) if lab["method"] == "oac" and not lab.get("noise_free")]
     n_points = len(labels)
     work = n_points * args.trials  # trial-points of the sweep
     result = {"benchmark": "kmeans_oac", "machine": machine(),

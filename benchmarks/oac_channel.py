@@ -164,7 +164,7 @@ def measure(n_dev, args):
 # --------------------------------------------------------------------------- sanity check
 def check_reference(n_sums=400, n_dev=10, snr_db=0.0, seed=1):
     """The NumPy reference and JAX's explicit mode must estimate with the same error:
-    mean((v̂ − quantised sum)²) / predicted variance ≈ 1 for both (predicted variance from SPEC B4)."""
+    mean((v̂ − quantised sum)²) / predicted variance ≈ 1 for both (predicted variance from docs/kmeans.md §B4)."""
     rng = np.random.default_rng(seed)
     values = rng.uniform(-VMAX, VMAX, (n_dev, N_VALUES))
     xi = (BETA**DIGITS - 1) // 2

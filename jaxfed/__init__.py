@@ -1,7 +1,7 @@
 """jaxfed: a batched Monte Carlo engine in JAX for federated learning systems.
 
-G-FVL (document 000): graphs, gossip, expfam, likelihoods, natgrad, quadrature, numerics, gfvl.
-Over-the-air federated k-means (document 001): oac (codec, channel), kmeans.
+G-FVL (docs/gfvl.md): graphs, gossip, expfam, likelihoods, natgrad, quadrature, numerics, gfvl.
+Over-the-air federated k-means (docs/kmeans.md): oac (codec, channel), kmeans.
 Shared: scenarios (data), engine (sweeps), stats, plotting, experiments; cli.
 """
 

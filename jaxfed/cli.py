@@ -1,4 +1,4 @@
-"""Command line: ``jaxfed list | run NAME | reproduce | plot DIR``.
+"""Command line: jaxfed list | show NAME | run NAME | reproduce | plot DIR.
 
 Errors in names, values or parameters print one line ``jaxfed: error: …`` and exit with status 2.
 """
@@ -31,6 +31,13 @@ def _cmd_list(args) -> int:
     width = max(len(name) for name in REGISTRY)
     for name, exp in REGISTRY.items():
         print(f"{name:<{width}}  {exp.description}")
+    return 0
+
+
+def _cmd_show(args) -> int:
+    from jaxfed.experiments import describe, get
+
+    print(describe(get(args.name)))
     return 0
 
 
@@ -132,7 +139,7 @@ def _cmd_plot(args) -> int:
     from jaxfed.experiments import get, load_results, make_config
 
     config_json, metrics = load_results(args.dir)
-    exp = get(config_json["experiment"])
+    exp = get(config_json.get("source") or config_json["experiment"])
     params = {k: ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in config_json["parameters"].items()}
     cfg = make_config(exp.config_cls, params)
     path = os.path.join(args.dir, f"{exp.name}.png")
@@ -205,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     sub.add_parser("list", help="list the experiments").set_defaults(func=_cmd_list)
+    show = sub.add_parser("show", help="an experiment's parameters: default, type and meaning")
+    show.add_argument("name", help="experiment name, or path/to/file.py:NAME for a user experiment")
+    show.set_defaults(func=_cmd_show)
 
     def common(p):
         p.add_argument("--seed", type=_seed, default=0, help="root seed (default 0)")
@@ -231,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="discard stored results that cannot be used (another config, damaged files) instead of refusing")
 
     run = sub.add_parser("run", help="run one experiment")
-    run.add_argument("name", help="experiment name (see `jaxfed list`)")
+    run.add_argument("name", help="experiment name (see jaxfed list), or path/to/file.py:NAME for a user experiment")
     run.add_argument("--trials", type=_trials, default=None,
                      help="trials per point, at most 2**32; more than a stored run's computes only the new ones")
     run.add_argument("--out", default=None, help=f"result directory (default {DEFAULT_OUT}/NAME)")

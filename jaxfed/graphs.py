@@ -168,7 +168,14 @@ TOPOLOGIES = {"complete": complete, "ring": ring, "star": star, "line": line}
 
 
 def by_name(name: str, n_agents: int) -> np.ndarray:
-    """The topology called ``name`` (one of :data:`TOPOLOGIES`) on ``n_agents`` agents."""
+    """The topology called ``name`` (one of :data:`TOPOLOGIES`) on ``n_agents`` agents.
+
+    >>> by_name("star", 4)
+    array([[0, 1, 1, 1],
+           [1, 0, 0, 0],
+           [1, 0, 0, 0],
+           [1, 0, 0, 0]], dtype=int32)
+    """
     if name not in TOPOLOGIES:
         raise ValueError(f"topology must be one of {sorted(TOPOLOGIES)}, got {name!r}")
     return TOPOLOGIES[name](n_agents)
@@ -180,11 +187,19 @@ def degrees(adjacency) -> jax.Array:
 
 
 def mh_transition_matrix(adjacency) -> jax.Array:
-    """Metropolis–Hastings random-walk transition matrix (SPEC A2).
+    """Metropolis–Hastings random-walk transition matrix (docs/gfvl.md §A2).
 
     ``P[k, j] = min(1/deg(k), 1/deg(j))`` for neighbours j of k, ``P[k, k] = 1 − Σ_{j≠k} P[k, j]``.
     P is symmetric and doubly stochastic, so the uniform distribution is stationary.
     Works on traced adjacencies (jit/vmap).
+
+    On the star, the hub moves to each leaf with probability 1/3 and a leaf back with 1/3:
+
+    >>> print(np.asarray(mh_transition_matrix(by_name("star", 4))).round(3))
+    [[0.    0.333 0.333 0.333]
+     [0.333 0.667 0.    0.   ]
+     [0.333 0.    0.667 0.   ]
+     [0.333 0.    0.    0.667]]
     """
     a = jnp.asarray(adjacency)
     deg = jnp.sum(a, axis=-1).astype(float)  # default float dtype (float64 under x64)

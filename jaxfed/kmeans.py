@@ -1,4 +1,4 @@
-"""Federated k-means over wireless channels (SPEC B2, B5), and centralized Lloyd's k-means.
+"""Federated k-means over wireless channels (docs/kmeans.md §B2, B5), and centralized Lloyd's k-means.
 
 Round n of federated k-means: the edge server (ES) broadcasts centroids c_1..c_C; edge device
 (ED) k assigns its points to the nearest centroid, S_{k,c}, reports the counts |S_{k,c}| over an
@@ -11,10 +11,17 @@ Back-ends for Σ_k Δc_{k,c} (the values v_{k,q}, q = cL + l, are vec([Δc_{k,1}
 ``"ideal"`` (exact sums), ``"quantized"`` (balanced-number codec, no channel: the exact sum of
 the quantised values) and ``"oac"`` (non-coherent over-the-air computation,
 :func:`jaxfed.oac.over_the_air_sum`, channel ``"explicit"`` or ``"aggregate"``).
-Enhancements (SPEC B5, Algorithm 1 of document 001), each switchable:
+Enhancements (docs/kmeans.md §B5, Algorithm 1 of the paper), each switchable:
 
-- adaptive v_max: v_max = max_k m_k with m_k = max_q |v_{k,q}| sent over an orthogonal channel
-  (**[choice]**, the document's update (13) was lost); otherwise a fixed v_max;
+- adaptive v_max: v_max = max_k m_k with m_k a maximum of ED k's values sent over an orthogonal
+  channel; otherwise a fixed v_max. The paper writes m_k = max_q v_{k,q} (signed) with v_max
+  "updated throughout the rounds", and its update rule did not survive; ``vmax_rule`` names the
+  readings (:data:`VMAX_RULES`): ``"abs"`` (default) m_k = max_q |v_{k,q}| of the current round,
+  ``"signed"`` the signed maximum of the current round, and ``"abs-previous"`` /
+  ``"signed-previous"`` the maxima reported in the previous round (so the ES can broadcast v_max
+  with the centroids). A signed maximum clamps every change below −v_max; when no ED reports a
+  maximum > 0 (all changes zero, or none positive) the ES keeps the last usable v_max, initially
+  the fixed ``vmax``, which is also the first round's v_max of the ``-previous`` readings;
 - re-initialisation: each centroid c″ with |S_{c″}| < S_min moves to c_{c′} + n, c′ uniform among
   the centroids with |S_c| >= S_min, n ~ N(0, σ_c² I), using the round's broadcast centroids
   c^(n) as the document's formula c_{c″}^(n+1) = c_{c′}^(n) + n_{c″}^(n) writes.
@@ -26,9 +33,17 @@ coordinates as (L, N): XLA's CPU backend vectorises along the minor axis, and a 
 length L = 2 made the distance computations ~5x slower. Nearest centroids are found by a loop
 over the C centroids unrolled at trace time (running minimum), not ``argmin`` over a short axis.
 
-Static (shape- or code-changing): C, L, K, N, n_rounds, the back-end, β, D, the channel mode.
-Traced: μ, SNR (dB), fixed v_max, S_min, σ_c and the on/off switches of the enhancements, so a
-sweep over them (or an ablation) is a ``vmap``.
+Initial centroids (:func:`initial_centroids`, :data:`INITS`): ``"uniform"`` in the data's bounding
+box (all a server that does not see the data knows, e.g. the mall's floor plan), ``"forgy"`` (C
+distinct data points) or ``"kmeans++"`` (D² sampling over all the data: a centralized reference).
+
+Static (shape- or code-changing): C, L, K, N, n_rounds, the back-end, β, D, the channel mode, the
+v_max reading. Traced: μ, SNR (dB), E_s, fixed v_max, S_min, σ_c and the on/off switches of the
+enhancements, so a sweep over them (or an ablation) is a ``vmap``.
+
+Bad inputs: concrete ones raise ``ValueError`` naming the parameter; data or settings that are
+traced (under jit) and invalid make the results NaN rather than plausible numbers (a NaN point
+poisons the loss and, through v_max or the sums, the centroids).
 """
 
 from __future__ import annotations
@@ -45,6 +60,9 @@ from jaxfed import oac
 
 __all__ = [
     "AGGREGATIONS",
+    "VMAX_RULES",
+    "INITS",
+    "initial_centroids",
     "FlatData",
     "flat_data",
     "Settings",
@@ -67,6 +85,8 @@ __all__ = [
 ]
 
 AGGREGATIONS = ("ideal", "quantized", "oac")
+VMAX_RULES = ("abs", "signed", "abs-previous", "signed-previous")
+INITS = ("uniform", "forgy", "kmeans++")
 
 
 @functools.lru_cache(maxsize=None)
@@ -106,10 +126,32 @@ class FlatData(NamedTuple):
 
 
 def flat_data(points, owner, mask=None) -> FlatData:
-    """:class:`FlatData` from points (N, L), their owner EDs (N,) and an optional mask (N,)."""
+    """:class:`FlatData` from points (N, L), their owner EDs (N,) and an optional mask (N,).
+
+    Concrete points must be finite and owners >= 0 (ValueError). A traced owner < 0 (e.g.
+    :func:`jaxfed.scenarios.tile_of`'s mark for a point outside the mall) makes that point's
+    coordinates NaN, so that the metrics turn NaN instead of silently leaving it out."""
     points = jnp.asarray(points)
+    owner = jnp.asarray(owner, jnp.int32)
     mask = jnp.ones(points.shape[0], bool) if mask is None else jnp.asarray(mask, bool)
-    return FlatData(_coords(points), jnp.asarray(owner, jnp.int32), mask)
+    _check_finite("points", points, mask)
+    if not isinstance(owner, jax.core.Tracer) and np.any(np.asarray(owner) < 0):
+        raise ValueError(f"owner must be >= 0 (an ED index), got {int(np.min(np.asarray(owner)))}")
+    points = jnp.where((owner >= 0)[:, None], points, jnp.nan)
+    return FlatData(_coords(points), owner, mask)
+
+
+def _check_finite(name: str, points, mask=None) -> None:
+    """ValueError if concrete ``points`` (N, L) hold a NaN or infinite coordinate (masked-out
+    padding excepted)."""
+    if isinstance(points, jax.core.Tracer) or isinstance(mask, jax.core.Tracer):
+        return
+    bad = ~np.isfinite(np.asarray(points))
+    if mask is not None:
+        bad &= np.asarray(mask, bool).reshape(bad.shape[:1] + (1,) * (bad.ndim - 1))
+    if bad.any():
+        row = int(np.argwhere(bad)[0][0])
+        raise ValueError(f"{name} must be finite, got {np.asarray(points)[row].tolist()} at index {row}")
 
 
 def _coords(points: jax.Array) -> jax.Array:
@@ -128,8 +170,10 @@ class Settings(NamedTuple):
     channel: str = "aggregate"  # "explicit" | "aggregate" for "oac" (static)
     snr_db: float = 30.0  # SNR of one ED at the ES, in dB
     mu: float = 1.0  # learning rate μ
-    adaptive_vmax: bool = True  # v_max = max_k max_q |v_{k,q}| each round, else `vmax`
-    vmax: float = 100.0  # fixed v_max (used when adaptive_vmax is off)
+    adaptive_vmax: bool = True  # v_max from the EDs' reported maxima (see vmax_rule), else `vmax`
+    vmax: float = 100.0  # fixed v_max (adaptive off); the adaptive rules' fallback and first value
+    vmax_rule: str = "abs"  # reading of the adaptive v_max, one of VMAX_RULES (static)
+    symbol_energy: float | None = None  # E_s of the OAC transmitter and detector; None: β (amplitude √β)
     reinit: bool = True  # re-initialise centroids of clusters below S_min
     s_min: float = 1.0  # S_min
     sigma_c: float = 1.0  # σ_c, std of the re-initialisation jitter
@@ -150,21 +194,31 @@ class RoundInfo(NamedTuple):
     vmax: jax.Array  # () the v_max used (0 for "ideal" and for Lloyd's k-means)
     reinitialised: jax.Array  # (C,) bool, centroids moved by re-initialisation
     observed: object = None  # observe(partition) of the round, when an `observe` function is given
+    next_vmax: jax.Array = None  # () the adaptive v_max carried to the next round (federated only)
+    aggregate: jax.Array = None  # (C·L,) the ES's sum Σ_k Δc_{k,c} as the back-end delivered it
+    dead_zone: jax.Array = None  # (C,) bool, clusters with points whose changes all quantise to 0
 
 
 def _check_settings(s: Settings) -> None:
+    """ValueError for a bad static field or a bad concrete value of a traced one (a traced one
+    that is bad makes the results NaN: see :func:`jaxfed.oac.over_the_air_sum`)."""
     if s.aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {s.aggregation!r}")
     if s.aggregation == "oac" and s.channel not in ("explicit", "aggregate"):
         raise ValueError(f"channel must be 'explicit' or 'aggregate', got {s.channel!r}")
+    if s.vmax_rule not in VMAX_RULES:
+        raise ValueError(f"vmax_rule must be one of {VMAX_RULES}, got {s.vmax_rule!r}")
     if s.aggregation != "ideal":
         oac.balanced.check_base(s.beta, s.digits)
-    for name in ("mu", "sigma_c", "vmax", "s_min"):
+    positive = ("mu", "vmax") + (("symbol_energy",) if s.symbol_energy is not None else ())
+    for name in positive + ("sigma_c", "s_min"):
         value = getattr(s, name)
         if not isinstance(value, jax.core.Tracer) and np.ndim(value) == 0:
-            low_ok = float(value) > 0 if name in ("mu", "vmax") else float(value) >= 0
-            if not low_ok:
-                raise ValueError(f"{name} must be {'> 0' if name in ('mu', 'vmax') else '>= 0'}, got {value}")
+            ok = float(value) > 0 if name in positive else float(value) >= 0
+            if not (ok and np.isfinite(float(value))):
+                raise ValueError(f"{name} must be finite and {'> 0' if name in positive else '>= 0'}, got {value}")
+    if s.aggregation == "oac" and not isinstance(s.snr_db, jax.core.Tracer):
+        oac.channel._check_snr_db(s.snr_db)
 
 
 def flatten_devices(device_points, device_mask) -> FlatData:
@@ -176,6 +230,8 @@ def flatten_devices(device_points, device_mask) -> FlatData:
     if device_mask.shape != device_points.shape[:2]:
         raise ValueError(f"device_mask must have shape (K, N_max) = {device_points.shape[:2]}, got {device_mask.shape}")
     k, n_max, dim = device_points.shape
+    if k < 1:
+        raise ValueError(f"device_points must hold at least one ED (K >= 1), got shape {device_points.shape}")
     owner = jnp.repeat(jnp.arange(k, dtype=jnp.int32), n_max)
     return flat_data(device_points.reshape(k * n_max, dim), owner, device_mask.reshape(-1))
 
@@ -245,22 +301,46 @@ def local_statistics(data: FlatData, centroids: jax.Array, n_devices: int, with_
     return counts, deltas, Partition(index, best, jnp.sum(counts, 0), jnp.sum(deltas, 0))
 
 
-def _aggregate(key, values, active, s: Settings):
-    """Σ_k values[k] through the back-end; returns (sum (Q,), v_max used)."""
+def reported_maximum(values, active, rule: str) -> jax.Array:
+    """max_k m_k, the largest of the maxima the active EDs report: m_k = max_q |v_{k,q}| for the
+    ``abs`` readings, max_q v_{k,q} for the ``signed`` ones (see :data:`VMAX_RULES`). NaN if a
+    value is NaN."""
+    if rule.startswith("abs"):
+        return jnp.max(jnp.abs(values))  # inactive EDs hold no points: their values are zero
+    # jnp.max propagates NaN; where() keeps an inactive ED's zeros out of the signed maximum.
+    return jnp.max(jnp.where(active[:, None], values, -jnp.inf))
+
+
+def adaptive_vmax(reported, carried, rule: str):
+    """(v_max of this round, v_max carried to the next) for the reading ``rule``.
+
+    A report that is not > 0 (every change zero, or with a signed reading none positive) gives no
+    usable v_max, so the last usable one, ``carried``, stays; a NaN report propagates.
+    The current-round readings use the report at once, the ``-previous`` ones in the next round.
+    """
+    usable = jnp.where((reported > 0) | jnp.isnan(reported), reported, carried)
+    return (carried, usable) if rule.endswith("-previous") else (usable, usable)
+
+
+def _aggregate(key, values, active, s: Settings, carried_vmax):
+    """Σ_k values[k] through the back-end; returns (sum (Q,), v_max used, v_max carried on)."""
     if s.aggregation == "ideal":
-        return jnp.sum(values, axis=0), jnp.zeros((), values.dtype)
-    adaptive = jnp.max(jnp.abs(values))
-    # All changes zero (converged): any positive v_max encodes them exactly.
-    vmax = jnp.where(s.adaptive_vmax, jnp.where(adaptive > 0, adaptive, 1.0), s.vmax).astype(values.dtype)
+        zero = jnp.zeros((), values.dtype)
+        return jnp.sum(values, axis=0), zero, zero
+    reported = reported_maximum(values, active, s.vmax_rule)
+    adaptive, carried = adaptive_vmax(reported, jnp.asarray(carried_vmax, values.dtype), s.vmax_rule)
+    vmax = jnp.where(s.adaptive_vmax, adaptive, s.vmax).astype(values.dtype)
     if s.aggregation == "quantized":
         decoded = oac.balanced.quantize(values, s.beta, s.digits, vmax)
-        return jnp.sum(jnp.where(active[:, None], decoded, 0.0), axis=0), vmax
-    out = oac.over_the_air_sum(key, values, s.beta, s.digits, vmax, s.snr_db, s.channel, active=active)
-    return out.estimate, vmax
+        return jnp.sum(jnp.where(active[:, None], decoded, 0.0), axis=0), vmax, carried
+    out = oac.over_the_air_sum(
+        key, values, s.beta, s.digits, vmax, s.snr_db, s.channel, active=active, symbol_energy=s.symbol_energy
+    )
+    return out.estimate, vmax, carried
 
 
 def _reinitialise(key, centroids, new_centroids, sizes, s: Settings):
-    """c″ ← c_{c′} + n for clusters below S_min (SPEC B5); returns (centroids, moved mask).
+    """c″ ← c_{c′} + n for clusters below S_min (docs/kmeans.md §B5); returns (centroids, moved mask).
 
     The donor c′ of each centroid is the ⌊u·n_donors⌋-th donor, u ~ U[0, 1): one uniform per
     centroid where ``jax.random.categorical`` would draw C Gumbel variates (a seventh of the
@@ -280,18 +360,31 @@ def _reinitialise(key, centroids, new_centroids, sizes, s: Settings):
     return jnp.where(moved[:, None], donor_centroids + noise, new_centroids), moved
 
 
-def federated_round(key, centroids, data: FlatData, n_devices: int, s: Settings, observe=None):
-    """One round of federated k-means (SPEC B2 + B5). Returns (new centroids, :class:`RoundInfo`).
+def _dead_zone(values, active, sizes, vmax, s: Settings):
+    """Clusters with points whose every change quantises to zero (|v| < v_max/(2ξ) for all L
+    coordinates of every active ED): their quantised sum is 0, so only channel noise or
+    re-initialisation can move them. All False for exact sums."""
+    n_clusters = sizes.shape[0]
+    if s.aggregation == "ideal":
+        return jnp.zeros(n_clusters, bool)
+    zero = (oac.balanced.quantize(values, s.beta, s.digits, vmax) == 0) | ~active[:, None]
+    return jnp.all(zero.reshape(values.shape[0], n_clusters, -1), axis=(0, 2)) & (sizes > 0)
+
+
+def federated_round(key, centroids, data: FlatData, n_devices: int, s: Settings, observe=None, carried_vmax=None):
+    """One round of federated k-means (docs/kmeans.md §B2 + B5). Returns (new centroids, :class:`RoundInfo`).
 
     ``observe``: optional function of the round's :class:`Partition` (of the broadcast
-    centroids), its result stored in ``RoundInfo.observed``.
+    centroids), its result stored in ``RoundInfo.observed``. ``carried_vmax``: the adaptive v_max
+    carried from the previous round (``RoundInfo.next_vmax``; default the fixed ``s.vmax``).
     """
     k_channel, k_reinit = jax.random.split(key)
     counts, deltas, part = local_statistics(data, centroids, n_devices, with_partition=True)
     n_clusters, dim = centroids.shape
     values = deltas.reshape(n_devices, n_clusters * dim)  # q = c·L + l
     active = jnp.sum(counts, axis=1) > 0  # EDs without points transmit nothing
-    total, vmax = _aggregate(k_channel, values, active, s)
+    carried_vmax = s.vmax if carried_vmax is None else carried_vmax
+    total, vmax, next_vmax = _aggregate(k_channel, values, active, s, carried_vmax)
     sizes = jnp.sum(counts, axis=0)
     step = s.mu * total.reshape(n_clusters, dim) / jnp.maximum(sizes, 1.0)[:, None]
     updated = jnp.where(sizes[:, None] > 0, centroids + step, centroids)
@@ -303,6 +396,9 @@ def federated_round(key, centroids, data: FlatData, n_devices: int, s: Settings,
         vmax=vmax,
         reinitialised=moved,
         observed=None if observe is None else observe(part),
+        next_vmax=next_vmax,
+        aggregate=total,
+        dead_zone=_dead_zone(values, active, sizes, vmax, s),
     )
     return updated, info
 
@@ -313,13 +409,63 @@ def federated_rounds(
     """Runs ``n_rounds`` rounds with ``lax.scan``; returns (centroids after each round (n_rounds, C, L),
     :class:`RoundInfo` stacked over rounds). ``observe`` as in :func:`federated_round`."""
     _check_settings(s)
+    if isinstance(n_devices, bool) or not isinstance(n_devices, int) or n_devices < 1:
+        raise ValueError(f"n_devices must be an integer >= 1 (K EDs), got {n_devices!r}")
+    init_centroids = jnp.asarray(init_centroids)
+    _check_finite("init_centroids", init_centroids)
 
-    def body(c, k):
-        c, info = federated_round(k, c, data, n_devices, s, observe)
-        return c, (c, info)
+    def body(carry, k):
+        c, vmax = carry
+        c, info = federated_round(k, c, data, n_devices, s, observe, carried_vmax=vmax)
+        return (c, info.next_vmax), (c, info)
 
-    _, (history, info) = lax.scan(body, jnp.asarray(init_centroids), jax.random.split(key, n_rounds))
+    carry = (init_centroids, jnp.asarray(s.vmax, init_centroids.dtype))
+    _, (history, info) = lax.scan(body, carry, jax.random.split(key, n_rounds))
     return history, info
+
+
+def initial_centroids(key, points, n_clusters: int, method: str = "uniform", low=None, high=None) -> jax.Array:
+    """C initial centroids (C, L) for the points (N, L).
+
+    - ``"uniform"``: independent uniform draws in the box [low, high] (scalars or (L,)), which a
+      server knows without seeing any data (the mall's floor plan); a centroid may start where
+      no point is, which is what re-initialisation is for;
+    - ``"forgy"``: C distinct points drawn uniformly (needs the data);
+    - ``"kmeans++"``: the first centroid a uniform point, each next one a point drawn with
+      probability ∝ its squared distance to the nearest centroid so far (Arthur & Vassilvitskii;
+      needs all the data at one place: a centralized reference).
+
+    ``method`` and C are static; ``low`` and ``high`` may be traced.
+    """
+    if method not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {method!r}")
+    points = jnp.asarray(points)
+    n_points, dim = points.shape
+    if isinstance(n_clusters, bool) or not isinstance(n_clusters, int) or not 1 <= n_clusters <= n_points:
+        raise ValueError(f"n_clusters must be an integer in [1, N = {n_points}], got {n_clusters!r}")
+    if method == "uniform":
+        if low is None or high is None:
+            raise ValueError("init='uniform' needs the bounding box: low and high")
+        return jax.random.uniform(key, (n_clusters, dim), points.dtype, jnp.asarray(low), jnp.asarray(high))
+    if method == "forgy":
+        return points[lax.top_k(jax.random.uniform(key, (n_points,)), n_clusters)[1]]
+    return _kmeans_plus_plus(key, points, n_clusters)
+
+
+def _kmeans_plus_plus(key, points, n_clusters: int) -> jax.Array:
+    """D² sampling by inverting the cumulative squared distances with one uniform per centroid."""
+    coords = _coords(points)
+    keys = jax.random.split(key, n_clusters)
+    first = jax.random.randint(keys[0], (), 0, points.shape[0])
+    centroids = [points[first]]
+    nearest = jnp.sum((coords - centroids[0][:, None]) ** 2, axis=0)
+    for c in range(1, n_clusters):  # C is small and static: unrolled
+        cumulative = jnp.cumsum(nearest)
+        u = jax.random.uniform(keys[c], (), cumulative.dtype) * cumulative[-1]
+        chosen = jnp.minimum(jnp.searchsorted(cumulative, u, side="right"), points.shape[0] - 1)
+        centroids.append(points[chosen])
+        nearest = jnp.minimum(nearest, jnp.sum((coords - centroids[-1][:, None]) ** 2, axis=0))
+    return jnp.stack(centroids)
 
 
 def _check_shapes(points_dim: int, init_centroids, n_rounds: int) -> None:
@@ -351,7 +497,7 @@ def federated(
         n_rounds: number of rounds (static).
         aggregation: ``"ideal"``, ``"quantized"`` or ``"oac"``.
         **options: the other fields of :class:`Settings` (β, D, channel, snr_db, μ, v_max,
-            adaptive_vmax, reinit, s_min, σ_c). Note the default ``reinit=True``; pass
+            adaptive_vmax, vmax_rule, symbol_energy, reinit, s_min, σ_c). Note the default ``reinit=True``; pass
             ``reinit=False`` for plain federated Lloyd's k-means.
     """
     unknown = set(options) - set(Settings._fields)
@@ -385,6 +531,7 @@ def lloyd_rounds(points, init_centroids, n_rounds: int, mask=None, observe=None)
     if points.ndim != 2:
         raise ValueError(f"points must have shape (N, L), got {points.shape}")
     _check_shapes(points.shape[1], init_centroids, n_rounds)
+    _check_finite("points", points, mask)
     coords = _coords(points)
     weight = jnp.ones(points.shape[0], points.dtype) if mask is None else jnp.asarray(mask, points.dtype)
 
@@ -422,10 +569,18 @@ def partition_loss(part: Partition, weight: jax.Array) -> jax.Array:
 def loss(points, centroids, mask=None) -> jax.Array:
     """Loss (1) normalised by |D|: (1/|D|) Σ_c Σ_{d∈S_c} ‖d − μ_c‖², S_c the points nearest to
     centroid c and μ_c their mean (the within-cluster scatter of the partition the centroids
-    induce; SPEC B1). Computed as Σ_d ‖d − c_{a(d)}‖² − Σ_c ‖Σ_{d∈S_c}(d − c_c)‖²/|S_c|, which
-    involves only distances to the centroids (no large squared coordinates to cancel)."""
+    induce; docs/kmeans.md §B1). Computed as Σ_d ‖d − c_{a(d)}‖² − Σ_c ‖Σ_{d∈S_c}(d − c_c)‖²/|S_c|, which
+    involves only distances to the centroids (no large squared coordinates to cancel).
+
+    ValueError for concrete points that are empty (or all masked out) or not finite; traced ones
+    give NaN in those cases."""
     points = jnp.asarray(points)
+    if points.ndim != 2:
+        raise ValueError(f"points must have shape (N, L), got {points.shape}")
     weight = jnp.ones(points.shape[0], points.dtype) if mask is None else jnp.asarray(mask, points.dtype)
+    if points.shape[0] == 0 or (not isinstance(weight, jax.core.Tracer) and not np.any(np.asarray(weight))):
+        raise ValueError(f"points must hold at least one (unmasked) point, got shape {points.shape}")
+    _check_finite("points", points, mask)
     return partition_loss(partition(_coords(points), weight, jnp.asarray(centroids)), weight)
 
 
@@ -452,7 +607,23 @@ def oac_resources(dim: int, n_clusters: int, beta: int, digits: int) -> int:
     return oac.n_resources(dim * n_clusters, beta, digits)
 
 
-def digital_resources(dim: int, n_clusters: int, n_devices: int, bits: int, bits_per_resource: float = 2.0) -> float:
-    """Resources per round of an orthogonal digital scheme: L·C·K·N_bits / r_bits (SPEC B5), e.g.
-    with N_bits = ⌈D log2 β⌉ for the same resolution and QPSK (r_bits = 2)."""
-    return dim * n_clusters * n_devices * bits / bits_per_resource
+def digital_resources(
+    dim: int, n_clusters: int, n_devices: int, bits: int, bits_per_resource: float = 2.0, compression: float = 1.0
+) -> float:
+    """Resources per round of orthogonal digital aggregation: L·C·K·N_bits·r_compression / r_bits.
+
+    Every ED sends its L·C values separately, N_bits bits each, compressed to a fraction
+    r_compression of their size (1: uncompressed), at r_bits bits per complex resource (QPSK:
+    2); e.g. N_bits = ⌈D log2 β⌉ for the resolution of D balanced base-β digits. The paper
+    prints the product L C K r_bits r_compression N_bits; a spectral efficiency converts bits to
+    resources by division, which is the reading here. Grows linearly with K, where OAC's L·C·β·D
+    does not depend on K.
+    """
+    for name, value in (("dim", dim), ("n_clusters", n_clusters), ("n_devices", n_devices), ("bits", bits)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if not (np.isfinite(bits_per_resource) and bits_per_resource > 0):
+        raise ValueError(f"bits_per_resource must be finite and > 0, got {bits_per_resource}")
+    if not (np.isfinite(compression) and 0 < compression <= 1):
+        raise ValueError(f"compression must be in (0, 1] (compressed size / raw size), got {compression}")
+    return dim * n_clusters * n_devices * bits * compression / bits_per_resource

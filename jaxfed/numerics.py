@@ -1,5 +1,5 @@
 """Cancellation-free elementary functions shared by the likelihoods, the natural gradient and the
-quadrature (SPEC A4b: differences of large log terms must not be formed naively in float32).
+quadrature (docs/gfvl.md §A4b: differences of large log terms must not be formed naively in float32).
 
 Each function is elementwise, jit/vmap-compatible and accurate to a few ulps *of its result*
 (tests/test_numerics.py compares them with mpmath).

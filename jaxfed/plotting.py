@@ -7,10 +7,19 @@ import numpy as np
 
 from jaxfed.stats import band
 
-__all__ = ["band_plot", "exact_fraction_plot", "save"]
+__all__ = ["band_plot", "exact_fraction_plot", "interval_plot", "LINE_STYLES", "save"]
+
+# Distinct dash patterns and markers, so that curves lying on top of each other stay visible.
+LINE_STYLES = [
+    {"ls": ls, "marker": m}
+    for ls, m in zip(
+        ["-", "--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 2)), "--", ":", "-."],
+        ["o", "s", "^", "v", "D", "P", "X", "<", ">", "*"],
+    )
+]
 
 
-def band_plot(ax, x, values, labels, mass: float = 0.75, log_y: bool = False):
+def band_plot(ax, x, values, labels, mass: float = 0.75, log_y: bool = False, styles=None):
     """Draws median and central ``mass`` band of a metric over trials for each point.
 
     On a log axis, values that are exactly 0 (e.g. a KL once the posterior is exact) cannot be drawn:
@@ -25,6 +34,8 @@ def band_plot(ax, x, values, labels, mass: float = 0.75, log_y: bool = False):
         labels: legend label per point.
         mass: band mass (0.75: 12.5%–87.5% quantiles).
         log_y: logarithmic y axis.
+        styles: optional matplotlib line keyword arguments per point (e.g. :data:`LINE_STYLES`);
+            markers are drawn at about 8 positions along each line.
     """
     b = band(values, mass)
     x = np.asarray(x)
@@ -36,7 +47,11 @@ def band_plot(ax, x, values, labels, mass: float = 0.75, log_y: bool = False):
         if log_y:
             med, hi = np.where(med > 0, med, np.nan), np.where(hi > 0, hi, np.nan)
             lo = np.where(lo > 0, lo, bottom)
-        (line,) = ax.plot(x, med, label=label, lw=1.6)
+        style = dict(styles[i]) if styles is not None else {}
+        if "marker" in style:
+            style.setdefault("markevery", max(1, len(x) // 8))
+            style.setdefault("ms", 4)
+        (line,) = ax.plot(x, med, label=label, lw=1.6, **style)
         ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
         zero = np.flatnonzero(b.median[i] == 0)
         if log_y and zero.size and zero[0] > 0 and np.all(b.median[i][zero[0] :] == 0):
@@ -65,6 +80,19 @@ def exact_fraction_plot(ax, x, values, labels, tol: float = 0.0) -> None:
     what = "KL = 0" if tol == 0 else f"KL ≤ {tol:g}"
     ax.set_ylabel(f"fraction of trials\nexact ({what})", fontsize=8)
     ax.grid(True, alpha=0.25)
+
+
+def interval_plot(ax, labels, estimate, lower, upper, reference: float = 1.0, xlabel: str = "paired ratio"):
+    """Horizontal estimates with intervals, one row per label (top to bottom), and a vertical
+    line at ``reference`` (no effect)."""
+    y = np.arange(len(labels))[::-1]
+    est, lo, hi = (np.asarray(v, float) for v in (estimate, lower, upper))
+    ax.errorbar(est, y, xerr=[est - lo, hi - est], fmt="o", color="k", ms=4, capsize=3)
+    ax.axvline(reference, color="0.5", lw=1, ls="--")
+    ax.set_yticks(y)
+    ax.set_yticklabels(labels, fontsize=7)
+    ax.set_xlabel(xlabel)
+    ax.grid(True, axis="x", alpha=0.25)
 
 
 def save(fig, path: str) -> None:

@@ -45,9 +45,9 @@ def bernoulli_counts(key: jax.Array, n_agents: int, n_per_agent: int, theta) -> 
     return jnp.minimum(count, n_per_agent).astype(theta.dtype)
 
 
-# --------------------------------------------------------------------------- the mall (document 001)
+# --------------------------------------------------------------------------- the mall (docs/kmeans.md)
 class MallScenario(NamedTuple):
-    """Customers in a tiled mall (SPEC B1), as one list of points."""
+    """Customers in a tiled mall (docs/kmeans.md §B1), as one list of points."""
 
     points: jax.Array  # (N, 2) positions in metres, inside [0, side]²
     owner: jax.Array  # (N,) int32 ED (tile) of each point: col + cols·row, row 0 at y = 0
@@ -64,7 +64,7 @@ def mall(
     rows: int = 10,
     cols: int = 10,
 ) -> MallScenario:
-    """Customers of a ``side`` × ``side`` mall tiled ``rows`` × ``cols``, one ED per tile (SPEC B1).
+    """Customers of a ``side`` × ``side`` mall tiled ``rows`` × ``cols``, one ED per tile (docs/kmeans.md §B1).
 
     Customers come from an equal-weight Gaussian mixture: ``n_components`` centres uniform in the
     mall, isotropic standard deviation ``spread``; **[choice]** each coordinate is truncated to the
@@ -83,11 +83,31 @@ def mall(
     return MallScenario(points=points, owner=tile_of(points, side, rows, cols), labels=labels, centres=centres)
 
 
-def tile_of(points: jax.Array, side, rows: int, cols: int) -> jax.Array:
-    """ED index col + cols·row of the tile holding each point of a ``side`` × ``side`` mall."""
-    col = jnp.clip(jnp.floor(points[:, 0] / (side / cols)), 0, cols - 1)
-    row = jnp.clip(jnp.floor(points[:, 1] / (side / rows)), 0, rows - 1)
-    return (col + cols * row).astype(jnp.int32)
+def tile_of(points: jax.Array, side, rows: int, cols: int, clip: bool = False) -> jax.Array:
+    """ED index col + cols·row of the tile holding each point of a ``side`` × ``side`` mall.
+
+    The mall is the closed square [0, side]²; a point on its far edge belongs to the last tile.
+    A point outside it is an error (ValueError for concrete points) unless ``clip`` assigns it to
+    the nearest edge tile; a NaN point is always an error. Under jit, where nothing can raise,
+    such a point gets the owner −1, which :func:`jaxfed.kmeans.flat_data` turns into NaN
+    coordinates (so the metrics show it instead of dropping it).
+    """
+    points = jnp.asarray(points)
+    if points.ndim != 2 or points.shape[1] != 2:
+        raise ValueError(f"points must have shape (N, 2), got {points.shape}")
+    x, y = points[:, 0], points[:, 1]
+    inside = (x >= 0) & (x <= side) & (y >= 0) & (y <= side)  # False for NaN
+    if not isinstance(points, jax.core.Tracer) and not isinstance(side, jax.core.Tracer):
+        values = np.asarray(points)
+        bad = ~np.isfinite(values).all(axis=1) | (~np.asarray(inside) & (not clip))
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            hint = "" if clip or not np.isfinite(values[row]).all() else "; pass clip=True to assign it to the nearest edge tile"
+            raise ValueError(f"points must be finite and lie in the mall [0, {side}]^2, got {values[row].tolist()} at index {row}{hint}")
+    col = jnp.clip(jnp.floor(x / (side / cols)), 0, cols - 1)
+    row = jnp.clip(jnp.floor(y / (side / rows)), 0, rows - 1)
+    valid = jnp.isfinite(x) & jnp.isfinite(y) & (inside | clip)
+    return jnp.where(valid, col + cols * row, -1).astype(jnp.int32)
 
 
 def iid_owner(key: jax.Array, n_points: int, n_devices: int) -> jax.Array:

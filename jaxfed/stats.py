@@ -466,6 +466,13 @@ def paired_verdict(
     For ``"log_ratio"`` the margin is on the log scale (a 5% ratio margin is log(1.05)) and the
     reported estimate and interval are ratios. Pairs with a non-finite value are dropped and
     counted in ``n_dropped``; with no pair left the verdict is inconclusive.
+
+    >>> rng = np.random.default_rng(0)
+    >>> before = rng.exponential(1.0, 400)
+    >>> after = before * 1.2 * np.exp(rng.normal(0, 0.1, 400))
+    >>> v = paired_verdict(after, before, "after > before", transform="log_ratio")
+    >>> v.verdict, v.interval_text("{:.2f}")
+    ('reproduced', '1.20 [1.18, 1.21]')
     """
     _check_choice("expect", expect, _CLAIMS)
     _check_choice("transform", transform, _TRANSFORMS)

@@ -15,6 +15,7 @@ def _run(exp, overrides, n_trials):
     return cfg, config_json, results
 
 
+@pytest.mark.slow  # a full-size experiment (~20 s)
 def test_nonconjugate_unlearning_reaches_the_asymptote_before_retraining():
     """64 trials (150 learning slots, 150 recorded): per trial, unlearning comes within 1.5× of the
     retrain-from-scratch asymptote in fewer slots than retraining (paired), and the report says so."""

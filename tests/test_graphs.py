@@ -5,7 +5,7 @@ from jaxfed import graphs
 
 
 def reference_mh(a: np.ndarray) -> np.ndarray:
-    """SPEC A2 written out independently: P_kj = min(1/deg k, 1/deg j) on edges, P_kk = 1 − Σ."""
+    """docs/gfvl.md §A2 written out independently: P_kj = min(1/deg k, 1/deg j) on edges, P_kk = 1 − Σ."""
     a = np.asarray(a)
     k = a.shape[0]
     deg = a.sum(1)

@@ -1,4 +1,4 @@
-"""The notebooks execute top to bottom (nbclient), so they cannot rot."""
+"""The notebooks execute top to bottom (nbclient), so they cannot rot (slow: CI runs them with -m slow)."""
 
 import pathlib
 
@@ -9,6 +9,7 @@ from nbclient import NotebookClient
 NOTEBOOKS = sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
 
+@pytest.mark.slow  # each notebook runs its experiments in a fresh kernel (~40 s each)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_executes(path, tmp_path):
     nb = nbformat.read(path, as_version=4)

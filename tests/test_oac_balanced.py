@@ -1,4 +1,4 @@
-"""Balanced-number codec (SPEC B3) against an independent NumPy implementation of the SPEC."""
+"""Balanced-number codec (docs/kmeans.md §B3) against an independent NumPy implementation of its definition."""
 
 import itertools
 
@@ -17,9 +17,9 @@ encode = jax.jit(balanced.encode, static_argnums=(1, 2))
 decode = jax.jit(balanced.decode, static_argnums=(1,))
 
 
-# --------------------------------------------------------------------------- reference (SPEC B3)
+# --------------------------------------------------------------------------- reference (docs/kmeans.md §B3)
 def ref_scaled(v, beta, digits, vmax):
-    """ξ v′/v_max + ξ + 1/2 in float64, v′ = clamp(v, ±v_max), written as the SPEC states it."""
+    """ξ v′/v_max + ξ + 1/2 in float64, v′ = clamp(v, ±v_max), written as docs/kmeans.md §B3 states it."""
     xi = (beta**digits - 1) // 2
     clamped = np.maximum(-vmax, np.minimum(np.asarray(v, np.float64), vmax))
     return xi * clamped / vmax + xi + 0.5

@@ -1,4 +1,4 @@
-"""Over-the-air channel (SPEC B4): resource mapping, modes, energy detector and estimator statistics.
+"""Over-the-air channel (docs/kmeans.md §B4): resource mapping, modes, energy detector and estimator statistics.
 
 Monte Carlo tolerances come from the exact moments of the model, never from trying seeds: with
 θ_l = E_s K_l + σ², |y_l|² = θ_l X_l with X_l ~ Exp(1) independent across resources.
@@ -25,7 +25,7 @@ ota = jax.jit(channel.over_the_air_sum, static_argnames=("beta", "digits", "mode
 
 
 def quantised_sum(values, beta, digits, vmax, active=None):
-    """Σ_k of the SPEC B3 quantised values, in float64 (independent of the library)."""
+    """Σ_k of the docs/kmeans.md §B3 quantised values, in float64 (independent of the library)."""
     xi = (beta**digits - 1) // 2
     clamped = np.clip(np.asarray(values, np.float64), -vmax, vmax)
     level = np.floor(xi * clamped / vmax + 0.5)  # n − ξ
@@ -35,7 +35,7 @@ def quantised_sum(values, beta, digits, vmax, active=None):
 
 
 def counts_reference(values, beta, digits, vmax, active=None):
-    """K_{q,d,j} by explicit loops over devices, values and digits (SPEC B3/B4)."""
+    """K_{q,d,j} by explicit loops over devices, values and digits (docs/kmeans.md §B3/B4)."""
     numerals = np.asarray(balanced.encode(jnp.asarray(values, jnp.float32), beta, digits, vmax))
     n_dev, n_val = numerals.shape[:2]
     counts = np.zeros(channel.n_resources(n_val, beta, digits), np.int64)
@@ -331,3 +331,69 @@ def test_onehot_and_scatter_superposition_agree():
     np.testing.assert_allclose(onehot, scatter, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="superpose"):
         channel.explicit_energy(*args, superpose="fft")
+
+
+# --------------------------------------------------------------------------- no silent garbage
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"vmax": 0.0}, "vmax must be finite and > 0"),
+        ({"vmax": -1.0}, "vmax must be finite and > 0"),
+        ({"vmax": np.inf}, "vmax must be finite and > 0"),
+        ({"vmax": np.nan}, "vmax must be finite and > 0"),
+        ({"vmax": jnp.array([1.0, 0.0, 1.0])}, "vmax must be finite and > 0"),
+        ({"symbol_energy": 0.0}, "symbol_energy must be finite and > 0"),
+        ({"values": jnp.zeros((4, 3)).at[1, 2].set(jnp.nan)}, r"values must be finite, got nan at \(ED, value\) = \(1, 2\)"),
+        ({"values": jnp.zeros((4, 3)).at[0, 0].set(jnp.inf)}, "values must be finite"),
+        ({"values": jnp.zeros((0, 3))}, "at least one ED"),
+    ],
+)
+def test_bad_concrete_inputs_raise(kwargs, match):
+    args = dict(key=jax.random.key(0), values=jnp.zeros((4, 3)), beta=3, digits=2, vmax=1.0, snr_db=10.0)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        channel.over_the_air_sum(**args)
+
+
+def test_bad_traced_inputs_give_nan_not_numbers(mode="aggregate"):
+    """Under jit nothing can raise: a bad v_max, E_s or SNR makes every estimate NaN, a NaN or
+    infinite value of an active ED makes its own estimate NaN (and nothing else)."""
+    values = jnp.asarray(fixed_values(N_DEV, N_VAL, 5))
+
+    @jax.jit
+    def run(values, vmax, snr_db, symbol_energy):
+        return channel.over_the_air_sum(
+            jax.random.key(0), values, BETA, DIGITS, vmax, snr_db, mode, symbol_energy=symbol_energy
+        ).estimate
+
+    good = np.asarray(run(values, 2.0, 20.0, 3.0))
+    assert np.isfinite(good).all()
+    for vmax, snr_db, e_s in [(0.0, 20.0, 3.0), (-1.0, 20.0, 3.0), (np.inf, 20.0, 3.0), (np.nan, 20.0, 3.0),
+                              (2.0, np.nan, 3.0), (2.0, -np.inf, 3.0), (2.0, -300.0, 3.0), (2.0, 20.0, 0.0)]:
+        assert np.isnan(run(values, vmax, snr_db, e_s)).all(), (vmax, snr_db, e_s)
+    assert np.isfinite(run(values, 2.0, np.inf, 3.0)).all()  # +inf dB: no noise, allowed
+    for bad in (np.nan, np.inf, -np.inf):
+        out = np.asarray(run(values.at[2, 1].set(bad), 2.0, 20.0, 3.0))
+        assert np.isnan(out[1]) and np.isfinite(out[[0, 2]]).all(), (bad, out)
+    # An inactive ED's values are not sent: its NaN poisons nothing.
+    inactive = jax.jit(lambda v: channel.over_the_air_sum(
+        jax.random.key(0), v, BETA, DIGITS, 2.0, 20.0, mode, active=jnp.arange(N_DEV) != 2).estimate)
+    assert np.isfinite(inactive(values.at[2, 1].set(np.nan))).all()
+
+
+def test_estimate_variance_is_the_formula():
+    """estimate_variance against the formula written out with the reference counts (the same
+    expression the Monte Carlo test above checks the estimator's sample variance against)."""
+    vmax = 2.0
+    values = fixed_values(N_DEV, N_VAL, 4) * vmax
+    xi = (BETA**DIGITS - 1) // 2
+    counts = counts_reference(values, BETA, DIGITS, vmax)
+    s = np.arange(BETA) - (BETA - 1) // 2
+    c = vmax / xi * (BETA ** np.arange(DIGITS))[:, None] * s
+    for sigma2, e_s in [(0.1, 3.0), (1e-3, np.sqrt(3.0)), (0.0, 3.0)]:
+        expected = np.sum((c * (counts.reshape(N_VAL, DIGITS, BETA) + sigma2 / e_s)) ** 2, axis=(1, 2))
+        got = channel.estimate_variance(jnp.asarray(counts), BETA, DIGITS, vmax, sigma2, e_s)
+        np.testing.assert_allclose(got, expected, rtol=1e-5)
+    # The noise-free limit keeps the fading's self-noise: > 0 whenever a nonzero numeral is sent.
+    floor = np.asarray(channel.estimate_variance(jnp.asarray(counts), BETA, DIGITS, vmax, 0.0, 3.0))
+    assert np.all(floor > 0)

@@ -3,10 +3,18 @@ points) and a plot; :mod:`jaxfed.experiments.base` runs them and writes the resu
 
 from __future__ import annotations
 
-from jaxfed.experiments import gfvl_local_iters, gfvl_topologies, gfvl_unlearning, kmeans_mall
+from jaxfed.experiments import (
+    gfvl_local_iters,
+    gfvl_topologies,
+    gfvl_unlearning,
+    kmeans_ablation,
+    kmeans_mall,
+    kmeans_studies,
+)
 from jaxfed.experiments.base import Experiment, Sweep, load_results, make_config, run_experiment
+from jaxfed.experiments.catalog import describe, find
 
-__all__ = ["REGISTRY", "get", "Experiment", "Sweep", "make_config", "run_experiment", "load_results"]
+__all__ = ["REGISTRY", "get", "describe", "Experiment", "Sweep", "make_config", "run_experiment", "load_results"]
 
 REGISTRY: dict[str, Experiment] = {
     exp.name: exp
@@ -19,13 +27,14 @@ REGISTRY: dict[str, Experiment] = {
         gfvl_unlearning.EXPERIMENT_CONJUGATE,
         kmeans_mall.CONVERGENCE,
         kmeans_mall.SNR,
-        kmeans_mall.ABLATION,
+        kmeans_ablation.EXPERIMENT,
+        kmeans_studies.DEVICES,
+        kmeans_studies.DIGITS1,
     )
 }
 
 
 def get(name: str) -> Experiment:
-    """The experiment called ``name``; ValueError listing the known names otherwise."""
-    if name not in REGISTRY:
-        raise ValueError(f"unknown experiment {name!r}; choose one of: {', '.join(sorted(REGISTRY))}")
-    return REGISTRY[name]
+    """The experiment called ``name``: built-in, a user's ``path/to/file.py:ATTRIBUTE`` or an installed
+    plugin (see :mod:`jaxfed.experiments.catalog`); ValueError listing the known names otherwise."""
+    return find(name, REGISTRY)

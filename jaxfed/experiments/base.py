@@ -62,6 +62,7 @@ class Experiment:
     report: Callable[[Any, list, dict], str]  # (config, labels, results) -> markdown: numbers + reading
     default_trials: int = 1000  # used by `jaxfed run` without --trials and by `jaxfed reproduce`
     common_random_numbers: bool = False  # all points of a trial share its key (same data and draws)
+    source: str = ""  # "path/to/file.py:ATTRIBUTE" of a user experiment (set when loaded from a file)
 
 
 # --------------------------------------------------------------------------- configs
@@ -258,6 +259,8 @@ def run_experiment(
     )
     nonfinite = info.pop("nonfinite_trials")
     config_json = dict(identity)
+    if exp.source:
+        config_json["source"] = exp.source  # so that `jaxfed plot` finds a user experiment again
     config_json.update(
         n_trials=n_trials,
         keep=keep,

@@ -1,4 +1,4 @@
-"""Non-coherent over-the-air computation (SPEC B3–B4): balanced-number codec and channel.
+"""Non-coherent over-the-air computation (docs/kmeans.md §B3–B4): balanced-number codec and channel.
 
 - :mod:`jaxfed.oac.balanced`: ``encode`` / ``decode`` of balanced base-β numerals;
 - :mod:`jaxfed.oac.channel`: resource mapping, transmitter, Rayleigh superposition

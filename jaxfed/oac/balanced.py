@@ -1,4 +1,4 @@
-"""Balanced-number codec of the over-the-air k-means (SPEC B3).
+"""Balanced-number codec of the over-the-air k-means (docs/kmeans.md §B3).
 
 A real value v is quantised to one of β^D levels and written as D numerals of a balanced number
 system of odd base β, least significant first. With ξ = (β^D − 1)/2:
@@ -103,11 +103,11 @@ def max_level(beta: int, digits: int) -> int:
 
 
 def encode(v, beta: int, digits: int, vmax) -> jax.Array:
-    """Balanced base-β numerals of the quantised ``v`` (SPEC B3), least significant digit first.
+    """Balanced base-β numerals of the quantised ``v`` (docs/kmeans.md §B3), least significant digit first.
 
     η_d = b_d − (β−1)/2 with ⌊ξ v′/v_max + ξ + 1/2⌋ = Σ_d b_d β^d and v′ = clamp(v, ±v_max).
 
-    Computed as n = ξ + ⌊(ξ v′)/v_max + 1/2⌋, which equals the SPEC's floor since ξ is an
+    Computed as n = ξ + ⌊(ξ v′)/v_max + 1/2⌋, which equals the floor of docs/kmeans.md §B3 since ξ is an
     integer, and keeps the fractional part of the scaled value at full precision (adding ξ
     first would round it away for large ξ). See the module docstring for the precision limits.
 
@@ -155,7 +155,7 @@ def encode(v, beta: int, digits: int, vmax) -> jax.Array:
 
 
 def decode(numerals, beta: int, vmax) -> jax.Array:
-    """Quantised value of balanced numerals (SPEC B3): v̂ = (v_max/ξ) Σ_d η_d β^d.
+    """Quantised value of balanced numerals (docs/kmeans.md §B3): v̂ = (v_max/ξ) Σ_d η_d β^d.
 
     Linear in the numerals, so it also decodes sums of numerals (to the sum of the decoded
     values) and real-valued numeral estimates such as the energy detector's σ̂_{q,d}.

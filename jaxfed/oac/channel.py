@@ -1,4 +1,4 @@
-"""Non-coherent over-the-air computation of a sum (SPEC B4): resources, channel, energy detector.
+"""Non-coherent over-the-air computation of a sum (docs/kmeans.md §B4): resources, channel, energy detector.
 
 K edge devices (EDs) each hold Q real values; the edge server (ES) wants Σ_k values[k, q].
 Each ED encodes value q into D balanced numerals (:mod:`jaxfed.oac.balanced`) and, for digit d,
@@ -12,7 +12,7 @@ The ES detects energies and decodes linearly:
 
     K̂_l = (|y_l|² − σ²)/E_s,   σ̂_{q,d} = Σ_j s_j K̂_{q,d,j},   v̂_q = (v_max/ξ) Σ_d β^d σ̂_{q,d}.
 
-**[choice] symbol energy** (SPEC B4): amplitude √E_s with E_s = β by default, i.e. energy β on
+**[choice] symbol energy** (docs/kmeans.md §B4): amplitude √E_s with E_s = β by default, i.e. energy β on
 the active resource and unit average energy per resource. The document names E_s = √β; pass
 ``symbol_energy`` to use another value (the transmitter and the detector use the same one).
 
@@ -57,6 +57,7 @@ __all__ = [
     "aggregate_energy",
     "detect",
     "estimate_sum",
+    "estimate_variance",
     "over_the_air_sum",
 ]
 
@@ -82,7 +83,7 @@ def n_resources(n_values: int, beta: int, digits: int) -> int:
 
 
 def resource_index(q, d, j, beta: int, digits: int):
-    """Resource l = β D q + β d + j of value q, digit d and numeral s_j = j − (β−1)/2 (SPEC B4).
+    """Resource l = β D q + β d + j of value q, digit d and numeral s_j = j − (β−1)/2 (docs/kmeans.md §B4).
 
     It is the row-major flattening of a (Q, D, β) grid, which is how the functions here lay
     resources out. Works on ints and integer arrays alike.
@@ -296,6 +297,45 @@ def estimate_sum(counts_hat: jax.Array, beta: int, digits: int, vmax) -> jax.Arr
     return decode(sigma_hat, beta, vmax)
 
 
+def estimate_variance(counts, beta: int, digits: int, vmax, noise_var, symbol_energy) -> jax.Array:
+    """Variance of the estimate v̂_q given the counts K_l, under the Rayleigh model:
+
+        Var(v̂_q) = (v_max/ξ)² Σ_d β^{2d} Σ_j s_j² (K_{q,d,j} + σ²/E_s)².
+
+    The K_{q,d,j}² part is the fading's self-noise: it does not shrink with the SNR, so the
+    estimate keeps a variance of at least (v_max/ξ)² Σ_d β^{2d} Σ_j s_j² K_{q,d,j}² at any SNR.
+
+    Args:
+        counts: (..., L) counts K_l in the order l = βDq + βd + j.
+        beta, digits: β and D (static).
+        vmax: v_max, scalar or (Q,).
+        noise_var: σ² (0 for the noise-free limit).
+        symbol_energy: E_s.
+
+    Returns:
+        (..., Q) variances.
+    """
+    beta, digits = check_base(beta, digits)
+    counts = jnp.asarray(counts)
+    dtype = jnp.result_type(counts, vmax, noise_var, symbol_energy, jnp.float32)
+    grid = counts.astype(dtype).reshape(counts.shape[:-1] + (-1, digits, beta))
+    per_count = jnp.square(grid + jnp.asarray(noise_var, dtype) / jnp.asarray(symbol_energy, dtype))
+    per_digit = jnp.sum(per_count * jnp.square(_numeral_values(beta, dtype)), axis=-1)  # (..., Q, D)
+    xi = (beta**digits - 1) // 2
+    powers = jnp.asarray(float(beta) ** (2 * np.arange(digits)), dtype)
+    return jnp.square(jnp.asarray(vmax, dtype) / xi) * jnp.sum(per_digit * powers, axis=-1)
+
+
+def _is_concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _in_snr_range(snr_db):
+    """True for an SNR within :data:`SNR_DB_RANGE` or +inf (False for NaN)."""
+    low, high = SNR_DB_RANGE
+    return ((snr_db >= low) & (snr_db <= high)) | (snr_db == jnp.inf)
+
+
 def _check_snr_db(snr_db) -> None:
     if jnp.ndim(snr_db) != 0:
         raise ValueError(f"snr_db must be a scalar in dB (vmap over a grid of SNRs), got shape {jnp.shape(snr_db)}")
@@ -324,8 +364,8 @@ def over_the_air_sum(
 ) -> OverTheAirSum:
     """One over-the-air round: K EDs send Q values each; the ES estimates the Q sums.
 
-    Encodes (SPEC B3), transmits on L = QβD resources, superposes through the channel of
-    ``mode`` (SPEC B4) and applies the energy detector and linear decoder:
+    Encodes (docs/kmeans.md §B3), transmits on L = QβD resources, superposes through the channel of
+    ``mode`` (docs/kmeans.md §B4) and applies the energy detector and linear decoder:
     v̂_q = (v_max/ξ) Σ_d β^d Σ_j s_j (|y_{q,d,j}|² − σ²)/E_s. In the ``explicit`` and
     ``aggregate`` modes v̂ is unbiased for the sum of the quantised values, with variance
     (v_max/ξ)² Σ_d β^{2d} Σ_j s_j² (K_{q,d,j} + σ²/E_s)².
@@ -340,14 +380,20 @@ def over_the_air_sum(
         snr_db: SNR = 1/σ² of one ED at the ES, **in dB** (traced scalar; +inf: no noise).
         mode: ``"explicit"``, ``"aggregate"`` or ``"ideal"`` (static; see the module docstring).
         active: optional (K,) bool mask; inactive EDs transmit nothing (traced).
-        symbol_energy: E_s, energy on an active resource (traced); default β (SPEC B4 [choice]).
+        symbol_energy: E_s, energy on an active resource (traced); default β (docs/kmeans.md §B4 [choice]).
 
     Returns:
         :class:`OverTheAirSum` with ``estimate`` (Q,) and ``energy`` (L,).
 
+    Invalid inputs never give a plausible number: concrete ones raise; traced ones (under jit)
+    make the affected estimates NaN: all of them for a v_max or E_s that is not finite and > 0
+    or an SNR outside :data:`SNR_DB_RANGE` (+inf allowed), estimate q for a NaN or infinite
+    value q of an active ED.
+
     Raises:
-        ValueError: for an invalid β, D, mode, values or v_max shape, or a concrete ``snr_db``
-            that is not a scalar within :data:`SNR_DB_RANGE` (nor +inf).
+        ValueError: for an invalid β, D, mode, values or v_max shape, no ED or no value (K or
+            Q = 0), concrete non-finite values, a concrete v_max or E_s that is not finite and
+            > 0, or a concrete ``snr_db`` that is not a scalar within :data:`SNR_DB_RANGE` (nor +inf).
     """
     beta, digits = check_base(beta, digits)
     if mode not in MODES:
@@ -359,8 +405,18 @@ def over_the_air_sum(
     n_devices, n_values = values.shape
     if jnp.shape(vmax) not in ((), (1,), (n_values,)):
         raise ValueError(f"vmax must be a scalar or have shape (Q,) = ({n_values},), got shape {jnp.shape(vmax)}")
+    if n_devices < 1 or n_values < 1:
+        raise ValueError(f"values must hold at least one ED and one value (K, Q >= 1), got shape {values.shape}")
     if active is not None and jnp.shape(active) != (n_devices,):
         raise ValueError(f"active must have shape (K,) = ({n_devices},), got {jnp.shape(active)}")
+    _check_positive_finite("vmax", vmax)
+    if symbol_energy is not None:
+        _check_positive_finite("symbol_energy", symbol_energy)
+    if _is_concrete(values) and not np.all(np.isfinite(np.asarray(values))):
+        bad = np.argwhere(~np.isfinite(np.asarray(values)))[0]
+        raise ValueError(
+            f"values must be finite, got {np.asarray(values)[tuple(bad)]} at (ED, value) = {tuple(int(i) for i in bad)}"
+        )
 
     dtype = jnp.result_type(values, vmax, jnp.float32)
     numerals = encode(values, beta, digits, vmax)
@@ -378,4 +434,27 @@ def over_the_air_sum(
         else:
             energy = e_s * counts.astype(dtype)
     estimate = estimate_sum(detect(energy, noise_var, e_s), beta, digits, vmax)
-    return OverTheAirSum(estimate, energy)
+    return OverTheAirSum(_poison(estimate, values, vmax, snr_db, e_s, active, mode), energy)
+
+
+def _check_positive_finite(name: str, value) -> None:
+    """ValueError for a concrete ``value`` with an entry that is not finite and > 0."""
+    if _is_concrete(value):
+        array = np.asarray(value, np.float64)
+        if not np.all(np.isfinite(array) & (array > 0)):
+            raise ValueError(f"{name} must be finite and > 0, got {value}")
+
+
+def _poison(estimate, values, vmax, snr_db, symbol_energy, active, mode):
+    """NaN where an input that could not be checked under jit is invalid, so that it cannot pass
+    for a plausible sum: every estimate for a v_max or E_s that is not finite and > 0 or an SNR
+    outside :data:`SNR_DB_RANGE` (``ideal`` mode ignores the SNR), and estimate q where an active
+    ED's value q is NaN or infinite (the encoder would clamp or silently map it to a numeral)."""
+    dtype = estimate.dtype
+    ok = jnp.all(jnp.isfinite(vmax) & (vmax > 0)) & jnp.isfinite(symbol_energy) & (symbol_energy > 0)
+    if mode != "ideal":
+        ok = ok & _in_snr_range(jnp.asarray(snr_db, dtype))
+    zero_if_finite = values * 0  # NaN exactly where a value is NaN or ±inf
+    if active is not None:
+        zero_if_finite = jnp.where(jnp.asarray(active, bool)[:, None], zero_if_finite, 0)
+    return jnp.where(ok, estimate, jnp.nan) + jnp.sum(zero_if_finite, axis=0).astype(dtype)

@@ -1,0 +1,83 @@
+"""The k-means experiments' configs, points, reports and figures (on synthetic results: no
+simulation runs here; `-m slow` runs each at a tiny size end to end)."""
+
+import numpy as np
+import pytest
+
+from jaxfed import experiments, kmeans
+from jaxfed.experiments import base, kmeans_ablation, kmeans_mall, kmeans_studies
+
+KMEANS = ["kmeans-convergence", "kmeans-snr", "kmeans-ablation", "kmeans-devices", "kmeans-digits1"]
+
+
+def test_registered_and_server_side_start_by_default():
+    for name in KMEANS:
+        cfg = experiments.get(name).config_cls()
+        assert cfg.init == "uniform" and cfg.vmax_rule == "abs" and cfg.symbol_energy == "beta"
+
+
+@pytest.mark.parametrize(
+    "key, value, match",
+    [("init", "random", "init must be one of"), ("vmax_rule", "max", "vmax_rule must be one of"),
+     ("symbol_energy", "1", "symbol_energy must be one of"), ("vmax_fixed", "inf", "vmax_fixed must be (a )?finite"),
+     ("inits", "forgy,best", "inits from"), ("grid_sides", "0", "grid_sides must be")],
+)
+def test_bad_config_values_name_the_parameter(key, value, match):
+    exp = experiments.get("kmeans-devices" if key == "grid_sides" else "kmeans-ablation")
+    with pytest.raises(ValueError, match=match):
+        base.make_config(exp.config_cls, {key: value})
+
+
+def test_ablation_points_cover_each_init_and_reading():
+    cfg = kmeans_ablation.AblationConfig()
+    labels = kmeans_ablation._labels(cfg)
+    for init in kmeans.INITS:
+        variants = {lab["variant"] for lab in labels if lab.get("init") == init and lab["split"] == "tiles"}
+        assert set(kmeans_ablation.VARIANTS) | {"ideal federated", "centralized"} <= variants, init
+    readings = {lab.get("vmax_rule") for lab in labels} | {lab.get("symbol_energy") for lab in labels}
+    assert set(kmeans.VMAX_RULES[1:]) | {"sqrt-beta"} <= readings
+    assert {lab["variant"] for lab in labels if lab["split"] == "iid"} == set(kmeans_ablation.VARIANTS)
+    assert [lab["symbol_energy"] for lab in labels if "symbol_energy" in lab] == ["sqrt-beta"]
+
+
+def test_resources_independent_of_k_for_oac_only():
+    cfg = kmeans_studies.DevicesConfig()
+    oac_res, digital = zip(*(kmeans_studies.resources(cfg, n * n) for n in cfg.grid_sides))
+    assert set(oac_res) == {2 * 10 * 3 * 4}
+    assert digital == tuple(2 * 10 * n * n * 7 / 2 for n in cfg.grid_sides)
+
+
+def synthetic(sweep, n_rounds, n_trials=40, seed=0):
+    """Results shaped as the engine returns them, with positive losses."""
+    rng = np.random.default_rng(seed)
+    n = len(sweep.points)
+    out = {}
+    for name, axes in sweep.metric_axes.items():
+        shape = (n, n_trials) + ((n_rounds,) if axes else ())
+        out[name] = rng.uniform(40, 60, shape).astype(np.float32)
+    return out
+
+
+@pytest.mark.parametrize("name", KMEANS)
+def test_report_ends_with_verdicts_and_figure_draws(name, tmp_path, monkeypatch):
+    # The mall picture runs a simulation of its own; a stub keeps this test to drawing and reporting.
+    monkeypatch.setattr(kmeans_mall, "_scenario_panel", lambda ax, cfg: None)
+    exp = experiments.get(name)
+    cfg = base.make_config(exp.config_cls, {"n_rounds": "3"})
+    sweep = exp.build(cfg)
+    results = synthetic(sweep, cfg.n_rounds)
+    report = exp.report(cfg, sweep.labels, results)
+    assert "**Verdicts**" in report
+    assert any(v in report for v in ("**reproduced**", "**not reproduced**", "**inconclusive**"))
+    exp.plot(cfg, sweep.labels, results, str(tmp_path / "figure.png"))
+    assert (tmp_path / "figure.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", KMEANS)
+def test_tiny_run_end_to_end(name, tmp_path):
+    exp = experiments.get(name)
+    cfg = base.make_config(exp.config_cls, {"n_rounds": "3", "n_points": "300"})
+    cj, results = base.run_experiment(exp, cfg, n_trials=4, out_dir=str(tmp_path), quiet=True)
+    assert all(np.isfinite(np.asarray(v)).all() for v in results.values())
+    assert "**Verdicts**" in exp.report(cfg, cj["points"], results)
