@@ -91,7 +91,7 @@ MAX_TRIALS = 2**32
 _MEMORY_FRACTION = 0.25  # default budget: this fraction of the device's (or host's) memory
 _BUDGET_FOR_CHUNKS = 0.75  # share of the budget a chunk's buffers may take
 _HOST_FRACTION = 0.75  # share of the host's memory that raw results or summary states may take
-_SUMMARY_BYTES_PER_BIN = 20  # int32 state + int64 bincount + int32 cast + int32 serialised copy
+_SUMMARY_BYTES_PER_BIN = 20  # int32: state, a chunk's counts, the folded state, the one being written and its bytes
 
 
 # --------------------------------------------------------------------------- progress
@@ -590,6 +590,7 @@ def run(
             else:
                 first, states, tails, counts = _resume_point(done, n_trials, len(rows), specs)
                 first = int(_broadcast_from_0(np.asarray([first], np.int64))[0])
+                counts = _broadcast_from_0(counts)  # only process 0 reads the store
                 bar.update(int(counts.sum()))
 
                 def whole(stop):  # trials before ``stop`` in whole sum blocks
@@ -599,6 +600,7 @@ def run(
                     start, stop = chunk
                     out = _to_host(device_out)
                     n_blocks = (whole(stop) - start) // stats.SUMMARY_BLOCK
+                    counts[active] = stop  # on every process: the next chunk's start
                     if is_main:  # new arrays, never changed in place: the writer thread may still read the last ones
                         for name, part in out.items():
                             tail = part["tail"][:, : stop - whole(stop)]
@@ -608,7 +610,6 @@ def run(
                                 sub = stats.fold(stats.SummaryState(*(f[active] for f in states[name])), part, n_blocks)
                                 states[name] = stats.SummaryState(*(_with_rows(f, active, v) for f, v in zip(states[name], sub)))
                                 tails[name] = _with_rows(_widened(tails[name], tail.shape[1]), active, tail)
-                        counts[active] = stop
                         snapshot = {name: dict(states[name]._asdict(), tail=tails[name]) for name in specs}
                         writer.submit(store.save_summary, spec, counts.tolist(), size, snapshot)
                     bar.update((len(rows) if isinstance(active, slice) else active.size) * (stop - start))

@@ -2,8 +2,8 @@
 
 Raw metrics are arrays (point, trial, …); :func:`band` takes their quantiles directly.
 
-For sweeps too large to keep, the engine streams each chunk into a :class:`SummaryAccumulator`
-and returns a :class:`Summary` per metric: count, NaN count, mean and standard error, and a
+For sweeps too large to keep, the engine summarises each chunk on the device and returns a
+:class:`Summary` per metric: count, NaN count, mean and standard error, and a
 histogram on a fixed signed log-spaced grid from which quantiles are read. The sketch and its
 error:
 
@@ -158,7 +158,10 @@ def _bin_value(index: np.ndarray, fraction: np.ndarray) -> np.ndarray:
 
 
 class SummaryAccumulator:
-    """Accumulates chunks of trials of one metric into a :class:`Summary` (host, NumPy).
+    """Accumulates chunks of trials of one metric into a :class:`Summary` (host, NumPy): sums in
+    float64 trial by trial. The engine's summaries (:func:`chunk_summary` on the device, then
+    :func:`fold`) give the same counts and histograms and means within float64 rounding; this is
+    the straightforward reference they are tested against, and a host-side summary for callers.
 
     Cells are (point, *time); :meth:`add` takes a chunk (point, trial, *time) of the *next*
     trials in order. Besides the :class:`Summary` fields it counts, per point, the trials with

