@@ -5,9 +5,9 @@ import os
 
 import numpy as np
 import pytest
+from test_engine import POINTS, trial
 
 from jaxfed import engine
-from test_engine import POINTS, trial
 
 
 def run(cache, **kwargs):

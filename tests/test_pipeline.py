@@ -3,9 +3,9 @@ background thread, and the results are those of the one-chunk run, through kills
 
 import numpy as np
 import pytest
+from test_engine import POINTS, trial
 
 from jaxfed import engine, store
-from test_engine import POINTS, trial
 
 
 def test_the_next_chunk_is_dispatched_before_the_previous_one_is_handled(monkeypatch):

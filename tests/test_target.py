@@ -7,9 +7,9 @@ import sys
 
 import numpy as np
 import pytest
+from test_engine import POINTS, trial
 
 from jaxfed import engine, store
-from test_engine import POINTS, trial
 
 MAX, CHUNK, TARGET = 1000, 64, 0.1
 
