@@ -8,7 +8,24 @@ function on 1, 2 and 4 forced CPU devices (each in a subprocess, since the devic
 JAX start-up); on a 2-core CPU more host devices share the same two cores, so this measures the
 sharding overhead rather than a speed-up.
 
+The engine-overhead comparisons (``--engine``, issue "Engine II"; each CLI run is a subprocess
+with its own compilation cache directory, so nothing is shared with earlier runs):
+
+- summary sweep: a ``jaxfed run gfvl-topologies --keep summary`` of ``--sweep-trials`` trials
+  (default 262,144) through the CLI, minus the fixed cost of a 64-trial run, against the bare
+  trial kernel (the engine's jitted chunk function, no host work) on the same trials: the ratio of
+  throughputs (target >= 0.8 on the 2-core CPU, >= 0.5 on a GPU);
+- raw without ``--out``: ``engine.run(keep="raw")`` of ``--raw-trials`` trials minus a 64-trial
+  run's fixed cost, against the kernel (target >= 0.9);
+- a ``--million``-trial ``--keep summary`` run: wall time and peak resident memory;
+- fixed cost: two ``--trials 64`` runs in a row with a fresh compilation cache (second <= 40% of
+  the first), and one with the cache off;
+- ``--target-se``: kmeans-snr run to a target standard error of the final loss, trials per SNR
+  point and the precision reached, against a fixed-count run of the largest per-point count
+  (the fixed count that reaches the same worst-point precision).
+
     python benchmarks/scaling.py [--max-trials 1000000] [--quick] [--out FILE]
+    python benchmarks/scaling.py --engine [--quick] [--out FILE]
 """
 
 from __future__ import annotations
@@ -36,6 +53,113 @@ def device_child(n_devices: int, trials: int, repeats: int) -> dict:
     return {"devices": n_devices, "trials": trials, "seconds": t, "compile_s": t_compile, "trial_slots_per_s": work / t}
 
 
+def cli_run(args: list, cache_dir: str) -> dict:
+    """Runs ``jaxfed`` in a subprocess; {"seconds", "maxrss_mib", "engine" (config.json's)}."""
+    code = (
+        "import json, resource, sys; from jaxfed.cli import main; rc = main(sys.argv[1:]); "
+        "print(json.dumps({'rc': rc, 'maxrss_kib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))"
+    )
+    env = dict(os.environ, JAXFED_COMPILATION_CACHE=cache_dir)
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code, *args, "--quiet"], capture_output=True, text=True, env=env)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"jaxfed {' '.join(args)} failed: {done.stderr.strip()[-500:]}")
+    child = json.loads(done.stdout.strip().splitlines()[-1])
+    out = args[args.index("--out") + 1]
+    with open(os.path.join(out, "config.json")) as f:
+        engine_info = json.load(f)["engine"]
+    return {"seconds": seconds, "maxrss_mib": child["maxrss_kib"] / 1024, "engine": engine_info}
+
+
+def kernel_throughput(trials: int, repeats: int) -> float:
+    """Trials per second of the bare chunk function of gfvl-topologies (all points), compile excluded."""
+    from jaxfed import engine
+    from jaxfed.experiments import gfvl_topologies
+
+    sweep = gfvl_topologies.build(gfvl_topologies.Config())
+    fn, args = engine.chunk_function(sweep.trial, sweep.points, trials)
+    _, compiled = compile_time(fn, *args)
+    return trials / median_time(lambda: compiled(*args), repeats)
+
+
+def engine_comparisons(args, work: str) -> dict:
+    """The issue's engine-overhead comparisons (see the module docstring); ``work``: a scratch directory."""
+    from jaxfed import engine
+    from jaxfed.experiments import gfvl_topologies
+
+    def out(name):
+        return ["--out", os.path.join(work, name)]
+
+    def cache(name):
+        return os.path.join(work, f"cache-{name}")
+
+    kernel = kernel_throughput(args.kernel_trials, args.repeats)
+    rows: dict = {"kernel_trials_per_s": kernel, "kernel_chunk": args.kernel_trials}
+
+    # Summary sweep through the CLI, minus the fixed cost of a 64-trial run (same cache: warm).
+    small = cli_run(["run", "gfvl-topologies", "--trials", "64", "--keep", "summary", *out("sweep64")], cache("sweep"))
+    big = cli_run(["run", "gfvl-topologies", "--trials", str(args.sweep_trials), "--keep", "summary", *out("sweep")], cache("sweep"))
+    sweep_rate = (args.sweep_trials - 64) / max(big["seconds"] - small["seconds"], 1e-9)
+    rows["summary_sweep"] = {"trials": args.sweep_trials, "seconds": big["seconds"], "fixed_s": small["seconds"],
+                             "trials_per_s": sweep_rate, "ratio_to_kernel": sweep_rate / kernel,
+                             "chunk_sizes": big["engine"]["chunk_sizes"]}
+    print(f"summary sweep {args.sweep_trials} trials: {big['seconds']:.1f} s (fixed {small['seconds']:.1f} s), "
+          f"{sweep_rate:.3g} trials/s = {sweep_rate / kernel:.2f} x kernel")
+
+    # Raw without --out, in process: engine.run minus a 64-trial run.
+    sweep = gfvl_topologies.build(gfvl_topologies.Config())
+    for n in (64, args.raw_trials):  # fills the cache: both timed runs below take their executables from it
+        engine.run(sweep.trial, sweep.points, n, compilation_cache=cache("raw"))
+    t0 = time.perf_counter()
+    engine.run(sweep.trial, sweep.points, 64, compilation_cache=cache("raw"))
+    fixed = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    engine.run(sweep.trial, sweep.points, args.raw_trials, compilation_cache=cache("raw"))
+    raw_s = time.perf_counter() - t0
+    raw_rate = (args.raw_trials - 64) / max(raw_s - fixed, 1e-9)
+    rows["raw_no_out"] = {"trials": args.raw_trials, "seconds": raw_s, "fixed_s": fixed, "trials_per_s": raw_rate,
+                          "ratio_to_kernel": raw_rate / kernel}
+    print(f"raw without --out {args.raw_trials} trials: {raw_s:.1f} s, {raw_rate / kernel:.2f} x kernel")
+
+    # A million-trial summary run: wall time and peak memory.
+    million = cli_run(["run", "gfvl-topologies", "--trials", str(args.million), "--keep", "summary", *out("million")],
+                      cache("million"))
+    rows["million_summary"] = {"trials": args.million, "seconds": million["seconds"], "peak_rss_mib": million["maxrss_mib"],
+                               "chunk_sizes": million["engine"]["chunk_sizes"]}
+    print(f"{args.million} trials summary: {million['seconds']:.1f} s, peak RSS {million['maxrss_mib']:.0f} MiB")
+
+    # Fixed cost: the second 64-trial run in a row, with a fresh cache; and with the cache off.
+    runs = [cli_run(["run", "gfvl-topologies", "--trials", "64", *out(f"fixed{i}")], cache("fixed")) for i in range(2)]
+    off = cli_run(["run", "gfvl-topologies", "--trials", "64", "--compilation-cache", "off", *out("fixed-off")], cache("fixed"))
+    rows["fixed_cost"] = {"first_s": runs[0]["seconds"], "second_s": runs[1]["seconds"], "cache_off_s": off["seconds"],
+                          "second_over_first": runs[1]["seconds"] / runs[0]["seconds"],
+                          "compile_s": [r["engine"]["compile_s"] for r in runs],
+                          "compile_cached": [r["engine"]["compile_cached"] for r in runs]}
+    print(f"64-trial runs: first {runs[0]['seconds']:.1f} s, second {runs[1]['seconds']:.1f} s, cache off {off['seconds']:.1f} s")
+
+    # --target-se on kmeans-snr against the fixed count that reaches the same worst-point precision.
+    metric = f"loss@{args.snr_rounds - 1}"
+    common = ["--set", f"n_rounds={args.snr_rounds}", "--chunk-size", str(args.snr_chunk)]
+    targeted = cli_run(["run", "kmeans-snr", *common, "--target-se", str(args.snr_target), "--target-metric", metric,
+                        "--max-trials", str(args.snr_max), *out("target")], cache("snr"))["engine"]["target"]
+    n_fixed = max(targeted["trials_per_point"])
+    fixed_run = cli_run(["run", "kmeans-snr", *common, "--trials", str(n_fixed), "--keep", "summary", *out("snr-fixed")],
+                        cache("snr"))
+    from jaxfed.experiments import load_results
+
+    _, metrics = load_results(os.path.join(work, "snr-fixed"))
+    fixed_se = metrics["loss"].se[:, args.snr_rounds - 1]
+    rows["target_se"] = {"experiment": "kmeans-snr", "metric": metric, "target": args.snr_target,
+                         "trials_per_point": targeted["trials_per_point"], "se_reached": targeted["se_reached"],
+                         "trials_total": sum(targeted["trials_per_point"]),
+                         "fixed_trials_per_point": n_fixed, "fixed_trials_total": n_fixed * len(fixed_se),
+                         "fixed_worst_se": float(fixed_se.max()), "fixed_seconds": fixed_run["seconds"]}
+    print(f"target se {args.snr_target}: {sum(targeted['trials_per_point'])} trials in all vs "
+          f"{n_fixed * len(fixed_se)} for the fixed count")
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-trials", type=int, default=1_000_000)
@@ -43,7 +167,31 @@ def main(argv=None):
     add_common_arguments(parser, "scaling", repeats=3)
     parser.add_argument("--no-device-sweep", action="store_true", help="skip the 1/2/4 forced CPU devices sweep")
     parser.add_argument("--device-child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--engine", action="store_true", help="the engine-overhead comparisons instead (see above)")
+    parser.add_argument("--sweep-trials", type=int, default=262_144)
+    parser.add_argument("--raw-trials", type=int, default=65_536)
+    parser.add_argument("--kernel-trials", type=int, default=8192, help="trials per timed call of the bare kernel")
+    parser.add_argument("--million", type=int, default=1_000_000)
+    parser.add_argument("--snr-target", type=float, default=0.01, help="target s.e. of kmeans-snr's final loss")
+    parser.add_argument("--snr-max", type=int, default=4096)
+    parser.add_argument("--snr-rounds", type=int, default=50)
+    parser.add_argument("--snr-chunk", type=int, default=64)
     args = parser.parse_args(argv)
+    if args.engine:
+        if args.quick:
+            args.sweep_trials, args.raw_trials, args.kernel_trials, args.million = 2048, 1024, 512, 4096
+            args.snr_target, args.snr_max, args.snr_rounds, args.repeats = 0.5, 256, 5, 2
+            if args.out.endswith("scaling.json"):
+                args.out = args.out.replace("scaling.json", "engine_quick.json")
+        elif args.out.endswith("scaling.json"):
+            args.out = args.out.replace("scaling.json", "engine.json")
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="jaxfed-bench-") as work:
+            result = {"benchmark": "engine", "machine": machine(), "load_average": os.getloadavg(),
+                      **engine_comparisons(args, work)}
+        write_json(args.out, result)
+        return result
     if args.device_child:
         print(json.dumps(device_child(args.device_child, args.device_trials, args.repeats)))
         return None

@@ -12,6 +12,7 @@ import sys
 import threading
 
 DEFAULT_OUT = "results"
+DEFAULT_MAX_TRIALS = 1_000_000  # trials per point at most in a precision-targeted run
 
 
 def _parse_sets(items: list[str]) -> dict[str, str]:
@@ -40,13 +41,20 @@ def _cmd_show(args) -> int:
     return 0
 
 
+def _say(line: str) -> None:
+    """A status line on stderr, above any progress bar (never written into one)."""
+    import tqdm
+
+    tqdm.tqdm.write(line, file=sys.stderr)
+
+
 def _run_one(exp, overrides, args, out_dir, n_trials):
     """Runs one experiment; returns (config, config_json, results)."""
     from jaxfed.experiments import make_config, run_experiment
 
     cfg = make_config(exp.config_cls, overrides)
     if not args.quiet:
-        print(f"{exp.name}: {n_trials} trials -> {out_dir}", file=sys.stderr)
+        _say(f"{exp.name}: {n_trials} trials -> {out_dir}")
     config_json, results = run_experiment(
         exp,
         cfg,
@@ -59,13 +67,15 @@ def _run_one(exp, overrides, args, out_dir, n_trials):
         devices=args.devices,
         max_memory=args.max_memory,
         keep=args.keep,
+        compilation_cache=args.compilation_cache,
+        target_se=getattr(args, "target_se", None),
+        target_metric=getattr(args, "target_metric", None),
     )
     engine = config_json["engine"]
     if not args.quiet:
-        print(
+        _say(
             f"{exp.name}: chunk size(s) {engine['chunk_sizes']} trials over {engine['devices']} device(s) "
-            f"in {engine['processes']} process(es), kept {engine['keep']}",
-            file=sys.stderr,
+            f"in {engine['processes']} process(es), kept {engine['keep']}"
         )
     return cfg, config_json, results
 
@@ -75,6 +85,14 @@ def _cmd_run(args) -> int:
 
     exp = get(args.name)
     n_trials = exp.default_trials if args.trials is None else args.trials
+    if args.target_se is None and (args.target_metric is not None or args.max_trials is not None):
+        raise ValueError("--target-metric and --max-trials go with --target-se X")
+    if args.target_se is not None:
+        if args.trials is not None:
+            raise ValueError("--trials is a fixed count; with --target-se give the cap as --max-trials")
+        if args.target_metric is None:
+            raise ValueError("--target-se needs --target-metric NAME[@index]")
+        n_trials = args.max_trials or DEFAULT_MAX_TRIALS
     out_dir = args.out or os.path.join(DEFAULT_OUT, exp.name)
     _run_one(exp, _parse_sets(args.set), args, out_dir, n_trials)
     print(out_dir)
@@ -84,19 +102,36 @@ def _cmd_run(args) -> int:
 def _cmd_reproduce(args) -> int:
     import time
 
+    import jax
+    import tqdm
+
     from jaxfed import report
     from jaxfed.experiments import REGISTRY
 
-    sections, start = [], time.perf_counter()
-    for exp in REGISTRY.values():
+    experiments = list(REGISTRY.values())
+    shown = not args.quiet and sys.stderr.isatty() and jax.process_index() == 0
+    # Which experiment of how many, and an overall ETA (by experiments done); the engine's
+    # per-group bars open below it.
+    overall = tqdm.tqdm(total=len(experiments), unit="experiment", file=sys.stderr, disable=not shown, dynamic_ncols=True)
+    sections, times, start = [], [], time.perf_counter()
+    for i, exp in enumerate(experiments, 1):
+        overall.set_description(f"experiment {i}/{len(experiments)}: {exp.name}")
         n_trials = max(1, round(exp.default_trials * args.scale))
         t0 = time.perf_counter()
         cfg, config_json, results = _run_one(exp, {}, args, os.path.join(args.out, exp.name), n_trials)
-        sections.append(report.section(exp, cfg, config_json, results, time.perf_counter() - t0))
-    import jax
-
+        times.append((exp.name, time.perf_counter() - t0))
+        sections.append(report.section(exp, cfg, config_json, results, times[-1][1]))
+        overall.update(1)
+    overall.close()
     if jax.process_index() == 0:
-        print(report.write(args.out, sections, time.perf_counter() - start))
+        path = report.write(args.out, sections, time.perf_counter() - start)
+        if not args.quiet:
+            width = max(len(name) for name, _ in times)
+            lines = [f"  {name:<{width}}  {seconds:8.1f} s" for name, seconds in times]
+            print("\n".join(["jaxfed reproduce: time per experiment", *lines,
+                             f"  {'total':<{width}}  {time.perf_counter() - start:8.1f} s", f"report: {path}"]),
+                  file=sys.stderr)
+        print(path)
     return 0
 
 
@@ -198,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
         # A string default goes through `type` too, so a bad environment value is a one-line error.
         p.add_argument("--coordinator-timeout", type=_positive_float, default=os.environ.get("JAXFED_COORDINATOR_TIMEOUT") or "120",
                        help="seconds to wait for every process to reach the coordinator (default 120; env JAXFED_COORDINATOR_TIMEOUT)")
+        p.add_argument("--compilation-cache", default=None, metavar="DIR|off",
+                       help="persistent compilation cache directory, or off (default: $JAXFED_COMPILATION_CACHE, "
+                            "else ~/.cache/jaxfed/xla); reruns of the same experiment and shapes skip compiling")
         p.add_argument("--quiet", action="store_true", help="no progress output")
         p.add_argument("--overwrite", action="store_true",
                        help="discard stored results that cannot be used (another config, damaged files) instead of refusing")
@@ -208,6 +246,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="trials per point, at most 2**32; more than a stored run's computes only the new ones")
     run.add_argument("--out", default=None, help=f"result directory (default {DEFAULT_OUT}/NAME)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter")
+    run.add_argument("--target-se", type=_positive_float, default=None, metavar="X",
+                     help="run each point until the standard error of the mean of --target-metric is <= X (implies --keep summary)")
+    run.add_argument("--target-metric", default=None, metavar="NAME[@index]",
+                     help="the metric (and cell, e.g. loss@49) whose standard error --target-se bounds; without @index every cell")
+    run.add_argument("--max-trials", type=_trials, default=None,
+                     help=f"with --target-se: the most trials per point (default {DEFAULT_MAX_TRIALS:,})")
     common(run)
     run.set_defaults(func=_cmd_run)
 

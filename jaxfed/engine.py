@@ -18,10 +18,14 @@ takes the vectorised path and results are **bit-identical whatever the chunk siz
 or process count**. The chunk size comes from a memory budget and the compiled function's memory
 analysis unless given.
 
-Results: ``keep="raw"`` returns every trial, arrays (point, trial, …); ``keep="summary"`` streams
-each chunk into a :class:`jaxfed.stats.Summary` (count, mean, standard error and a log-spaced
-histogram for quantiles, merged exactly in trial order) so a million trials need no more memory
-than one chunk.
+Results: ``keep="raw"`` returns every trial, arrays (point, trial, …); ``keep="summary"`` returns
+a :class:`jaxfed.stats.Summary` (count, mean, standard error and a log-spaced histogram for
+quantiles) so a million trials need no more memory than one chunk. The device computes each
+chunk's part of it inside the compiled chunk function (:func:`jaxfed.stats.chunk_summary`:
+integer counts and histograms, float64 sums per block of ``stats.SUMMARY_BLOCK`` trials aligned to
+trial indices); the host folds the blocks in trial order. Summary chunks are whole blocks (the
+chunk size is rounded up to a multiple of ``SUMMARY_BLOCK``), which keeps summaries bit-identical
+whatever the chunk size, device count or process count.
 
 Store: with ``out_dir``, every finished chunk (raw) or summary state (summary) is one atomic file
 that records what it covers and is verified on load (see :mod:`jaxfed.store`); rerunning on the
@@ -35,16 +39,20 @@ discarded with ``overwrite``).
 
 from __future__ import annotations
 
+import concurrent.futures
+import hashlib
+import json
 import math
 import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tqdm
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -54,6 +62,9 @@ from jaxfed.store import STORE_FORMAT, ConfigMismatch, GroupSpec, Store, StoreEr
 __all__ = [
     "run",
     "chunk_function",
+    "compilation_cache_dir",
+    "use_compilation_cache",
+    "CACHE_ENV",
     "make_mesh",
     "default_memory_budget",
     "Progress",
@@ -80,37 +91,38 @@ MAX_TRIALS = 2**32
 _MEMORY_FRACTION = 0.25  # default budget: this fraction of the device's (or host's) memory
 _BUDGET_FOR_CHUNKS = 0.75  # share of the budget a chunk's buffers may take
 _HOST_FRACTION = 0.75  # share of the host's memory that raw results or summary states may take
-_SUMMARY_BYTES_PER_BIN = 20  # int32 state + int64 bincount + int32 cast + int32 serialised copy
+_SUMMARY_BYTES_PER_BIN = 20  # int32: state, a chunk's counts, the folded state, the one being written and its bytes
 
 
 # --------------------------------------------------------------------------- progress
 class Progress:
-    """A one-line progress bar on stderr, redrawn between chunks; silent when disabled."""
+    """Progress on stderr through tqdm: one bar per group (trials done, rate, ETA), started after
+    the group is compiled, and one-line notes printed above the bars (never into them); silent
+    when disabled."""
 
-    def __init__(self, total: int, enabled: bool, label: str = ""):
-        self.total, self.enabled, self.label = total, enabled, label
-        self.done = 0
-        self.start = time.perf_counter()
+    def __init__(self, enabled: bool, label: str = ""):
+        self.enabled, self.label = enabled, label
+        self.bar = None
 
     def note(self, message: str) -> None:
         if self.enabled:
-            sys.stderr.write(f"{self.label}{message}\n")
-            sys.stderr.flush()
+            tqdm.tqdm.write(f"{self.label}{message}", file=sys.stderr)
+
+    def group(self, description: str, total: int) -> None:
+        """Closes the previous group's bar and opens one for ``total`` trials."""
+        self.close()
+        if self.enabled:
+            self.bar = tqdm.tqdm(total=total, desc=f"{self.label}{description}", unit=" point-trials", unit_scale=True,
+                                 file=sys.stderr, dynamic_ncols=True, leave=False)
 
     def update(self, n: int) -> None:
-        self.done += n
-        if not self.enabled:
-            return
-        frac = self.done / max(self.total, 1)
-        elapsed = time.perf_counter() - self.start
-        eta = elapsed / frac - elapsed if frac > 0 else float("nan")
-        bar = "#" * int(30 * frac)
-        sys.stderr.write(
-            f"\r{self.label}[{bar:<30}] {self.done}/{self.total} trials {elapsed:6.1f}s elapsed, ETA {eta:6.1f}s"
-        )
-        if self.done >= self.total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
+        if self.bar is not None:
+            self.bar.update(int(n))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 # --------------------------------------------------------------------------- points
@@ -189,8 +201,14 @@ def default_memory_budget(mesh: Mesh) -> int:
     return int(_MEMORY_FRACTION * limit)
 
 
-def _make_chunk_fn(trial: Trial, group: _Group, batch: int, mesh: Mesh | None, common: bool = False):
-    """(seed, point_ids (P,), traced leaves (P, ...), first_trial) -> metrics (P, batch, ...).
+def _make_chunk_fn(trial: Trial, group: _Group, batch: int, mesh: Mesh | None, common: bool = False, summary: bool = False):
+    """The chunk function of a group, for ``batch`` trials from ``first_trial`` on.
+
+    Raw: (seed, point_ids (P,), traced leaves (P, ...), first_trial) -> metrics (P, batch, ...).
+    Summary: (…, first_trial, n_valid) -> metric -> :func:`jaxfed.stats.chunk_summary` of trials
+    [first_trial, first_trial + n_valid) (a multiple of ``stats.SUMMARY_BLOCK``) plus ``tail``,
+    the raw values (P, SUMMARY_BLOCK, ...) of the block from ``first_trial + n_valid`` on (the
+    run's last, partial block, which the host summarises; garbage when there is none).
 
     With a mesh, the trial axis is sharded across it and the function is jitted; without one it
     runs unjitted on the default device (for testing jit against no-jit).
@@ -200,24 +218,38 @@ def _make_chunk_fn(trial: Trial, group: _Group, batch: int, mesh: Mesh | None, c
         key = jax.random.fold_in(root_key if common else jax.random.fold_in(root_key, point_id), trial_id)
         return trial(key, _rebuild(group, traced))
 
-    def chunk(seed, point_ids, traced, first_trial):
+    def metrics(seed, point_ids, traced, first_trial):
         trial_ids = first_trial + jnp.arange(batch, dtype=jnp.uint32)
         if mesh is not None and mesh.size > 1:
             trial_ids = jax.lax.with_sharding_constraint(trial_ids, NamedSharding(mesh, P("trials")))
         over_trials = jax.vmap(one, in_axes=(None, None, None, 0))
         return jax.vmap(over_trials, in_axes=(None, 0, 0, None))(jax.random.key(seed), point_ids, traced, trial_ids)
 
+    def summarised(seed, point_ids, traced, first_trial, n_valid):
+        values = metrics(seed, point_ids, traced, first_trial)
+        with jax.enable_x64(True):  # float64 block sums on any device; the trial itself stays as it is
+            return {
+                name: dict(
+                    stats.chunk_summary(v, n_valid, jnp),
+                    tail=jax.lax.dynamic_slice_in_dim(v, n_valid, stats.SUMMARY_BLOCK, axis=1),
+                )
+                for name, v in values.items()
+            }
+
+    if summary:
+        return summarised if mesh is None else jax.jit(summarised)
     if mesh is None:
-        return chunk
-    return jax.jit(chunk, out_shardings=NamedSharding(mesh, P(None, "trials")))
+        return metrics
+    return jax.jit(metrics, out_shardings=NamedSharding(mesh, P(None, "trials")))
 
 
 def _to_host(tree) -> dict:
+    """The chunk function's outputs (a pytree) as NumPy arrays on process 0, gathered from every process."""
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
         tree = multihost_utils.process_allgather(tree, tiled=True)
-    return {name: np.asarray(value) for name, value in tree.items()}
+    return jax.tree.map(np.asarray, tree)
 
 
 def _broadcast_from_0(array: np.ndarray) -> np.ndarray:
@@ -370,6 +402,9 @@ def run(
     keep: str = "raw",
     info: dict | None = None,
     common_random_numbers: bool = False,
+    compilation_cache: str | None = None,
+    target_se: float | None = None,
+    target_metric: str | None = None,
 ) -> dict:
     """Runs ``trial`` for every point and ``n_trials`` trials per point.
 
@@ -383,7 +418,8 @@ def run(
         points: list of point pytrees (array leaves traced, other leaves static).
         n_trials: trials per point, in [1, :data:`MAX_TRIALS`].
         seed: root seed in [0, 2**32); the key of (p, t) is fold_in(fold_in(key(seed), p), t).
-        chunk_size: trials per chunk (capped at ``n_trials``); default: as many as ``max_memory`` allows.
+        chunk_size: trials per chunk (capped at ``n_trials``; in summary mode rounded up to a
+            multiple of ``stats.SUMMARY_BLOCK``); default: as many as ``max_memory`` allows.
         out_dir: if given (process 0), finished chunks are stored there and a rerun resumes or
             grows the run (see :mod:`jaxfed.store`).
         identity: JSON dict that identifies the run for resume (required with ``out_dir``); it
@@ -395,12 +431,25 @@ def run(
         devices: local devices per process to shard trials over (default: all).
         max_memory: bytes per device a chunk may use (default: a quarter of the device's
             memory); the chunk size follows from the compiled function's memory analysis.
-        keep: ``"raw"`` (every trial), ``"summary"`` (streaming :class:`jaxfed.stats.Summary`)
+        keep: ``"raw"`` (every trial), ``"summary"`` (:class:`jaxfed.stats.Summary`, computed on the device)
             or ``"auto"`` (raw when it fits in ``RAW_LIMIT_BYTES``).
-        info: if a dict is given, it receives what the engine chose (chunk sizes, devices, keep)
-            and ``nonfinite_trials``: metric -> per point, the trials with a NaN or ±inf value.
+        info: if a dict is given, it receives what the engine chose (chunk sizes, devices, keep;
+            per group: the chunk size, None when the store already held every trial and nothing
+            was compiled), the compilation cache directory, per group the compile time in
+            seconds, whether the executable came from the cache and whether the memory probe's
+            result did, and ``nonfinite_trials``: metric -> per point, the trials with a NaN or ±inf value.
         common_random_numbers: every point of trial t gets the key fold_in(key(seed), t), so
             points differ only by their parameters (variance reduction for comparisons).
+        target_se, target_metric: a precision target (summary mode; ``n_trials`` is then the
+            most per point): chunks run until, for each point on its own, the standard error of
+            the mean of ``target_metric`` (``"NAME"``: its worst cell, ``"NAME@i"`` or
+            ``"NAME@i,j"``: one cell) is at most ``target_se``; a point stops at the first chunk
+            boundary where it is (decided from completed chunks only, so a rerun with the same
+            seed and chunk size gives identical results) and is not computed again.
+            ``info["target"]`` receives per point the trials run and the standard error reached.
+        compilation_cache: directory of JAX's persistent compilation cache (and of the memory
+            probe's results), ``"off"`` to disable it; default: ``$JAXFED_COMPILATION_CACHE``, else
+            a per-user directory (see :func:`compilation_cache_dir`).
 
     Returns:
         dict metric -> NumPy array (n_points, n_trials, *metric_shape) for ``keep="raw"``,
@@ -431,10 +480,14 @@ def run(
     n_shards = mesh.size if mesh is not None else 1
     budget = max_memory if max_memory is not None else default_memory_budget(mesh or make_mesh(1))
     is_main = jax.process_index() == 0
-    bar = Progress(n_trials * len(points), (sys.stderr.isatty() if progress is None else progress) and is_main)
+    bar = Progress((sys.stderr.isatty() if progress is None else progress) and is_main)
     groups = _group_points(points)
     info = {} if info is None else info
-    info.update(devices=n_shards, processes=jax.process_count(), chunk_sizes=[], budget_bytes=budget)
+    cache_dir = use_compilation_cache(compilation_cache, note=bar.note) if use_jit else None
+    info.update(
+        devices=n_shards, processes=jax.process_count(), chunk_sizes=[], budget_bytes=budget,
+        compilation_cache=cache_dir, compile_s=[], compile_cached=[], memory_probe_cached=[],
+    )
 
     # Shapes of one trial's metrics, per group, without running anything.
     probes = [
@@ -442,6 +495,14 @@ def run(
         for group, traced in groups
     ]
     specs = _metric_specs(probes, groups)
+    target = None
+    if target_se is not None or target_metric is not None:
+        if keep == "raw":
+            raise ValueError("a precision target (target_se) needs keep='summary' (--keep summary): raw runs have a fixed trial count")
+        target = parse_target(target_se, target_metric, specs)
+        keep = "summary"
+        info["target"] = {"se": target.se, "metric": target_metric, "max_trials": n_trials,
+                          "trials_per_point": [None] * len(points), "se_reached": [None] * len(points)}
     if keep == "auto":
         raw_bytes = len(points) * n_trials * sum(math.prod(s) * np.dtype(d).itemsize for s, d in specs.values())
         keep = "raw" if raw_bytes <= RAW_LIMIT_BYTES else "summary"
@@ -455,6 +516,8 @@ def run(
         full_identity = dict(
             identity, seed=seed, common_random_numbers=bool(common_random_numbers), store_format=STORE_FORMAT
         )
+        if target is not None:  # where each point stops depends on the target
+            full_identity["target"] = {"se": target.se, "metric": target_metric}
 
     results: dict = {}
     nonfinite = {name: np.zeros(len(points), np.int64) for name in specs}
@@ -469,58 +532,123 @@ def run(
     except StoreError as err:
         refusal = err
     _raise_on_every_process(refusal)
-    for g, ((group, traced), spec, done) in enumerate(zip(groups, specs_by_group, stored)):
-        rows = np.asarray(group.point_ids)
-        point_ids = np.asarray(group.point_ids, np.uint32)
+    writer = _Writer()
+    try:
+        for g, ((group, traced), spec, done) in enumerate(zip(groups, specs_by_group, stored)):
+            rows = np.asarray(group.point_ids)
+            point_ids = np.asarray(group.point_ids, np.uint32)
 
-        args = lambda start: (np.uint32(seed), point_ids, traced, np.uint32(start))  # noqa: E731
-        if mesh is None:
-            size = chunk_size or min(n_trials, 4096)
-            chunk_fn = _make_chunk_fn(trial, group, _round_up(size, LANES), None, common_random_numbers)
-        else:
-            size, chunk_fn = _sized_chunk_fn(
-                trial, group, mesh, budget, n_trials, chunk_size, args(0), common_random_numbers, spec
-            )
-        info["chunk_sizes"].append(size)
-        bar.note(f"group {g}: {len(rows)} point(s), chunk size {size} trials over {n_shards} device(s)")
+            summary = keep == "summary"
 
-        def compute(start, stop):
-            out = chunk_fn(*args(start))
-            return {name: value[:, : stop - start] for name, value in _to_host(out).items()}
+            def args(start, n_valid=0):
+                extra = (np.uint32(n_valid),) if summary else ()
+                return (np.uint32(seed), point_ids, traced, np.uint32(start)) + extra
 
-        if keep == "raw":
-            plan = _broadcast_from_0(np.asarray(_missing_ranges(n_trials, done, size), np.int64).reshape(-1, 2))
-            bar.update(len(rows) * (n_trials - int((plan[:, 1] - plan[:, 0]).sum())))
-            for start, stop in plan:
-                out = compute(int(start), int(stop))
-                for name, value in out.items():
-                    results[name][rows, start:stop] = value
-                store.save_raw(spec, int(start), int(stop), out)
-                bar.update(len(rows) * (stop - start))
-            for name in specs:
-                nonfinite[name][rows] = [_nonfinite_trials(results[name][p]) for p in rows]
-        else:
-            next_trial, states = done
-            next_trial = int(_broadcast_from_0(np.asarray([next_trial], np.int64))[0])
-            accumulators = {
-                name: stats.SummaryAccumulator.from_state(states[name])
-                if states is not None
-                else stats.SummaryAccumulator((len(rows),) + shape)
-                for name, (shape, _) in specs.items()
-            }
-            bar.update(len(rows) * next_trial)
-            for start in range(next_trial, n_trials, size):
-                stop = min(start + size, n_trials)
-                out = compute(start, stop)
-                if is_main:
+            wanted = chunk_size
+            if target is not None and done[3] is not None:  # a targeted run resumes on its own chunk boundaries
+                wanted = done[3]
+            if summary and wanted is not None:  # chunks start on sum blocks (see stats.SUMMARY_BLOCK)
+                wanted = min(_round_up(wanted, stats.SUMMARY_BLOCK), n_trials)
+            left = not _complete(done, keep, n_trials)
+            if not int(_broadcast_from_0(np.asarray([left], np.int64))[0]):  # verified complete: nothing to compile
+                size, chunk_fn, compiled = None, None, {}
+            elif mesh is None:
+                size, compiled = wanted or min(n_trials, 4096), {}
+                chunk_fn = _make_chunk_fn(trial, group, _round_up(size, LANES), None, common_random_numbers, summary)
+            else:
+                bar.note(f"group {g + 1}/{len(groups)}: compiling …")
+                size, chunk_fn, compiled = _sized_chunk_fn(
+                    trial, group, mesh, budget, n_trials, wanted, args(0), common_random_numbers, summary,
+                    _summary_output_bytes(len(rows), specs) if summary else 0, cache_dir,
+                )
+            info["chunk_sizes"].append(size)
+            for key in ("compile_s", "compile_cached", "memory_probe_cached"):
+                info[key].append(compiled.get(key))
+            if size is not None:
+                bar.note(
+                    f"group {g + 1}/{len(groups)}: {len(rows)} point(s), chunk size {size} trials over {n_shards} device(s), "
+                    f"memory budget {_size(budget)} per device"
+                    + (f", compiled in {compiled['compile_s']:.1f} s{' (cache)' if compiled['compile_cached'] else ''}" if compiled else "")
+                )
+            bar.group(f"group {g + 1}/{len(groups)}", len(rows) * n_trials)
+
+            if keep == "raw":
+                plan = _broadcast_from_0(np.asarray(_missing_ranges(n_trials, done, size or n_trials), np.int64).reshape(-1, 2))
+                bar.update(len(rows) * (n_trials - int((plan[:, 1] - plan[:, 0]).sum())))
+
+                def store_raw(chunk, device_out):
+                    start, stop = (int(t) for t in chunk)
+                    out = {name: value[:, : stop - start] for name, value in _to_host(device_out).items()}
                     for name, value in out.items():
-                        accumulators[name].add(value)
-                    store.save_summary(spec, stop, {name: acc.state() for name, acc in accumulators.items()})
-                bar.update(len(rows) * (stop - start))
-            for name, acc in accumulators.items():
-                results.setdefault(name, []).append((rows, acc.result()))
-                nonfinite[name][rows] = acc.nonfinite_trials
+                        results[name][rows, start:stop] = value
+                    writer.submit(store.save_raw, spec, start, stop, out)
+                    bar.update(len(rows) * (stop - start))
 
+                _pipelined(plan, lambda chunk: chunk_fn(*args(int(chunk[0]))), store_raw, writer)
+                for name in specs:
+                    nonfinite[name][rows] = [_nonfinite_trials(results[name][p]) for p in rows]
+            else:
+                first, states, tails, counts = _resume_point(done, n_trials, len(rows), specs)
+                first = int(_broadcast_from_0(np.asarray([first], np.int64))[0])
+                counts = _broadcast_from_0(counts)  # only process 0 reads the store
+                bar.update(int(counts.sum()))
+
+                def whole(stop):  # trials before ``stop`` in whole sum blocks
+                    return stop // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK
+
+                def fold_summary(chunk, device_out, active=slice(None)):
+                    start, stop = chunk
+                    out = _to_host(device_out)
+                    n_blocks = (whole(stop) - start) // stats.SUMMARY_BLOCK
+                    counts[active] = stop  # on every process: the next chunk's start
+                    if is_main:  # new arrays, never changed in place: the writer thread may still read the last ones
+                        for name, part in out.items():
+                            tail = part["tail"][:, : stop - whole(stop)]
+                            if isinstance(active, slice):
+                                states[name], tails[name] = stats.fold(states[name], part, n_blocks), tail
+                            else:
+                                sub = stats.fold(stats.SummaryState(*(f[active] for f in states[name])), part, n_blocks)
+                                states[name] = stats.SummaryState(*(_with_rows(f, active, v) for f, v in zip(states[name], sub)))
+                                tails[name] = _with_rows(_widened(tails[name], tail.shape[1]), active, tail)
+                        snapshot = {name: dict(states[name]._asdict(), tail=tails[name]) for name in specs}
+                        writer.submit(store.save_summary, spec, counts.tolist(), size, snapshot)
+                    bar.update((len(rows) if isinstance(active, slice) else active.size) * (stop - start))
+
+                if target is None:
+                    plan = [(start, min(start + size, n_trials)) for start in range(first, n_trials, size or n_trials)]
+                    _pipelined(plan, lambda chunk: chunk_fn(*args(chunk[0], whole(chunk[1]) - chunk[0])), fold_summary, writer)
+                else:
+                    # Sequential: each decision needs the chunk before it (and only chunks before it).
+                    subset_fn = None  # jitted for the shapes of fewer points, when some have stopped
+                    while True:
+                        go = _broadcast_from_0(_still_running(states, counts, n_trials, target).astype(np.int64))
+                        active = np.flatnonzero(go)
+                        if active.size == 0:
+                            break
+                        start = int(counts[active[0]])
+                        stop = min(start + size, n_trials)
+                        if active.size < len(rows) and subset_fn is None:
+                            subset_fn = chunk_fn if mesh is None else _make_chunk_fn(
+                                trial, group, _round_up(size, LANES * mesh.size), mesh, common_random_numbers, True
+                            )
+                        fn = chunk_fn if active.size == len(rows) else subset_fn
+                        sub_args = (np.uint32(seed), point_ids[active], [x[active] for x in traced], np.uint32(start),
+                                    np.uint32(whole(stop) - start))
+                        fold_summary((start, stop), fn(*sub_args), active)
+                    writer.wait()
+                tail_lengths = np.where(counts == counts.max(initial=0), counts - whole(counts), 0)
+                for name in specs:
+                    final, summary_of = stats.finish(states[name], tails[name], tail_lengths)
+                    results.setdefault(name, []).append((rows, summary_of))
+                    nonfinite[name][rows] = final.nonfinite_trials
+                if target is not None:
+                    for p, n, se in zip(rows, counts, _worst_se(results[target.metric][-1][1], target)):
+                        info["target"]["trials_per_point"][p] = int(n)
+                        info["target"]["se_reached"][p] = float(se)
+
+    finally:
+        writer.close()
+        bar.close()
     info["nonfinite_trials"] = {name: counts.tolist() for name, counts in nonfinite.items()}
     if keep == "summary":
         results = {name: stats.merge_point_groups(parts, len(points)) for name, parts in results.items()}
@@ -540,7 +668,8 @@ def _raise_on_every_process(refusal: StoreError | None) -> None:
 
 def _load_stored(store: Store, spec: GroupSpec, keep: str, n_trials: int, results: dict):
     """What the store holds for a group, verified: raw mode copies the stored trials into
-    ``results`` and returns their ranges; summary mode returns (next trial, states or None)."""
+    ``results`` and returns their ranges; summary mode returns what
+    :meth:`jaxfed.store.Store.load_summary` does (stop, states, per-point trials, chunk size)."""
     if keep != "raw":
         return store.load_summary(spec, n_trials)
     rows, done = np.asarray(spec.point_ids), []
@@ -552,19 +681,180 @@ def _load_stored(store: Store, spec: GroupSpec, keep: str, n_trials: int, result
     return done
 
 
+class _Writer:
+    """Runs store writes one at a time on a background thread, so that the device and the host
+    need not wait for the disk; :meth:`submit` first waits for the previous write (at most one
+    pending, in order: the store sees the same sequence of calls as without the thread), and
+    re-raises whatever it raised, a simulated or real kill included."""
+
+    def __init__(self):
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxfed-store")
+        self._pending = None
+
+    def submit(self, fn, *args) -> None:
+        self.wait()
+        self._pending = self._pool.submit(fn, *args)
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        """Waits for the last write, then stops the thread (also after an error)."""
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown(wait=True)
+
+
+def _pipelined(chunks, dispatch, handle, writer: _Writer) -> None:
+    """For each chunk, ``dispatch(chunk)`` (asynchronous: returns device arrays at once) and then
+    ``handle(chunk, outputs)`` of the *previous* chunk, so the device computes chunk i + 1 while
+    the host converts, folds and stores chunk i. At most two chunks are alive: the one in flight
+    and the one being handled (whose write waits for the previous write first)."""
+    previous = None
+    for chunk in chunks:
+        outputs = dispatch(chunk)
+        if previous is not None:
+            handle(*previous)
+        previous = (chunk, outputs)
+    if previous is not None:
+        handle(*previous)
+    writer.wait()
+
+
+def _complete(done, keep: str, n_trials: int) -> bool:
+    """Whether the verified store already holds every trial asked for (nothing to compute)."""
+    if keep == "raw":
+        return not _missing_ranges(n_trials, done, n_trials)
+    return done[1] is not None and done[0] == n_trials
+
+
+def _summary_output_bytes(n_points: int, specs: dict) -> int:
+    """Bytes of a summary chunk's outputs that do not grow with the batch: int32 counts and
+    histograms, and the raw tail block."""
+    per_cell = 4 * (stats.N_BINS + 2)
+    return n_points * sum(
+        math.prod(shape) * (per_cell + stats.SUMMARY_BLOCK * np.dtype(dt).itemsize) + 4 for shape, dt in specs.values()
+    )
+
+
+def _resume_point(done, n_trials: int, n_points: int, specs: dict) -> tuple[int, dict, dict, np.ndarray]:
+    """(first trial to compute, metric -> SummaryState of the whole blocks before it, metric ->
+    raw tail after them, per point the trials done) from a stored summary (see
+    :meth:`jaxfed.store.Store.load_summary`).
+
+    A finished run (stored up to ``n_trials``) is complete as stored; a shorter one resumes at its
+    last whole block, recomputing the partial block after it, so that every block sum is taken
+    over the same trials as in an uninterrupted run.
+    """
+    stop, stored, point_trials, _ = done
+    if stored is None:
+        states = {name: stats.empty_state((n_points,) + shape) for name, (shape, _) in specs.items()}
+        tails = {name: np.zeros((n_points, 0) + shape, dt) for name, (shape, dt) in specs.items()}
+        return 0, states, tails, np.zeros(n_points, np.int64)
+    states = {name: stats.SummaryState(**{f: s[f] for f in stats.SummaryState._fields}) for name, s in stored.items()}
+    tails = {name: s["tail"] for name, s in stored.items()}
+    counts = np.asarray(point_trials, np.int64)
+    if stop == n_trials:
+        return stop, states, tails, counts
+    first = stop // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK
+    tails = {name: tail[:, :0] for name, tail in tails.items()}
+    return first, states, tails, np.minimum(counts, first)
+
+
+def _with_rows(array: np.ndarray, rows, values) -> np.ndarray:
+    """A copy of ``array`` with ``rows`` replaced by ``values``."""
+    out = array.copy()
+    out[rows] = values
+    return out
+
+
+def _widened(tail: np.ndarray, n: int) -> np.ndarray:
+    """``tail`` (points, trials, …) zero-padded to at least ``n`` trials."""
+    if tail.shape[1] >= n:
+        return tail
+    out = np.zeros((tail.shape[0], n) + tail.shape[2:], tail.dtype)
+    out[:, : tail.shape[1]] = tail
+    return out
+
+
+class Target(NamedTuple):
+    """A precision target: every point runs until the standard error of the mean of ``metric``
+    (at ``index``, or the worst cell when None) is at most ``se``."""
+
+    se: float
+    metric: str
+    index: tuple | None
+
+
+def parse_target(se, metric: str | None, specs: dict) -> Target:
+    """The :class:`Target` of ``se`` and ``"NAME"`` or ``"NAME@i"`` / ``"NAME@i,j"``.
+
+    Raises:
+        ValueError: one line, for a target that is not a positive finite number, an unknown
+            metric (naming the known ones) or an index that does not exist in its shape.
+    """
+    if isinstance(se, bool) or not isinstance(se, (int, float)) or not (math.isfinite(se) and se > 0):
+        raise ValueError(f"target_se must be a finite number > 0, got {se!r}")
+    if not isinstance(metric, str) or not metric:
+        raise ValueError(f"target_metric is required with target_se: one of {', '.join(sorted(specs))}, optionally NAME@index")
+    name, _, index_text = metric.partition("@")
+    if name not in specs:
+        raise ValueError(f"target metric {name!r} does not exist; metrics: {', '.join(sorted(specs))}")
+    shape = specs[name][0]
+    if not index_text:
+        return Target(float(se), name, None)
+    try:
+        index = tuple(int(part) for part in index_text.split(","))
+    except ValueError:
+        index = None
+    if not shape:
+        raise ValueError(f"target metric {name!r} is a scalar per trial: give it without @index")
+    if index is None or len(index) != len(shape) or not all(0 <= i < n for i, n in zip(index, shape)):
+        raise ValueError(
+            f"target metric index {index_text!r} does not exist in {name!r}, whose cells have shape {list(shape)} "
+            f"(use {name}@i with 0 <= i < n{' per axis, comma-separated' if len(shape) > 1 else ''})"
+        )
+    return Target(float(se), name, index)
+
+
+def _worst_se(summary, target: Target) -> np.ndarray:
+    """Per point, the standard error of the target cell (or the worst over cells; NaN when a cell
+    has fewer than two finite trials, which never meets a target)."""
+    se = np.asarray(summary.se)
+    se = se[(slice(None),) + target.index] if target.index is not None else se.reshape(se.shape[0], -1)
+    se = np.where(np.isnan(se), np.inf, se)
+    return se if se.ndim == 1 else se.max(axis=1, initial=-np.inf)
+
+
+def _still_running(states: dict, counts: np.ndarray, n_trials: int, target: Target) -> np.ndarray:
+    """Per point, whether it needs another chunk: fewer than ``n_trials`` trials and the target
+    not yet met by the trials done (decided from completed chunks only)."""
+    se = _worst_se(stats.result_of(states[target.metric]), target)
+    return (counts < n_trials) & ~(se <= target.se)
+
+
 def _nonfinite_trials(values: np.ndarray) -> int:
     """Trials (axis 0) of one point's raw metric with a NaN or ±inf anywhere."""
     return int((~np.isfinite(values)).reshape(values.shape[0], -1).any(-1).sum())
 
 
-def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, common, spec):
-    """(chunk size, compiled chunk function): the given size, or the largest that fits ``budget``.
+def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, common, summary, fixed=0, cache_dir=None):
+    """(chunk size, compiled chunk function, compile record): the given size, or the largest that fits ``budget``.
 
     Without a given size, compiles for a probe batch of ``LANES`` trials per device and reads the
     memory analysis: temporaries and outputs scale linearly with the batch (arguments do not),
     plus the host copy of the outputs; a chunk may take 75% of the budget, the rest is left to the
     process itself and to the summaries or result arrays. The probe's executable is reused when the size it implies
-    needs no larger batch.
+    needs no larger batch. ``fixed``: bytes of outputs that do not grow with the batch (a summary's
+    histograms and counts), counted once on the host and twice on the device (output and scatter).
+    The probe's memory figures are cached in ``cache_dir`` under a digest of the lowered program,
+    so a rerun compiles only the chunk function (itself from JAX's persistent cache).
+
+    The record holds ``compile_s`` (seconds spent compiling), ``compile_cached`` (every
+    executable came from the persistent cache) and ``memory_probe_cached``.
 
     Raises:
         ValueError: the smallest possible chunk (or the given one) needs more than ``budget``,
@@ -572,20 +862,136 @@ def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, comm
             (compiling allocates nothing).
     """
     step = LANES * mesh.size
+    record = {"compile_s": 0.0, "compile_cached": True, "memory_probe_cached": None}
+
+    def compile_batch(batch):
+        executable, seconds, cached = _compile(_make_chunk_fn(trial, group, batch, mesh, common, summary).lower(*args))
+        record["compile_s"] += seconds
+        record["compile_cached"] &= cached
+        return executable
+
     if chunk_size is None:
-        probe = _make_chunk_fn(trial, group, step, mesh, common).lower(*args).compile()
-        analysis = probe.memory_analysis()
-        per_trial_device = (analysis.temp_size_in_bytes + analysis.output_size_in_bytes) / LANES
-        per_trial_host = analysis.output_size_in_bytes / LANES
+        lowered = _make_chunk_fn(trial, group, step, mesh, common, summary).lower(*args)
+        key = _probe_key(lowered, mesh)
+        figures = _load_probe(cache_dir, key)
+        record["memory_probe_cached"] = figures is not None
+        probe = None
+        if figures is None:
+            probe, seconds, cached = _compile(lowered)
+            record["compile_s"] += seconds
+            record["compile_cached"] &= cached
+            analysis = probe.memory_analysis()
+            figures = {"temp": int(analysis.temp_size_in_bytes), "output": int(analysis.output_size_in_bytes)}
+            _save_probe(cache_dir, key, figures)
+        per_trial_device = max(figures["temp"] + figures["output"] - 2 * fixed, 0) / LANES
+        per_trial_host = max(figures["output"] - fixed, 0) / LANES
         per_trial = per_trial_device / mesh.size + per_trial_host
-        _refuse_chunk(step, True, step * per_trial, budget)
-        usable = _BUDGET_FOR_CHUNKS * budget  # the rest: the process itself, summaries, results
+        _refuse_chunk(step, True, step * per_trial + 3 * fixed, budget)
+        usable = _BUDGET_FOR_CHUNKS * budget - 3 * fixed  # the rest: the process itself, summaries, results
         fits = int(usable // max(per_trial, 1.0))
         chunk_size = min(n_trials, max(step, fits // step * step))
         if chunk_size <= step:
-            return chunk_size, probe
-    compiled = _make_chunk_fn(trial, group, _round_up(chunk_size, step), mesh, common).lower(*args).compile()
+            return chunk_size, probe if probe is not None else compile_batch(step), record
+    compiled = compile_batch(_round_up(chunk_size, step))
     analysis = compiled.memory_analysis()
     if analysis is not None:
         _refuse_chunk(chunk_size, False, analysis.temp_size_in_bytes + analysis.output_size_in_bytes, budget)
-    return chunk_size, compiled
+    return chunk_size, compiled, record
+
+
+# --------------------------------------------------------------------------- compilation cache
+CACHE_ENV = "JAXFED_COMPILATION_CACHE"
+"""Environment variable: the compilation cache directory, or ``off``."""
+
+_OFF = ("off", "none", "0", "false", "no")
+_cache_events = {"hits": 0, "misses": 0}
+
+
+def compilation_cache_dir(option: str | None = None) -> str | None:
+    """The compilation cache directory to use, or None when disabled.
+
+    ``option`` (the ``--compilation-cache`` flag or ``compilation_cache=``) first, then
+    ``$JAXFED_COMPILATION_CACHE``, then ``$XDG_CACHE_HOME/jaxfed/xla`` (``~/.cache/jaxfed/xla``);
+    ``off`` (or ``none``, ``0``, ``false``, ``no``) disables the cache.
+    """
+    value = option if option is not None else os.environ.get(CACHE_ENV) or None
+    if value is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return os.path.join(base, "jaxfed", "xla")
+    if value.strip().lower() in _OFF:
+        return None
+    return os.path.abspath(os.path.expanduser(value))
+
+
+def use_compilation_cache(option: str | None = None, note=lambda message: None) -> str | None:
+    """Points JAX's persistent compilation cache at :func:`compilation_cache_dir` (every
+    executable is cached, however fast it compiled) and returns the directory, or None when the
+    cache is off or the directory cannot be created or written (then ``note`` says why and the
+    run compiles as usual). Damaged entries in the directory are skipped by JAX with a warning
+    and recompiled."""
+    from jax.experimental.compilation_cache import compilation_cache as jax_cache
+
+    path = compilation_cache_dir(option)
+    if path is not None:
+        try:
+            os.makedirs(path, exist_ok=True)
+            if not os.access(path, os.W_OK | os.X_OK):
+                raise PermissionError(f"{path}: not writable")
+        except OSError as err:
+            note(f"compilation cache {path} cannot be used ({err.strerror or err}); compiling without it")
+            path = None
+    if jax.config.jax_compilation_cache_dir != path:
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax_cache.reset_cache()  # JAX decides once per process whether it uses a cache
+    if not getattr(use_compilation_cache, "listening", False):
+        jax.monitoring.register_event_listener(_count_cache_event)
+        use_compilation_cache.listening = True
+    return path
+
+
+def _count_cache_event(event: str, **kwargs) -> None:
+    if event == "/jax/compilation_cache/cache_hits":
+        _cache_events["hits"] += 1
+    elif event == "/jax/compilation_cache/cache_misses":
+        _cache_events["misses"] += 1
+
+
+def _compile(lowered) -> tuple[Any, float, bool]:
+    """(executable, seconds, whether it came from the persistent cache) of a lowered function."""
+    hits, misses = _cache_events["hits"], _cache_events["misses"]
+    start = time.perf_counter()
+    executable = lowered.compile()
+    seconds = time.perf_counter() - start
+    return executable, seconds, _cache_events["hits"] > hits and _cache_events["misses"] == misses
+
+
+def _probe_key(lowered, mesh: Mesh) -> str:
+    """Digest of what the memory probe's figures depend on: the program and the devices."""
+    device = mesh.devices.flat[0]
+    what = f"{jax.__version__}|{device.platform}|{getattr(device, 'device_kind', '')}|{mesh.size}|{lowered.as_text()}"
+    return hashlib.sha256(what.encode()).hexdigest()
+
+
+def _load_probe(cache_dir: str | None, key: str) -> dict | None:
+    """The cached memory figures {"temp", "output"} (bytes) for ``key``, or None (absent, unreadable or malformed)."""
+    if cache_dir is None:
+        return None
+    try:
+        with open(os.path.join(cache_dir, "jaxfed-memory", f"{key}.json"), "rb") as f:
+            figures = json.loads(f.read().decode())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    ok = isinstance(figures, dict) and all(type(figures.get(k)) is int and figures[k] >= 0 for k in ("temp", "output"))
+    return figures if ok else None
+
+
+def _save_probe(cache_dir: str | None, key: str, figures: dict) -> None:
+    """Caches the memory figures; a cache that cannot be written is only a missed saving."""
+    if cache_dir is None:
+        return
+    try:
+        os.makedirs(os.path.join(cache_dir, "jaxfed-memory"), exist_ok=True)
+        atomic_write_json(os.path.join(cache_dir, "jaxfed-memory", f"{key}.json"), figures)
+    except (OSError, StoreError):
+        pass

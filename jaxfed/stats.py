@@ -2,8 +2,8 @@
 
 Raw metrics are arrays (point, trial, …); :func:`band` takes their quantiles directly.
 
-For sweeps too large to keep, the engine streams each chunk into a :class:`SummaryAccumulator`
-and returns a :class:`Summary` per metric: count, NaN count, mean and standard error, and a
+For sweeps too large to keep, the engine summarises each chunk on the device and returns a
+:class:`Summary` per metric: count, NaN count, mean and standard error, and a
 histogram on a fixed signed log-spaced grid from which quantiles are read. The sketch and its
 error:
 
@@ -13,9 +13,16 @@ error:
 - a quantile is the inverted-CDF order statistic located to its bin and interpolated
   log-linearly inside it, so it is within a factor 10^(1/100) (2.33% relative) of the exact
   inverted-CDF quantile of the same trials, for 1e-12 <= |x| < 1e8;
-- counts merge exactly (integer addition) across chunks, devices and processes; sums are
-  accumulated in float64 strictly in trial order (``np.add.accumulate``), so the mean does not
-  depend on how trials were chunked either.
+- a value's bin is decided by exact comparisons with the bin edges ``10^(k/100)`` rounded to the
+  value's dtype (a logarithm only guesses it), so NumPy on the host and XLA on a device agree;
+- counts merge exactly (integer addition) across chunks, devices and processes; sums are taken in
+  float64 over fixed blocks of :data:`SUMMARY_BLOCK` trials aligned to trial indices (a fixed tree
+  of additions inside a block), and the block sums are merged in trial order, so the mean does
+  not depend on how trials were chunked or sharded either.
+
+The engine computes the per-chunk part (:func:`chunk_summary`) on the device inside the compiled
+chunk function and folds it into a :class:`SummaryState` on the host (:func:`fold`); the host
+receives (points × metric shape × bins) per chunk instead of every value.
 
 Verdicts on a paper's claims are paired comparisons across trials (:func:`paired_verdict`): the
 per-trial difference (or log-ratio) of two metrics computed on the same trials, a seeded
@@ -40,6 +47,14 @@ __all__ = [
     "band",
     "Summary",
     "SummaryAccumulator",
+    "SummaryState",
+    "SUMMARY_BLOCK",
+    "bin_index",
+    "chunk_summary",
+    "empty_state",
+    "fold",
+    "finish",
+    "result_of",
     "summary_quantile",
     "merge_point_groups",
     "HIST_LOG_MIN",
@@ -54,6 +69,11 @@ _N_SIDE = (HIST_LOG_MAX - HIST_LOG_MIN) * HIST_PER_DECADE  # bins per sign
 _ZERO = _N_SIDE  # index of the |x| < 1e-12 bin
 N_BINS = 2 * _N_SIDE + 1
 _ROWS_PER_BLOCK = 8192  # trial rows per accumulation block (bounds the host's temporary memory)
+SUMMARY_BLOCK = 64
+"""Trials per float64 sum block: blocks are [k·64, (k+1)·64) in trial indices (a power of two)."""
+# Lower edges of the magnitude levels 0 … _N_SIDE − 1, then the top 1e8 (float64, rounded to a
+# value's dtype where used).
+_EDGES = 10.0 ** (HIST_LOG_MIN + np.arange(_N_SIDE + 1) / HIST_PER_DECADE)
 
 
 class Band(NamedTuple):
@@ -103,12 +123,31 @@ def band(values, mass: float = 0.75, axis: int = 1) -> Band:
 
 
 def _bin_index(x: np.ndarray) -> np.ndarray:
-    magnitude = np.abs(x)
-    with np.errstate(divide="ignore"):
-        level = np.floor((np.log10(magnitude) - HIST_LOG_MIN) * HIST_PER_DECADE)
-    level = np.clip(np.nan_to_num(level, neginf=0), 0, _N_SIDE - 1).astype(np.int64)
-    index = np.where(x > 0, _ZERO + 1 + level, _ZERO - 1 - level)
-    return np.where(magnitude < 10.0**HIST_LOG_MIN, _ZERO, index)
+    return bin_index(np.asarray(x), np)
+
+
+def _binned_dtype(dtype) -> np.dtype:
+    """Floats are binned in their own dtype, anything else as float32."""
+    return np.dtype(dtype) if np.issubdtype(dtype, np.floating) else np.dtype(np.float32)
+
+
+def bin_index(x, xp):
+    """Histogram bin of each value of ``x`` (NumPy or jax.numpy as ``xp``; identical results).
+
+    The logarithm only guesses the level; one comparison with each neighbouring edge (in the
+    value's dtype, exact) decides it, so the bin does not depend on the library's ``log10``.
+    Non-finite values get some bin; callers mask them out.
+    """
+    x = x.astype(_binned_dtype(x.dtype))
+    edges = xp.asarray(_EDGES.astype(x.dtype))
+    magnitude = xp.abs(x)
+    finite = xp.isfinite(magnitude) & (magnitude > 0)
+    safe = xp.where(finite, magnitude, 1)
+    guess = xp.clip(xp.floor((xp.log10(safe) - HIST_LOG_MIN) * HIST_PER_DECADE), 0, _N_SIDE - 1).astype(np.int32)
+    level = guess - (safe < edges[guess]).astype(np.int32) + (safe >= edges[guess + 1]).astype(np.int32)
+    level = xp.clip(level, 0, _N_SIDE - 1)
+    index = xp.where(x > 0, _ZERO + 1 + level, _ZERO - 1 - level)
+    return xp.where(magnitude < edges[0], _ZERO, index).astype(np.int32)
 
 
 def _bin_value(index: np.ndarray, fraction: np.ndarray) -> np.ndarray:
@@ -119,7 +158,10 @@ def _bin_value(index: np.ndarray, fraction: np.ndarray) -> np.ndarray:
 
 
 class SummaryAccumulator:
-    """Accumulates chunks of trials of one metric into a :class:`Summary` (host, NumPy).
+    """Accumulates chunks of trials of one metric into a :class:`Summary` (host, NumPy): sums in
+    float64 trial by trial. The engine's summaries (:func:`chunk_summary` on the device, then
+    :func:`fold`) give the same counts and histograms and means within float64 rounding; this is
+    the straightforward reference they are tested against, and a host-side summary for callers.
 
     Cells are (point, *time); :meth:`add` takes a chunk (point, trial, *time) of the *next*
     trials in order. Besides the :class:`Summary` fields it counts, per point, the trials with
@@ -169,12 +211,123 @@ class SummaryAccumulator:
         self.hist += np.bincount(flat, minlength=n_cells * N_BINS).reshape(self.hist.shape).astype(np.int32)
 
     def result(self) -> Summary:
-        n = self.count.astype(np.float64)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean = self.total / n
-            var = np.maximum(self.total_sq - n * mean * mean, 0.0) / (n - 1)
-            se = np.sqrt(var / n)
-        return Summary(count=self.count, nan_count=self.nan_count, mean=mean, se=se, hist=self.hist)
+        return result_of(SummaryState(*(getattr(self, f) for f in self.FIELDS)))
+
+
+class SummaryState(NamedTuple):
+    """A summary of trials [0, n) of one metric, cells (point, *time); host arrays.
+
+    ``total``/``total_sq`` are float64 sums of whole :data:`SUMMARY_BLOCK` blocks merged in trial
+    order; :func:`fold` adds a chunk's :func:`chunk_summary`, :func:`finish` the last partial block.
+    """
+
+    count: np.ndarray  # finite trials per cell (int64)
+    nan_count: np.ndarray  # NaN or ±inf trials per cell (int64)
+    total: np.ndarray  # float64
+    total_sq: np.ndarray  # float64
+    hist: np.ndarray  # (*cells, N_BINS) int32
+    nonfinite_trials: np.ndarray  # (points,) int64: trials with a non-finite value in any cell
+
+
+def empty_state(cell_shape: tuple) -> SummaryState:
+    """The summary of no trial, for cells (point, *time)."""
+    return SummaryState(
+        count=np.zeros(cell_shape, np.int64),
+        nan_count=np.zeros(cell_shape, np.int64),
+        total=np.zeros(cell_shape, np.float64),
+        total_sq=np.zeros(cell_shape, np.float64),
+        hist=np.zeros(cell_shape + (N_BINS,), np.int32),
+        nonfinite_trials=np.zeros(cell_shape[:1], np.int64),
+    )
+
+
+def _tree_sum(a, axis: int):
+    """Sum over ``axis`` (length a power of two) by a fixed tree of elementwise additions: the
+    same IEEE operations in the same order for NumPy and XLA, whatever the batch or sharding."""
+    while a.shape[axis] > 1:
+        half = a.shape[axis] // 2
+        lo = tuple(slice(None) if i != axis else slice(0, half) for i in range(a.ndim))
+        hi = tuple(slice(None) if i != axis else slice(half, None) for i in range(a.ndim))
+        a = a[lo] + a[hi]
+    return a.sum(axis)  # one element: exact
+
+
+def chunk_summary(values, n_valid, xp) -> dict:
+    """What the summary needs from a chunk of trials (``xp``: NumPy or jax.numpy under x64).
+
+    Args:
+        values: (points, T, *time), T a multiple of :data:`SUMMARY_BLOCK`, trial 0 of the chunk
+            at a multiple of it in trial indices.
+        n_valid: trials [0, n_valid) of the chunk count, the rest (padding) are ignored; a
+            scalar, or one count per point.
+
+    Returns:
+        dict of int32 ``count``, ``nan_count`` (points, *time), ``nonfinite_trials`` (points,),
+        ``hist`` (points, *time, N_BINS), and float64 ``block_total``, ``block_sq``
+        (points, T / SUMMARY_BLOCK, *time): per trial block, the sum of the finite values (and of
+        their squares, exact in float64 for float32 values) in a fixed order.
+    """
+    n_points, n_trials = values.shape[:2]
+    cells = values.shape[2:]
+    per_point = xp.asarray(n_valid).reshape((-1, 1) + (1,) * len(cells))  # (1 or points, 1, …)
+    valid = xp.arange(n_trials).reshape((1, n_trials) + (1,) * len(cells)) < per_point
+    finite = xp.isfinite(values)
+    used, bad = finite & valid, (~finite) & valid
+    clean = xp.where(used, values, 0).astype(np.float64)
+    blocks = clean.reshape((n_points, n_trials // SUMMARY_BLOCK, SUMMARY_BLOCK) + cells)
+    n_cells = n_points * int(np.prod(cells, dtype=np.int64))
+    flat = (xp.arange(n_cells, dtype=np.int32).reshape((n_points, 1) + cells) * N_BINS + bin_index(values, xp)).ravel()
+    weights = used.astype(np.int32).ravel()
+    if xp is np:
+        hist = np.bincount(flat, weights, minlength=n_cells * N_BINS).astype(np.int32)
+    else:
+        hist = xp.zeros(n_cells * N_BINS, np.int32).at[flat].add(weights)
+    return {
+        "count": used.sum(1, dtype=np.int32),
+        "nan_count": bad.sum(1, dtype=np.int32),
+        "nonfinite_trials": bad.reshape(n_points, n_trials, -1).any(-1).sum(1, dtype=np.int32),
+        "hist": hist.reshape((n_points,) + cells + (N_BINS,)),
+        "block_total": _tree_sum(blocks, 2),
+        "block_sq": _tree_sum(blocks * blocks, 2),
+    }
+
+
+def fold(state: SummaryState, part: dict, n_blocks: int) -> SummaryState:
+    """``state`` followed by a chunk's :func:`chunk_summary` (host arrays), of which the first
+    ``n_blocks`` trial blocks hold trials; block sums are added one after another, in trial order."""
+
+    def in_order(total, blocks):
+        return np.add.accumulate(np.concatenate([total[None], np.moveaxis(blocks[:, :n_blocks], 1, 0)]), axis=0)[-1]
+
+    return SummaryState(
+        count=state.count + part["count"],
+        nan_count=state.nan_count + part["nan_count"],
+        total=in_order(state.total, np.asarray(part["block_total"])),
+        total_sq=in_order(state.total_sq, np.asarray(part["block_sq"])),
+        hist=state.hist + part["hist"],
+        nonfinite_trials=state.nonfinite_trials + part["nonfinite_trials"],
+    )
+
+
+def finish(state: SummaryState, tail: np.ndarray, lengths=None) -> tuple[SummaryState, Summary]:
+    """(state, Summary) after the last, partial block: ``tail`` (points, < SUMMARY_BLOCK, *time)
+    raw values, summarised on the host by the same :func:`chunk_summary`; ``lengths``: per point,
+    the tail trials that count (default: all)."""
+    n = tail.shape[1]
+    padded = np.zeros((tail.shape[0], SUMMARY_BLOCK) + tail.shape[2:], tail.dtype)
+    padded[:, :n] = tail
+    state = fold(state, chunk_summary(padded, n if lengths is None else np.asarray(lengths), np), 1 if n else 0)
+    return state, result_of(state)
+
+
+def result_of(state: SummaryState) -> Summary:
+    """The :class:`Summary` (mean, standard error, …) of a state."""
+    n = state.count.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = state.total / n
+        var = np.maximum(state.total_sq - n * mean * mean, 0.0) / (n - 1)
+        se = np.sqrt(var / n)
+    return Summary(count=state.count, nan_count=state.nan_count, mean=mean, se=se, hist=state.hist)
 
 
 def summary_quantile(summary: Summary, q: float) -> np.ndarray:

@@ -5,7 +5,9 @@ Layout of ``out_dir`` (every name is built here; no name is ever read from a fil
 - ``identity.json``: what identifies the run (the caller's identity plus the seed, common random
   numbers and :data:`STORE_FORMAT`). The trial count is not part of it, so a run can grow.
 - ``chunks/g{G}_t{START}_{STOP}.npz`` (raw mode): trials [START, STOP) of every point of group G.
-- ``chunks/summary_g{G}.npz`` (summary mode): the summary state of group G after trials [0, STOP).
+- ``chunks/summary_g{G}.npz`` (summary mode): the summary state of group G after trials [0, STOP):
+  counts, histograms and float64 sums over the whole blocks of ``stats.SUMMARY_BLOCK`` trials
+  [0, W), W = STOP rounded down to a block, and the raw values of trials [W, STOP) (``tail``).
 
 Each of these ``.npz`` files is its own commit point: it is written to a temporary file, flushed
 to disk and renamed over its name (``os.replace``, atomic), so after a kill at any instant a file
@@ -47,11 +49,11 @@ __all__ = [
     "describe_differences",
 ]
 
-STORE_FORMAT = 2
+STORE_FORMAT = 3
 """Version of the layout above; a directory written by another version is refused as another configuration."""
 
 SUMMARY_FIELDS = {"count": np.int64, "nan_count": np.int64, "total": np.float64, "total_sq": np.float64, "hist": np.int32}
-"""Per-cell arrays of a summary state (see :class:`jaxfed.stats.SummaryAccumulator`), with their dtypes."""
+"""Per-cell arrays of a summary state (see :class:`jaxfed.stats.SummaryState`), with their dtypes."""
 
 _META = "__meta__"
 _RAW_NAME = re.compile(r"g(\d{3,})_t(\d{10})_(\d{10})\.npz")
@@ -347,10 +349,15 @@ class Store:
         atomic_write_bytes(os.path.join(self.chunks, name), _pack(self._expected("raw", spec, start, stop), arrays))
 
     # ---------------------------------------------------------------- summaries
-    def load_summary(self, spec: GroupSpec, n_trials: int) -> tuple[int, dict | None]:
-        """(next trial, {metric: state}) of a group's stored summary, or (0, None).
+    def load_summary(self, spec: GroupSpec, n_trials: int) -> tuple[int, dict | None, list | None, int | None]:
+        """(stop, {metric: state}, per-point trial counts, chunk size) of a group's stored summary,
+        or (0, None, None, None).
 
-        A state is the dict of :data:`SUMMARY_FIELDS` arrays plus ``nonfinite_trials`` (points,).
+        A state is the dict of :data:`SUMMARY_FIELDS` arrays and ``nonfinite_trials`` (points,)
+        over each point's whole blocks, plus ``tail``, the raw values (points, trials, …) after
+        the whole blocks of ``stop`` (zeros for a point with fewer trials). Every point has
+        ``stop`` trials, except in a precision-targeted run where a point stops on its own at a
+        chunk boundary (a multiple of the block).
 
         Raises:
             StoreError: the file is not a verified summary of this group, or it already covers
@@ -358,26 +365,33 @@ class Store:
                 it is discarded and recomputed).
         """
         if self.dir is None:
-            return 0, None
+            return 0, None, None, None
         path = os.path.join(self.chunks, _summary_name(spec.index))
         if not os.path.lexists(path):
-            return 0, None
+            return 0, None, None, None
         try:
             meta, arrays = _unpack(path)
-            trials = meta.get("trials")
-            if not (isinstance(trials, list) and len(trials) == 2 and trials[0] == 0 and isinstance(trials[1], int)):
+            trials, counts, chunk = meta.get("trials"), meta.get("point_trials"), meta.get("chunk")
+            if not (isinstance(trials, list) and len(trials) == 2 and trials[0] == 0 and type(trials[1]) is int):
                 raise StoreError(f"{path}: header has no trial range [0, n]; {_HINT}")
             stop = trials[1]
-            _verify(path, meta, arrays, self._expected("summary", spec, 0, stop), self._summary_specs(spec))
+            if not (
+                isinstance(counts, list) and len(counts) == len(spec.point_ids) and max(counts, default=-1) == stop
+                and all(type(n) is int and 0 <= n and (n == stop or n % _block() == 0) for n in counts)
+                and type(chunk) is int and chunk >= 1
+            ):
+                raise StoreError(f"{path}: header has no valid per-point trial counts and chunk size; {_HINT}")
+            whole = np.asarray(counts) // _block() * _block()
+            _verify(path, meta, arrays, self._expected("summary", spec, 0, stop), self._summary_specs(spec, stop - stop // _block() * _block()))
             states = _split_states(arrays)
             for metric, state in states.items():
                 counted = state["count"] + state["nan_count"]
                 if (
-                    np.any(counted != stop)
+                    np.any(counted != whole.reshape((-1,) + (1,) * (counted.ndim - 1)))
                     or np.any(state["hist"].sum(-1, dtype=np.int64) != state["count"])
-                    or np.any((state["nonfinite_trials"] < 0) | (state["nonfinite_trials"] > stop))
+                    or np.any((state["nonfinite_trials"] < 0) | (state["nonfinite_trials"] > whole))
                 ):
-                    raise StoreError(f"{path}: counts of {metric!r} do not add up to its {stop} trials; {_HINT}")
+                    raise StoreError(f"{path}: counts of {metric!r} do not add up to its trials in whole blocks; {_HINT}")
             if stop > n_trials:
                 raise StoreError(
                     f"{path}: summarises {stop} trials, more than the {n_trials} asked for; a summary "
@@ -385,24 +399,26 @@ class Store:
                 )
         except StoreError as err:
             self._rejected(path, err)
-            return 0, None
-        return stop, states
+            return 0, None, None, None
+        return stop, states, counts, chunk
 
-    def save_summary(self, spec: GroupSpec, next_trial: int, states: dict) -> None:
-        """Commits a group's summary state after trials [0, next_trial): one atomic file."""
+    def save_summary(self, spec: GroupSpec, point_trials: list, chunk: int, states: dict) -> None:
+        """Commits a group's summary state after trials [0, point_trials[p]) of each point,
+        computed in chunks of ``chunk`` trials: one atomic file."""
         if self.dir is None:
             return
         arrays = {f"{metric}/{field}": value for metric, s in states.items() for field, value in s.items()}
-        meta = self._expected("summary", spec, 0, next_trial)
+        meta = dict(self._expected("summary", spec, 0, max(point_trials)), point_trials=list(point_trials), chunk=chunk)
         atomic_write_bytes(os.path.join(self.chunks, _summary_name(spec.index)), _pack(meta, arrays))
 
-    def _summary_specs(self, spec: GroupSpec) -> dict:
+    def _summary_specs(self, spec: GroupSpec, n_tail: int) -> dict:
         specs = {}
-        for metric, (shape, _) in spec.metrics.items():
+        for metric, (shape, dtype) in spec.metrics.items():
             cells = (len(spec.point_ids), *shape)
-            for field, dtype in SUMMARY_FIELDS.items():
-                specs[f"{metric}/{field}"] = (cells + ((_n_bins(),) if field == "hist" else ()), dtype)
+            for field, field_dtype in SUMMARY_FIELDS.items():
+                specs[f"{metric}/{field}"] = (cells + ((_n_bins(),) if field == "hist" else ()), field_dtype)
             specs[f"{metric}/nonfinite_trials"] = ((len(spec.point_ids),), np.int64)
+            specs[f"{metric}/tail"] = ((len(spec.point_ids), n_tail, *shape), dtype)
         return specs
 
     def _expected(self, kind: str, spec: GroupSpec, start: int, stop: int) -> dict:
@@ -428,6 +444,12 @@ def _n_bins() -> int:
     from jaxfed import stats
 
     return stats.N_BINS
+
+
+def _block() -> int:
+    from jaxfed import stats
+
+    return stats.SUMMARY_BLOCK
 
 
 def _split_states(arrays: dict) -> dict:

@@ -67,9 +67,12 @@ TOY = base.Experiment("toy", "toy", ToyConfig, toy_build, plot=lambda *a: None, 
 
 def _fast(mp):
     """run_experiment always jits; these tests run the same engine unjitted (~50x faster), and
-    without fsync (~8 ms a file here), which guards against power loss, not simulated here."""
+    without fsync (~8 ms a file here), which guards against power loss, not simulated here.
+    Summary sum blocks of 8 trials instead of 64, so that 20 trials make several summary chunks
+    and a partial last block."""
     mp.setattr(engine, "run", functools.partial(engine.run, use_jit=False))
     mp.setattr(os, "fsync", lambda fd: None)
+    mp.setattr(stats, "SUMMARY_BLOCK", 8)
 
 
 @pytest.fixture(autouse=True)
@@ -225,7 +228,7 @@ def test_a_finished_run_grows_computing_only_the_new_trials(tmp_path, references
 
     def spy(*args, **kwargs):
         fn = real(*args, **kwargs)
-        return lambda seed, ids, traced, first: computed.append(int(first)) or fn(seed, ids, traced, first)
+        return lambda seed, ids, traced, first, *rest: computed.append(int(first)) or fn(seed, ids, traced, first, *rest)
 
     monkeypatch.setattr(engine, "_make_chunk_fn", spy)
     assert check_identical_or_refused(d, references[keep, N_TRIALS], keep) == "identical"

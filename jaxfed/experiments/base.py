@@ -204,6 +204,9 @@ def run_experiment(
     devices: int | None = None,
     max_memory: int | None = None,
     keep: str = "auto",
+    compilation_cache: str | None = None,
+    target_se: float | None = None,
+    target_metric: str | None = None,
 ) -> tuple[dict, dict]:
     """Runs an experiment through the engine and writes its result directory.
 
@@ -250,6 +253,9 @@ def run_experiment(
         keep=keep,
         info=info,
         common_random_numbers=exp.common_random_numbers,
+        compilation_cache=compilation_cache,
+        target_se=target_se,
+        target_metric=target_metric,
     )
     nonfinite = info.pop("nonfinite_trials")
     config_json = dict(identity)

@@ -1,0 +1,71 @@
+"""Compiled once: the persistent compilation cache, the cached memory probe, and reruns of a
+finished run that compile nothing."""
+
+import os
+
+import numpy as np
+import pytest
+from test_engine import POINTS, trial
+
+from jaxfed import engine
+
+
+def run(cache, **kwargs):
+    info = {}
+    out = engine.run(trial, POINTS, 23, seed=4, compilation_cache=cache, info=info, **kwargs)
+    return out, info
+
+
+@pytest.mark.slow
+def test_a_second_run_takes_the_executable_and_the_memory_probe_from_the_cache(tmp_path):
+    cache = str(tmp_path / "cache")
+    first, info1 = run(cache)
+    second, info2 = run(cache)
+    assert info1["compilation_cache"] == cache and info1["compile_cached"] == [False]
+    assert info1["memory_probe_cached"] == [False] and info1["compile_s"][0] > 0
+    assert info2["compile_cached"] == [True] and info2["memory_probe_cached"] == [True]
+    np.testing.assert_array_equal(first["walk"], second["walk"])
+
+
+def test_the_cache_can_be_disabled_by_option_or_environment(tmp_path, monkeypatch):
+    _, info = run("off")
+    assert info["compilation_cache"] is None and info["compile_cached"] == [False]
+    monkeypatch.setenv(engine.CACHE_ENV, "off")
+    assert engine.compilation_cache_dir() is None
+    monkeypatch.setenv(engine.CACHE_ENV, str(tmp_path / "env"))
+    assert engine.compilation_cache_dir() == str(tmp_path / "env")
+    assert engine.compilation_cache_dir(str(tmp_path / "opt")) == str(tmp_path / "opt")
+    monkeypatch.delenv(engine.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert engine.compilation_cache_dir() == str(tmp_path / "xdg" / "jaxfed" / "xla")
+
+
+@pytest.mark.filterwarnings("ignore:Error reading persistent compilation cache")  # JAX's note on each damaged entry
+def test_a_corrupted_cache_directory_does_not_break_a_run(tmp_path):
+    reference, _ = run("off")
+    cache = tmp_path / "cache"
+    run(str(cache))
+    for root, _, files in os.walk(cache):  # every entry, executables and probe figures, damaged
+        for name in files:
+            (tmp_path / root / name).write_bytes(b"\x00garbage")
+    damaged, info = run(str(cache))
+    assert info["compile_cached"] == [False] and info["memory_probe_cached"] == [False]
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    blocked, info = run(str(not_a_dir))
+    assert info["compilation_cache"] is None
+    for out in (damaged, blocked):
+        np.testing.assert_array_equal(out["walk"], reference["walk"])
+
+
+@pytest.mark.slow
+def test_a_rerun_of_a_finished_run_compiles_nothing(tmp_path):
+    d = str(tmp_path / "run")
+    for keep in ("raw", "summary"):
+        first, _ = run("off", out_dir=f"{d}_{keep}", identity={}, keep=keep)
+        again, info = run("off", out_dir=f"{d}_{keep}", identity={}, keep=keep)
+        assert info["chunk_sizes"] == [None] and info["compile_s"] == [None]
+        for name in first:
+            pairs = zip(first[name], again[name]) if keep == "summary" else [(first[name], again[name])]
+            for a, b in pairs:  # a Summary's fields, or the raw array
+                np.testing.assert_array_equal(a, b)

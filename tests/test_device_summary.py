@@ -1,0 +1,121 @@
+"""Summaries computed on the device: equal to the host's, whatever the chunking, devices or kills."""
+
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxfed import engine, stats, store
+
+N = 150  # two whole sum blocks and a partial one of 22 trials
+
+
+def trial(key, point):
+    """Signed values over many decades, exact zeros and some NaN/inf trials."""
+    k1, k2 = jax.random.split(key)
+    x = jax.random.normal(k1, (4,)) * 10.0 ** jax.random.uniform(k2, (4,), minval=-13, maxval=9) * point["scale"]
+    x = x.at[0].set(jnp.where(x[1] > 1.0, 0.0, x[0]))
+    x = x.at[2].set(jnp.where(jnp.abs(x[3]) > 1e7, jnp.inf, x[2]))
+    return {"x": x, "s": jnp.where(x[1] < -1e6, jnp.nan, x[1] * 2)}
+
+
+POINTS = [{"scale": jnp.float32(1.0)}, {"scale": jnp.float32(-3.0)}]
+
+
+def assert_summaries_equal(a, b):
+    for name in a:
+        for field in stats.Summary._fields:
+            np.testing.assert_array_equal(getattr(a[name], field), getattr(b[name], field), err_msg=f"{name}/{field}")
+
+
+@pytest.fixture(scope="module")
+def raw():
+    return engine.run(trial, POINTS, N, seed=5)
+
+
+@pytest.fixture(scope="module")
+def device_summary():
+    return engine.run(trial, POINTS, N, seed=5, keep="summary", chunk_size=N)
+
+
+def test_device_summary_equals_the_host_summary_of_the_same_trials(raw, device_summary):
+    for name, values in raw.items():
+        host = stats.SummaryAccumulator(values.shape[:1] + values.shape[2:])
+        host.add(values)
+        want, got = host.result(), device_summary[name]
+        for field in ("count", "nan_count", "hist"):
+            np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=f"{name}/{field}")
+        np.testing.assert_allclose(got.mean, want.mean, rtol=1e-12, atol=0)
+        np.testing.assert_allclose(got.se, want.se, rtol=1e-9, atol=0)
+    assert device_summary["s"].nan_count.sum() > 0 and (device_summary["x"].hist[..., stats.N_BINS // 2] > 0).any()
+
+
+@pytest.mark.parametrize("chunk_size", [pytest.param(1, marks=pytest.mark.slow), 7])
+def test_bit_identical_for_any_chunk_size(device_summary, chunk_size):
+    info = {}
+    out = engine.run(trial, POINTS, N, seed=5, keep="summary", chunk_size=chunk_size, info=info)
+    assert info["chunk_sizes"] == [stats.SUMMARY_BLOCK]  # rounded up to whole sum blocks
+    assert_summaries_equal(out, device_summary)
+
+
+def test_bin_index_is_the_same_in_numpy_and_xla():
+    edges = stats._EDGES.astype(np.float32)
+    x = np.concatenate([edges, np.nextafter(edges, 0), np.nextafter(edges, np.inf), -edges, [0.0, 1e30, -1e-30]])
+    x = x.astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: stats.bin_index(v, jnp))(x)), stats.bin_index(x, np))
+    index = stats.bin_index(edges[:-1], np)  # each edge opens its own bin
+    np.testing.assert_array_equal(index, stats.N_BINS // 2 + 1 + np.arange(edges.size - 1))
+
+
+@pytest.mark.slow
+def test_growth_and_a_kill_between_chunks_resume_bit_identically(tmp_path, device_summary, monkeypatch):
+    grown = str(tmp_path / "grown")
+    engine.run(trial, POINTS, 100, seed=5, keep="summary", out_dir=grown, identity={})  # ends inside a block
+    assert_summaries_equal(engine.run(trial, POINTS, N, seed=5, keep="summary", out_dir=grown, identity={}), device_summary)
+
+    killed, saves = str(tmp_path / "killed"), []
+    real = store.Store.save_summary
+
+    def save_then_die(self, *args):
+        real(self, *args)
+        saves.append(max(args[1]))  # (spec, per-point trials, chunk size, states)
+        if len(saves) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(store.Store, "save_summary", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        engine.run(trial, POINTS, N, seed=5, keep="summary", chunk_size=64, out_dir=killed, identity={})
+    assert saves == [64, 128]
+    monkeypatch.setattr(store.Store, "save_summary", real)
+    assert_summaries_equal(
+        engine.run(trial, POINTS, N, seed=5, keep="summary", chunk_size=64, out_dir=killed, identity={}), device_summary
+    )
+
+
+_CHILD = """
+import numpy as np, sys
+sys.path.insert(0, {tests!r})
+from test_device_summary import trial, POINTS, N
+from jaxfed import engine, stats
+info = {{}}
+out = engine.run(trial, POINTS, N, seed=5, keep="summary", chunk_size=128, info=info)
+assert info["devices"] == 4, info
+np.savez({path!r}, **{{f"{{m}}/{{f}}": getattr(s, f) for m, s in out.items() for f in stats.Summary._fields}})
+"""
+
+
+@pytest.mark.slow
+def test_four_forced_cpu_devices_give_identical_summaries(tmp_path, device_summary):
+    path = str(tmp_path / "four.npz")
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    code = _CHILD.format(tests=os.path.dirname(__file__), path=path)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr
+    with np.load(path) as z:
+        for name, summary in device_summary.items():
+            for field in stats.Summary._fields:
+                np.testing.assert_array_equal(z[f"{name}/{field}"], getattr(summary, field), err_msg=f"{name}/{field}")
