@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy import stats
 
 from jaxfed import kmeans, oac
 from jaxfed.oac import aggregators
@@ -67,3 +68,84 @@ def test_builtin_channels_reproduce_the_recorded_outputs(mode):
     out = oac.over_the_air_sum(jax.random.key(7), values, 3, 3, 2.5, 5.0, mode, active=active)
     np.testing.assert_array_equal(np.asarray(out.estimate), REFERENCE[f"ota_{mode}/estimate"])
     np.testing.assert_array_equal(np.asarray(out.energy), REFERENCE[f"ota_{mode}/energy"])
+
+
+# --------------------------------------------------------------------------- a user-made aggregator
+def _coherent(noise_std):
+    """Analog coherent over-the-air sum with perfect power control, built outside the package:
+    Σ_k v_k + n, n ~ N(0, noise_std² I); exact values, so no v_max."""
+
+    def aggregate(key, values, active, vmax):
+        return jnp.sum(values, axis=0) + noise_std * jax.random.normal(key, values.shape[1:], values.dtype)
+
+    return kmeans.Aggregator(aggregate)
+
+
+def _rounding(step_fraction):
+    """Each ED rounds its values to a grid of step_fraction · v_max before an exact sum."""
+
+    def quantize(values, vmax):
+        step = step_fraction * vmax
+        return step * jnp.round(values / step)
+
+    return kmeans.Aggregator(lambda key, values, active, vmax: jnp.sum(quantize(values, vmax), axis=0), quantize)
+
+
+def test_user_aggregators_run_through_the_round():
+    run = lambda s: kmeans.federated_rounds(jax.random.key(5), DATA, 7, INIT, 6, s)  # noqa: E731
+    history, info = run(kmeans.Settings(_coherent(0.0)))
+    np.testing.assert_array_equal(np.asarray(history), REFERENCE["ideal/history"])  # + 0·n is the exact sum
+    assert np.all(np.asarray(info.vmax) == 0)
+    noisy, _ = run(kmeans.Settings(_coherent(5.0)))
+    assert np.isfinite(noisy).all() and not np.array_equal(noisy, history)
+    rounded, info = run(kmeans.Settings(_rounding(0.25), reinit=False))
+    deltas = kmeans.local_statistics(DATA, jnp.asarray(INIT), 7)[1].reshape(7, -1)
+    assert float(info.vmax[0]) == pytest.approx(float(jnp.max(jnp.abs(deltas))))  # v_max computed for a codec
+    step = 0.25 * float(info.vmax[0])
+    np.testing.assert_allclose(info.aggregate[0] / step, np.round(info.aggregate[0] / step), atol=1e-3)
+    with pytest.raises(ValueError, match="aggregator must be an Aggregator"):
+        run(kmeans.Settings("oac"))
+
+
+# --------------------------------------------------------------------------- a channel the paper lacks
+N_TRIALS = 20000
+
+
+@pytest.mark.parametrize("n_antennas", [2, 4])
+def test_energy_combining_estimator_moments(n_antennas):
+    """M-antenna energy combining (jaxfed.oac.antennas): mean(v̂_q) = the quantised sum and the sample
+    variance = (v_max/ξ)² Σ_d β^{2d} Σ_j s_j² (K_{q,d,j} + σ²/E_s)²/M, each within z standard errors.
+
+    v̂_q = const + Σ_l a_l Y_l with a_l = (v_max/ξ) β^d s_j (K_l + σ²/E_s) and Y_l = G_l/M,
+    G_l ~ Gamma(M, 1) independent (κ2 = 1/M, κ4 = 6/M³): Var = Σ a²/M, and the sample variance has
+    variance (μ4 − Var²)/N = (6 Σ a⁴/M³ + 2 Var²)/N. z: two-sided normal quantile for a family-wise
+    α = 1e-4 over 2 moments × 2 SNRs × Q values.
+    """
+    beta, digits, vmax, n_dev, n_val = 3, 3, 2.0, 6, 3
+    name = f"combining-{n_antennas}"
+    values = np.random.default_rng(4).uniform(-vmax, vmax, (n_dev, n_val)).astype(np.float32)
+    numerals = np.asarray(oac.encode(jnp.asarray(values), beta, digits, vmax))  # (K, Q, D)
+    s = np.arange(beta) - (beta - 1) // 2
+    counts = (numerals[..., None] == s).sum(0).astype(np.float64)  # (Q, D, β) K_{q,d,j}
+    xi = (beta**digits - 1) // 2
+    c = vmax / xi * (beta ** np.arange(digits))[:, None] * s  # (D, β)
+    truth = np.sum(c * counts, axis=(1, 2))  # Σ_k of the quantised values
+    snrs = (0.0, 30.0)
+    z = stats.norm.isf(1e-4 / (2 * 2 * len(snrs) * n_val))
+
+    @jax.jit
+    def estimates(key, snr_db):
+        run = lambda k: oac.over_the_air_sum(k, jnp.asarray(values), beta, digits, vmax, snr_db, name).estimate  # noqa: E731
+        return jax.vmap(run)(jax.random.split(key, N_TRIALS))
+
+    for i, snr_db in enumerate(snrs):
+        sigma2 = 10 ** (-snr_db / 10)
+        a = c * (counts + sigma2 / beta)
+        var = np.sum(a**2, axis=(1, 2)) / n_antennas
+        var_se = np.sqrt((6 * np.sum(a**4, axis=(1, 2)) / n_antennas**3 + 2 * var**2) / N_TRIALS)
+        est = np.asarray(estimates(jax.random.key(i), snr_db), np.float64)
+        mean_z = np.abs(est.mean(0) - truth) / np.sqrt(var / N_TRIALS)
+        var_z = np.abs(est.var(0, ddof=1) - var) / var_se
+        assert np.all(mean_z < z) and np.all(var_z < z), (snr_db, mean_z, var_z)
+        formula = oac.channel.estimate_variance(counts.reshape(-1), beta, digits, vmax, sigma2, float(beta), name)
+        np.testing.assert_allclose(formula, var, rtol=1e-5)
