@@ -389,8 +389,8 @@ def register_channel(name: str, energy, detect=detect, variance=rayleigh_count_v
     ...     counts = oac.channel.resource_counts(numerals, beta, active).astype(jnp.float32)
     ...     noise = jax.random.exponential(key, counts.shape) * noise_var  # |w_l|², w ~ CN(0, σ²)
     ...     return symbol_energy * counts + noise  # mean E_s K_l + σ²
-    >>> _ = oac.register_channel("no-fading", no_fading, variance=None)
-    >>> out = oac.over_the_air_sum(jax.random.key(0), jnp.ones((4, 2)), 3, 2, 4.0, 200.0, "no-fading")
+    >>> _ = oac.register_channel("line-of-sight", no_fading, variance=None)
+    >>> out = oac.over_the_air_sum(jax.random.key(0), jnp.ones((4, 2)), 3, 2, 4.0, 60.0, "line-of-sight")
     >>> [round(float(v), 3) for v in out.estimate]
     [4.0, 4.0]
     """
