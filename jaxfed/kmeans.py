@@ -188,7 +188,7 @@ class RoundInfo(NamedTuple):
     cluster_sizes: jax.Array  # (C,) |S_c|
     loss: jax.Array  # () loss (1)/|D| of the broadcast centroids (a simulation metric, exact)
     assignment: jax.Array  # (N,) int32 nearest broadcast centroid of every point
-    vmax: jax.Array  # () the v_max used (0 for "ideal" and for Lloyd's k-means)
+    vmax: jax.Array  # () the v_max used (0 for a back-end that sends exact values, e.g. ideal(), and for Lloyd's)
     reinitialised: jax.Array  # (C,) bool, centroids moved by re-initialisation
     observed: object = None  # observe(partition) of the round, when an `observe` function is given
     next_vmax: jax.Array = None  # () the adaptive v_max carried to the next round (federated only)

@@ -65,7 +65,7 @@ class MallConfig:
     s_min: float = 1.0  # re-initialise clusters with fewer points
     sigma_c: float = 1.0  # re-initialisation jitter (m)
     vmax_fixed: float = 1000.0  # [choice] v_max when adaptive v_max is off (m); first value of the lagged readings
-    channel: str = "aggregate"  # a registered channel (jaxfed.oac.channels()): "aggregate" (exact in distribution, fast), "explicit" (per-ED fading), …
+    channel: str = "aggregate"  # a registered channel (jaxfed.oac.channels()): "aggregate" (fast), "explicit", …
     init: str = "uniform"  # initial centroids: "uniform" in the mall (server-side), "forgy", "kmeans++"
     vmax_rule: str = "abs"  # adaptive v_max reading, one of kmeans.VMAX_RULES
     symbol_energy: str = "beta"  # E_s: "beta" (amplitude √β, unit mean energy per resource) or "sqrt-beta" (E_s = √β)

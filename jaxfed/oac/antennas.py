@@ -6,7 +6,7 @@ The ES has M antennas with independent Rayleigh fading and noise on each branch,
 branches' energies:
 
     y_{l,m} = Σ_k h_{k,l,m} x_{k,l} + w_{l,m},   h ~ CN(0, 1), w ~ CN(0, σ²), i.i.d. over k, l, m;
-    E_l = Σ_m |y_{l,m}|² = (E_s K_l + σ²) Σ_m X_{l,m},   X ~ Exp(1) i.i.d.  (as in the "aggregate" channel, per branch);
+    E_l = Σ_m |y_{l,m}|² = (E_s K_l + σ²) Σ_m X_{l,m},   X ~ Exp(1) i.i.d. (each branch as "aggregate");
     K̂_l = (E_l/M − σ²)/E_s,   E K̂_l = K_l,   Var K̂_l = (K_l + σ²/E_s)²/M.
 
 Combining divides the detector's variance, self-noise included, by M: the estimate's floor at

@@ -315,7 +315,9 @@ def rayleigh_count_variance(counts, noise_var, symbol_energy) -> jax.Array:
     return jnp.square(counts + noise_var / symbol_energy)
 
 
-def estimate_variance(counts, beta: int, digits: int, vmax, noise_var, symbol_energy, mode: str = "aggregate") -> jax.Array:
+def estimate_variance(
+    counts, beta: int, digits: int, vmax, noise_var, symbol_energy, mode: str = "aggregate"
+) -> jax.Array:
     """Variance of the estimate v̂_q given the counts K_l, under the channel ``mode``:
 
         Var(v̂_q) = (v_max/ξ)² Σ_d β^{2d} Σ_j s_j² Var K̂_{q,d,j},
@@ -375,7 +377,9 @@ class ChannelModel(NamedTuple):
 _CHANNELS: dict[str, ChannelModel] = {}
 
 
-def register_channel(name: str, energy, detect=detect, variance=rayleigh_count_variance, noisy: bool = True) -> ChannelModel:
+def register_channel(
+    name: str, energy, detect=detect, variance=rayleigh_count_variance, noisy: bool = True
+) -> ChannelModel:
     """Registers a channel model under ``name`` (see :class:`ChannelModel` for the signatures) and
     returns it; the name then works wherever a channel is named (:func:`over_the_air_sum`,
     :func:`jaxfed.oac.aggregators.oac`, the k-means experiments' ``channel`` parameter).
