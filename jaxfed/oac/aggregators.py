@@ -66,7 +66,8 @@ def quantized(beta: int, digits: int) -> Aggregator:
     quantize = _quantizer(beta, digits)
 
     def aggregate(key, values, active, vmax):
-        return jnp.sum(jnp.where(active[:, None], quantize(values, vmax), 0.0), axis=0)
+        decoded = quantize(values, vmax)
+        return jnp.sum(jnp.where(active[:, None], decoded, 0.0), axis=0)
 
     return Aggregator(aggregate, quantize)
 
