@@ -7,10 +7,11 @@ error-free orthogonal channel and the changes Δc_{k,c} = Σ_{d∈S_{k,c}} (d �
 
     c_c ← c_c + μ · (Σ_k Δc_{k,c}) / |S_c|          (μ = 1 is Lloyd's k-means).
 
-Back-ends for Σ_k Δc_{k,c} (the values v_{k,q}, q = cL + l, are vec([Δc_{k,1} … Δc_{k,C}])):
-``"ideal"`` (exact sums), ``"quantized"`` (balanced-number codec, no channel: the exact sum of
-the quantised values) and ``"oac"`` (non-coherent over-the-air computation,
-:func:`jaxfed.oac.over_the_air_sum`, channel ``"explicit"`` or ``"aggregate"``).
+The back-end for Σ_k Δc_{k,c} (the values v_{k,q}, q = cL + l, are vec([Δc_{k,1} … Δc_{k,C}])) is
+a value, ``Settings.aggregator`` (:mod:`jaxfed.oac.aggregators`): ``ideal()`` (exact sums),
+``quantized(β, D)`` (balanced-number codec, no channel: the exact sum of the quantised values),
+``oac(channel, β, D, snr_db, E_s)`` (non-coherent over-the-air computation through a registered
+channel model, :func:`jaxfed.oac.over_the_air_sum`) or one a user builds.
 Enhancements (docs/kmeans.md §B5, Algorithm 1 of the paper), each switchable:
 
 - adaptive v_max: v_max = max_k m_k with m_k a maximum of ED k's values sent over an orthogonal
@@ -37,9 +38,10 @@ Initial centroids (:func:`initial_centroids`, :data:`INITS`): ``"uniform"`` in t
 box (all a server that does not see the data knows, e.g. the mall's floor plan), ``"forgy"`` (C
 distinct data points) or ``"kmeans++"`` (D² sampling over all the data: a centralized reference).
 
-Static (shape- or code-changing): C, L, K, N, n_rounds, the back-end, β, D, the channel mode, the
-v_max reading. Traced: μ, SNR (dB), E_s, fixed v_max, S_min, σ_c and the on/off switches of the
-enhancements, so a sweep over them (or an ablation) is a ``vmap``.
+Static (shape- or code-changing): C, L, K, N, n_rounds, the back-end and what its factory fixes
+(β, D, the channel), the v_max reading. Traced: μ, fixed v_max, S_min, σ_c, the on/off switches of
+the enhancements and the back-end's SNR (dB) and E_s, so a sweep over them (or an ablation) is a
+``vmap``.
 
 Bad inputs: concrete ones raise ``ValueError`` naming the parameter; data or settings that are
 traced (under jit) and invalid make the results NaN rather than plausible numbers (a NaN point
@@ -57,9 +59,10 @@ import numpy as np
 from jax import custom_batching, lax
 
 from jaxfed import oac
+from jaxfed.oac.aggregators import Aggregator
 
 __all__ = [
-    "AGGREGATIONS",
+    "Aggregator",
     "VMAX_RULES",
     "INITS",
     "initial_centroids",
@@ -84,7 +87,6 @@ __all__ = [
     "digital_resources",
 ]
 
-AGGREGATIONS = ("ideal", "quantized", "oac")
 VMAX_RULES = ("abs", "signed", "abs-previous", "signed-previous")
 INITS = ("uniform", "forgy", "kmeans++")
 
@@ -161,19 +163,14 @@ def _coords(points: jax.Array) -> jax.Array:
 
 
 class Settings(NamedTuple):
-    """Options of federated k-means. ``aggregation``, ``beta``, ``digits`` and ``channel`` are
+    """Options of federated k-means. ``aggregator`` (what its factory fixed) and ``vmax_rule`` are
     static; every other field may be a traced scalar."""
 
-    aggregation: str = "ideal"  # "ideal" | "quantized" | "oac" (static)
-    beta: int = 3  # balanced-number base β, odd >= 3 (static)
-    digits: int = 4  # digits D (static)
-    channel: str = "aggregate"  # "explicit" | "aggregate" for "oac" (static)
-    snr_db: float = 30.0  # SNR of one ED at the ES, in dB
+    aggregator: Aggregator = oac.aggregators.ideal()  # the back-end for Σ_k Δc_{k,c} (jaxfed.oac.aggregators)
     mu: float = 1.0  # learning rate μ
     adaptive_vmax: bool = True  # v_max from the EDs' reported maxima (see vmax_rule), else `vmax`
     vmax: float = 100.0  # fixed v_max (adaptive off); the adaptive rules' fallback and first value
     vmax_rule: str = "abs"  # reading of the adaptive v_max, one of VMAX_RULES (static)
-    symbol_energy: float | None = None  # E_s of the OAC transmitter and detector; None: β (amplitude √β)
     reinit: bool = True  # re-initialise centroids of clusters below S_min
     s_min: float = 1.0  # S_min
     sigma_c: float = 1.0  # σ_c, std of the re-initialisation jitter
@@ -191,7 +188,7 @@ class RoundInfo(NamedTuple):
     cluster_sizes: jax.Array  # (C,) |S_c|
     loss: jax.Array  # () loss (1)/|D| of the broadcast centroids (a simulation metric, exact)
     assignment: jax.Array  # (N,) int32 nearest broadcast centroid of every point
-    vmax: jax.Array  # () the v_max used (0 for "ideal" and for Lloyd's k-means)
+    vmax: jax.Array  # () the v_max used (0 for a back-end that sends exact values, e.g. ideal(), and for Lloyd's)
     reinitialised: jax.Array  # (C,) bool, centroids moved by re-initialisation
     observed: object = None  # observe(partition) of the round, when an `observe` function is given
     next_vmax: jax.Array = None  # () the adaptive v_max carried to the next round (federated only)
@@ -201,24 +198,22 @@ class RoundInfo(NamedTuple):
 
 def _check_settings(s: Settings) -> None:
     """ValueError for a bad static field or a bad concrete value of a traced one (a traced one
-    that is bad makes the results NaN: see :func:`jaxfed.oac.over_the_air_sum`)."""
-    if s.aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {s.aggregation!r}")
-    if s.aggregation == "oac" and s.channel not in ("explicit", "aggregate"):
-        raise ValueError(f"channel must be 'explicit' or 'aggregate', got {s.channel!r}")
+    that is bad makes the results NaN: see :func:`jaxfed.oac.over_the_air_sum`). The back-end's
+    own arguments were checked when its factory built it."""
+    if not isinstance(s.aggregator, Aggregator):
+        raise ValueError(
+            f"aggregator must be an Aggregator (jaxfed.oac.aggregators: ideal(), quantized(β, D), oac(...)), "
+            f"got {s.aggregator!r}"
+        )
     if s.vmax_rule not in VMAX_RULES:
         raise ValueError(f"vmax_rule must be one of {VMAX_RULES}, got {s.vmax_rule!r}")
-    if s.aggregation != "ideal":
-        oac.balanced.check_base(s.beta, s.digits)
-    positive = ("mu", "vmax") + (("symbol_energy",) if s.symbol_energy is not None else ())
+    positive = ("mu", "vmax")
     for name in positive + ("sigma_c", "s_min"):
         value = getattr(s, name)
         if not isinstance(value, jax.core.Tracer) and np.ndim(value) == 0:
             ok = float(value) > 0 if name in positive else float(value) >= 0
             if not (ok and np.isfinite(float(value))):
                 raise ValueError(f"{name} must be finite and {'> 0' if name in positive else '>= 0'}, got {value}")
-    if s.aggregation == "oac" and not isinstance(s.snr_db, jax.core.Tracer):
-        oac.channel._check_snr_db(s.snr_db)
 
 
 def flatten_devices(device_points, device_mask) -> FlatData:
@@ -323,20 +318,17 @@ def adaptive_vmax(reported, carried, rule: str):
 
 
 def _aggregate(key, values, active, s: Settings, carried_vmax):
-    """Σ_k values[k] through the back-end; returns (sum (Q,), v_max used, v_max carried on)."""
-    if s.aggregation == "ideal":
+    """Σ_k values[k] through the back-end; returns (sum (Q,), v_max used, v_max carried on).
+
+    A back-end that sends exact values (no ``quantize``) gets no v_max: none is reported or
+    carried (0), as the EDs need not send their maxima."""
+    if s.aggregator.quantize is None:
         zero = jnp.zeros((), values.dtype)
-        return jnp.sum(values, axis=0), zero, zero
+        return s.aggregator.aggregate(key, values, active, zero), zero, zero
     reported = reported_maximum(values, active, s.vmax_rule)
     adaptive, carried = adaptive_vmax(reported, jnp.asarray(carried_vmax, values.dtype), s.vmax_rule)
     vmax = jnp.where(s.adaptive_vmax, adaptive, s.vmax).astype(values.dtype)
-    if s.aggregation == "quantized":
-        decoded = oac.balanced.quantize(values, s.beta, s.digits, vmax)
-        return jnp.sum(jnp.where(active[:, None], decoded, 0.0), axis=0), vmax, carried
-    out = oac.over_the_air_sum(
-        key, values, s.beta, s.digits, vmax, s.snr_db, s.channel, active=active, symbol_energy=s.symbol_energy
-    )
-    return out.estimate, vmax, carried
+    return s.aggregator.aggregate(key, values, active, vmax), vmax, carried
 
 
 def _reinitialise(key, centroids, new_centroids, sizes, s: Settings):
@@ -365,9 +357,9 @@ def _dead_zone(values, active, sizes, vmax, s: Settings):
     coordinates of every active ED): their quantised sum is 0, so only channel noise or
     re-initialisation can move them. All False for exact sums."""
     n_clusters = sizes.shape[0]
-    if s.aggregation == "ideal":
+    if s.aggregator.quantize is None:
         return jnp.zeros(n_clusters, bool)
-    zero = (oac.balanced.quantize(values, s.beta, s.digits, vmax) == 0) | ~active[:, None]
+    zero = (s.aggregator.quantize(values, vmax) == 0) | ~active[:, None]
     return jnp.all(zero.reshape(values.shape[0], n_clusters, -1), axis=(0, 2)) & (sizes > 0)
 
 
@@ -484,7 +476,7 @@ def federated(
     device_mask,
     init_centroids,
     n_rounds: int,
-    aggregation: str = "ideal",
+    aggregator: Aggregator | None = None,
     **options,
 ) -> jax.Array:
     """Federated k-means on any data: centroids after each round, (n_rounds, C, L).
@@ -495,10 +487,19 @@ def federated(
         device_mask: (K, N_max) bool, True for real points.
         init_centroids: (C, L) initial centroids.
         n_rounds: number of rounds (static).
-        aggregation: ``"ideal"``, ``"quantized"`` or ``"oac"``.
-        **options: the other fields of :class:`Settings` (β, D, channel, snr_db, μ, v_max,
-            adaptive_vmax, vmax_rule, symbol_energy, reinit, s_min, σ_c). Note the default ``reinit=True``; pass
-            ``reinit=False`` for plain federated Lloyd's k-means.
+        aggregator: the back-end (:mod:`jaxfed.oac.aggregators`); default ``ideal()``.
+        **options: the other fields of :class:`Settings` (μ, v_max, adaptive_vmax, vmax_rule,
+            reinit, s_min, σ_c). Note the default ``reinit=True``; pass ``reinit=False`` for plain
+            federated Lloyd's k-means.
+
+    >>> import jax, numpy as np
+    >>> from jaxfed.oac import aggregators
+    >>> points = np.array([[[0.0, 0.0], [0.2, 0.0]], [[5.0, 5.0], [5.0, 5.4]]], np.float32)  # K = 2 EDs
+    >>> init = np.array([[1.0, 1.0], [4.0, 4.0]], np.float32)
+    >>> backend = aggregators.oac("aggregate", beta=3, digits=4, snr_db=30.0)
+    >>> c = federated(jax.random.key(0), points, np.ones((2, 2), bool), init, 3, backend, reinit=False)
+    >>> c.shape
+    (3, 2, 2)
     """
     unknown = set(options) - set(Settings._fields)
     if unknown:
@@ -511,7 +512,7 @@ def federated(
             f"init_centroids holds more centroids (C = {np.shape(init_centroids)[0]}) than there are points "
             f"(N = {n_real}); use C <= N"
         )
-    settings = Settings(aggregation=aggregation, **options)
+    settings = Settings(oac.aggregators.ideal() if aggregator is None else aggregator, **options)
     history, _ = federated_rounds(key, data, device_mask.shape[0], init_centroids, n_rounds, settings)
     return history
 

@@ -5,6 +5,7 @@ import pytest
 from sklearn.cluster import KMeans
 
 from jaxfed import kmeans, oac, scenarios
+from jaxfed.oac import aggregators
 from jaxfed.experiments import kmeans_mall
 
 
@@ -24,7 +25,7 @@ def test_ideal_federated_equals_lloyd_equals_sklearn(seed, dim):
     central = np.asarray(kmeans.lloyd(x, init, rounds))
     device_points, device_mask = scenarios.pad_by_owner(x, owner, 7)
     fed = np.asarray(
-        kmeans.federated(jax.random.key(0), device_points, device_mask, init, rounds, "ideal", reinit=False)
+        kmeans.federated(jax.random.key(0), device_points, device_mask, init, rounds, reinit=False)
     )
     np.testing.assert_allclose(fed, central, atol=1e-4, rtol=1e-5)  # every round
     for r in (1, 3, rounds):
@@ -39,18 +40,18 @@ def test_ideal_federated_equals_lloyd_equals_sklearn(seed, dim):
 
 def test_single_device_federated_is_centralized():
     x, init, _ = blobs(4, dim=2)
-    fed = kmeans.federated(jax.random.key(0), x[None], np.ones((1, len(x)), bool), init, 10, "ideal", reinit=False)
+    fed = kmeans.federated(jax.random.key(0), x[None], np.ones((1, len(x)), bool), init, 10, reinit=False)
     np.testing.assert_allclose(fed, kmeans.lloyd(x, init, 10), atol=1e-4)
 
 
-def _final_losses(aggregation, digits, n_trials=96, **options):
+def _final_losses(make_aggregator, n_trials=96, **options):
     cfg = kmeans_mall.MallConfig(n_rounds=20)
 
     def trial(key):
         k_scene, k_init, k_run = jax.random.split(key, 3)
         scene = scenarios.mall(k_scene, cfg.n_points, cfg.n_components, cfg.spread, cfg.side, cfg.rows, cfg.cols)
         init = scene.points[scenarios.random_subset(k_init, cfg.n_points, cfg.n_clusters)]
-        settings = kmeans.Settings(aggregation=aggregation, digits=digits, **options)
+        settings = kmeans.Settings(make_aggregator(), **options)
         history, _ = kmeans.federated_rounds(
             k_run, kmeans.flat_data(scene.points, scene.owner), cfg.n_devices, init, cfg.n_rounds, settings
         )
@@ -63,8 +64,8 @@ def _final_losses(aggregation, digits, n_trials=96, **options):
 def test_quantized_loss_approaches_ideal_as_digits_grow():
     """Paired over the same trials (same data and initial centroids): the mean excess loss over
     ideal aggregation shrinks with D, each step within 3 standard errors of the paired difference."""
-    ideal = _final_losses("ideal", 1)
-    gaps = {d: _final_losses("quantized", d) - ideal for d in (1, 2, 3, 4, 5)}
+    ideal = _final_losses(aggregators.ideal)
+    gaps = {d: _final_losses(lambda: aggregators.quantized(3, d)) - ideal for d in (1, 2, 3, 4, 5)}
     means = {d: g.mean() for d, g in gaps.items()}
     for d in (1, 2, 3, 4):
         diff = gaps[d] - gaps[d + 1]
@@ -99,7 +100,7 @@ def test_reinitialisation_moves_only_clusters_below_s_min():
     x, _, owner = blobs(5, dim=2)
     init = np.concatenate([x[:4], [[1e4, 1e4]]]).astype(np.float32)  # centroid 4 attracts nothing
     data = kmeans.flat_data(x, owner)
-    s = kmeans.Settings(aggregation="ideal", reinit=True, s_min=1.0, sigma_c=0.5)
+    s = kmeans.Settings(aggregators.ideal(), reinit=True, s_min=1.0, sigma_c=0.5)
     new, info = kmeans.federated_round(jax.random.key(0), jnp.asarray(init), data, 7, s)
     plain, _ = kmeans.federated_round(jax.random.key(0), jnp.asarray(init), data, 7, s._replace(reinit=False))
     moved = np.asarray(info.reinitialised)
@@ -118,14 +119,15 @@ def test_reinitialisation_moves_only_clusters_below_s_min():
 
 @pytest.mark.parametrize("aggregation", ["ideal", "quantized", "oac"])
 def test_devices_without_points_transmit_nothing_and_change_nothing(aggregation):
+    aggregator = {"ideal": aggregators.ideal(), "quantized": aggregators.quantized(3, 4),
+                  "oac": aggregators.oac("aggregate", 3, 4, 10.0)}[aggregation]
     x, init, owner = blobs(6, dim=2)
     points, mask = scenarios.pad_by_owner(x, owner, 7)
     # the same data with three extra EDs that hold no points
     more_points = np.concatenate([points, np.full((3,) + points.shape[1:], 1e6, np.float32)])
     more_mask = np.concatenate([mask, np.zeros((3, mask.shape[1]), bool)])
-    options = dict(reinit=False, snr_db=10.0, channel="aggregate")
-    a = kmeans.federated(jax.random.key(1), points, mask, init, 8, aggregation, **options)
-    b = kmeans.federated(jax.random.key(1), more_points, more_mask, init, 8, aggregation, **options)
+    a = kmeans.federated(jax.random.key(1), points, mask, init, 8, aggregator, reinit=False)
+    b = kmeans.federated(jax.random.key(1), more_points, more_mask, init, 8, aggregator, reinit=False)
     np.testing.assert_allclose(a, b, atol=1e-4)
     assert np.isfinite(np.asarray(b)).all()
     counts, _ = kmeans.local_statistics(kmeans.flatten_devices(more_points, more_mask), jnp.asarray(init), 10)
@@ -140,10 +142,10 @@ def test_devices_without_points_transmit_nothing_and_change_nothing(aggregation)
 def test_bad_inputs_are_rejected():
     x, init, owner = blobs(7, dim=2)
     points, mask = scenarios.pad_by_owner(x, owner, 7)
-    with pytest.raises(ValueError, match="aggregation must be one of"):
+    with pytest.raises(ValueError, match="aggregator must be an Aggregator"):
         kmeans.federated(jax.random.key(0), points, mask, init, 3, "carrier-pigeon")
     with pytest.raises(ValueError, match="unknown options"):
-        kmeans.federated(jax.random.key(0), points, mask, init, 3, "ideal", sigma=1.0)
+        kmeans.federated(jax.random.key(0), points, mask, init, 3, sigma=1.0)
     with pytest.raises(ValueError, match="init_centroids must have shape"):
         kmeans.federated(jax.random.key(0), points, mask, init[:, :1], 3)
     with pytest.raises(ValueError, match="n_rounds"):
@@ -154,10 +156,10 @@ def test_bad_inputs_are_rejected():
         kmeans.federated(jax.random.key(0), points[:, :1], mask[:, :1] & False, init, 3)
     with pytest.raises(ValueError, match="mu must be finite and > 0"):
         kmeans.federated(jax.random.key(0), points, mask, init, 3, mu=0.0)
-    with pytest.raises(ValueError, match="channel must be"):
-        kmeans.federated(jax.random.key(0), points, mask, init, 3, "oac", channel="wired")
+    with pytest.raises(ValueError, match=r"channel must be one of the registered channels \('explicit', 'aggregate'"):
+        aggregators.oac("wired", 3, 4, 20.0)
     with pytest.raises(ValueError, match="beta must be an odd"):
-        kmeans.federated(jax.random.key(0), points, mask, init, 3, "quantized", beta=4)
+        aggregators.quantized(4, 4)
     with pytest.raises(ValueError, match="n_clusters must be <= n_points"):
         kmeans_mall.MallConfig(n_points=5, n_clusters=6)
     with pytest.raises(ValueError, match="points must have shape"):
@@ -240,7 +242,7 @@ def _values_round(s, carried=None, shift=0.0):
 
 
 def test_vmax_readings():
-    s = kmeans.Settings(aggregation="quantized", reinit=False, vmax=123.0)
+    s = kmeans.Settings(aggregators.quantized(3, 4), reinit=False, vmax=123.0)
     info, values = _values_round(s)
     assert float(info.vmax) == pytest.approx(np.abs(values).max())  # default: |·| of this round
     info, _ = _values_round(s._replace(vmax_rule="signed"))
@@ -258,7 +260,7 @@ def test_vmax_readings():
 
 
 def test_symbol_energy_reaches_the_channel(monkeypatch):
-    """Settings.symbol_energy is the E_s the OAC back-end transmits and detects with (None: the
+    """The oac back-end's symbol_energy is the E_s the channel transmits and detects with (None: the
     channel's default β); the channel itself is tested in test_oac_channel."""
     seen = []
 
@@ -266,15 +268,15 @@ def test_symbol_energy_reaches_the_channel(monkeypatch):
         seen.append(symbol_energy)
         return oac.OverTheAirSum(jnp.sum(values, axis=0), jnp.zeros(1))
 
-    monkeypatch.setattr(kmeans.oac, "over_the_air_sum", spy)
+    monkeypatch.setattr(oac.channel, "over_the_air_sum", spy)
     x, init, owner = blobs(10, dim=2)
     data = kmeans.flat_data(x, owner)
-    s = kmeans.Settings(aggregation="oac", snr_db=0.0, reinit=False)
     for e_s in (None, np.sqrt(3.0)):
-        kmeans.federated_round(jax.random.key(3), jnp.asarray(init), data, 7, s._replace(symbol_energy=e_s))
+        s = kmeans.Settings(aggregators.oac("aggregate", 3, 4, 0.0, e_s), reinit=False)
+        kmeans.federated_round(jax.random.key(3), jnp.asarray(init), data, 7, s)
     assert seen == [None, np.sqrt(3.0)]
     with pytest.raises(ValueError, match="symbol_energy must be finite and > 0"):
-        kmeans.federated_rounds(jax.random.key(3), data, 7, init, 2, s._replace(symbol_energy=0.0))
+        aggregators.oac("aggregate", 3, 4, 0.0, 0.0)
 
 
 # --------------------------------------------------------------------------- no silent garbage
@@ -282,10 +284,11 @@ def test_bad_settings_raise():
     x, init, owner = blobs(11, dim=2)
     points, mask = scenarios.pad_by_owner(x, owner, 7)
     for options, match in [({"vmax": np.inf}, "vmax must be finite and > 0"), ({"vmax": 0.0}, "vmax must be finite"),
-                           ({"sigma_c": np.nan}, "sigma_c must be finite"), ({"s_min": np.inf}, "s_min must be finite"),
-                           ({"snr_db": np.nan}, "snr_db must be in decibels")]:
+                           ({"sigma_c": np.nan}, "sigma_c must be finite"), ({"s_min": np.inf}, "s_min must be finite")]:
         with pytest.raises(ValueError, match=match):
-            kmeans.federated(jax.random.key(0), points, mask, init, 2, "oac", **options)
+            kmeans.federated(jax.random.key(0), points, mask, init, 2, aggregators.oac("aggregate", 3, 4, 20.0), **options)
+    with pytest.raises(ValueError, match="snr_db must be in decibels"):
+        aggregators.oac("aggregate", 3, 4, np.nan)
     with pytest.raises(ValueError, match="at least one ED"):
         kmeans.federated(jax.random.key(0), points[:0], mask[:0], init, 2)
     with pytest.raises(ValueError, match="n_devices must be an integer >= 1"):
@@ -299,7 +302,7 @@ def test_nan_data_point_raises_or_propagates():
     x[5] = np.nan
     points, mask = scenarios.pad_by_owner(x, owner, 7)
     with pytest.raises(ValueError, match=r"points must be finite, got \[nan, nan\]"):
-        kmeans.federated(jax.random.key(0), points, mask, init, 2, "oac")
+        kmeans.federated(jax.random.key(0), points, mask, init, 2, aggregators.oac("aggregate", 3, 4, 30.0))
     with pytest.raises(ValueError, match="points must be finite"):
         kmeans.lloyd(x, init, 2)
     with pytest.raises(ValueError, match="points must be finite"):
@@ -307,7 +310,7 @@ def test_nan_data_point_raises_or_propagates():
 
     @jax.jit
     def run(x):
-        s = kmeans.Settings(aggregation="oac", snr_db=20.0)
+        s = kmeans.Settings(aggregators.oac("aggregate", 3, 4, 20.0))
         history, info = kmeans.federated_rounds(jax.random.key(0), kmeans.flat_data(x, owner), 7, init, 3, s)
         return history[-1], info.loss, info.vmax
 

@@ -65,7 +65,7 @@ class MallConfig:
     s_min: float = 1.0  # re-initialise clusters with fewer points
     sigma_c: float = 1.0  # re-initialisation jitter (m)
     vmax_fixed: float = 1000.0  # [choice] v_max when adaptive v_max is off (m); first value of the lagged readings
-    channel: str = "aggregate"  # "aggregate" (exact in distribution, fast) or "explicit" (per-ED fading)
+    channel: str = "aggregate"  # a registered channel (jaxfed.oac.channels()): "aggregate" (fast), "explicit", …
     init: str = "uniform"  # initial centroids: "uniform" in the mall (server-side), "forgy", "kmeans++"
     vmax_rule: str = "abs"  # adaptive v_max reading, one of kmeans.VMAX_RULES
     symbol_energy: str = "beta"  # E_s: "beta" (amplitude √β, unit mean energy per resource) or "sqrt-beta" (E_s = √β)
@@ -80,7 +80,7 @@ class MallConfig:
             check(name, value, math.isfinite(value) and value > 0, "finite and > 0")
         check("s_min", self.s_min, math.isfinite(self.s_min) and self.s_min >= 0, "finite and >= 0")
         check("beta", self.beta, self.beta >= 3 and self.beta % 2 == 1, "an odd integer >= 3")
-        check("channel", self.channel, self.channel in ("aggregate", "explicit"), "'aggregate' or 'explicit'")
+        oac.channel_model(self.channel)  # ValueError listing the registered channels
         check("init", self.init, self.init in kmeans.INITS, f"one of {kmeans.INITS}")
         check("vmax_rule", self.vmax_rule, self.vmax_rule in kmeans.VMAX_RULES, f"one of {kmeans.VMAX_RULES}")
         check("symbol_energy", self.symbol_energy, self.symbol_energy in SYMBOL_ENERGIES, f"one of {SYMBOL_ENERGIES}")
@@ -120,18 +120,22 @@ def _point(cfg: MallConfig, lab: dict) -> dict:
     }
 
 
+def _aggregator(cfg: MallConfig, point: dict) -> oac.aggregators.Aggregator:
+    """The back-end of a federated method: built inside the trial, so SNR and E_s stay traced."""
+    if point["method"] == "ideal":
+        return oac.aggregators.ideal()
+    if point["method"] == "quantized":
+        return oac.aggregators.quantized(cfg.beta, point["digits"])
+    return oac.aggregators.oac(cfg.channel, cfg.beta, point["digits"], point["snr_db"], point["es"])
+
+
 def _settings(cfg: MallConfig, point: dict) -> kmeans.Settings:
     return kmeans.Settings(
-        aggregation=point["method"],
-        beta=cfg.beta,
-        digits=point["digits"],
-        channel=cfg.channel,
-        snr_db=point["snr_db"],
+        aggregator=_aggregator(cfg, point),
         mu=cfg.mu,
         adaptive_vmax=point["adaptive"],
         vmax=cfg.vmax_fixed,
         vmax_rule=point["vmax_rule"],
-        symbol_energy=point["es"],
         reinit=point["reinit"],
         s_min=cfg.s_min,
         sigma_c=cfg.sigma_c,
@@ -223,12 +227,16 @@ def _last_round_noise(cfg: MallConfig, point, data, n_devices: int, centroids, i
         "centroid_noise_pred": zero,
         "centroid_noise_floor": zero,
     }
-    if point["method"] == "oac":
+    model = oac.channel_model(cfg.channel)
+    if point["method"] == "oac" and model.variance is None:  # a registered channel without a formula
+        out["centroid_noise_pred"] = out["centroid_noise_floor"] = jnp.full((), jnp.nan, jnp.float32)
+    elif point["method"] == "oac":
         numerals = oac.encode(values, cfg.beta, point["digits"], vmax)
         resources = oac.channel.resource_counts(numerals, cfg.beta, active)
-        noise_var = oac.channel.noise_variance(point["snr_db"])
-        variance = oac.channel.estimate_variance(resources, cfg.beta, point["digits"], vmax, noise_var, point["es"])
-        floor = oac.channel.estimate_variance(resources, cfg.beta, point["digits"], vmax, 0.0, point["es"])
+        noise_var = oac.channel.noise_variance(point["snr_db"]) if model.noisy else 0.0
+        args = (resources, cfg.beta, point["digits"], vmax)
+        variance = oac.channel.estimate_variance(*args, noise_var, point["es"], cfg.channel)
+        floor = oac.channel.estimate_variance(*args, 0.0, point["es"], cfg.channel)
         out["centroid_noise_pred"], out["centroid_noise_floor"] = rms(variance), rms(floor)
     return out
 
@@ -346,10 +354,10 @@ def _scenario_panel(ax, cfg: MallConfig) -> None:
     sizes = np.bincount(owner, minlength=cfg.n_devices)[owner]
     init = kmeans.initial_centroids(jax.random.key(1), scene.points, cfg.n_clusters, cfg.init, 0.0, cfg.side)
     data = kmeans.flat_data(scene.points, scene.owner)
+    es = symbol_energy_value(cfg.symbol_energy, cfg.beta)
     settings = kmeans.Settings(
-        aggregation="oac", beta=cfg.beta, digits=4, channel=cfg.channel, snr_db=20.0, vmax=cfg.vmax_fixed,
-        vmax_rule=cfg.vmax_rule, symbol_energy=symbol_energy_value(cfg.symbol_energy, cfg.beta),
-        s_min=cfg.s_min, sigma_c=cfg.sigma_c, mu=cfg.mu,
+        aggregator=oac.aggregators.oac(cfg.channel, cfg.beta, 4, 20.0, es), vmax=cfg.vmax_fixed,
+        vmax_rule=cfg.vmax_rule, s_min=cfg.s_min, sigma_c=cfg.sigma_c, mu=cfg.mu,
     )
     final, _ = kmeans.federated_rounds(jax.random.key(2), data, cfg.n_devices, init, cfg.n_rounds, settings)
     for i in range(cfg.cols + 1):

@@ -1,18 +1,37 @@
 """Non-coherent over-the-air computation (docs/kmeans.md §B3–B4): balanced-number codec and channel.
 
 - :mod:`jaxfed.oac.balanced`: ``encode`` / ``decode`` of balanced base-β numerals;
-- :mod:`jaxfed.oac.channel`: resource mapping, transmitter, Rayleigh superposition
-  (``explicit`` / ``aggregate`` / ``ideal``), energy detector and the entry point
-  :func:`over_the_air_sum`.
+- :mod:`jaxfed.oac.channel`: resource mapping, transmitter, the registry of channel models
+  (built in: Rayleigh ``explicit`` / ``aggregate``, and ``ideal``), energy detector and the entry
+  point :func:`over_the_air_sum`;
+- :mod:`jaxfed.oac.antennas`: M receive antennas with energy combining (``combining-2``,
+  ``combining-4``), a model added through the registry;
+- :mod:`jaxfed.oac.aggregators`: aggregation back-ends as values (``ideal``, ``quantized``, ``oac``).
 """
 
-from jaxfed.oac import balanced, channel
+from jaxfed.oac import aggregators, antennas, balanced, channel
 from jaxfed.oac.balanced import decode, encode, max_level
-from jaxfed.oac.channel import MODES, OverTheAirSum, n_resources, over_the_air_sum, resource_index
+from jaxfed.oac.channel import (
+    MODES,
+    ChannelModel,
+    OverTheAirSum,
+    channel_model,
+    channels,
+    n_resources,
+    over_the_air_sum,
+    register_channel,
+    resource_index,
+)
 
 __all__ = [
+    "aggregators",
+    "antennas",
     "balanced",
     "channel",
+    "ChannelModel",
+    "channel_model",
+    "channels",
+    "register_channel",
     "encode",
     "decode",
     "max_level",

@@ -16,7 +16,10 @@ The ES detects energies and decodes linearly:
 the active resource and unit average energy per resource. The document names E_s = √β; pass
 ``symbol_energy`` to use another value (the transmitter and the detector use the same one).
 
-Channel modes (one signature, :data:`MODES`):
+Channel models live in a registry (:func:`register_channel`, :func:`channel_model`, :func:`channels`):
+each is a :class:`ChannelModel`, a function with one signature that turns the numerals into the
+resources' received energies, with the detector that reads the counts back. The built-in ones
+(:data:`MODES`):
 
 - ``"explicit"``: the per-ED reference. Only the active resource of each (k, q, d) carries
   energy, so one fading coefficient and one QPSK symbol are drawn per (k, q, d) (the fading of
@@ -26,14 +29,17 @@ Channel modes (one signature, :data:`MODES`):
 - ``"ideal"``: no fading and no noise, |y_l|² = E_s K_l: the estimate is exactly the sum of the
   quantised values (isolates the quantisation error). ``snr_db`` is ignored.
 
-Static: β, D, the mode and the shapes (K, Q). Traced: the key, the values, v_max, ``snr_db``,
+A new model is registered, not added here: ``register_channel("name", energy_fn, ...)`` from any
+module (docs/kmeans.md, "Adding a channel"); :mod:`jaxfed.oac.antennas` is one built that way.
+
+Static: β, D, the channel and the shapes (K, Q). Traced: the key, the values, v_max, ``snr_db``,
 ``symbol_energy`` and the ``active`` mask, so a grid of SNRs or keys is a ``vmap``.
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +50,11 @@ from jaxfed.oac.balanced import check_base, decode, encode
 
 __all__ = [
     "MODES",
+    "ChannelModel",
+    "register_channel",
+    "channel_model",
+    "channels",
+    "rayleigh_count_variance",
     "SNR_DB_RANGE",
     "OverTheAirSum",
     "n_resources",
@@ -61,7 +72,7 @@ __all__ = [
     "over_the_air_sum",
 ]
 
-MODES = ("explicit", "aggregate", "ideal")
+MODES = ("explicit", "aggregate", "ideal")  # the built-in channel models
 # Concrete `snr_db` values outside this range are rejected as a likely linear SNR (a linear 1000
 # is 30 dB); +inf is accepted and means no noise.
 SNR_DB_RANGE = (-100.0, 100.0)
@@ -297,13 +308,23 @@ def estimate_sum(counts_hat: jax.Array, beta: int, digits: int, vmax) -> jax.Arr
     return decode(sigma_hat, beta, vmax)
 
 
-def estimate_variance(counts, beta: int, digits: int, vmax, noise_var, symbol_energy) -> jax.Array:
-    """Variance of the estimate v̂_q given the counts K_l, under the Rayleigh model:
+def rayleigh_count_variance(counts, noise_var, symbol_energy) -> jax.Array:
+    """Var K̂_l = (K_l + σ²/E_s)² of the energy detector under i.i.d. Rayleigh fading, given K_l.
 
-        Var(v̂_q) = (v_max/ξ)² Σ_d β^{2d} Σ_j s_j² (K_{q,d,j} + σ²/E_s)².
+    |y_l|² is exponential with mean E_s K_l + σ², so its variance is that mean squared."""
+    return jnp.square(counts + noise_var / symbol_energy)
 
-    The K_{q,d,j}² part is the fading's self-noise: it does not shrink with the SNR, so the
-    estimate keeps a variance of at least (v_max/ξ)² Σ_d β^{2d} Σ_j s_j² K_{q,d,j}² at any SNR.
+
+def estimate_variance(
+    counts, beta: int, digits: int, vmax, noise_var, symbol_energy, mode: str = "aggregate"
+) -> jax.Array:
+    """Variance of the estimate v̂_q given the counts K_l, under the channel ``mode``:
+
+        Var(v̂_q) = (v_max/ξ)² Σ_d β^{2d} Σ_j s_j² Var K̂_{q,d,j},
+
+    with Var K̂_l = (K_l + σ²/E_s)² for Rayleigh fading (:func:`rayleigh_count_variance`). Its
+    K_{q,d,j}² part is the fading's self-noise: it does not shrink with the SNR, so the estimate
+    keeps a variance of at least (v_max/ξ)² Σ_d β^{2d} Σ_j s_j² K_{q,d,j}² at any SNR.
 
     Args:
         counts: (..., L) counts K_l in the order l = βDq + βd + j.
@@ -311,19 +332,110 @@ def estimate_variance(counts, beta: int, digits: int, vmax, noise_var, symbol_en
         vmax: v_max, scalar or (Q,).
         noise_var: σ² (0 for the noise-free limit).
         symbol_energy: E_s.
+        mode: a registered channel (static) whose model states its detector's variance.
 
     Returns:
         (..., Q) variances.
+
+    Raises:
+        ValueError: for a channel that is not registered or registered without a variance.
     """
     beta, digits = check_base(beta, digits)
+    model = channel_model(mode)
+    if model.variance is None:
+        raise ValueError(f"channel {mode!r} was registered without a variance formula")
     counts = jnp.asarray(counts)
     dtype = jnp.result_type(counts, vmax, noise_var, symbol_energy, jnp.float32)
     grid = counts.astype(dtype).reshape(counts.shape[:-1] + (-1, digits, beta))
-    per_count = jnp.square(grid + jnp.asarray(noise_var, dtype) / jnp.asarray(symbol_energy, dtype))
+    per_count = model.variance(grid, jnp.asarray(noise_var, dtype), jnp.asarray(symbol_energy, dtype))
     per_digit = jnp.sum(per_count * jnp.square(_numeral_values(beta, dtype)), axis=-1)  # (..., Q, D)
     xi = (beta**digits - 1) // 2
     powers = jnp.asarray(float(beta) ** (2 * np.arange(digits)), dtype)
     return jnp.square(jnp.asarray(vmax, dtype) / xi) * jnp.sum(per_digit * powers, axis=-1)
+
+
+# --------------------------------------------------------------------------- the channel registry
+class ChannelModel(NamedTuple):
+    """A channel model: how the resources' energies arise, and how the ES reads the counts back.
+
+    ``energy(key, numerals, beta, noise_var, symbol_energy, active) -> (L,)`` received energies:
+    numerals (K, Q, D) int from :func:`jaxfed.oac.balanced.encode`, β static, σ² and E_s traced
+    scalars (their float dtype sets the precision), ``active`` a (K,) bool mask of transmitting
+    EDs or None (all), resources in the order l = βDq + βd + j (:func:`resource_index`).
+    ``detect(energy, noise_var, symbol_energy) -> (L,)`` unbiased estimates K̂_l of the counts.
+    ``variance(counts, noise_var, symbol_energy)``: Var K̂_l given K_l (elementwise), or None when
+    the model has no formula. ``noisy``: False for a noise-free model, which gets σ² = 0 and whose
+    SNR is neither used nor checked.
+    """
+
+    energy: Callable[..., jax.Array]
+    detect: Callable[..., jax.Array] = detect
+    variance: Callable[..., jax.Array] | None = rayleigh_count_variance
+    noisy: bool = True
+
+
+_CHANNELS: dict[str, ChannelModel] = {}
+
+
+def register_channel(
+    name: str, energy, detect=detect, variance=rayleigh_count_variance, noisy: bool = True
+) -> ChannelModel:
+    """Registers a channel model under ``name`` (see :class:`ChannelModel` for the signatures) and
+    returns it; the name then works wherever a channel is named (:func:`over_the_air_sum`,
+    :func:`jaxfed.oac.aggregators.oac`, the k-means experiments' ``channel`` parameter).
+
+    The defaults are the Rayleigh energy detector and its variance: a model that changes the law
+    of |y_l|² passes its own ``variance`` (or None). Registering a name again replaces its model.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from jaxfed import oac
+    >>> def no_fading(key, numerals, beta, noise_var, symbol_energy, active):
+    ...     counts = oac.channel.resource_counts(numerals, beta, active).astype(jnp.float32)
+    ...     noise = jax.random.exponential(key, counts.shape) * noise_var  # |w_l|², w ~ CN(0, σ²)
+    ...     return symbol_energy * counts + noise  # mean E_s K_l + σ²
+    >>> _ = oac.register_channel("line-of-sight", no_fading, variance=None)
+    >>> out = oac.over_the_air_sum(jax.random.key(0), jnp.ones((4, 2)), 3, 2, 4.0, 60.0, "line-of-sight")
+    >>> [round(float(v), 3) for v in out.estimate]
+    [4.0, 4.0]
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a channel's name must be a non-empty string, got {name!r}")
+    if not callable(energy) or not callable(detect) or not (variance is None or callable(variance)):
+        raise ValueError("energy and detect must be functions, variance a function or None")
+    model = ChannelModel(energy, detect, variance, bool(noisy))
+    _CHANNELS[name] = model
+    return model
+
+
+def channel_model(name: str) -> ChannelModel:
+    """The registered model called ``name``; ValueError listing the registered names otherwise
+    (the one place channel names are validated)."""
+    if not isinstance(name, str) or name not in _CHANNELS:
+        raise ValueError(f"channel must be one of the registered channels {channels()}, got {name!r}")
+    return _CHANNELS[name]
+
+
+def channels() -> tuple[str, ...]:
+    """Names of the registered channel models, built-ins (:data:`MODES`) first."""
+    return tuple(_CHANNELS)
+
+
+def _explicit(key, numerals, beta, noise_var, symbol_energy, active):
+    return explicit_energy(key, numerals, beta, noise_var, symbol_energy, active)
+
+
+def _aggregate(key, numerals, beta, noise_var, symbol_energy, active):
+    return aggregate_energy(key, resource_counts(numerals, beta, active), noise_var, symbol_energy)
+
+
+def _ideal(key, numerals, beta, noise_var, symbol_energy, active):
+    """|y_l|² = E_s K_l: no fading, no noise."""
+    return symbol_energy * resource_counts(numerals, beta, active).astype(jnp.result_type(symbol_energy))
+
+
+register_channel("explicit", _explicit)
+register_channel("aggregate", _aggregate)
+register_channel("ideal", _ideal, variance=lambda counts, noise_var, symbol_energy: jnp.zeros_like(counts), noisy=False)
 
 
 def _is_concrete(x) -> bool:
@@ -378,7 +490,8 @@ def over_the_air_sum(
         digits: number of digits D, static int >= 1.
         vmax: v_max > 0, scalar or (Q,), shared by all EDs (traced).
         snr_db: SNR = 1/σ² of one ED at the ES, **in dB** (traced scalar; +inf: no noise).
-        mode: ``"explicit"``, ``"aggregate"`` or ``"ideal"`` (static; see the module docstring).
+        mode: the name of a registered channel model (static): ``"explicit"``, ``"aggregate"``,
+            ``"ideal"`` (see the module docstring) or one added by :func:`register_channel`.
         active: optional (K,) bool mask; inactive EDs transmit nothing (traced).
         symbol_energy: E_s, energy on an active resource (traced); default β (docs/kmeans.md §B4 [choice]).
 
@@ -391,14 +504,15 @@ def over_the_air_sum(
     value q of an active ED.
 
     Raises:
-        ValueError: for an invalid β, D, mode, values or v_max shape, no ED or no value (K or
+        ValueError: for an invalid β, D, values or v_max shape, no ED or no value (K or
             Q = 0), concrete non-finite values, a concrete v_max or E_s that is not finite and
-            > 0, or a concrete ``snr_db`` that is not a scalar within :data:`SNR_DB_RANGE` (nor +inf).
+            > 0, a concrete ``snr_db`` that is not a scalar within :data:`SNR_DB_RANGE` (nor +inf),
+            or a ``mode`` that is not a registered channel.
     """
     beta, digits = check_base(beta, digits)
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    _check_snr_db(snr_db)
+    model = channel_model(mode)
+    if model.noisy:
+        _check_snr_db(snr_db)
     values = jnp.asarray(values)
     if values.ndim != 2:
         raise ValueError(f"values must have shape (K, Q) (devices, values), got {values.shape}")
@@ -421,20 +535,10 @@ def over_the_air_sum(
     dtype = jnp.result_type(values, vmax, jnp.float32)
     numerals = encode(values, beta, digits, vmax)
     e_s = jnp.asarray(beta if symbol_energy is None else symbol_energy, dtype)
-    if mode == "ideal":
-        noise_var = jnp.zeros((), dtype)
-    else:
-        noise_var = noise_variance(snr_db, dtype)
-    if mode == "explicit":
-        energy = explicit_energy(key, numerals, beta, noise_var, e_s, active)
-    else:
-        counts = resource_counts(numerals, beta, active)
-        if mode == "aggregate":
-            energy = aggregate_energy(key, counts, noise_var, e_s)
-        else:
-            energy = e_s * counts.astype(dtype)
-    estimate = estimate_sum(detect(energy, noise_var, e_s), beta, digits, vmax)
-    return OverTheAirSum(_poison(estimate, values, vmax, snr_db, e_s, active, mode), energy)
+    noise_var = noise_variance(snr_db, dtype) if model.noisy else jnp.zeros((), dtype)
+    energy = model.energy(key, numerals, beta, noise_var, e_s, active)
+    estimate = estimate_sum(model.detect(energy, noise_var, e_s), beta, digits, vmax)
+    return OverTheAirSum(_poison(estimate, values, vmax, snr_db, e_s, active, model.noisy), energy)
 
 
 def _check_positive_finite(name: str, value) -> None:
@@ -445,14 +549,14 @@ def _check_positive_finite(name: str, value) -> None:
             raise ValueError(f"{name} must be finite and > 0, got {value}")
 
 
-def _poison(estimate, values, vmax, snr_db, symbol_energy, active, mode):
+def _poison(estimate, values, vmax, snr_db, symbol_energy, active, noisy: bool):
     """NaN where an input that could not be checked under jit is invalid, so that it cannot pass
     for a plausible sum: every estimate for a v_max or E_s that is not finite and > 0 or an SNR
-    outside :data:`SNR_DB_RANGE` (``ideal`` mode ignores the SNR), and estimate q where an active
+    outside :data:`SNR_DB_RANGE` (a noise-free channel ignores the SNR), and estimate q where an active
     ED's value q is NaN or infinite (the encoder would clamp or silently map it to a numeral)."""
     dtype = estimate.dtype
     ok = jnp.all(jnp.isfinite(vmax) & (vmax > 0)) & jnp.isfinite(symbol_energy) & (symbol_energy > 0)
-    if mode != "ideal":
+    if noisy:
         ok = ok & _in_snr_range(jnp.asarray(snr_db, dtype))
     zero_if_finite = values * 0  # NaN exactly where a value is NaN or ±inf
     if active is not None:

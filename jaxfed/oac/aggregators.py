@@ -1,0 +1,101 @@
+"""Aggregation back-ends as values (docs/kmeans.md §B2, "Adding an aggregator"): how the edge
+server (ES) obtains Σ_k v_k from the values v_k (K, Q) of the active edge devices (EDs).
+
+An :class:`Aggregator` is a pair of functions; the factories build the paper's three:
+
+- :func:`ideal`: the exact sum (an error-free channel carrying real numbers);
+- :func:`quantized`: the balanced-number codec of docs/kmeans.md §B3 without a channel, the exact sum
+  of the quantised values;
+- :func:`oac`: non-coherent over-the-air computation through a registered channel model
+  (:func:`jaxfed.oac.over_the_air_sum`, docs/kmeans.md §B4).
+
+Static: what a factory's arguments fix in the code, β, D and the channel (Python values, closed
+over). Traced: the SNR and E_s (closed over too, so build the aggregator inside the traced function
+to sweep them with ``vmap``), and the round's key, values, active mask and v_max (arguments).
+
+A user-made aggregator is any ``Aggregator(aggregate, quantize)`` with the signatures below; the
+k-means round (:func:`jaxfed.kmeans.federated_round`, through ``Settings.aggregator``) needs nothing
+else.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxfed.oac import balanced
+from jaxfed.oac import channel as _channel
+
+__all__ = ["Aggregator", "ideal", "quantized", "oac"]
+
+
+class Aggregator(NamedTuple):
+    """An aggregation back-end.
+
+    ``aggregate(key, values, active, vmax) -> (Q,)``: the ES's estimate of Σ_k values[k] over the
+    active EDs, from values (K, Q), a (K,) bool mask, the round's v_max (a traced scalar; 0 when
+    ``quantize`` is None) and a PRNG key for the channel's draws.
+    ``quantize(values, vmax) -> (K, Q)``: the values as the EDs' codec represents them, or None
+    for a back-end that sends them exactly and needs no v_max (the round then computes none).
+    """
+
+    aggregate: Callable[..., jax.Array]
+    quantize: Callable[..., jax.Array] | None = None
+
+
+def ideal() -> Aggregator:
+    """Exact sums Σ_k v_k (inactive EDs hold zeros)."""
+    return Aggregator(lambda key, values, active, vmax: jnp.sum(values, axis=0))
+
+
+def _quantizer(beta: int, digits: int):
+    """v ↦ (v_max/ξ)(n − ξ), the value the codec of β, D represents (docs/kmeans.md §B3)."""
+    beta, digits = balanced.check_base(beta, digits)
+    return lambda values, vmax: balanced.quantize(values, beta, digits, vmax)
+
+
+def quantized(beta: int, digits: int) -> Aggregator:
+    """Σ_{k active} Q(v_k): the exact sum of the quantised values (the codec without a channel).
+
+    Args:
+        beta: base β, odd int >= 3 (static).
+        digits: D >= 1 (static).
+    """
+    quantize = _quantizer(beta, digits)
+
+    def aggregate(key, values, active, vmax):
+        decoded = quantize(values, vmax)
+        return jnp.sum(jnp.where(active[:, None], decoded, 0.0), axis=0)
+
+    return Aggregator(aggregate, quantize)
+
+
+def oac(channel: str, beta: int, digits: int, snr_db, symbol_energy=None) -> Aggregator:
+    """Over-the-air computation: v̂_q = (v_max/ξ) Σ_d β^d Σ_j s_j K̂_{q,d,j} through the channel model
+    ``channel`` (:func:`jaxfed.oac.over_the_air_sum`).
+
+    Args:
+        channel: a registered channel (static; :func:`jaxfed.oac.channels`).
+        beta: base β, odd int >= 3 (static).
+        digits: D >= 1 (static).
+        snr_db: SNR of one ED at the ES in dB (traced scalar; ignored by a noise-free channel).
+        symbol_energy: E_s (traced); None: β (docs/kmeans.md §B4 [choice]).
+
+    Raises:
+        ValueError: for an unregistered channel, a bad β or D, or a concrete SNR or E_s that
+            :func:`jaxfed.oac.over_the_air_sum` would reject.
+    """
+    quantize = _quantizer(beta, digits)
+    if _channel.channel_model(channel).noisy:
+        _channel._check_snr_db(snr_db)
+    if symbol_energy is not None:
+        _channel._check_positive_finite("symbol_energy", symbol_energy)
+
+    def aggregate(key, values, active, vmax):
+        return _channel.over_the_air_sum(
+            key, values, beta, digits, vmax, snr_db, channel, active=active, symbol_energy=symbol_energy
+        ).estimate
+
+    return Aggregator(aggregate, quantize)
