@@ -36,9 +36,14 @@ from jaxfed.experiments import gfvl_topologies  # noqa: E402
 def numpy_beta_kl(a1, b1, a2, b2):
     """Textbook KL(Beta(a1,b1) ‖ Beta(a2,b2)) in float64."""
     return (
-        gammaln(a2) + gammaln(b2) - gammaln(a2 + b2)
-        - gammaln(a1) - gammaln(b1) + gammaln(a1 + b1)
-        + (a1 - a2) * digamma(a1) + (b1 - b2) * digamma(b1)
+        gammaln(a2)
+        + gammaln(b2)
+        - gammaln(a2 + b2)
+        - gammaln(a1)
+        - gammaln(b1)
+        + gammaln(a1 + b1)
+        + (a1 - a2) * digamma(a1)
+        + (b1 - b2) * digamma(b1)
         + (a2 - a1 + b2 - b1) * digamma(a1 + b1)
     )
 
@@ -154,8 +159,14 @@ def main(argv=None):
         "fraction_of_rng_limit": t_rng / t_jax,
     }
     result["summary"] = [
-        {"case": "Fig. 3 workload", "throughput": work / t_jax, "unit": "trial·slot/s",
-         "vs_numpy": t_vec / t_jax, "vs_rng_limit": t_rng / t_jax, "compile_s": t_compile},
+        {
+            "case": "Fig. 3 workload",
+            "throughput": work / t_jax,
+            "unit": "trial·slot/s",
+            "vs_numpy": t_vec / t_jax,
+            "vs_rng_limit": t_rng / t_jax,
+            "compile_s": t_compile,
+        },
     ]
     print(f"{result['machine']['device']}  {args.trials} trials x {cfg.n_slots} slots x {n_points} topologies")
     print(f"compile            {t_compile:8.3f} s")

@@ -40,7 +40,11 @@ def variance_table(dims, n_samples: int, n_repeats: int) -> dict:
 
         rows[d] = {}
         for estimator in natgrad.ESTIMATORS:
-            fn = jax.jit(lambda key, est=estimator: natgrad.estimator_variance(key, family, eta, loss, n_samples, est, 0.0, n_repeats))
+            fn = jax.jit(
+                lambda key, est=estimator: natgrad.estimator_variance(
+                    key, family, eta, loss, n_samples, est, 0.0, n_repeats
+                )
+            )
             rows[d][estimator] = float(fn(jax.random.key(d)))
         print(d, {k: f"{v:.3g}" for k, v in rows[d].items()})
     return rows
@@ -51,11 +55,20 @@ def main(argv=None):
     parser.add_argument("--dims", type=int, nargs="+", default=[2, 5, 10, 20, 30])
     parser.add_argument("--samples", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=400)
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "gfvl_estimator_variance.json"))
+    parser.add_argument(
+        "--out", default=os.path.join(os.path.dirname(__file__), "results", "gfvl_estimator_variance.json")
+    )
     args = parser.parse_args(argv)
     rows = variance_table(args.dims, args.samples, args.repeats)
-    write_json(args.out, {"n_samples": args.samples, "n_repeats": args.repeats, "trace_cov_natural_gradient": rows,
-                          "machine": machine()})
+    write_json(
+        args.out,
+        {
+            "n_samples": args.samples,
+            "n_repeats": args.repeats,
+            "trace_cov_natural_gradient": rows,
+            "machine": machine(),
+        },
+    )
 
 
 if __name__ == "__main__":

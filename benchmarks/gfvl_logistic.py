@@ -72,7 +72,9 @@ def numpy_trial(rng, cfg, problem, timers):
             losses = (w[k] * np.logaddexp(0.0, -sign[k] * (theta @ x[k].T))).sum(1)
             centred = (losses - losses.mean()) * s_count / (s_count - 1)
             g = (centred[:, None] * score).mean(0).reshape(d, 2)
-            nat = np.stack([p * g[:, 0] + m * p * p * (2 * m * g[:, 0] - g[:, 1]), p * p * (0.5 * g[:, 1] - m * g[:, 0])], -1)
+            nat = np.stack(
+                [p * g[:, 0] + m * p * p * (2 * m * g[:, 0] - g[:, 1]), p * p * (0.5 * g[:, 1] - m * g[:, 0])], -1
+            )
             proposal = eta - cfg.rho * (nat.reshape(-1) + cfg.alpha * (eta - cavity))
             if np.all(np.isfinite(proposal)):
                 pairs = proposal.reshape(d, 2)
@@ -143,23 +145,46 @@ def main(argv=None):
     jax_rate = args.trials * work / t_jax
     np_rate = work / t_np_trial
     result = {
-        "workload": {"trials": args.trials, "n_slots": cfg.n_slots, "local_iters": cfg.local_iters,
-                     "n_samples": cfg.n_samples, "n_agents": cfg.n_agents, "d": cfg.n_features + 1},
-        "jaxfed": {"seconds": t_jax, "compile_seconds": compile_s, "trial_local_iters_per_s": jax_rate,
-                   "sampling_seconds": t_sample, "sampling_fraction": t_sample / t_jax,
-                   "median_final_kl": float(np.median(kl_jax[:, -1]))},
-        "numpy": {"seconds_per_trial": t_np_trial, "trial_local_iters_per_s": np_rate,
-                  "sampling_fraction": timers["sampling"] / (t_np_trial * args.loop_trials),
-                  "median_final_kl": float(np.median(kl_np[:, -1]))},
+        "workload": {
+            "trials": args.trials,
+            "n_slots": cfg.n_slots,
+            "local_iters": cfg.local_iters,
+            "n_samples": cfg.n_samples,
+            "n_agents": cfg.n_agents,
+            "d": cfg.n_features + 1,
+        },
+        "jaxfed": {
+            "seconds": t_jax,
+            "compile_seconds": compile_s,
+            "trial_local_iters_per_s": jax_rate,
+            "sampling_seconds": t_sample,
+            "sampling_fraction": t_sample / t_jax,
+            "median_final_kl": float(np.median(kl_jax[:, -1])),
+        },
+        "numpy": {
+            "seconds_per_trial": t_np_trial,
+            "trial_local_iters_per_s": np_rate,
+            "sampling_fraction": timers["sampling"] / (t_np_trial * args.loop_trials),
+            "median_final_kl": float(np.median(kl_np[:, -1])),
+        },
         "speedup": jax_rate / np_rate,
         "machine": machine(),
-        "summary": [{"case": f"gfvl-logistic learning (d = {cfg.n_features + 1}, L = {cfg.local_iters})",
-                     "throughput": jax_rate, "unit": "trial·local-iteration/s", "vs_numpy": jax_rate / np_rate,
-                     "vs_rng_limit": t_sample / t_jax, "compile_s": compile_s}],
+        "summary": [
+            {
+                "case": f"gfvl-logistic learning (d = {cfg.n_features + 1}, L = {cfg.local_iters})",
+                "throughput": jax_rate,
+                "unit": "trial·local-iteration/s",
+                "vs_numpy": jax_rate / np_rate,
+                "vs_rng_limit": t_sample / t_jax,
+                "compile_s": compile_s,
+            }
+        ],
     }
-    print(f"jaxfed {jax_rate:.3g} trial·local-iter/s (compile {compile_s:.1f} s, sampling {t_sample / t_jax:.0%}); "
-          f"NumPy {np_rate:.3g}; speed-up {jax_rate / np_rate:.1f}x; final KL median jaxfed "
-          f"{result['jaxfed']['median_final_kl']:.3g}, NumPy {result['numpy']['median_final_kl']:.3g}")
+    print(
+        f"jaxfed {jax_rate:.3g} trial·local-iter/s (compile {compile_s:.1f} s, sampling {t_sample / t_jax:.0%}); "
+        f"NumPy {np_rate:.3g}; speed-up {jax_rate / np_rate:.1f}x; final KL median jaxfed "
+        f"{result['jaxfed']['median_final_kl']:.3g}, NumPy {result['numpy']['median_final_kl']:.3g}"
+    )
     write_json(args.out, result)
     return result
 

@@ -40,7 +40,7 @@ N_ITERS, N_SLOTS = 5, 400
 
 
 # --------------------------------------------------------------------------- NumPy reference
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _gl(n):
     """Gauss–Legendre nodes and weights, computed once per size."""
     return np.polynomial.legendre.leggauss(n)
@@ -264,9 +264,16 @@ def main(argv=None):
     result = {
         "benchmark": "gfvl_nonconjugate",
         "machine": machine(),
-        "sizes": {"trials": args.trials, "engine_batch": int(kl.shape[1]), "slots": N_SLOTS, "local_iters": N_ITERS,
-                  "samples": cfg.n_samples, "K": cfg.n_agents, "kl_records": int(kl.shape[2]),
-                  "loss_normalisation": cfg.loss_normalisation},
+        "sizes": {
+            "trials": args.trials,
+            "engine_batch": int(kl.shape[1]),
+            "slots": N_SLOTS,
+            "local_iters": N_ITERS,
+            "samples": cfg.n_samples,
+            "K": cfg.n_agents,
+            "kl_records": int(kl.shape[2]),
+            "loss_normalisation": cfg.loss_normalisation,
+        },
         "compile_s": t_compile,
         "jaxfed_s": t_jax,
         "sampling_only_cheng_s": times["cheng"],
@@ -282,8 +289,14 @@ def main(argv=None):
         "speedup_vs_numpy_loop": speedup,
     }
     result["summary"] = [
-        {"case": "Fig. 4 workload (L = 5)", "throughput": work / t_jax, "unit": "trial·local-iteration/s",
-         "vs_numpy": speedup, "vs_rng_limit": t_sampling / t_jax, "compile_s": t_compile},
+        {
+            "case": "Fig. 4 workload (L = 5)",
+            "throughput": work / t_jax,
+            "unit": "trial·local-iteration/s",
+            "vs_numpy": speedup,
+            "vs_rng_limit": t_sampling / t_jax,
+            "compile_s": t_compile,
+        },
     ]
     print(f"{result['machine']['device']}  {args.trials} trials x {N_SLOTS} slots x L={N_ITERS} x S={cfg.n_samples}")
     print(f"compile              {t_compile:8.2f} s")
@@ -291,8 +304,10 @@ def main(argv=None):
     print(f"sampling only        {times['cheng']:8.2f} s   ({100 * t_sampling / t_jax:.0f}% of jaxfed)")
     slower = times["jax_random_beta"] / times["cheng"]
     print(f"  with random.beta   {times['jax_random_beta']:8.2f} s   ({slower:.1f}x Cheng)")
-    print(f"NumPy loop           {t_numpy:8.2f} s   ratio {speedup:8.1f}x  (scaled, {args.loop_trials} trials/repeat;"
-          f" {100 * med['numpy_sampling']:.0f}% in Generator.beta)")
+    print(
+        f"NumPy loop           {t_numpy:8.2f} s   ratio {speedup:8.1f}x  (scaled, {args.loop_trials} trials/repeat;"
+        f" {100 * med['numpy_sampling']:.0f}% in Generator.beta)"
+    )
     write_json(args.out, result)
     return result
 

@@ -110,7 +110,12 @@ def sweep_run(trials: int) -> dict:
     engine.run(sweep.trial, sweep.points, trials, common_random_numbers=True, info=info)
     wall = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"wall_s": wall, "chunk_sizes": info["chunk_sizes"], "budget_bytes": info["budget_bytes"], "peak_rss_bytes": peak}
+    return {
+        "wall_s": wall,
+        "chunk_sizes": info["chunk_sizes"],
+        "budget_bytes": info["budget_bytes"],
+        "peak_rss_bytes": peak,
+    }
 
 
 def main(argv=None):
@@ -132,9 +137,20 @@ def main(argv=None):
     labels = [lab for lab in kmeans_mall._snr_labels(cfg) if lab["method"] == "oac" and not lab.get("noise_free")]
     n_points = len(labels)
     work = n_points * args.trials  # trial-points of the sweep
-    result = {"benchmark": "kmeans_oac", "machine": machine(),
-              "sizes": {"trials": args.trials, "snrs_db": list(cfg.snrs_db), "rounds": cfg.n_rounds, "K": cfg.n_devices,
-                        "C": cfg.n_clusters, "N": cfg.n_points, "beta": cfg.beta, "digits": DIGITS}}
+    result = {
+        "benchmark": "kmeans_oac",
+        "machine": machine(),
+        "sizes": {
+            "trials": args.trials,
+            "snrs_db": list(cfg.snrs_db),
+            "rounds": cfg.n_rounds,
+            "K": cfg.n_devices,
+            "C": cfg.n_clusters,
+            "N": cfg.n_points,
+            "beta": cfg.beta,
+            "digits": DIGITS,
+        },
+    }
 
     # Independent draws per (point, trial), as the NumPy reference makes them; the experiment itself
     # uses common random numbers (one scene and one set of channel draws per trial, shared by the
@@ -149,9 +165,16 @@ def main(argv=None):
             batch = compiled(*fn_args)["loss"].shape[1]
             t_sweep = t_chunk * args.trials / batch
             name = mode + (" (common random numbers)" if common else "")
-            result[name] = {"compile_s": t_compile, "chunk_s": t_chunk, "chunk_trials": batch, "sweep_s": t_sweep,
-                            "trial_points_per_s": work / t_sweep}
-            print(f"{name:36s} compile {t_compile:6.2f} s  sweep {t_sweep:8.2f} s  {work / t_sweep:10.1f} trial-points/s")
+            result[name] = {
+                "compile_s": t_compile,
+                "chunk_s": t_chunk,
+                "chunk_trials": batch,
+                "sweep_s": t_sweep,
+                "trial_points_per_s": work / t_sweep,
+            }
+            print(
+                f"{name:36s} compile {t_compile:6.2f} s  sweep {t_sweep:8.2f} s  {work / t_sweep:10.1f} trial-points/s"
+            )
 
     # Random numbers an explicit simulation cannot avoid, per trial-point and round.
     q = 2 * cfg.n_clusters
@@ -169,7 +192,10 @@ def main(argv=None):
                 noise = jax.random.normal(k_noise, (q * cfg.beta * DIGITS,), jnp.complex64)
                 return (fading, noise), None
 
-            init = (jnp.zeros((cfg.n_devices, q, DIGITS), jnp.complex64), jnp.zeros(q * cfg.beta * DIGITS, jnp.complex64))
+            init = (
+                jnp.zeros((cfg.n_devices, q, DIGITS), jnp.complex64),
+                jnp.zeros(q * cfg.beta * DIGITS, jnp.complex64),
+            )
             return jax.lax.scan(round_draws, init, jax.random.split(key, cfg.n_rounds))[0]
 
         trials = first + jnp.arange(args.chunk, dtype=jnp.uint32)
@@ -192,34 +218,66 @@ def main(argv=None):
     result["explicit_vs_numpy"] = t_numpy / exp["sweep_s"]
     result["explicit_fraction_of_rng_limit"] = t_rng / exp["sweep_s"]
     print(f"NumPy ref {t_numpy:10.1f} s (scaled from {args.numpy_trials} trials)")
-    print(f"aggregate {result['aggregate_vs_numpy']:8.1f}x NumPy; explicit {result['explicit_vs_numpy']:8.1f}x NumPy, "
-          f"{result['explicit_fraction_of_rng_limit']:.2f} of its random-number limit ({t_rng:.2f} s)")
+    print(
+        f"aggregate {result['aggregate_vs_numpy']:8.1f}x NumPy; explicit {result['explicit_vs_numpy']:8.1f}x NumPy, "
+        f"{result['explicit_fraction_of_rng_limit']:.2f} of its random-number limit ({t_rng:.2f} s)"
+    )
     crn = result["explicit (common random numbers)"]
     result["explicit_crn_fraction_of_rng_limit"] = t_rng / n_points / crn["sweep_s"]
-    print(f"with common random numbers the explicit sweep draws per trial, not per point: "
-          f"{result['explicit_crn_fraction_of_rng_limit']:.2f} of that limit ({t_rng / n_points:.2f} s)")
+    print(
+        f"with common random numbers the explicit sweep draws per trial, not per point: "
+        f"{result['explicit_crn_fraction_of_rng_limit']:.2f} of that limit ({t_rng / n_points:.2f} s)"
+    )
 
     if not args.skip_sweep:
         # In a fresh process, so that its peak resident memory is the sweep's alone.
-        out = subprocess.run([sys.executable, __file__, "--sweep-child", "--trials", str(args.trials)],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--sweep-child", "--trials", str(args.trials)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         run = json.loads(out.stdout.strip().splitlines()[-1])
         result["sweep_run"] = run
-        print(f"engine.run sweep: {run['wall_s']:.1f} s wall (incl. compile), chunk {run['chunk_sizes']}, "
-              f"peak RSS {run['peak_rss_bytes'] / 2**30:.2f} GiB (budget {run['budget_bytes'] / 2**30:.2f} GiB)")
+        print(
+            f"engine.run sweep: {run['wall_s']:.1f} s wall (incl. compile), chunk {run['chunk_sizes']}, "
+            f"peak RSS {run['peak_rss_bytes'] / 2**30:.2f} GiB (budget {run['budget_bytes'] / 2**30:.2f} GiB)"
+        )
 
     agg_crn = result["aggregate (common random numbers)"]
     result["summary"] = [
-        {"case": "kmeans-snr aggregate", "throughput": agg["trial_points_per_s"], "unit": "trial·pt/s",
-         "vs_numpy": result["aggregate_vs_numpy"], "vs_rng_limit": None, "compile_s": agg["compile_s"]},
-        {"case": "kmeans-snr explicit", "throughput": exp["trial_points_per_s"], "unit": "trial·pt/s",
-         "vs_numpy": result["explicit_vs_numpy"], "vs_rng_limit": result["explicit_fraction_of_rng_limit"],
-         "compile_s": exp["compile_s"]},
-        {"case": "kmeans-snr aggregate, CRN", "throughput": agg_crn["trial_points_per_s"], "unit": "trial·pt/s",
-         "vs_numpy": t_numpy / agg_crn["sweep_s"], "vs_rng_limit": None, "compile_s": agg_crn["compile_s"]},
-        {"case": "kmeans-snr explicit, CRN", "throughput": crn["trial_points_per_s"], "unit": "trial·pt/s",
-         "vs_numpy": t_numpy / crn["sweep_s"], "vs_rng_limit": result["explicit_crn_fraction_of_rng_limit"],
-         "compile_s": crn["compile_s"]},
+        {
+            "case": "kmeans-snr aggregate",
+            "throughput": agg["trial_points_per_s"],
+            "unit": "trial·pt/s",
+            "vs_numpy": result["aggregate_vs_numpy"],
+            "vs_rng_limit": None,
+            "compile_s": agg["compile_s"],
+        },
+        {
+            "case": "kmeans-snr explicit",
+            "throughput": exp["trial_points_per_s"],
+            "unit": "trial·pt/s",
+            "vs_numpy": result["explicit_vs_numpy"],
+            "vs_rng_limit": result["explicit_fraction_of_rng_limit"],
+            "compile_s": exp["compile_s"],
+        },
+        {
+            "case": "kmeans-snr aggregate, CRN",
+            "throughput": agg_crn["trial_points_per_s"],
+            "unit": "trial·pt/s",
+            "vs_numpy": t_numpy / agg_crn["sweep_s"],
+            "vs_rng_limit": None,
+            "compile_s": agg_crn["compile_s"],
+        },
+        {
+            "case": "kmeans-snr explicit, CRN",
+            "throughput": crn["trial_points_per_s"],
+            "unit": "trial·pt/s",
+            "vs_numpy": t_numpy / crn["sweep_s"],
+            "vs_rng_limit": result["explicit_crn_fraction_of_rng_limit"],
+            "compile_s": crn["compile_s"],
+        },
     ]
     write_json(args.out, result)
     return result

@@ -243,14 +243,16 @@ def main(argv=None):
     summary = []
     for row in rows:
         for kind in ("explicit", "aggregate"):
-            summary.append({
-                "case": f"{kind}, K = {row['K']}",
-                "throughput": 1 / row[kind]["seconds_per_sum"],
-                "unit": "sums/s",
-                "vs_numpy": row[f"{kind}_vs_numpy"],
-                "vs_rng_limit": row["explicit_vs_limit"] if kind == "explicit" else None,
-                "compile_s": row[kind].get("compile_s", float("nan")),
-            })
+            summary.append(
+                {
+                    "case": f"{kind}, K = {row['K']}",
+                    "throughput": 1 / row[kind]["seconds_per_sum"],
+                    "unit": "sums/s",
+                    "vs_numpy": row[f"{kind}_vs_numpy"],
+                    "vs_rng_limit": row["explicit_vs_limit"] if kind == "explicit" else None,
+                    "compile_s": row[kind].get("compile_s", float("nan")),
+                }
+            )
     result = {**header, "results": rows, "summary": summary}
     write_json(args.out, result)
     return result

@@ -73,8 +73,10 @@ def main(argv=None):
     for row in rows:
         vs_numpy = f"{row['vs_numpy']:.1f}" if row.get("vs_numpy") is not None else "-"
         vs_rng = f"{row['vs_rng_limit']:.2f}" if row.get("vs_rng_limit") is not None else "-"
-        print(f"{row['benchmark'] + ': ' + row['case']:<34} {row['throughput']:12.3e} {row['unit']:>9} "
-              f"{vs_numpy:>9} {vs_rng:>13} {row['compile_s']:10.2f}")
+        print(
+            f"{row['benchmark'] + ': ' + row['case']:<34} {row['throughput']:12.3e} {row['unit']:>9} "
+            f"{vs_numpy:>9} {vs_rng:>13} {row['compile_s']:10.2f}"
+        )
     write_json(args.out, {"machine": machine(), "rows": rows, "results": results})
 
 

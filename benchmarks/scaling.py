@@ -99,13 +99,23 @@ def engine_comparisons(args, work: str) -> dict:
 
     # Summary sweep through the CLI, minus the fixed cost of a 64-trial run (same cache: warm).
     small = cli_run(["run", "gfvl-topologies", "--trials", "64", "--keep", "summary", *out("sweep64")], cache("sweep"))
-    big = cli_run(["run", "gfvl-topologies", "--trials", str(args.sweep_trials), "--keep", "summary", *out("sweep")], cache("sweep"))
+    big = cli_run(
+        ["run", "gfvl-topologies", "--trials", str(args.sweep_trials), "--keep", "summary", *out("sweep")],
+        cache("sweep"),
+    )
     sweep_rate = (args.sweep_trials - 64) / max(big["seconds"] - small["seconds"], 1e-9)
-    rows["summary_sweep"] = {"trials": args.sweep_trials, "seconds": big["seconds"], "fixed_s": small["seconds"],
-                             "trials_per_s": sweep_rate, "ratio_to_kernel": sweep_rate / kernel,
-                             "chunk_sizes": big["engine"]["chunk_sizes"]}
-    print(f"summary sweep {args.sweep_trials} trials: {big['seconds']:.1f} s (fixed {small['seconds']:.1f} s), "
-          f"{sweep_rate:.3g} trials/s = {sweep_rate / kernel:.2f} x kernel")
+    rows["summary_sweep"] = {
+        "trials": args.sweep_trials,
+        "seconds": big["seconds"],
+        "fixed_s": small["seconds"],
+        "trials_per_s": sweep_rate,
+        "ratio_to_kernel": sweep_rate / kernel,
+        "chunk_sizes": big["engine"]["chunk_sizes"],
+    }
+    print(
+        f"summary sweep {args.sweep_trials} trials: {big['seconds']:.1f} s (fixed {small['seconds']:.1f} s), "
+        f"{sweep_rate:.3g} trials/s = {sweep_rate / kernel:.2f} x kernel"
+    )
 
     # Raw without --out, in process: engine.run minus a 64-trial run.
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
@@ -118,45 +128,87 @@ def engine_comparisons(args, work: str) -> dict:
     engine.run(sweep.trial, sweep.points, args.raw_trials, compilation_cache=cache("raw"))
     raw_s = time.perf_counter() - t0
     raw_rate = (args.raw_trials - 64) / max(raw_s - fixed, 1e-9)
-    rows["raw_no_out"] = {"trials": args.raw_trials, "seconds": raw_s, "fixed_s": fixed, "trials_per_s": raw_rate,
-                          "ratio_to_kernel": raw_rate / kernel}
+    rows["raw_no_out"] = {
+        "trials": args.raw_trials,
+        "seconds": raw_s,
+        "fixed_s": fixed,
+        "trials_per_s": raw_rate,
+        "ratio_to_kernel": raw_rate / kernel,
+    }
     print(f"raw without --out {args.raw_trials} trials: {raw_s:.1f} s, {raw_rate / kernel:.2f} x kernel")
 
     # A million-trial summary run: wall time and peak memory.
-    million = cli_run(["run", "gfvl-topologies", "--trials", str(args.million), "--keep", "summary", *out("million")],
-                      cache("million"))
-    rows["million_summary"] = {"trials": args.million, "seconds": million["seconds"], "peak_rss_mib": million["maxrss_mib"],
-                               "chunk_sizes": million["engine"]["chunk_sizes"]}
+    million = cli_run(
+        ["run", "gfvl-topologies", "--trials", str(args.million), "--keep", "summary", *out("million")],
+        cache("million"),
+    )
+    rows["million_summary"] = {
+        "trials": args.million,
+        "seconds": million["seconds"],
+        "peak_rss_mib": million["maxrss_mib"],
+        "chunk_sizes": million["engine"]["chunk_sizes"],
+    }
     print(f"{args.million} trials summary: {million['seconds']:.1f} s, peak RSS {million['maxrss_mib']:.0f} MiB")
 
     # Fixed cost: the second 64-trial run in a row, with a fresh cache; and with the cache off.
     runs = [cli_run(["run", "gfvl-topologies", "--trials", "64", *out(f"fixed{i}")], cache("fixed")) for i in range(2)]
-    off = cli_run(["run", "gfvl-topologies", "--trials", "64", "--compilation-cache", "off", *out("fixed-off")], cache("fixed"))
-    rows["fixed_cost"] = {"first_s": runs[0]["seconds"], "second_s": runs[1]["seconds"], "cache_off_s": off["seconds"],
-                          "second_over_first": runs[1]["seconds"] / runs[0]["seconds"],
-                          "compile_s": [r["engine"]["compile_s"] for r in runs],
-                          "compile_cached": [r["engine"]["compile_cached"] for r in runs]}
-    print(f"64-trial runs: first {runs[0]['seconds']:.1f} s, second {runs[1]['seconds']:.1f} s, cache off {off['seconds']:.1f} s")
+    off = cli_run(
+        ["run", "gfvl-topologies", "--trials", "64", "--compilation-cache", "off", *out("fixed-off")], cache("fixed")
+    )
+    rows["fixed_cost"] = {
+        "first_s": runs[0]["seconds"],
+        "second_s": runs[1]["seconds"],
+        "cache_off_s": off["seconds"],
+        "second_over_first": runs[1]["seconds"] / runs[0]["seconds"],
+        "compile_s": [r["engine"]["compile_s"] for r in runs],
+        "compile_cached": [r["engine"]["compile_cached"] for r in runs],
+    }
+    print(
+        f"64-trial runs: first {runs[0]['seconds']:.1f} s, second {runs[1]['seconds']:.1f} s, cache off {off['seconds']:.1f} s"
+    )
 
     # --target-se on kmeans-snr against the fixed count that reaches the same worst-point precision.
     metric = f"loss@{args.snr_rounds - 1}"
     common = ["--set", f"n_rounds={args.snr_rounds}", "--chunk-size", str(args.snr_chunk)]
-    targeted = cli_run(["run", "kmeans-snr", *common, "--target-se", str(args.snr_target), "--target-metric", metric,
-                        "--max-trials", str(args.snr_max), *out("target")], cache("snr"))["engine"]["target"]
+    targeted = cli_run(
+        [
+            "run",
+            "kmeans-snr",
+            *common,
+            "--target-se",
+            str(args.snr_target),
+            "--target-metric",
+            metric,
+            "--max-trials",
+            str(args.snr_max),
+            *out("target"),
+        ],
+        cache("snr"),
+    )["engine"]["target"]
     n_fixed = max(targeted["trials_per_point"])
-    fixed_run = cli_run(["run", "kmeans-snr", *common, "--trials", str(n_fixed), "--keep", "summary", *out("snr-fixed")],
-                        cache("snr"))
+    fixed_run = cli_run(
+        ["run", "kmeans-snr", *common, "--trials", str(n_fixed), "--keep", "summary", *out("snr-fixed")], cache("snr")
+    )
     from jaxfed.experiments import load_results
 
     _, metrics = load_results(os.path.join(work, "snr-fixed"))
     fixed_se = metrics["loss"].se[:, args.snr_rounds - 1]
-    rows["target_se"] = {"experiment": "kmeans-snr", "metric": metric, "target": args.snr_target,
-                         "trials_per_point": targeted["trials_per_point"], "se_reached": targeted["se_reached"],
-                         "trials_total": sum(targeted["trials_per_point"]),
-                         "fixed_trials_per_point": n_fixed, "fixed_trials_total": n_fixed * len(fixed_se),
-                         "fixed_worst_se": float(fixed_se.max()), "fixed_seconds": fixed_run["seconds"]}
-    print(f"target se {args.snr_target}: {sum(targeted['trials_per_point'])} trials in all vs "
-          f"{n_fixed * len(fixed_se)} for the fixed count")
+    rows["target_se"] = {
+        "experiment": "kmeans-snr",
+        "metric": metric,
+        "target": args.snr_target,
+        "trials_per_point": targeted["trials_per_point"],
+        "se_reached": targeted["se_reached"],
+        "trials_total": sum(targeted["trials_per_point"]),
+        "fixed_trials_per_point": n_fixed,
+        "fixed_trials_total": n_fixed * len(fixed_se),
+        "fixed_worst_se": float(fixed_se.max()),
+        "fixed_seconds": fixed_run["seconds"],
+    }
+    print(
+        f"target se {args.snr_target}: {sum(targeted['trials_per_point'])} trials in all vs "
+        f"{n_fixed * len(fixed_se)} for the fixed count"
+    )
     return rows
 
 
@@ -188,8 +240,12 @@ def main(argv=None):
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="jaxfed-bench-") as work:
-            result = {"benchmark": "engine", "machine": machine(), "load_average": os.getloadavg(),
-                      **engine_comparisons(args, work)}
+            result = {
+                "benchmark": "engine",
+                "machine": machine(),
+                "load_average": os.getloadavg(),
+                **engine_comparisons(args, work),
+            }
         write_json(args.out, result)
         return result
     if args.device_child:
@@ -214,32 +270,71 @@ def main(argv=None):
         engine.run(sweep.trial, sweep.points, n, keep=keep, info=info)
         seconds = time.perf_counter() - start
         work = len(sweep.points) * n * 300
-        by_trials.append({"trials": n, "seconds": seconds, "keep": keep, "chunk_size": info["chunk_sizes"][0],
-                          "trial_slots_per_s": work / seconds})
-        print(f"{n:>9} trials  {seconds:8.2f} s  {work / seconds:10.3e} trial·slots/s  ({keep}, chunk {info['chunk_sizes'][0]})")
+        by_trials.append(
+            {
+                "trials": n,
+                "seconds": seconds,
+                "keep": keep,
+                "chunk_size": info["chunk_sizes"][0],
+                "trial_slots_per_s": work / seconds,
+            }
+        )
+        print(
+            f"{n:>9} trials  {seconds:8.2f} s  {work / seconds:10.3e} trial·slots/s  ({keep}, chunk {info['chunk_sizes'][0]})"
+        )
         n *= 10
 
     by_devices = []
     for d in () if args.no_device_sweep else (1, 2, 4):
         env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={d}")
         out = subprocess.run(
-            [sys.executable, __file__, "--device-child", str(d), "--device-trials", str(args.device_trials),
-             "--repeats", str(args.repeats)],
-            capture_output=True, text=True, env=env, check=True,
+            [
+                sys.executable,
+                __file__,
+                "--device-child",
+                str(d),
+                "--device-trials",
+                str(args.device_trials),
+                "--repeats",
+                str(args.repeats),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
         )
         row = json.loads(out.stdout.strip().splitlines()[-1])
         by_devices.append(row)
-        print(f"{d} device(s)  {row['seconds']:8.3f} s  {row['trial_slots_per_s']:10.3e} trial·slots/s  compile {row['compile_s']:.2f} s")
+        print(
+            f"{d} device(s)  {row['seconds']:8.3f} s  {row['trial_slots_per_s']:10.3e} trial·slots/s  compile {row['compile_s']:.2f} s"
+        )
 
-    result = {"benchmark": "scaling", "machine": machine(), "compile_s": t_compile,
-              "by_trials": by_trials, "by_devices": by_devices}
+    result = {
+        "benchmark": "scaling",
+        "machine": machine(),
+        "compile_s": t_compile,
+        "by_trials": by_trials,
+        "by_devices": by_devices,
+    }
     result["summary"] = [
-        {"case": f"{row['trials']} trials (wall, incl. compile)", "throughput": row["trial_slots_per_s"],
-         "unit": "trial·slot/s", "vs_numpy": None, "vs_rng_limit": None, "compile_s": t_compile}
+        {
+            "case": f"{row['trials']} trials (wall, incl. compile)",
+            "throughput": row["trial_slots_per_s"],
+            "unit": "trial·slot/s",
+            "vs_numpy": None,
+            "vs_rng_limit": None,
+            "compile_s": t_compile,
+        }
         for row in by_trials
     ] + [
-        {"case": f"{row['devices']} CPU device(s)", "throughput": row["trial_slots_per_s"], "unit": "trial·slot/s",
-         "vs_numpy": None, "vs_rng_limit": None, "compile_s": row["compile_s"]}
+        {
+            "case": f"{row['devices']} CPU device(s)",
+            "throughput": row["trial_slots_per_s"],
+            "unit": "trial·slot/s",
+            "vs_numpy": None,
+            "vs_rng_limit": None,
+            "compile_s": row["compile_s"],
+        }
         for row in by_devices
     ]
     write_json(args.out, result)

@@ -112,7 +112,9 @@ def _cmd_reproduce(args) -> int:
     shown = not args.quiet and sys.stderr.isatty() and jax.process_index() == 0
     # Which experiment of how many, and an overall ETA (by experiments done); the engine's
     # per-group bars open below it.
-    overall = tqdm.tqdm(total=len(experiments), unit="experiment", file=sys.stderr, disable=not shown, dynamic_ncols=True)
+    overall = tqdm.tqdm(
+        total=len(experiments), unit="experiment", file=sys.stderr, disable=not shown, dynamic_ncols=True
+    )
     sections, times, start = [], [], time.perf_counter()
     for i, exp in enumerate(experiments, 1):
         overall.set_description(f"experiment {i}/{len(experiments)}: {exp.name}")
@@ -128,9 +130,17 @@ def _cmd_reproduce(args) -> int:
         if not args.quiet:
             width = max(len(name) for name, _ in times)
             lines = [f"  {name:<{width}}  {seconds:8.1f} s" for name, seconds in times]
-            print("\n".join(["jaxfed reproduce: time per experiment", *lines,
-                             f"  {'total':<{width}}  {time.perf_counter() - start:8.1f} s", f"report: {path}"]),
-                  file=sys.stderr)
+            print(
+                "\n".join(
+                    [
+                        "jaxfed reproduce: time per experiment",
+                        *lines,
+                        f"  {'total':<{width}}  {time.perf_counter() - start:8.1f} s",
+                        f"report: {path}",
+                    ]
+                ),
+                file=sys.stderr,
+            )
         print(path)
     return 0
 
@@ -162,7 +172,9 @@ def _trials(text: str) -> int:
     """Trials per point: an integer in [1, 2**32] (trial indices are folded into keys as 32 bits)."""
     value = _positive_int(text)
     if value > 2**32:
-        raise argparse.ArgumentTypeError(f"expected at most 2**32 = 4294967296 trials (trial indices are 32-bit), got {value}")
+        raise argparse.ArgumentTypeError(
+            f"expected at most 2**32 = 4294967296 trials (trial indices are 32-bit), got {value}"
+        )
     return value
 
 
@@ -218,40 +230,94 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(p):
         p.add_argument("--seed", type=_seed, default=0, help="root seed (default 0)")
-        p.add_argument("--chunk-size", type=_positive_int, default=None, help="trials per chunk (default: from --max-memory)")
-        p.add_argument("--max-memory", type=_bytes, default=None, help="memory budget per chunk, e.g. 2G (default: 1/4 of the device's)")
-        p.add_argument("--keep", choices=("auto", "raw", "summary"), default="auto",
-                       help="keep every trial, or streaming summaries (mean, s.e., quantile histograms); auto: raw below 2 GiB")
-        p.add_argument("--devices", type=_positive_int, default=None,
-                       help="local devices to shard trials over (on CPU: creates that many host devices)")
-        p.add_argument("--coordinator", default=os.environ.get("JAXFED_COORDINATOR"),
-                       help="host:port of process 0 for a multi-process run (env JAXFED_COORDINATOR)")
-        p.add_argument("--num-processes", type=_positive_int, default=_env_int("JAXFED_NUM_PROCESSES"),
-                       help="processes in a multi-process run (env JAXFED_NUM_PROCESSES)")
-        p.add_argument("--process-id", type=int, default=_env_int("JAXFED_PROCESS_ID"),
-                       help="this process's index in [0, num-processes) (env JAXFED_PROCESS_ID)")
+        p.add_argument(
+            "--chunk-size", type=_positive_int, default=None, help="trials per chunk (default: from --max-memory)"
+        )
+        p.add_argument(
+            "--max-memory",
+            type=_bytes,
+            default=None,
+            help="memory budget per chunk, e.g. 2G (default: 1/4 of the device's)",
+        )
+        p.add_argument(
+            "--keep",
+            choices=("auto", "raw", "summary"),
+            default="auto",
+            help="keep every trial, or streaming summaries (mean, s.e., quantile histograms); auto: raw below 2 GiB",
+        )
+        p.add_argument(
+            "--devices",
+            type=_positive_int,
+            default=None,
+            help="local devices to shard trials over (on CPU: creates that many host devices)",
+        )
+        p.add_argument(
+            "--coordinator",
+            default=os.environ.get("JAXFED_COORDINATOR"),
+            help="host:port of process 0 for a multi-process run (env JAXFED_COORDINATOR)",
+        )
+        p.add_argument(
+            "--num-processes",
+            type=_positive_int,
+            default=_env_int("JAXFED_NUM_PROCESSES"),
+            help="processes in a multi-process run (env JAXFED_NUM_PROCESSES)",
+        )
+        p.add_argument(
+            "--process-id",
+            type=int,
+            default=_env_int("JAXFED_PROCESS_ID"),
+            help="this process's index in [0, num-processes) (env JAXFED_PROCESS_ID)",
+        )
         # A string default goes through `type` too, so a bad environment value is a one-line error.
-        p.add_argument("--coordinator-timeout", type=_positive_float, default=os.environ.get("JAXFED_COORDINATOR_TIMEOUT") or "120",
-                       help="seconds to wait for every process to reach the coordinator (default 120; env JAXFED_COORDINATOR_TIMEOUT)")
-        p.add_argument("--compilation-cache", default=None, metavar="DIR|off",
-                       help="persistent compilation cache directory, or off (default: $JAXFED_COMPILATION_CACHE, "
-                            "else ~/.cache/jaxfed/xla); reruns of the same experiment and shapes skip compiling")
+        p.add_argument(
+            "--coordinator-timeout",
+            type=_positive_float,
+            default=os.environ.get("JAXFED_COORDINATOR_TIMEOUT") or "120",
+            help="seconds to wait for every process to reach the coordinator (default 120; env JAXFED_COORDINATOR_TIMEOUT)",
+        )
+        p.add_argument(
+            "--compilation-cache",
+            default=None,
+            metavar="DIR|off",
+            help="persistent compilation cache directory, or off (default: $JAXFED_COMPILATION_CACHE, "
+            "else ~/.cache/jaxfed/xla); reruns of the same experiment and shapes skip compiling",
+        )
         p.add_argument("--quiet", action="store_true", help="no progress output")
-        p.add_argument("--overwrite", action="store_true",
-                       help="discard stored results that cannot be used (another config, damaged files) instead of refusing")
+        p.add_argument(
+            "--overwrite",
+            action="store_true",
+            help="discard stored results that cannot be used (another config, damaged files) instead of refusing",
+        )
 
     run = sub.add_parser("run", help="run one experiment")
     run.add_argument("name", help="experiment name (see jaxfed list), or path/to/file.py:NAME for a user experiment")
-    run.add_argument("--trials", type=_trials, default=None,
-                     help="trials per point, at most 2**32; more than a stored run's computes only the new ones")
+    run.add_argument(
+        "--trials",
+        type=_trials,
+        default=None,
+        help="trials per point, at most 2**32; more than a stored run's computes only the new ones",
+    )
     run.add_argument("--out", default=None, help=f"result directory (default {DEFAULT_OUT}/NAME)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter")
-    run.add_argument("--target-se", type=_positive_float, default=None, metavar="X",
-                     help="run each point until the standard error of the mean of --target-metric is <= X (implies --keep summary)")
-    run.add_argument("--target-metric", default=None, metavar="NAME[@index]",
-                     help="the metric (and cell, e.g. loss@49) whose standard error --target-se bounds; without @index every cell")
-    run.add_argument("--max-trials", type=_trials, default=None,
-                     help=f"with --target-se: the most trials per point (default {DEFAULT_MAX_TRIALS:,})")
+    run.add_argument(
+        "--target-se",
+        type=_positive_float,
+        default=None,
+        metavar="X",
+        help="run each point until the standard error of the mean of --target-metric is <= X (implies --keep summary)",
+    )
+    run.add_argument(
+        "--target-metric",
+        default=None,
+        metavar="NAME[@index]",
+        help="the metric (and cell, e.g. loss@49) whose standard error --target-se bounds; without @index every cell",
+    )
+    run.add_argument(
+        "--max-trials",
+        type=_trials,
+        default=None,
+        help=f"with --target-se: the most trials per point (default {DEFAULT_MAX_TRIALS:,})",
+    )
     common(run)
     run.set_defaults(func=_cmd_run)
 
@@ -281,7 +347,9 @@ def _start_devices(args) -> None:
     n = getattr(args, "num_processes", None)
     if n and n > 1:
         if not args.coordinator or args.process_id is None:
-            raise ValueError("a multi-process run needs --coordinator host:port and --process-id (or their JAXFED_ variables)")
+            raise ValueError(
+                "a multi-process run needs --coordinator host:port and --process-id (or their JAXFED_ variables)"
+            )
         if not 0 <= args.process_id < n:
             raise ValueError(f"--process-id must be in [0, {n}), got {args.process_id}")
         _initialize_distributed(args.coordinator, n, args.process_id, args.coordinator_timeout)
@@ -345,7 +413,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"jaxfed: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
     except MemoryError as err:
-        print(f"jaxfed: error: out of memory ({' '.join(str(err).split()) or 'allocation failed'}); use smaller shapes", file=sys.stderr)
+        print(
+            f"jaxfed: error: out of memory ({' '.join(str(err).split()) or 'allocation failed'}); use smaller shapes",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print("jaxfed: interrupted; rerun the same command to resume from the finished chunks", file=sys.stderr)

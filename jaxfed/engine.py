@@ -46,8 +46,9 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -112,8 +113,15 @@ class Progress:
         """Closes the previous group's bar and opens one for ``total`` trials."""
         self.close()
         if self.enabled:
-            self.bar = tqdm.tqdm(total=total, desc=f"{self.label}{description}", unit=" point-trials", unit_scale=True,
-                                 file=sys.stderr, dynamic_ncols=True, leave=False)
+            self.bar = tqdm.tqdm(
+                total=total,
+                desc=f"{self.label}{description}",
+                unit=" point-trials",
+                unit_scale=True,
+                file=sys.stderr,
+                dynamic_ncols=True,
+                leave=False,
+            )
 
     def update(self, n: int) -> None:
         if self.bar is not None:
@@ -201,7 +209,9 @@ def default_memory_budget(mesh: Mesh) -> int:
     return int(_MEMORY_FRACTION * limit)
 
 
-def _make_chunk_fn(trial: Trial, group: _Group, batch: int, mesh: Mesh | None, common: bool = False, summary: bool = False):
+def _make_chunk_fn(
+    trial: Trial, group: _Group, batch: int, mesh: Mesh | None, common: bool = False, summary: bool = False
+):
     """The chunk function of a group, for ``batch`` trials from ``first_trial`` on.
 
     Raw: (seed, point_ids (P,), traced leaves (P, ...), first_trial) -> metrics (P, batch, ...).
@@ -310,11 +320,15 @@ def _metric_specs(probes: list, groups: list) -> dict:
     for (group, _), probe in zip(groups, probes):
         p = group.point_ids[0]
         if not isinstance(probe, dict):
-            raise ValueError(f"trial must return a dict of metric name -> array, got {type(probe).__name__} (point {p})")
+            raise ValueError(
+                f"trial must return a dict of metric name -> array, got {type(probe).__name__} (point {p})"
+            )
         here = {}
         for name, value in probe.items():
             if not isinstance(name, str) or not name or "/" in name or name.startswith("__"):
-                raise ValueError(f"metric name {name!r} (point {p}) must be a non-empty string without '/', not starting with '__'")
+                raise ValueError(
+                    f"metric name {name!r} (point {p}) must be a non-empty string without '/', not starting with '__'"
+                )
             if not isinstance(value, jax.ShapeDtypeStruct):
                 raise ValueError(f"metric {name!r} must be an array, got {type(value).__name__} (point {p})")
             here[name] = (tuple(value.shape), np.dtype(value.dtype).str)
@@ -367,7 +381,8 @@ def _check_host_memory(keep: str, n_points: int, n_trials: int, specs: dict) -> 
 def _refuse_chunk(chunk_size: int, minimum: bool, need: float, budget: int) -> None:
     if need > budget:
         what, hint = (
-            (f"the smallest chunk ({chunk_size} trials)", "smaller shapes") if minimum
+            (f"the smallest chunk ({chunk_size} trials)", "smaller shapes")
+            if minimum
             else (f"a chunk of {chunk_size} trials", "a smaller chunk size")
         )
         raise ValueError(
@@ -485,8 +500,14 @@ def run(
     info = {} if info is None else info
     cache_dir = use_compilation_cache(compilation_cache, note=bar.note) if use_jit else None
     info.update(
-        devices=n_shards, processes=jax.process_count(), chunk_sizes=[], budget_bytes=budget,
-        compilation_cache=cache_dir, compile_s=[], compile_cached=[], memory_probe_cached=[],
+        devices=n_shards,
+        processes=jax.process_count(),
+        chunk_sizes=[],
+        budget_bytes=budget,
+        compilation_cache=cache_dir,
+        compile_s=[],
+        compile_cached=[],
+        memory_probe_cached=[],
     )
 
     # Shapes of one trial's metrics, per group, without running anything.
@@ -498,11 +519,18 @@ def run(
     target = None
     if target_se is not None or target_metric is not None:
         if keep == "raw":
-            raise ValueError("a precision target (target_se) needs keep='summary' (--keep summary): raw runs have a fixed trial count")
+            raise ValueError(
+                "a precision target (target_se) needs keep='summary' (--keep summary): raw runs have a fixed trial count"
+            )
         target = parse_target(target_se, target_metric, specs)
         keep = "summary"
-        info["target"] = {"se": target.se, "metric": target_metric, "max_trials": n_trials,
-                          "trials_per_point": [None] * len(points), "se_reached": [None] * len(points)}
+        info["target"] = {
+            "se": target.se,
+            "metric": target_metric,
+            "max_trials": n_trials,
+            "trials_per_point": [None] * len(points),
+            "se_reached": [None] * len(points),
+        }
     if keep == "auto":
         raw_bytes = len(points) * n_trials * sum(math.prod(s) * np.dtype(d).itemsize for s, d in specs.values())
         keep = "raw" if raw_bytes <= RAW_LIMIT_BYTES else "summary"
@@ -558,8 +586,17 @@ def run(
             else:
                 bar.note(f"group {g + 1}/{len(groups)}: compiling …")
                 size, chunk_fn, compiled = _sized_chunk_fn(
-                    trial, group, mesh, budget, n_trials, wanted, args(0), common_random_numbers, summary,
-                    _summary_output_bytes(len(rows), specs) if summary else 0, cache_dir,
+                    trial,
+                    group,
+                    mesh,
+                    budget,
+                    n_trials,
+                    wanted,
+                    args(0),
+                    common_random_numbers,
+                    summary,
+                    _summary_output_bytes(len(rows), specs) if summary else 0,
+                    cache_dir,
                 )
             info["chunk_sizes"].append(size)
             for key in ("compile_s", "compile_cached", "memory_probe_cached"):
@@ -568,12 +605,18 @@ def run(
                 bar.note(
                     f"group {g + 1}/{len(groups)}: {len(rows)} point(s), chunk size {size} trials over {n_shards} device(s), "
                     f"memory budget {_size(budget)} per device"
-                    + (f", compiled in {compiled['compile_s']:.1f} s{' (cache)' if compiled['compile_cached'] else ''}" if compiled else "")
+                    + (
+                        f", compiled in {compiled['compile_s']:.1f} s{' (cache)' if compiled['compile_cached'] else ''}"
+                        if compiled
+                        else ""
+                    )
                 )
             bar.group(f"group {g + 1}/{len(groups)}", len(rows) * n_trials)
 
             if keep == "raw":
-                plan = _broadcast_from_0(np.asarray(_missing_ranges(n_trials, done, size or n_trials), np.int64).reshape(-1, 2))
+                plan = _broadcast_from_0(
+                    np.asarray(_missing_ranges(n_trials, done, size or n_trials), np.int64).reshape(-1, 2)
+                )
                 bar.update(len(rows) * (n_trials - int((plan[:, 1] - plan[:, 0]).sum())))
 
                 def store_raw(chunk, device_out):
@@ -608,7 +651,9 @@ def run(
                                 states[name], tails[name] = stats.fold(states[name], part, n_blocks), tail
                             else:
                                 sub = stats.fold(stats.SummaryState(*(f[active] for f in states[name])), part, n_blocks)
-                                states[name] = stats.SummaryState(*(_with_rows(f, active, v) for f, v in zip(states[name], sub)))
+                                states[name] = stats.SummaryState(
+                                    *(_with_rows(f, active, v) for f, v in zip(states[name], sub))
+                                )
                                 tails[name] = _with_rows(_widened(tails[name], tail.shape[1]), active, tail)
                         snapshot = {name: dict(states[name]._asdict(), tail=tails[name]) for name in specs}
                         writer.submit(store.save_summary, spec, counts.tolist(), size, snapshot)
@@ -616,7 +661,9 @@ def run(
 
                 if target is None:
                     plan = [(start, min(start + size, n_trials)) for start in range(first, n_trials, size or n_trials)]
-                    _pipelined(plan, lambda chunk: chunk_fn(*args(chunk[0], whole(chunk[1]) - chunk[0])), fold_summary, writer)
+                    _pipelined(
+                        plan, lambda chunk: chunk_fn(*args(chunk[0], whole(chunk[1]) - chunk[0])), fold_summary, writer
+                    )
                 else:
                     # Sequential: each decision needs the chunk before it (and only chunks before it).
                     subset_fn = None  # jitted for the shapes of fewer points, when some have stopped
@@ -628,12 +675,21 @@ def run(
                         start = int(counts[active[0]])
                         stop = min(start + size, n_trials)
                         if active.size < len(rows) and subset_fn is None:
-                            subset_fn = chunk_fn if mesh is None else _make_chunk_fn(
-                                trial, group, _round_up(size, LANES * mesh.size), mesh, common_random_numbers, True
+                            subset_fn = (
+                                chunk_fn
+                                if mesh is None
+                                else _make_chunk_fn(
+                                    trial, group, _round_up(size, LANES * mesh.size), mesh, common_random_numbers, True
+                                )
                             )
                         fn = chunk_fn if active.size == len(rows) else subset_fn
-                        sub_args = (np.uint32(seed), point_ids[active], [x[active] for x in traced], np.uint32(start),
-                                    np.uint32(whole(stop) - start))
+                        sub_args = (
+                            np.uint32(seed),
+                            point_ids[active],
+                            [x[active] for x in traced],
+                            np.uint32(start),
+                            np.uint32(whole(stop) - start),
+                        )
                         fold_summary((start, stop), fn(*sub_args), active)
                     writer.wait()
                 tail_lengths = np.where(counts == counts.max(initial=0), counts - whole(counts), 0)
@@ -799,7 +855,9 @@ def parse_target(se, metric: str | None, specs: dict) -> Target:
     if isinstance(se, bool) or not isinstance(se, (int, float)) or not (math.isfinite(se) and se > 0):
         raise ValueError(f"target_se must be a finite number > 0, got {se!r}")
     if not isinstance(metric, str) or not metric:
-        raise ValueError(f"target_metric is required with target_se: one of {', '.join(sorted(specs))}, optionally NAME@index")
+        raise ValueError(
+            f"target_metric is required with target_se: one of {', '.join(sorted(specs))}, optionally NAME@index"
+        )
     name, _, index_text = metric.partition("@")
     if name not in specs:
         raise ValueError(f"target metric {name!r} does not exist; metrics: {', '.join(sorted(specs))}")

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -852,7 +853,7 @@ def mean_field_fisher_solve(eta: jax.Array, v: jax.Array) -> jax.Array:
     return _flat(normal_fisher_solve(_pairs(eta), _pairs(v)))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def mean_field_normal(n_dims: int, min_precision: float = NORMAL_MIN_PRECISION) -> ExpFamily:
     """q(θ) = Π_j N(θ_j; m_j, 1/p_j) on θ ∈ R^d, d = ``n_dims`` (static): the product of d :data:`NORMAL`
     families, η = (m_1 p_1, −p_1/2, …, m_d p_d, −p_d/2) of length P = 2d, FIM block diagonal with the
@@ -876,7 +877,9 @@ def mean_field_normal(n_dims: int, min_precision: float = NORMAL_MIN_PRECISION) 
         fisher_quadratic=_mf_fisher_quadratic,
         boundary_distance=_mf_boundary,
         sample=_mf_sample,
-        project=_mf_project if min_precision == NORMAL_MIN_PRECISION else functools.partial(_mf_project, min_precision=min_precision),
+        project=_mf_project
+        if min_precision == NORMAL_MIN_PRECISION
+        else functools.partial(_mf_project, min_precision=min_precision),
         kl_closed=_mf_kl,
         sample_score=mean_field_sample_score,
         fisher_solve=mean_field_fisher_solve,

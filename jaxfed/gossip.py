@@ -65,13 +65,17 @@ def mh_walk(key: jax.Array, adjacency, n_slots: int) -> Walk:
     first = jnp.minimum((u[0] * n_agents).astype(jnp.int32), n_agents - 1)
 
     if n_agents <= 31:
+
         def mark(visited, k):
             bit = jnp.left_shift(jnp.int32(1), k)
             return visited | bit, (visited & bit) == 0
+
         visited0 = jnp.left_shift(jnp.int32(1), first)
     else:
+
         def mark(visited, k):
             return visited.at[k].set(True), ~visited[k]
+
         visited0 = jnp.zeros(n_agents, bool).at[first].set(True)
 
     def move(carry, u_slot):

@@ -159,9 +159,7 @@ def erdos_renyi(key_or_seed, n_agents: int, p: float, max_tries: int = 1000) -> 
         a = a + a.T
         if _connected(a):
             return validate_adjacency(a)
-    raise ValueError(
-        f"erdos_renyi: no connected G(K={k}, p={p}) graph in {max_tries} draws; increase p or max_tries"
-    )
+    raise ValueError(f"erdos_renyi: no connected G(K={k}, p={p}) graph in {max_tries} draws; increase p or max_tries")
 
 
 TOPOLOGIES = {"complete": complete, "ring": ring, "star": star, "line": line}

@@ -91,7 +91,7 @@ VMAX_RULES = ("abs", "signed", "abs-previous", "signed-previous")
 INITS = ("uniform", "forgy", "kmeans++")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _flat_segment_sum(num_segments: int):
     """``segment_sum(data, ids, num_segments)`` for 1-D data whose batching rule flattens the batch.
 
@@ -395,9 +395,7 @@ def federated_round(key, centroids, data: FlatData, n_devices: int, s: Settings,
     return updated, info
 
 
-def federated_rounds(
-    key, data: FlatData, n_devices: int, init_centroids, n_rounds: int, s: Settings, observe=None
-):
+def federated_rounds(key, data: FlatData, n_devices: int, init_centroids, n_rounds: int, s: Settings, observe=None):
     """Runs ``n_rounds`` rounds with ``lax.scan``; returns (centroids after each round (n_rounds, C, L),
     :class:`RoundInfo` stacked over rounds). ``observe`` as in :func:`federated_round`."""
     _check_settings(s)

@@ -18,7 +18,8 @@ Data layouts (leaves carry a leading agent axis K when they hold every agent's d
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

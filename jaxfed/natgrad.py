@@ -34,13 +34,14 @@ other families carry their own (:mod:`jaxfed.expfam`).
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import optax
 
 from jaxfed import expfam
+
 # The Beta closed forms live with the family (its ``sample_score`` and ``fisher_solve`` fields);
 # re-exported here, where they are documented as the natural gradient's accuracy fixes.
 from jaxfed.expfam import beta_fisher_solve, beta_sample_score
@@ -203,7 +204,9 @@ def estimator_variance(key, family, eta, loss, n_samples: int, estimator: str = 
     coordinates. Cost: ``n_repeats`` gradient estimates."""
     check_count("n_repeats", n_repeats, 2)
     keys = jax.random.split(key, n_repeats)
-    nat = jax.vmap(lambda k: fisher_solve(family, eta, estimate_gradient(k, family, eta, loss, n_samples, estimator, c)))(keys)
+    nat = jax.vmap(
+        lambda k: fisher_solve(family, eta, estimate_gradient(k, family, eta, loss, n_samples, estimator, c))
+    )(keys)
     return jnp.sum(jnp.var(nat, axis=0, ddof=1))
 
 

@@ -49,7 +49,8 @@ runs once per target.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -106,9 +107,7 @@ def _standard_nodes(window: Window, dtype) -> tuple[jax.Array, jax.Array]:
     limit = _logit_limit(dtype)
     left = jnp.maximum((window.mode - jnp.maximum(window.lo, -limit)) / window.scale - CORE_WIDTH, 0.0)
     right = jnp.maximum((jnp.minimum(window.hi, limit) - window.mode) / window.scale - CORE_WIDTH, 0.0)
-    y = jnp.concatenate(
-        [jnp.asarray(CORE_WIDTH * xc, dtype), -CORE_WIDTH - left * xt01, CORE_WIDTH + right * xt01]
-    )
+    y = jnp.concatenate([jnp.asarray(CORE_WIDTH * xc, dtype), -CORE_WIDTH - left * xt01, CORE_WIDTH + right * xt01])
     weights = jnp.concatenate([jnp.asarray(CORE_WIDTH * wc, dtype), left * wt01, right * wt01])
     return y, jnp.log(weights)
 

@@ -12,7 +12,17 @@ from jax.scipy.special import gammaln
 
 from jaxfed import likelihoods
 
-__all__ = ["bernoulli_counts", "agent_thetas", "conjugate_stats", "MallScenario", "mall", "tile_of", "iid_owner", "random_subset", "pad_by_owner"]
+__all__ = [
+    "bernoulli_counts",
+    "agent_thetas",
+    "conjugate_stats",
+    "MallScenario",
+    "mall",
+    "tile_of",
+    "iid_owner",
+    "random_subset",
+    "pad_by_owner",
+]
 
 
 def bernoulli_counts(key: jax.Array, n_agents: int, n_per_agent: int, theta) -> jax.Array:
@@ -174,8 +184,14 @@ def tile_of(points: jax.Array, side, rows: int, cols: int, clip: bool = False) -
         bad = ~np.isfinite(values).all(axis=1) | (~np.asarray(inside) & (not clip))
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
-            hint = "" if clip or not np.isfinite(values[row]).all() else "; pass clip=True to assign it to the nearest edge tile"
-            raise ValueError(f"points must be finite and lie in the mall [0, {side}]^2, got {values[row].tolist()} at index {row}{hint}")
+            hint = (
+                ""
+                if clip or not np.isfinite(values[row]).all()
+                else "; pass clip=True to assign it to the nearest edge tile"
+            )
+            raise ValueError(
+                f"points must be finite and lie in the mall [0, {side}]^2, got {values[row].tolist()} at index {row}{hint}"
+            )
     col = jnp.clip(jnp.floor(x / (side / cols)), 0, cols - 1)
     row = jnp.clip(jnp.floor(y / (side / rows)), 0, rows - 1)
     valid = jnp.isfinite(x) & jnp.isfinite(y) & (inside | clip)

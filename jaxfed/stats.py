@@ -179,7 +179,7 @@ class SummaryAccumulator:
         self.hist = np.zeros(cell_shape + (N_BINS,), np.int32)
 
     @classmethod
-    def from_state(cls, state: dict) -> "SummaryAccumulator":
+    def from_state(cls, state: dict) -> SummaryAccumulator:
         acc = cls(state["count"].shape)
         for field in cls.FIELDS:
             setattr(acc, field, np.array(state[field]))
@@ -336,9 +336,10 @@ def summary_quantile(summary: Summary, q: float) -> np.ndarray:
     n = cum[..., -1]
     rank = np.maximum(np.ceil(q * n), 1).astype(np.int64)  # the rank-th smallest finite value
     index = np.minimum((cum < rank[..., None]).sum(-1), N_BINS - 1)
-    below = np.take_along_axis(cum, index[..., None], -1)[..., 0] - np.take_along_axis(
-        summary.hist, index[..., None], -1
-    )[..., 0]
+    below = (
+        np.take_along_axis(cum, index[..., None], -1)[..., 0]
+        - np.take_along_axis(summary.hist, index[..., None], -1)[..., 0]
+    )
     in_bin = np.maximum(np.take_along_axis(summary.hist, index[..., None], -1)[..., 0], 1)
     fraction = (rank - below - 0.5) / in_bin
     # Inside a negative bin, magnitudes decrease with rank.

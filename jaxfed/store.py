@@ -32,7 +32,8 @@ import json
 import os
 import re
 import shutil
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -52,14 +53,22 @@ __all__ = [
 STORE_FORMAT = 3
 """Version of the layout above; a directory written by another version is refused as another configuration."""
 
-SUMMARY_FIELDS = {"count": np.int64, "nan_count": np.int64, "total": np.float64, "total_sq": np.float64, "hist": np.int32}
+SUMMARY_FIELDS = {
+    "count": np.int64,
+    "nan_count": np.int64,
+    "total": np.float64,
+    "total_sq": np.float64,
+    "hist": np.int32,
+}
 """Per-cell arrays of a summary state (see :class:`jaxfed.stats.SummaryState`), with their dtypes."""
 
 _META = "__meta__"
 _RAW_NAME = re.compile(r"g(\d{3,})_t(\d{10})_(\d{10})\.npz")
 _SUMMARY_NAME = re.compile(r"summary_g\d{3,}\.npz")
 # Temporary files of atomic writes (name.PID.tmp) of the files this package writes, nothing else.
-_TMP_NAME = re.compile(r"(identity\.json|config\.json|metrics\.npz|g\d{3,}_t\d{10}_\d{10}\.npz|summary_g\d{3,}\.npz)\.\d+\.tmp")
+_TMP_NAME = re.compile(
+    r"(identity\.json|config\.json|metrics\.npz|g\d{3,}_t\d{10}_\d{10}\.npz|summary_g\d{3,}\.npz)\.\d+\.tmp"
+)
 _HINT = "delete it or use --overwrite (overwrite=True) to recompute it"
 
 
@@ -334,7 +343,9 @@ class Store:
                     raise StoreError(f"{path}: empty trial range in its name; {_HINT}")
                 meta, arrays = _unpack(path)
                 expected = self._expected("raw", spec, start, stop)
-                specs = {m: ((len(spec.point_ids), stop - start, *shape), dt) for m, (shape, dt) in spec.metrics.items()}
+                specs = {
+                    m: ((len(spec.point_ids), stop - start, *shape), dt) for m, (shape, dt) in spec.metrics.items()
+                }
                 _verify(path, meta, arrays, expected, specs)
             except StoreError as err:
                 self._rejected(path, err)
@@ -376,13 +387,22 @@ class Store:
                 raise StoreError(f"{path}: header has no trial range [0, n]; {_HINT}")
             stop = trials[1]
             if not (
-                isinstance(counts, list) and len(counts) == len(spec.point_ids) and max(counts, default=-1) == stop
+                isinstance(counts, list)
+                and len(counts) == len(spec.point_ids)
+                and max(counts, default=-1) == stop
                 and all(type(n) is int and 0 <= n and (n == stop or n % _block() == 0) for n in counts)
-                and type(chunk) is int and chunk >= 1
+                and type(chunk) is int
+                and chunk >= 1
             ):
                 raise StoreError(f"{path}: header has no valid per-point trial counts and chunk size; {_HINT}")
             whole = np.asarray(counts) // _block() * _block()
-            _verify(path, meta, arrays, self._expected("summary", spec, 0, stop), self._summary_specs(spec, stop - stop // _block() * _block()))
+            _verify(
+                path,
+                meta,
+                arrays,
+                self._expected("summary", spec, 0, stop),
+                self._summary_specs(spec, stop - stop // _block() * _block()),
+            )
             states = _split_states(arrays)
             for metric, state in states.items():
                 counted = state["count"] + state["nan_count"]
@@ -391,7 +411,9 @@ class Store:
                     or np.any(state["hist"].sum(-1, dtype=np.int64) != state["count"])
                     or np.any((state["nonfinite_trials"] < 0) | (state["nonfinite_trials"] > whole))
                 ):
-                    raise StoreError(f"{path}: counts of {metric!r} do not add up to its trials in whole blocks; {_HINT}")
+                    raise StoreError(
+                        f"{path}: counts of {metric!r} do not add up to its trials in whole blocks; {_HINT}"
+                    )
             if stop > n_trials:
                 raise StoreError(
                     f"{path}: summarises {stop} trials, more than the {n_trials} asked for; a summary "

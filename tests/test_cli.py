@@ -72,7 +72,9 @@ def test_a_different_config_in_the_same_directory_is_refused(tmp_path, capsys):
     assert cli.main(["run", "gfvl-topologies", "--trials", "4", "--seed", "1", "--out", out, *SMALL]) == 2
     err = capsys.readouterr().err
     assert "different configuration (differs in seed: stored 0, given 1)" in err and len(err.splitlines()) == 1
-    assert cli.main(["run", "gfvl-topologies", "--trials", "4", "--seed", "1", "--out", out, "--overwrite", *SMALL]) == 0
+    assert (
+        cli.main(["run", "gfvl-topologies", "--trials", "4", "--seed", "1", "--out", out, "--overwrite", *SMALL]) == 0
+    )
 
 
 @pytest.mark.slow  # real SIGKILL of a subprocess; tests/test_store.py injects kills in-process

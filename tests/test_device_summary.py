@@ -75,7 +75,9 @@ def test_bin_index_is_the_same_in_numpy_and_xla():
 def test_growth_and_a_kill_between_chunks_resume_bit_identically(tmp_path, device_summary, monkeypatch):
     grown = str(tmp_path / "grown")
     engine.run(trial, POINTS, 100, seed=5, keep="summary", out_dir=grown, identity={})  # ends inside a block
-    assert_summaries_equal(engine.run(trial, POINTS, N, seed=5, keep="summary", out_dir=grown, identity={}), device_summary)
+    assert_summaries_equal(
+        engine.run(trial, POINTS, N, seed=5, keep="summary", out_dir=grown, identity={}), device_summary
+    )
 
     killed, saves = str(tmp_path / "killed"), []
     real = store.Store.save_summary

@@ -1,9 +1,8 @@
 import itertools
 
-import mpmath
-
 import jax
 import jax.numpy as jnp
+import mpmath
 import numpy as np
 import pytest
 from scipy import stats
@@ -30,16 +29,15 @@ def kl_by_quadrature(a1, b1, a2, b2):
 
         mean = a1 / (a1 + b1)
         sd = mpmath.sqrt(a1 * b1 / ((a1 + b1) ** 2 * (a1 + b1 + 1)))
-        cuts = sorted({mpmath.mpf(0), max(mean - 8 * sd, mpmath.mpf(0)), mean, min(mean + 8 * sd, mpmath.mpf(1)), mpmath.mpf(1)})
+        cuts = sorted(
+            {mpmath.mpf(0), max(mean - 8 * sd, mpmath.mpf(0)), mean, min(mean + 8 * sd, mpmath.mpf(1)), mpmath.mpf(1)}
+        )
         return float(mpmath.quad(integrand, cuts))
 
 
 SHAPES = [0.5, 2.0, 30.0, 700.0]
 PERTURB = [(1.0, 1.0005), (1.02, 0.99), (1.5, 1.0), (0.3, 2.0)]
-GRID = [
-    (a, b, a * fa, b * fb)
-    for (a, b), (fa, fb) in itertools.product(itertools.product(SHAPES, SHAPES), PERTURB)
-]
+GRID = [(a, b, a * fa, b * fb) for (a, b), (fa, fb) in itertools.product(itertools.product(SHAPES, SHAPES), PERTURB)]
 
 
 def test_beta_kl_matches_quadrature_float64():

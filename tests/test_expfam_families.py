@@ -1,9 +1,9 @@
 """The Normal (known variance), Gamma and Dirichlet families: KL accuracy against mpmath, the closed
 forms (Fisher solve, sampling with score) against their definitions, and bad input."""
 
-import mpmath as mp
 import jax
 import jax.numpy as jnp
+import mpmath as mp
 import numpy as np
 import pytest
 from scipy import stats
@@ -30,13 +30,19 @@ def ref_kl(name, e1, e2):
             (a1, q1), (a2, q2) = _mp(e1), _mp(e2)
             b1, b2 = -q1, -q2
             return float(
-                (a1 - a2) * mp.digamma(a1) - mp.loggamma(a1) + mp.loggamma(a2)
-                + a2 * (mp.log(b1) - mp.log(b2)) + a1 * (b2 - b1) / b1
+                (a1 - a2) * mp.digamma(a1)
+                - mp.loggamma(a1)
+                + mp.loggamma(a2)
+                + a2 * (mp.log(b1) - mp.log(b2))
+                + a1 * (b2 - b1) / b1
             )
         a, b = _mp(e1), _mp(e2)
         a0, b0 = sum(a), sum(b)
         return float(
-            mp.loggamma(a0) - sum(map(mp.loggamma, a)) - mp.loggamma(b0) + sum(map(mp.loggamma, b))
+            mp.loggamma(a0)
+            - sum(map(mp.loggamma, a))
+            - mp.loggamma(b0)
+            + sum(map(mp.loggamma, b))
             + sum((x - y) * (mp.digamma(x) - mp.digamma(a0)) for x, y in zip(a, b))
         )
 
@@ -121,7 +127,9 @@ def test_fisher_is_the_hessian_of_the_log_partition(name):
     e1, _ = _grid(name, 2, seed=1)
     with jax.enable_x64(True):
         for eta in jnp.asarray(e1):
-            np.testing.assert_allclose(family.fisher(eta), jax.hessian(family.log_partition)(eta), rtol=1e-7, atol=1e-300)
+            np.testing.assert_allclose(
+                family.fisher(eta), jax.hessian(family.log_partition)(eta), rtol=1e-7, atol=1e-300
+            )
 
 
 @pytest.mark.parametrize("name", ["normal", "gamma", "dirichlet"])
@@ -139,19 +147,24 @@ def test_closed_form_fisher_solve_matches_a_40_digit_solve(name):
 
 def test_dirichlet_with_two_categories_is_the_beta_family():
     eta1, eta2 = jnp.asarray([[0.7, 3.0], [702.0, 302.0]]), jnp.asarray([[1.5, 2.0], [702.0, 302.05]])
-    np.testing.assert_allclose(expfam.kl(expfam.dirichlet(2), eta1, eta2), expfam.kl(expfam.BETA, eta1, eta2), rtol=1e-5)
+    np.testing.assert_allclose(
+        expfam.kl(expfam.dirichlet(2), eta1, eta2), expfam.kl(expfam.BETA, eta1, eta2), rtol=1e-5
+    )
     v = jnp.asarray([1.0, -2.0])
     np.testing.assert_allclose(
         natgrad.fisher_solve(expfam.dirichlet(2), eta1[1], v), natgrad.fisher_solve(expfam.BETA, eta1[1], v), rtol=1e-3
     )
 
 
-@pytest.mark.parametrize("name, eta", [
-    ("normal", [1.5e3, -500.0]),
-    pytest.param("gamma", [900.0, -30.0], marks=pytest.mark.slow),
-    pytest.param("gamma", [0.3, -2.0], marks=pytest.mark.slow),
-    pytest.param("dirichlet", [400.0, 0.4, 1200.0], marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "name, eta",
+    [
+        ("normal", [1.5e3, -500.0]),
+        pytest.param("gamma", [900.0, -30.0], marks=pytest.mark.slow),
+        pytest.param("gamma", [0.3, -2.0], marks=pytest.mark.slow),
+        pytest.param("dirichlet", [400.0, 0.4, 1200.0], marks=pytest.mark.slow),
+    ],
+)
 def test_sample_score_is_an_exact_draw_with_the_textbook_score(name, eta):
     """The closed-form draws have the family's mean parameters (E[T(θ)] = μ(η), 5 standard errors)
     and their scores equal T(θ) − μ(η) up to the textbook form's float32 cancellation."""
@@ -161,20 +174,32 @@ def test_sample_score_is_an_exact_draw_with_the_textbook_score(name, eta):
     s = np.asarray(score, np.float64)
     assert np.all(np.abs(s.mean(0)) < 5 * s.std(0) / np.sqrt(len(s)))
     with jax.enable_x64(True):
-        textbook = np.asarray(family.sufficient_stats(jnp.asarray(theta, jnp.float64)) - family.mean(eta.astype(jnp.float64)))
+        textbook = np.asarray(
+            family.sufficient_stats(jnp.asarray(theta, jnp.float64)) - family.mean(eta.astype(jnp.float64))
+        )
     np.testing.assert_allclose(s, textbook, rtol=1e-3, atol=1e-4 * np.abs(textbook).max())
 
 
-@pytest.mark.parametrize("family, eta, logpdf", [
-    (NORMAL, expfam.normal_natural(1.5, 0.25), stats.norm(1.5, 0.5).logpdf),
-    pytest.param(GAMMA, expfam.gamma_natural(3.0, 2.0), stats.gamma(3.0, scale=0.5).logpdf, marks=pytest.mark.slow),
-    pytest.param(DIR3, jnp.asarray([2.0, 3.0, 4.0]), lambda x: stats.dirichlet([2.0, 3.0, 4.0]).logpdf(x.T),
-                 marks=pytest.mark.slow),
-], ids=["normal", "gamma", "dirichlet"])
+@pytest.mark.parametrize(
+    "family, eta, logpdf",
+    [
+        (NORMAL, expfam.normal_natural(1.5, 0.25), stats.norm(1.5, 0.5).logpdf),
+        pytest.param(GAMMA, expfam.gamma_natural(3.0, 2.0), stats.gamma(3.0, scale=0.5).logpdf, marks=pytest.mark.slow),
+        pytest.param(
+            DIR3,
+            jnp.asarray([2.0, 3.0, 4.0]),
+            lambda x: stats.dirichlet([2.0, 3.0, 4.0]).logpdf(x.T),
+            marks=pytest.mark.slow,
+        ),
+    ],
+    ids=["normal", "gamma", "dirichlet"],
+)
 def test_log_prob_is_the_density(family, eta, logpdf):
     with jax.enable_x64(True):
         theta = family.sample(jax.random.key(1), eta.astype(jnp.float64), (5,))
-        np.testing.assert_allclose(expfam.log_prob(family, eta.astype(jnp.float64), theta), logpdf(np.asarray(theta)), rtol=1e-9)
+        np.testing.assert_allclose(
+            expfam.log_prob(family, eta.astype(jnp.float64), theta), logpdf(np.asarray(theta)), rtol=1e-9
+        )
 
 
 # --------------------------------------------------------------------------- bad input
@@ -185,12 +210,19 @@ def test_unknown_family_name_and_bad_category_count():
         expfam.dirichlet(1)
 
 
-@pytest.mark.parametrize("family, eta, match", [
-    (expfam.BETA, [1.0, 2.0, 3.0], r"eta must have a last axis of length 2 for family 'beta', got shape \(3,\)"),
-    (DIR3, [1.0, 2.0], r"length 3 for family 'dirichlet'"),
-    (NORMAL, [1.0, 0.5], r"outside the natural-parameter domain of 'normal' \(its Fisher matrix is not positive definite"),
-    (GAMMA, [2.0, float("nan")], r"eta must be finite"),
-])
+@pytest.mark.parametrize(
+    "family, eta, match",
+    [
+        (expfam.BETA, [1.0, 2.0, 3.0], r"eta must have a last axis of length 2 for family 'beta', got shape \(3,\)"),
+        (DIR3, [1.0, 2.0], r"length 3 for family 'dirichlet'"),
+        (
+            NORMAL,
+            [1.0, 0.5],
+            r"outside the natural-parameter domain of 'normal' \(its Fisher matrix is not positive definite",
+        ),
+        (GAMMA, [2.0, float("nan")], r"eta must be finite"),
+    ],
+)
 def test_check_natural_names_the_parameter(family, eta, match):
     with pytest.raises(ValueError, match=match):
         expfam.check_natural(family, eta)

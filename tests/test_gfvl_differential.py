@@ -44,7 +44,10 @@ def reference_kl(eta, target):
     """KL(Beta(a1, b1) ‖ Beta(a2, b2)), textbook formula."""
     (a1, b1), (a2, b2) = np.moveaxis(np.asarray(eta), -1, 0), target
     return (
-        betaln(a2, b2) - betaln(a1, b1) + (a1 - a2) * digamma(a1) + (b1 - b2) * digamma(b1)
+        betaln(a2, b2)
+        - betaln(a1, b1)
+        + (a1 - a2) * digamma(a1)
+        + (b1 - b2) * digamma(b1)
         + (a2 - a1 + b2 - b1) * digamma(a1 + b1)
     )
 
@@ -56,7 +59,7 @@ def _stats(seed, n_per_agent, theta=0.7):
     return np.stack([ones, n - ones], axis=-1)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fast_kl(n_slots: int):
     """The experiments' path: MH walk (visit counts carried in the scan) and the K-distinct-KL
     trajectory, with the carried counts and with counts recomputed from the schedule; jitted once per
@@ -74,7 +77,9 @@ def _fast_kl(n_slots: int):
 def _check_trajectory(adjacency, n_slots, stats, alpha, seed):
     target = PRIOR + stats.sum(0) / alpha  # the posterior given every agent's data
     with jax.enable_x64(True):
-        kl, kl_recount, walk = _fast_kl(n_slots)(jax.random.key(seed), jnp.asarray(adjacency), jnp.asarray(stats), alpha)
+        kl, kl_recount, walk = _fast_kl(n_slots)(
+            jax.random.key(seed), jnp.asarray(adjacency), jnp.asarray(stats), alpha
+        )
     schedule = np.asarray(walk.schedule)
     ref = reference_kl(reference_etas(PRIOR, stats, alpha, schedule), target)
     np.testing.assert_allclose(np.asarray(kl), ref, rtol=1e-7, atol=1e-12)
@@ -219,6 +224,6 @@ def test_conjugate_unlearning_matches_the_slot_by_slot_reference(schedule, at, c
     np.testing.assert_allclose(kl, reference_kl(ref, target), rtol=1e-7, atol=1e-12)
     for i in range(len(schedule)):
         seen = schedule[: i + 1]
-        u_gone = u not in seen[: request] or u in seen[request:]
+        u_gone = u not in seen[:request] or u in seen[request:]
         others = all(j in seen for j in range(k) if j != u and stats[j].sum() > 0)
         assert (kl[i] < 1e-12) == (u_gone and others), (case, i)

@@ -43,10 +43,15 @@ def reference_kl(name, eta, target):
         return 0.5 * ((m1 - m2) ** 2 * p2 + p2 / p1 - 1 - np.log(p2 / p1))
     if name == "gamma":
         a1, b1, a2, b2 = e1[..., 0], -e1[..., 1], e2[..., 0], -e2[..., 1]
-        return (a1 - a2) * digamma(a1) - gammaln(a1) + gammaln(a2) + a2 * (np.log(b1) - np.log(b2)) + a1 * (b2 - b1) / b1
+        return (
+            (a1 - a2) * digamma(a1) - gammaln(a1) + gammaln(a2) + a2 * (np.log(b1) - np.log(b2)) + a1 * (b2 - b1) / b1
+        )
     a0, b0 = e1.sum(-1), e2.sum(-1)
     return (
-        gammaln(a0) - gammaln(e1).sum(-1) - gammaln(b0) + gammaln(e2).sum(-1)
+        gammaln(a0)
+        - gammaln(e1).sum(-1)
+        - gammaln(b0)
+        + gammaln(e2).sum(-1)
         + ((e1 - e2) * (digamma(e1) - digamma(a0)[..., None])).sum(-1)
     )
 
@@ -70,7 +75,7 @@ def _stats(name, seed, sizes, spread=0.5):
     return np.array([rng.multinomial(int(m), q / q.sum()) for m, q in zip(n, p)], np.float64)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _paths(name: str, n_slots: int):
     """The experiments' path (MH walk with carried visit counts, K-distinct-KL trajectory) and the step
     kernel (:func:`gfvl.learn` with :func:`gfvl.conjugate_solver`), jitted once per family and shape."""
@@ -107,7 +112,11 @@ def test_fast_path_and_step_kernel_match_the_reference_and_are_exact_at_cover_ti
         target = PRIORS[name] + stats.sum(0) / alpha  # the posterior given every agent's data
         with jax.enable_x64(True):
             fast, kernel, etas, schedule = _paths(name, n_slots)(
-                jax.random.key(case), jnp.asarray(graphs.by_name(graph, k)), jnp.asarray(stats), alpha, jnp.asarray(PRIORS[name])
+                jax.random.key(case),
+                jnp.asarray(graphs.by_name(graph, k)),
+                jnp.asarray(stats),
+                alpha,
+                jnp.asarray(PRIORS[name]),
             )
         schedule, fast, kernel = np.asarray(schedule), np.asarray(fast), np.asarray(kernel)
         ref_etas = reference_etas(PRIORS[name], stats, alpha, schedule)
@@ -134,7 +143,10 @@ def test_float32_fast_path_is_exact_at_cover_time(name):
     """In float32 the fast path is exactly 0 from the covering slot and positive before it."""
     stats = _stats(name, seed=7, sizes=(40, 0, 60, 10)).astype(np.float32)
     kl, _, _, schedule = _paths(name, 8)(
-        jax.random.key(7), jnp.asarray(graphs.by_name("complete", 4)), jnp.asarray(stats), 1.0,
+        jax.random.key(7),
+        jnp.asarray(graphs.by_name("complete", 4)),
+        jnp.asarray(stats),
+        1.0,
         jnp.asarray(PRIORS[name], jnp.float32),
     )
     schedule = np.asarray(schedule)
@@ -146,16 +158,30 @@ def test_float32_fast_path_is_exact_at_cover_time(name):
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: gfvl.conjugate_kl_trajectory(expfam.NORMAL, jnp.ones(3), jnp.ones((2, 2)), 1.0, jnp.zeros(4, int)),
-         r"prior_eta must have a last axis of length 2 for family 'normal', got shape \(3,\)"),
-        (lambda: gfvl.conjugate_kl_trajectory(expfam.GAMMA, jnp.array([2.0, 1.0]), jnp.ones((2, 2)), 1.0, jnp.zeros(4, int)),
-         r"prior_eta = \[2.0, 1.0\] is outside the natural-parameter domain of 'gamma' \(its Fisher matrix is not positive definite"),
-        (lambda: gfvl.conjugate_kl_trajectory(expfam.dirichlet(3), jnp.ones(3), jnp.ones((2, 2)), 1.0, jnp.zeros(4, int)),
-         r"agent_stats must be \(K, 3\) for family 'dirichlet', got shape \(2, 2\)"),
-        (lambda: scenarios.conjugate_stats(jax.random.key(0), "gamma", jnp.ones(3), jnp.ones(2)),
-         r"sizes must have one entry per agent \(K = 3\), got shape \(2,\)"),
-        (lambda: scenarios.agent_thetas(jax.random.key(0), "poisson", 1.0, 3, 0.5),
-         r"family must be one of \('beta', 'normal', 'gamma', 'dirichlet'\), got 'poisson'"),
+        (
+            lambda: gfvl.conjugate_kl_trajectory(expfam.NORMAL, jnp.ones(3), jnp.ones((2, 2)), 1.0, jnp.zeros(4, int)),
+            r"prior_eta must have a last axis of length 2 for family 'normal', got shape \(3,\)",
+        ),
+        (
+            lambda: gfvl.conjugate_kl_trajectory(
+                expfam.GAMMA, jnp.array([2.0, 1.0]), jnp.ones((2, 2)), 1.0, jnp.zeros(4, int)
+            ),
+            r"prior_eta = \[2.0, 1.0\] is outside the natural-parameter domain of 'gamma' \(its Fisher matrix is not positive definite",
+        ),
+        (
+            lambda: gfvl.conjugate_kl_trajectory(
+                expfam.dirichlet(3), jnp.ones(3), jnp.ones((2, 2)), 1.0, jnp.zeros(4, int)
+            ),
+            r"agent_stats must be \(K, 3\) for family 'dirichlet', got shape \(2, 2\)",
+        ),
+        (
+            lambda: scenarios.conjugate_stats(jax.random.key(0), "gamma", jnp.ones(3), jnp.ones(2)),
+            r"sizes must have one entry per agent \(K = 3\), got shape \(2,\)",
+        ),
+        (
+            lambda: scenarios.agent_thetas(jax.random.key(0), "poisson", 1.0, 3, 0.5),
+            r"family must be one of \('beta', 'normal', 'gamma', 'dirichlet'\), got 'poisson'",
+        ),
     ],
 )
 def test_bad_shapes_and_names_are_one_line_errors(call, message):

@@ -11,11 +11,23 @@ EXP = gfvl_heterogeneity.EXPERIMENT
 
 
 # gamma and dirichlet (the default family, also run by the slow reproduce test in test_cli) are slow tests.
-@pytest.mark.parametrize("family", ["normal", *(pytest.param(f, marks=pytest.mark.slow) for f in ("gamma", "dirichlet"))])
+@pytest.mark.parametrize(
+    "family", ["normal", *(pytest.param(f, marks=pytest.mark.slow) for f in ("gamma", "dirichlet"))]
+)
 def test_every_family_runs_heterogeneous_and_is_exact_at_cover_time(family):
     sizes = "30,0,10,50,0,5"
-    cfg = make_config(EXP.config_cls, {"family": family, "n_agents": "6", "sizes": sizes, "n_slots": "40",
-                                       "topologies": "complete", "spreads": "0,2", "noise_spread": "0.5"})
+    cfg = make_config(
+        EXP.config_cls,
+        {
+            "family": family,
+            "n_agents": "6",
+            "sizes": sizes,
+            "n_slots": "40",
+            "topologies": "complete",
+            "spreads": "0,2",
+            "noise_spread": "0.5",
+        },
+    )
     config_json, results = run_experiment(EXP, cfg, n_trials=8, quiet=True)
     kl = np.asarray(results["kl"])
     assert kl.shape == (2, 8, 40) and np.all(np.isfinite(kl)) and np.all(kl >= 0)

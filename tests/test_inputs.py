@@ -108,9 +108,28 @@ def test_unreachable_coordinator_times_out_with_one_line(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nobody listens there
     result = subprocess.run(
-        [sys.executable, "-m", "jaxfed.cli", "run", "gfvl-topologies", "--out", str(tmp_path), "--quiet",
-         "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", "1", "--coordinator-timeout", "1"],
-        capture_output=True, text=True, timeout=120, env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        [
+            sys.executable,
+            "-m",
+            "jaxfed.cli",
+            "run",
+            "gfvl-topologies",
+            "--out",
+            str(tmp_path),
+            "--quiet",
+            "--coordinator",
+            f"127.0.0.1:{port}",
+            "--num-processes",
+            "2",
+            "--process-id",
+            "1",
+            "--coordinator-timeout",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
     )
     assert result.returncode == 2, result.stderr
     err = result.stderr.strip()
@@ -119,9 +138,12 @@ def test_unreachable_coordinator_times_out_with_one_line(tmp_path):
 
 def test_plot_of_a_directory_that_is_not_a_finished_run(capsys, tmp_path):
     assert "config.json: cannot be read as JSON" in one_line_error(capsys, ["plot", str(tmp_path)])
-    (tmp_path / "config.json").write_text(json.dumps({"experiment": "x", "parameters": [], "points": [], "metrics_sha256": ""}))
-    assert "config.json: not the config.json of a finished run (needs experiment (str), parameters (dict)" in one_line_error(
-        capsys, ["plot", str(tmp_path)]
+    (tmp_path / "config.json").write_text(
+        json.dumps({"experiment": "x", "parameters": [], "points": [], "metrics_sha256": ""})
+    )
+    assert (
+        "config.json: not the config.json of a finished run (needs experiment (str), parameters (dict)"
+        in one_line_error(capsys, ["plot", str(tmp_path)])
     )
 
 
@@ -169,10 +191,16 @@ run = functools.partial(engine.run, use_jit=False)
         (lambda k, p: p["scale"], POINTS, "trial must return a dict of metric name -> array, got ShapeDtypeStruct"),
         (lambda k, p: {"a": {"b": p["scale"]}}, POINTS, "metric 'a' must be an array, got dict"),
         (lambda k, p: {"a/b": p["scale"]}, POINTS, "metric name 'a/b'"),
-        (lambda k, p: {"x": jnp.zeros(p["n"])}, [{"n": 3}, {"n": 4}],
-         "metric 'x' is <f4[3] for point 0 but <f4[4] for point 1: a metric's shape and dtype must not depend on the point"),
-        (lambda k, p: {"x": jnp.zeros(3)} if p["n"] == 3 else {"y": jnp.zeros(3)}, [{"n": 3}, {"n": 4}],
-         "trial returns metrics ['x'] for point 0 but ['y'] for point 1"),
+        (
+            lambda k, p: {"x": jnp.zeros(p["n"])},
+            [{"n": 3}, {"n": 4}],
+            "metric 'x' is <f4[3] for point 0 but <f4[4] for point 1: a metric's shape and dtype must not depend on the point",
+        ),
+        (
+            lambda k, p: {"x": jnp.zeros(3)} if p["n"] == 3 else {"y": jnp.zeros(3)},
+            [{"n": 3}, {"n": 4}],
+            "trial returns metrics ['x'] for point 0 but ['y'] for point 1",
+        ),
     ],
 )
 def test_bad_trial_outputs_name_the_metric_and_the_problem(trial, points, message):
@@ -199,9 +227,13 @@ def test_chunk_size_is_capped_at_the_trial_count_and_memory_is_checked_first():
     info = {}
     out = engine.run(walk, POINTS, 5, chunk_size=10**11, info=info)
     assert info["chunk_sizes"] == [5] and out["x"].shape == (2, 5, 3)
-    with pytest.raises(ValueError, match=r"the smallest chunk \(64 trials\) would need .* more than the memory budget of 1 KiB"):
+    with pytest.raises(
+        ValueError, match=r"the smallest chunk \(64 trials\) would need .* more than the memory budget of 1 KiB"
+    ):
         engine.run(walk, POINTS, 5, max_memory=1024)
-    with pytest.raises(ValueError, match=r"a chunk of 5000 trials would need .* more than the memory budget of 100 KiB"):
+    with pytest.raises(
+        ValueError, match=r"a chunk of 5000 trials would need .* more than the memory budget of 100 KiB"
+    ):
         engine.run(walk, POINTS, 10**6, chunk_size=5000, max_memory=100 * 1024)
 
 
@@ -211,7 +243,11 @@ def test_a_refused_rerun_names_every_differing_key_with_both_values(tmp_path):
     with pytest.raises(engine.ConfigMismatch) as exc:
         run(walk, POINTS, 2, seed=5, out_dir=d, identity={"parameters": {"a": 2, "b": [1, 2], "c": 0}, "name": "w"})
     message = str(exc.value)
-    for part in ("parameters.a: stored 1, given 2", "parameters.c: stored (absent), given 0", "seed: stored 0, given 5"):
+    for part in (
+        "parameters.a: stored 1, given 2",
+        "parameters.c: stored (absent), given 0",
+        "seed: stored 0, given 5",
+    ):
         assert part in message, message
     assert "\n" not in message and "name" not in message.split("differs in")[1]
 
@@ -245,8 +281,12 @@ class NanConfig:
 
 
 NAN_EXPERIMENT = base.Experiment(
-    "nan", "non-finite toy", NanConfig, lambda cfg: base.Sweep(nan_trial, POINTS, [{"s": 1}, {"s": 2}], {"x": ("i",)}),
-    plot=lambda *a: None, report=lambda *a: "",
+    "nan",
+    "non-finite toy",
+    NanConfig,
+    lambda cfg: base.Sweep(nan_trial, POINTS, [{"s": 1}, {"s": 2}], {"x": ("i",)}),
+    plot=lambda *a: None,
+    report=lambda *a: "",
 )
 
 
@@ -254,12 +294,17 @@ def test_non_finite_counts_reach_config_json_and_stderr_in_both_modes(tmp_path, 
     monkeypatch.setattr(engine, "run", functools.partial(engine.run, use_jit=False))
     lines = {}
     for keep in ("raw", "summary"):
-        base.run_experiment(NAN_EXPERIMENT, NanConfig(), 100, seed=1, out_dir=str(tmp_path / keep), chunk_size=30, quiet=True, keep=keep)
+        base.run_experiment(
+            NAN_EXPERIMENT, NanConfig(), 100, seed=1, out_dir=str(tmp_path / keep), chunk_size=30, quiet=True, keep=keep
+        )
         lines[keep] = capsys.readouterr().err.strip().splitlines()
         config = json.loads((tmp_path / keep / "config.json").read_text())
         assert config["nonfinite_trials"]["x"][1] > 0
     assert lines["raw"] == lines["summary"] and len(lines["raw"]) == 2
-    assert lines["raw"][1].startswith("jaxfed: warning: nan: x: ") and "of 100 trials of point s=2 have NaN" in lines["raw"][1]
+    assert (
+        lines["raw"][1].startswith("jaxfed: warning: nan: x: ")
+        and "of 100 trials of point s=2 have NaN" in lines["raw"][1]
+    )
 
 
 def test_python_api_configs_are_checked_for_non_finite_floats_too():

@@ -5,8 +5,8 @@ import pytest
 from sklearn.cluster import KMeans
 
 from jaxfed import kmeans, oac, scenarios
-from jaxfed.oac import aggregators
 from jaxfed.experiments import kmeans_mall
+from jaxfed.oac import aggregators
 
 
 def blobs(seed, n=600, centres=5, dim=3, spread=1.0):
@@ -24,9 +24,7 @@ def test_ideal_federated_equals_lloyd_equals_sklearn(seed, dim):
     rounds = 25
     central = np.asarray(kmeans.lloyd(x, init, rounds))
     device_points, device_mask = scenarios.pad_by_owner(x, owner, 7)
-    fed = np.asarray(
-        kmeans.federated(jax.random.key(0), device_points, device_mask, init, rounds, reinit=False)
-    )
+    fed = np.asarray(kmeans.federated(jax.random.key(0), device_points, device_mask, init, rounds, reinit=False))
     np.testing.assert_allclose(fed, central, atol=1e-4, rtol=1e-5)  # every round
     for r in (1, 3, rounds):
         km = KMeans(len(init), init=init.astype(np.float64), n_init=1, algorithm="lloyd", max_iter=r, tol=0).fit(
@@ -119,8 +117,11 @@ def test_reinitialisation_moves_only_clusters_below_s_min():
 
 @pytest.mark.parametrize("aggregation", ["ideal", "quantized", "oac"])
 def test_devices_without_points_transmit_nothing_and_change_nothing(aggregation):
-    aggregator = {"ideal": aggregators.ideal(), "quantized": aggregators.quantized(3, 4),
-                  "oac": aggregators.oac("aggregate", 3, 4, 10.0)}[aggregation]
+    aggregator = {
+        "ideal": aggregators.ideal(),
+        "quantized": aggregators.quantized(3, 4),
+        "oac": aggregators.oac("aggregate", 3, 4, 10.0),
+    }[aggregation]
     x, init, owner = blobs(6, dim=2)
     points, mask = scenarios.pad_by_owner(x, owner, 7)
     # the same data with three extra EDs that hold no points
@@ -134,7 +135,9 @@ def test_devices_without_points_transmit_nothing_and_change_nothing(aggregation)
     assert np.all(np.asarray(counts)[7:] == 0)
     # inactive devices put no energy on any resource
     values = jnp.ones((2, 4))
-    energy = oac.over_the_air_sum(jax.random.key(0), values, 3, 2, 2.0, 30.0, "ideal", active=jnp.array([True, False])).energy
+    energy = oac.over_the_air_sum(
+        jax.random.key(0), values, 3, 2, 2.0, 30.0, "ideal", active=jnp.array([True, False])
+    ).energy
     single = oac.over_the_air_sum(jax.random.key(0), values[:1], 3, 2, 2.0, 30.0, "ideal").energy
     np.testing.assert_array_equal(energy, single)
 
@@ -255,8 +258,9 @@ def test_vmax_readings():
     info, values = _values_round(s._replace(vmax_rule="signed"), carried=5.0, shift=-1e3)
     assert values.max() <= 0 and float(info.vmax) == 5.0
     with pytest.raises(ValueError, match="vmax_rule must be one of"):
-        kmeans.federated_rounds(jax.random.key(0), kmeans.flat_data(*blobs(9)[::2]), 7, blobs(9)[1], 2,
-                                s._replace(vmax_rule="max"))
+        kmeans.federated_rounds(
+            jax.random.key(0), kmeans.flat_data(*blobs(9)[::2]), 7, blobs(9)[1], 2, s._replace(vmax_rule="max")
+        )
 
 
 def test_symbol_energy_reaches_the_channel(monkeypatch):
@@ -283,10 +287,16 @@ def test_symbol_energy_reaches_the_channel(monkeypatch):
 def test_bad_settings_raise():
     x, init, owner = blobs(11, dim=2)
     points, mask = scenarios.pad_by_owner(x, owner, 7)
-    for options, match in [({"vmax": np.inf}, "vmax must be finite and > 0"), ({"vmax": 0.0}, "vmax must be finite"),
-                           ({"sigma_c": np.nan}, "sigma_c must be finite"), ({"s_min": np.inf}, "s_min must be finite")]:
+    for options, match in [
+        ({"vmax": np.inf}, "vmax must be finite and > 0"),
+        ({"vmax": 0.0}, "vmax must be finite"),
+        ({"sigma_c": np.nan}, "sigma_c must be finite"),
+        ({"s_min": np.inf}, "s_min must be finite"),
+    ]:
         with pytest.raises(ValueError, match=match):
-            kmeans.federated(jax.random.key(0), points, mask, init, 2, aggregators.oac("aggregate", 3, 4, 20.0), **options)
+            kmeans.federated(
+                jax.random.key(0), points, mask, init, 2, aggregators.oac("aggregate", 3, 4, 20.0), **options
+            )
     with pytest.raises(ValueError, match="snr_db must be in decibels"):
         aggregators.oac("aggregate", 3, 4, np.nan)
     with pytest.raises(ValueError, match="at least one ED"):
@@ -345,7 +355,10 @@ def test_tile_of_outside_the_mall():
 
 def test_digital_resources_compression_and_validation():
     assert kmeans.digital_resources(2, 10, 100, 7, 2.0, 0.5) == 2 * 10 * 100 * 7 * 0.5 / 2
-    for args, match in [((2, 10, 0, 7), "n_devices"), ((2, 10, 10, 7, 2.0, 0.0), "compression"),
-                        ((2, 10, 10, 7, 0.0), "bits_per_resource")]:
+    for args, match in [
+        ((2, 10, 0, 7), "n_devices"),
+        ((2, 10, 10, 7, 2.0, 0.0), "compression"),
+        ((2, 10, 10, 7, 0.0), "bits_per_resource"),
+    ]:
         with pytest.raises(ValueError, match=match):
             kmeans.digital_resources(*args)

@@ -101,8 +101,9 @@ def test_user_aggregators_run_through_the_round():
     history, info = run(kmeans.Settings(_coherent(0.0)))
     np.testing.assert_array_equal(np.asarray(history), REFERENCE["ideal/history"])  # + 0·n is the exact sum
     assert np.all(np.asarray(info.vmax) == 0)
-    info = jax.jit(lambda s: kmeans.federated_round(jax.random.key(0), jnp.asarray(INIT), DATA, 7, s)[1],
-                   static_argnums=0)(kmeans.Settings(_rounding(0.25), reinit=False))
+    info = jax.jit(
+        lambda s: kmeans.federated_round(jax.random.key(0), jnp.asarray(INIT), DATA, 7, s)[1], static_argnums=0
+    )(kmeans.Settings(_rounding(0.25), reinit=False))
     deltas = kmeans.local_statistics(DATA, jnp.asarray(INIT), 7)[1].reshape(7, -1)
     assert float(info.vmax) == pytest.approx(float(jnp.max(jnp.abs(deltas))))  # v_max computed for a codec
     step = 0.25 * float(info.vmax)
@@ -174,8 +175,16 @@ def test_channel_registered_outside_the_package_runs_through_the_cli(tmp_path):
 
     oac.register_channel("test-no-fading", _no_fading, variance=_no_fading_variance)
     assert "test-no-fading" in oac.channels()
-    small = ["rows=2", "cols=2", "n_points=60", "n_components=3", "n_clusters=3", "n_rounds=3", "snrs_db=10",
-             "channel=test-no-fading"]
+    small = [
+        "rows=2",
+        "cols=2",
+        "n_points=60",
+        "n_components=3",
+        "n_clusters=3",
+        "n_rounds=3",
+        "snrs_db=10",
+        "channel=test-no-fading",
+    ]
     out = tmp_path / "run"
     args = ["run", "kmeans-convergence", "--trials", "2", "--out", str(out), "--quiet"]
     assert cli.main(args + [item for kv in small for item in ("--set", kv)]) == 0
@@ -195,10 +204,16 @@ def test_channel_registered_outside_the_package_runs_through_the_round():
     cfg = base.make_config(kmeans_mall.ConvergenceConfig, {"channel": "test-no-fading"})
     assert cfg.channel == "test-no-fading"
     backend = aggregators.oac(cfg.channel, 3, 4, float("inf"))
-    aggregate = jax.jit(lambda s: kmeans.federated_round(jax.random.key(0), jnp.asarray(INIT), DATA, 7, s)[1].aggregate,
-                        static_argnums=0)
-    np.testing.assert_allclose(aggregate(kmeans.Settings(backend)), aggregate(kmeans.Settings(aggregators.quantized(3, 4))),
-                               rtol=1e-5, atol=1e-3)
+    aggregate = jax.jit(
+        lambda s: kmeans.federated_round(jax.random.key(0), jnp.asarray(INIT), DATA, 7, s)[1].aggregate,
+        static_argnums=0,
+    )
+    np.testing.assert_allclose(
+        aggregate(kmeans.Settings(backend)),
+        aggregate(kmeans.Settings(aggregators.quantized(3, 4))),
+        rtol=1e-5,
+        atol=1e-3,
+    )
     with pytest.raises(ValueError, match="channel must be one of the registered channels"):
         base.make_config(kmeans_mall.ConvergenceConfig, {"channel": "wired"})
 

@@ -18,9 +18,14 @@ def test_registered_and_server_side_start_by_default():
 
 @pytest.mark.parametrize(
     "key, value, match",
-    [("init", "random", "init must be one of"), ("vmax_rule", "max", "vmax_rule must be one of"),
-     ("symbol_energy", "1", "symbol_energy must be one of"), ("vmax_fixed", "inf", "vmax_fixed must be (a )?finite"),
-     ("inits", "forgy,best", "inits from"), ("grid_sides", "0", "grid_sides must be")],
+    [
+        ("init", "random", "init must be one of"),
+        ("vmax_rule", "max", "vmax_rule must be one of"),
+        ("symbol_energy", "1", "symbol_energy must be one of"),
+        ("vmax_fixed", "inf", "vmax_fixed must be (a )?finite"),
+        ("inits", "forgy,best", "inits from"),
+        ("grid_sides", "0", "grid_sides must be"),
+    ],
 )
 def test_bad_config_values_name_the_parameter(key, value, match):
     exp = experiments.get("kmeans-devices" if key == "grid_sides" else "kmeans-ablation")

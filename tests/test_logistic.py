@@ -31,9 +31,13 @@ def test_mean_field_family_closed_forms_match_the_dense_definitions():
     with jax.enable_x64(True):
         eta = expfam.mean_field_natural(jnp.array([0.5, -1.0, 2.0, 30.0]), jnp.array([0.1, 2.0, 1e-4, 3.0]))
         v = jnp.linspace(-2.0, 3.0, 8)
-        np.testing.assert_allclose(natgrad.fisher_solve(family, eta, v), jnp.linalg.solve(family.fisher(eta), v), rtol=1e-9)
+        np.testing.assert_allclose(
+            natgrad.fisher_solve(family, eta, v), jnp.linalg.solve(family.fisher(eta), v), rtol=1e-9
+        )
         eta2 = eta * 1.001
-        assert float(expfam.kl(family, eta, eta2)) == pytest.approx(float(expfam.kl_direct(family, eta, eta2)), rel=1e-6)
+        assert float(expfam.kl(family, eta, eta2)) == pytest.approx(
+            float(expfam.kl_direct(family, eta, eta2)), rel=1e-6
+        )
         theta, score = natgrad.sample_score(jax.random.key(0), family, eta, 4)
         np.testing.assert_allclose(score, family.sufficient_stats(theta) - family.mean(eta), rtol=1e-6, atol=1e-8)
 
@@ -77,7 +81,9 @@ def test_gfvl_reaches_the_centralised_optimum():
     family = expfam.mean_field_normal(4)
     solve = gfvl.natgrad_solver(family, logistic.likelihood(), data, 1.0, 0.02, 5, 20, "leave-one-out")
     schedule = gossip.mh_schedule(jax.random.key(0), jnp.asarray(graphs.complete(3)), 150)
-    _, etas = jax.jit(lambda k: gfvl.learn(k, gfvl.init(jnp.asarray(np.asarray(prior64), float), 3), schedule, solve))(jax.random.key(1))
+    _, etas = jax.jit(lambda k: gfvl.learn(k, gfvl.init(jnp.asarray(np.asarray(prior64), float), 3), schedule, solve))(
+        jax.random.key(1)
+    )
     kl = np.asarray(expfam.kl(family, etas, jnp.asarray(target, float)))
     assert np.all(np.isfinite(kl)) and np.median(kl[-20:]) < kl[0] / 10, (kl[0], np.median(kl[-20:]))
     log_lik, accuracy = logistic.predictive_metrics(etas[-1], test)
@@ -87,9 +93,18 @@ def test_gfvl_reaches_the_centralised_optimum():
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: logistic.check_data(np.array([[1.0, np.nan]]), np.array([1.0])), "x must be finite, got 1 NaN or infinite entries"),
-        (lambda: logistic.check_data(np.ones((2, 2)), np.array([0.0, 2.0])), r"y must hold labels in \{0, 1\}, got \[2.0\]"),
-        (lambda: logistic.to_padded(logistic.Dataset(np.ones((3, 2)), np.ones(3)), np.zeros(2, int), 2), r"owner must have one entry per point \(3\)"),
+        (
+            lambda: logistic.check_data(np.array([[1.0, np.nan]]), np.array([1.0])),
+            "x must be finite, got 1 NaN or infinite entries",
+        ),
+        (
+            lambda: logistic.check_data(np.ones((2, 2)), np.array([0.0, 2.0])),
+            r"y must hold labels in \{0, 1\}, got \[2.0\]",
+        ),
+        (
+            lambda: logistic.to_padded(logistic.Dataset(np.ones((3, 2)), np.ones(3)), np.zeros(2, int), 2),
+            r"owner must have one entry per point \(3\)",
+        ),
         (lambda: expfam.mean_field_normal(0), "n_dims must be an integer >= 1, got 0"),
     ],
 )
@@ -117,14 +132,18 @@ def test_experiment_refuses_bad_parameters_in_one_line(setting, message, capsys,
 def test_small_experiment_runs_with_verdicts():
     from jaxfed.experiments import run_experiment
 
-    cfg = make_config(gfvl_logistic.Config, {"n_slots": "30", "learn_slots": "30", "n_features": "3", "topologies": "complete"})
+    cfg = make_config(
+        gfvl_logistic.Config, {"n_slots": "30", "learn_slots": "30", "n_features": "3", "topologies": "complete"}
+    )
     config_json, results = run_experiment(gfvl_logistic.EXPERIMENT, cfg, n_trials=4, quiet=True)
     assert np.asarray(results["kl"]).shape == (4, 4, 30)
     text = gfvl_logistic.EXPERIMENT.report(cfg, config_json["points"], results)
     assert "unlearning within 1.5× the retrained asymptote" in text and "**Reading.**" in text
 
 
-@pytest.mark.parametrize("estimator", [pytest.param("leave-one-out", marks=pytest.mark.slow), "control-variate", "reparameterisation"])
+@pytest.mark.parametrize(
+    "estimator", [pytest.param("leave-one-out", marks=pytest.mark.slow), "control-variate", "reparameterisation"]
+)
 def test_gradient_estimators_are_unbiased(estimator):
     """Mean of 4,000 estimates of ∇_η E_q[L] within 5 standard errors of the exact gradient
     FIM(η) ∇_μ E_q[L] (Gauss–Hermite expectations, float64), at a q away from the optimum."""
@@ -139,7 +158,9 @@ def test_gradient_estimators_are_unbiased(estimator):
         exact = family.fisher(eta) @ jnp.stack([g_m - 2 * m * g_v, g_v], -1).reshape(-1)
 
         def one(key):
-            return natgrad.estimate_gradient(key, family, eta, lambda t: logistic.likelihood().loss(agent, t), 10, estimator)
+            return natgrad.estimate_gradient(
+                key, family, eta, lambda t: logistic.likelihood().loss(agent, t), 10, estimator
+            )
 
         est = np.asarray(jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(3), 4000)))
     se = est.std(0) / np.sqrt(len(est))
@@ -147,5 +168,8 @@ def test_gradient_estimators_are_unbiased(estimator):
 
 
 def test_reparameterisation_is_refused_for_families_without_it():
-    with pytest.raises(ValueError, match=r"baseline='reparameterisation' needs a family in \('normal', 'mean_field_normal'\), got 'beta'"):
+    with pytest.raises(
+        ValueError,
+        match=r"baseline='reparameterisation' needs a family in \('normal', 'mean_field_normal'\), got 'beta'",
+    ):
         gfvl.natgrad_solver(expfam.BETA, logistic.likelihood(), None, 1.0, 0.1, 1, 4, "reparameterisation")

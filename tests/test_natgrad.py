@@ -18,7 +18,7 @@ mp.mp.dps = 30
 SHAPES = [(0.3, 0.5), (0.5, 4.0), (1.0, 1.0), (2.0, 3.0), (1.5, 900.0), (700.0, 300.0)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _sampler(n):
     return jax.jit(lambda key, eta: natgrad.beta_sample_score(key, eta, n))
 
@@ -67,7 +67,7 @@ def _reference_gradient(eta, n1, n0, eps):
     return np.array(out)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _gradients(baseline):
     """jit(vmap) of ĝ over keys for the noisy Bernoulli agent (66, 34); η and c are traced."""
     lik = likelihoods.noisy_bernoulli(0.1)

@@ -343,7 +343,10 @@ def test_onehot_and_scatter_superposition_agree():
         ({"vmax": np.nan}, "vmax must be finite and > 0"),
         ({"vmax": jnp.array([1.0, 0.0, 1.0])}, "vmax must be finite and > 0"),
         ({"symbol_energy": 0.0}, "symbol_energy must be finite and > 0"),
-        ({"values": jnp.zeros((4, 3)).at[1, 2].set(jnp.nan)}, r"values must be finite, got nan at \(ED, value\) = \(1, 2\)"),
+        (
+            {"values": jnp.zeros((4, 3)).at[1, 2].set(jnp.nan)},
+            r"values must be finite, got nan at \(ED, value\) = \(1, 2\)",
+        ),
         ({"values": jnp.zeros((4, 3)).at[0, 0].set(jnp.inf)}, "values must be finite"),
         ({"values": jnp.zeros((0, 3))}, "at least one ED"),
     ],
@@ -368,16 +371,29 @@ def test_bad_traced_inputs_give_nan_not_numbers(mode="aggregate"):
 
     good = np.asarray(run(values, 2.0, 20.0, 3.0))
     assert np.isfinite(good).all()
-    for vmax, snr_db, e_s in [(0.0, 20.0, 3.0), (-1.0, 20.0, 3.0), (np.inf, 20.0, 3.0), (np.nan, 20.0, 3.0),
-                              (2.0, np.nan, 3.0), (2.0, -np.inf, 3.0), (2.0, -300.0, 3.0), (2.0, 20.0, 0.0)]:
+    for vmax, snr_db, e_s in [
+        (0.0, 20.0, 3.0),
+        (-1.0, 20.0, 3.0),
+        (np.inf, 20.0, 3.0),
+        (np.nan, 20.0, 3.0),
+        (2.0, np.nan, 3.0),
+        (2.0, -np.inf, 3.0),
+        (2.0, -300.0, 3.0),
+        (2.0, 20.0, 0.0),
+    ]:
         assert np.isnan(run(values, vmax, snr_db, e_s)).all(), (vmax, snr_db, e_s)
     assert np.isfinite(run(values, 2.0, np.inf, 3.0)).all()  # +inf dB: no noise, allowed
     for bad in (np.nan, np.inf, -np.inf):
         out = np.asarray(run(values.at[2, 1].set(bad), 2.0, 20.0, 3.0))
         assert np.isnan(out[1]) and np.isfinite(out[[0, 2]]).all(), (bad, out)
     # An inactive ED's values are not sent: its NaN poisons nothing.
-    inactive = jax.jit(lambda v: channel.over_the_air_sum(
-        jax.random.key(0), v, BETA, DIGITS, 2.0, 20.0, mode, active=jnp.arange(N_DEV) != 2).estimate)
+    inactive = jax.jit(
+        lambda v: (
+            channel.over_the_air_sum(
+                jax.random.key(0), v, BETA, DIGITS, 2.0, 20.0, mode, active=jnp.arange(N_DEV) != 2
+            ).estimate
+        )
+    )
     assert np.isfinite(inactive(values.at[2, 1].set(np.nan))).all()
 
 

@@ -27,8 +27,16 @@ def test_the_next_chunk_is_dispatched_before_the_previous_one_is_handled(monkeyp
     reference = engine.run(trial, POINTS, 23, seed=4, chunk_size=23)
     events.clear()
     out = engine.run(trial, POINTS, 23, seed=4, chunk_size=7)
-    assert events == [("dispatch", 0), ("dispatch", 7), ("handle", 0), ("dispatch", 14), ("handle", 7),
-                      ("dispatch", 21), ("handle", 14), ("handle", 21)]
+    assert events == [
+        ("dispatch", 0),
+        ("dispatch", 7),
+        ("handle", 0),
+        ("dispatch", 14),
+        ("handle", 7),
+        ("dispatch", 21),
+        ("handle", 14),
+        ("handle", 21),
+    ]
     for name in reference:
         np.testing.assert_array_equal(out[name], reference[name])
 

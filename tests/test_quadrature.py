@@ -59,7 +59,7 @@ def _cases():
 CASES = _cases()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kl_fn():
     def kl(case):
         a, b, a0, b0, n1, n0, eps, alpha = case
@@ -75,7 +75,7 @@ def _kl_fn():
     return jax.jit(jax.vmap(kl))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _references():
     return np.array([reference_kl(*c) for c in CASES])
 

@@ -37,8 +37,9 @@ def single(tmp_path_factory):
 
 def test_four_forced_cpu_devices_give_identical_metrics(single, tmp_path):
     out = tmp_path / "four"
-    result = cli("run", "gfvl-topologies", "--trials", "300", "--devices", "4", "--chunk-size", "100",
-                 "--out", str(out), *SMALL)
+    result = cli(
+        "run", "gfvl-topologies", "--trials", "300", "--devices", "4", "--chunk-size", "100", "--out", str(out), *SMALL
+    )
     assert result.returncode == 0, result.stderr
     config = json.loads((out / "config.json").read_text())
     assert config["engine"]["devices"] == 4
@@ -54,11 +55,28 @@ def _free_port() -> int:
 def test_two_processes_with_jax_distributed_give_identical_metrics(single, tmp_path):
     out = tmp_path / "two"
     port = _free_port()
-    args = ["run", "gfvl-topologies", "--trials", "300", "--chunk-size", "128", "--out", str(out), *SMALL,
-            "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
+    args = [
+        "run",
+        "gfvl-topologies",
+        "--trials",
+        "300",
+        "--chunk-size",
+        "128",
+        "--out",
+        str(out),
+        *SMALL,
+        "--coordinator",
+        f"127.0.0.1:{port}",
+        "--num-processes",
+        "2",
+    ]
     procs = [
-        subprocess.Popen([sys.executable, "-m", "jaxfed.cli", *args, "--process-id", str(i)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-m", "jaxfed.cli", *args, "--process-id", str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(2)
     ]
     outputs = [p.communicate(timeout=600) for p in procs]
@@ -82,7 +100,9 @@ def test_small_memory_budget_gives_smaller_chunks_and_the_same_metrics(single, t
     assert small["chunk_sizes"][0] % engine.LANES == 0
     np.testing.assert_array_equal(a["kl"], b["kl"])
     np.testing.assert_array_equal(a["kl"], single["kl"])
-    result = cli("run", "gfvl-topologies", "--trials", "300", "--max-memory", "4M", "--out", str(tmp_path / "m"), *SMALL)
+    result = cli(
+        "run", "gfvl-topologies", "--trials", "300", "--max-memory", "4M", "--out", str(tmp_path / "m"), *SMALL
+    )
     assert result.returncode == 0, result.stderr
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     assert config["engine"]["chunk_sizes"] == small["chunk_sizes"]
@@ -113,7 +133,9 @@ def test_summary_sums_do_not_depend_on_chunking_or_resume(tmp_path):
     identity = {"x": 1}
     d = str(tmp_path / "s")
     b = engine.run(sweep.trial, sweep.points, 700, chunk_size=130, keep="summary", out_dir=d, identity=identity)["kl"]
-    resumed = engine.run(sweep.trial, sweep.points, 700, chunk_size=130, keep="summary", out_dir=d, identity=identity)["kl"]
+    resumed = engine.run(sweep.trial, sweep.points, 700, chunk_size=130, keep="summary", out_dir=d, identity=identity)[
+        "kl"
+    ]
     for field in stats.Summary._fields:
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
         np.testing.assert_array_equal(getattr(b, field), getattr(resumed, field))

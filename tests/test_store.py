@@ -57,7 +57,11 @@ def toy_trial(key, point):
 
 
 def toy_build(cfg):
-    points = [{"scale": jnp.float32(cfg.scale)}, {"scale": jnp.float32(2 * cfg.scale)}, {"scale": jnp.float32(3.0), "tag": 1}]
+    points = [
+        {"scale": jnp.float32(cfg.scale)},
+        {"scale": jnp.float32(2 * cfg.scale)},
+        {"scale": jnp.float32(3.0), "tag": 1},
+    ]
     labels = [{"p": i} for i in range(3)]
     return base.Sweep(toy_trial, points, labels, {"x": ("i",), "s": ()})
 
@@ -82,8 +86,15 @@ def fast(monkeypatch):
 
 def run_toy(out_dir, n_trials=N_TRIALS, keep="raw", overwrite=False, seed=SEED, chunk_size=CHUNK):
     return base.run_experiment(
-        TOY, ToyConfig(), n_trials, seed=seed, out_dir=str(out_dir), chunk_size=chunk_size, quiet=True,
-        keep=keep, overwrite=overwrite,
+        TOY,
+        ToyConfig(),
+        n_trials,
+        seed=seed,
+        out_dir=str(out_dir),
+        chunk_size=chunk_size,
+        quiet=True,
+        keep=keep,
+        overwrite=overwrite,
     )
 
 
@@ -121,7 +132,9 @@ def assert_same(a: dict, b: dict):
     for name in a:
         if isinstance(a[name], stats.Summary):
             for field in stats.Summary._fields:
-                np.testing.assert_array_equal(getattr(a[name], field), getattr(b[name], field), err_msg=f"{name}/{field}")
+                np.testing.assert_array_equal(
+                    getattr(a[name], field), getattr(b[name], field), err_msg=f"{name}/{field}"
+                )
         else:
             np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
@@ -228,7 +241,9 @@ def test_a_finished_run_grows_computing_only_the_new_trials(tmp_path, references
 
     def spy(*args, **kwargs):
         fn = real(*args, **kwargs)
-        return lambda seed, ids, traced, first, *rest: computed.append(int(first)) or fn(seed, ids, traced, first, *rest)
+        return lambda seed, ids, traced, first, *rest: (
+            computed.append(int(first)) or fn(seed, ids, traced, first, *rest)
+        )
 
     monkeypatch.setattr(engine, "_make_chunk_fn", spy)
     assert check_identical_or_refused(d, references[keep, N_TRIALS], keep) == "identical"
@@ -246,7 +261,10 @@ def test_fewer_trials_are_served_from_a_raw_store_and_refused_from_a_summary(tmp
     run_toy(summary, N_TRIALS, "summary")
     with pytest.raises(store.StoreError, match=r"summary_g000\.npz: summarises 20 trials, more than the 8 asked for"):
         run_toy(summary, 8, "summary")
-    assert check_identical_or_refused(summary, references["summary", 8], "summary", n_trials=8, overwrite=True) == "identical"
+    assert (
+        check_identical_or_refused(summary, references["summary", 8], "summary", n_trials=8, overwrite=True)
+        == "identical"
+    )
 
 
 # --------------------------------------------------------------------------- corruption
@@ -311,8 +329,12 @@ def corruptions(keep):
         "chunk: header trial range edited": lambda d, t: _edit_header(main(d), trials=[0, 1]),
         "chunk: header identity edited": lambda d, t: _edit_header(main(d), identity="0" * 64),
         "chunk: data edited, checksum kept": lambda d, t: _rewrite_plain(main(d), scale_data=2.0),
-        "forged: arrays are scalars": lambda d, t: _forge(main(d), lambda m, a: a.update({k: np.float32(1) for k in a})),
-        "forged: dtype float64": lambda d, t: _forge(main(d), lambda m, a: a.update({k: v.astype(np.float64) for k, v in a.items()})),
+        "forged: arrays are scalars": lambda d, t: _forge(
+            main(d), lambda m, a: a.update({k: np.float32(1) for k in a})
+        ),
+        "forged: dtype float64": lambda d, t: _forge(
+            main(d), lambda m, a: a.update({k: v.astype(np.float64) for k, v in a.items()})
+        ),
         "forged: a metric missing": lambda d, t: _forge(main(d), lambda m, a: a.pop(sorted(a)[0])),
         "forged: an extra array": lambda d, t: _forge(main(d), lambda m, a: a.update(extra=np.zeros(3))),
         "forged: other point ids": lambda d, t: _forge(main(d), lambda m, a: m.update(point_ids=[1, 0])),
@@ -321,35 +343,49 @@ def corruptions(keep):
         "identity.json: a JSON list": lambda d, t: (d / "identity.json").write_text("[]"),
         "identity.json: seed edited": lambda d, t: _edit_json(d / "identity.json", seed=SEED + 1),
         "identity.json: deleted": lambda d, t: (d / "identity.json").unlink(),
-        "identity.json: another configuration's": lambda d, t: shutil.copy(_other_config_dir(t, keep) / "identity.json", d / "identity.json"),
+        "identity.json: another configuration's": lambda d, t: shutil.copy(
+            _other_config_dir(t, keep) / "identity.json", d / "identity.json"
+        ),
         "config.json: truncated": lambda d, t: _truncate(d / "config.json", 30),
         "config.json: deleted": lambda d, t: (d / "config.json").unlink(),
         "metrics.npz: byte flipped": lambda d, t: _flip(d / "metrics.npz", 200),
-        "metrics.npz: another configuration's": lambda d, t: shutil.copy(_other_config_dir(t, keep) / "metrics.npz", d / "metrics.npz"),
+        "metrics.npz: another configuration's": lambda d, t: shutil.copy(
+            _other_config_dir(t, keep) / "metrics.npz", d / "metrics.npz"
+        ),
         "stray files: temporaries, foreign names, a format-1 manifest": lambda d, t: _strays(d),
     }
     if keep == "raw":
-        cases.update({
-            "chunk: renamed to another trial range": lambda d, t: main(d).rename(main(d).with_name("g000_t0000000001_0000000007.npz")),
-            "chunk: content of another trial range": lambda d, t: main(d).write_bytes(sorted((d / "chunks").glob(pattern))[1].read_bytes()),
-            "forged: fewer trials than its range": lambda d, t: _forge(main(d), lambda m, a: a.update({k: v[:, :2] for k, v in a.items()})),
-            "forged: range and data of trials 0-1 under the name of 0-6": lambda d, t: _forge(
-                main(d), lambda m, a: (m.update(trials=[0, 2]), a.update({k: v[:, :2] for k, v in a.items()}))
-            ),
-        })
+        cases.update(
+            {
+                "chunk: renamed to another trial range": lambda d, t: main(d).rename(
+                    main(d).with_name("g000_t0000000001_0000000007.npz")
+                ),
+                "chunk: content of another trial range": lambda d, t: main(d).write_bytes(
+                    sorted((d / "chunks").glob(pattern))[1].read_bytes()
+                ),
+                "forged: fewer trials than its range": lambda d, t: _forge(
+                    main(d), lambda m, a: a.update({k: v[:, :2] for k, v in a.items()})
+                ),
+                "forged: range and data of trials 0-1 under the name of 0-6": lambda d, t: _forge(
+                    main(d), lambda m, a: (m.update(trials=[0, 2]), a.update({k: v[:, :2] for k, v in a.items()}))
+                ),
+            }
+        )
     else:
-        cases.update({
-            "forged: one trial counted twice (count + 1)": lambda d, t: _forge(
-                main(d), lambda m, a: a.update({"x/count": a["x/count"] + np.eye(2, 3, dtype=np.int64)})
-            ),
-            "forged: trial range says 21": lambda d, t: _forge(main(d), lambda m, a: m.update(trials=[0, 21])),
-            "forged: histogram does not sum to count": lambda d, t: _forge(
-                main(d), lambda m, a: a["s/hist"].__setitem__((0, 0), a["s/hist"][0, 0] + 1)
-            ),
-            "forged: non-finite trial count above the trial count": lambda d, t: _forge(
-                main(d), lambda m, a: a["s/nonfinite_trials"].__setitem__(0, 999)
-            ),
-        })
+        cases.update(
+            {
+                "forged: one trial counted twice (count + 1)": lambda d, t: _forge(
+                    main(d), lambda m, a: a.update({"x/count": a["x/count"] + np.eye(2, 3, dtype=np.int64)})
+                ),
+                "forged: trial range says 21": lambda d, t: _forge(main(d), lambda m, a: m.update(trials=[0, 21])),
+                "forged: histogram does not sum to count": lambda d, t: _forge(
+                    main(d), lambda m, a: a["s/hist"].__setitem__((0, 0), a["s/hist"][0, 0] + 1)
+                ),
+                "forged: non-finite trial count above the trial count": lambda d, t: _forge(
+                    main(d), lambda m, a: a["s/nonfinite_trials"].__setitem__(0, 999)
+                ),
+            }
+        )
     return cases
 
 
@@ -446,7 +482,9 @@ def test_every_kind_of_corruption_is_refused_or_harmless(tmp_path, finished, ref
     print(f"{keep}: {len(outcomes)} corruption kinds: " + ", ".join(f"{k} -> {v}" for k, v in outcomes.items()))
     # Damage that changes what a file says must be refused, never silently recomputed around.
     for name, outcome in outcomes.items():
-        if name.startswith(("forged", "chunk: header", "chunk: data", "chunk: another", "chunk: same name", "chunk: content")):
+        if name.startswith(
+            ("forged", "chunk: header", "chunk: data", "chunk: another", "chunk: same name", "chunk: content")
+        ):
             assert outcome == "refused", name
 
 
@@ -480,7 +518,10 @@ def test_random_sequences_of_kills_end_identical(tmp_path, references, seed):
             with faults(kill_at=rng.randint(1, len(calls)), torn=rng.random() < 0.3), pytest.raises(Killed):
                 run_toy(d, N_TRIALS, keep, chunk_size=chunk)  # same state and chunk as counted: killed
             kills += 1
-        assert check_identical_or_refused(d, references[keep, N_TRIALS], keep, chunk_size=rng.choice([2, 6])) == "identical"
+        assert (
+            check_identical_or_refused(d, references[keep, N_TRIALS], keep, chunk_size=rng.choice([2, 6]))
+            == "identical"
+        )
     print(f"seed {seed}: {kills} kills")
 
 
@@ -498,15 +539,31 @@ def test_byte_flips_over_whole_files(tmp_path, finished, references, keep):
     outcomes = [
         _corrupt_and_check(tmp_path, finished, references, keep, lambda d, p=p: _flip(d / rel, p)) for p in positions
     ]
-    print(f"{keep}: {len(outcomes)} byte flips, {outcomes.count('refused')} refused, {outcomes.count('identical')} identical")
+    print(
+        f"{keep}: {len(outcomes)} byte flips, {outcomes.count('refused')} refused, {outcomes.count('identical')} identical"
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("keep, seed", [("raw", 0), ("summary", 0), ("summary", 1)])
 def test_real_sigkill_of_the_cli_resumes_identically(tmp_path, keep, seed):
     """SIGKILL of `jaxfed run` at a random moment while chunks are committed, then resume."""
-    args = [sys.executable, "-m", "jaxfed.cli", "run", "gfvl-topologies", "--trials", "2000", "--chunk-size", "64",
-            "--set", "n_slots=100", "--quiet", "--keep", keep]
+    args = [
+        sys.executable,
+        "-m",
+        "jaxfed.cli",
+        "run",
+        "gfvl-topologies",
+        "--trials",
+        "2000",
+        "--chunk-size",
+        "64",
+        "--set",
+        "n_slots=100",
+        "--quiet",
+        "--keep",
+        keep,
+    ]
     killed, whole = tmp_path / "killed", tmp_path / "whole"
     proc = subprocess.Popen([*args, "--out", str(killed)])
     deadline = time.time() + 300
@@ -531,8 +588,22 @@ def test_real_sigkill_of_the_cli_resumes_identically(tmp_path, keep, seed):
 def test_a_refusal_by_process_0_stops_every_process(tmp_path):
     """Only process 0 reads the store; when it refuses, process 1 must not wait for it forever."""
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "jaxfed.cli", "run", "gfvl-topologies", "--trials", "128", "--chunk-size", "64",
-            "--set", "n_slots=20", "--quiet", "--out", str(out)]
+    args = [
+        sys.executable,
+        "-m",
+        "jaxfed.cli",
+        "run",
+        "gfvl-topologies",
+        "--trials",
+        "128",
+        "--chunk-size",
+        "64",
+        "--set",
+        "n_slots=20",
+        "--quiet",
+        "--out",
+        str(out),
+    ]
     assert subprocess.run(args, capture_output=True, timeout=600).returncode == 0
     chunk = next((out / "chunks").glob("g000_*.npz"))
     chunk.write_bytes(chunk.read_bytes()[:-10])
@@ -540,8 +611,12 @@ def test_a_refusal_by_process_0_stops_every_process(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     procs = [
-        subprocess.Popen([*args, "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [*args, "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(2)
     ]
     errors = [p.communicate(timeout=300)[1] for p in procs]

@@ -16,8 +16,19 @@ MAX, CHUNK, TARGET = 1000, 64, 0.1
 
 def targeted(**kwargs):
     info = {}
-    out = engine.run(trial, POINTS, MAX, seed=1, chunk_size=CHUNK, keep="summary", target_se=TARGET,
-                     target_metric="walk@4", info=info, compilation_cache="off", **kwargs)
+    out = engine.run(
+        trial,
+        POINTS,
+        MAX,
+        seed=1,
+        chunk_size=CHUNK,
+        keep="summary",
+        target_se=TARGET,
+        target_metric="walk@4",
+        info=info,
+        compilation_cache="off",
+        **kwargs,
+    )
     return out, info["target"]
 
 
@@ -70,15 +81,32 @@ def test_reproducible_and_a_kill_resumes_identically(run_once, tmp_path, monkeyp
                 np.testing.assert_array_equal(x, y)
 
 
-@pytest.mark.parametrize("metric, message", [
-    ("nope", "target metric 'nope' does not exist; metrics: ari, "),
-    ("loss@99", "target metric index '99' does not exist in 'loss'"),
-])
+@pytest.mark.parametrize(
+    "metric, message",
+    [
+        ("nope", "target metric 'nope' does not exist; metrics: ari, "),
+        ("loss@99", "target metric index '99' does not exist in 'loss'"),
+    ],
+)
 def test_an_unknown_target_metric_or_index_is_one_line_and_status_2(metric, message, tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "jaxfed.cli", "run", "kmeans-snr", "--target-se", "0.01", "--target-metric", metric,
-         "--out", str(tmp_path / "x"), "--quiet"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "jaxfed.cli",
+            "run",
+            "kmeans-snr",
+            "--target-se",
+            "0.01",
+            "--target-metric",
+            metric,
+            "--out",
+            str(tmp_path / "x"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith(f"jaxfed: error: {message}")
@@ -88,10 +116,31 @@ def test_an_unknown_target_metric_or_index_is_one_line_and_status_2(metric, mess
 def test_config_json_records_the_trials_and_the_precision_of_each_point(tmp_path):
     out = tmp_path / "t"
     result = subprocess.run(
-        [sys.executable, "-m", "jaxfed.cli", "run", "gfvl-topologies", "--set", "n_slots=20", "--target-se", "0.05",
-         "--target-metric", "kl@19", "--max-trials", "640", "--chunk-size", "64", "--out", str(out), "--quiet",
-         "--compilation-cache", "off"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "jaxfed.cli",
+            "run",
+            "gfvl-topologies",
+            "--set",
+            "n_slots=20",
+            "--target-se",
+            "0.05",
+            "--target-metric",
+            "kl@19",
+            "--max-trials",
+            "640",
+            "--chunk-size",
+            "64",
+            "--out",
+            str(out),
+            "--quiet",
+            "--compilation-cache",
+            "off",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     target = json.loads((out / "config.json").read_text())["engine"]["target"]

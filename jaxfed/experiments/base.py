@@ -21,7 +21,8 @@ import math
 import os
 import sys
 import typing
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -178,7 +179,12 @@ def check_natgrad_setting(cfg) -> None:
 
     check("epsilon", cfg.epsilon, 0.0 <= cfg.epsilon < 0.5, "in [0, 0.5)")
     normalisations = likelihoods.LOSS_NORMALISATIONS
-    check("loss_normalisation", cfg.loss_normalisation, cfg.loss_normalisation in normalisations, f"one of {normalisations}")
+    check(
+        "loss_normalisation",
+        cfg.loss_normalisation,
+        cfg.loss_normalisation in normalisations,
+        f"one of {normalisations}",
+    )
     check("rho", cfg.rho, cfg.rho > 0, "> 0")
     check("baseline", cfg.baseline, cfg.baseline in natgrad.BASELINES, f"one of {natgrad.BASELINES}")
     minimum = 1 if cfg.baseline == "constant" else 2
@@ -303,9 +309,7 @@ def _metric_doc(value, axes) -> dict:
         cells = ["point", *axes]
         return {
             "kept": "summary",
-            "arrays": {
-                f"{field}": cells + (["bin"] if field == "hist" else []) for field in stats.Summary._fields
-            },
+            "arrays": {f"{field}": cells + (["bin"] if field == "hist" else []) for field in stats.Summary._fields},
             "shape": list(value.mean.shape),
             "histogram": {
                 "log10_min": stats.HIST_LOG_MIN,
@@ -343,7 +347,9 @@ def load_results(out_dir: str) -> tuple[dict, dict]:
         with open(config_path, "rb") as f:
             config_json = json.loads(f.read().decode())
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise ValueError(f"{config_path}: cannot be read as JSON ({type(err).__name__}); is {out_dir} a finished run?") from None
+        raise ValueError(
+            f"{config_path}: cannot be read as JSON ({type(err).__name__}); is {out_dir} a finished run?"
+        ) from None
     required = {"experiment": str, "parameters": dict, "points": list, "metrics_sha256": str}
     if not isinstance(config_json, dict) or not all(isinstance(config_json.get(k), t) for k, t in required.items()):
         needs = ", ".join(f"{k} ({t.__name__})" for k, t in required.items())

@@ -140,7 +140,9 @@ def describe(exp) -> str:
         default = ",".join(map(str, p.default)) if isinstance(p.default, tuple) else p.default
         rows.append(f"  {p.name:<{width}}  {p.type} = {default}")
         if p.meaning:
-            rows.append(textwrap.fill(p.meaning, 100, initial_indent=" " * (width + 4), subsequent_indent=" " * (width + 4)))
+            rows.append(
+                textwrap.fill(p.meaning, 100, initial_indent=" " * (width + 4), subsequent_indent=" " * (width + 4))
+            )
     presets = getattr(exp.config_cls, "PRESETS", None)
     if presets:
         rows += ["", "presets (--set preset=NAME, other --set values apply on top):"]

@@ -44,7 +44,12 @@ PRIOR = {
     "gamma": lambda: expfam.gamma_natural(1.0, 0.1),
     "dirichlet": lambda: jnp.ones(3),
 }
-PRIOR_TEXT = {"beta": "Beta(2, 2)", "normal": "N(0, 100)", "gamma": "Gamma(shape 1, rate 0.1)", "dirichlet": "Dir(1, 1, 1)"}
+PRIOR_TEXT = {
+    "beta": "Beta(2, 2)",
+    "normal": "N(0, 100)",
+    "gamma": "Gamma(shape 1, rate 0.1)",
+    "dirichlet": "Dir(1, 1, 1)",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +78,12 @@ class Config:
             check("sizes", self.sizes, len(self.sizes) == self.n_agents, f"a list of n_agents = {self.n_agents} counts")
             check("sizes", self.sizes, all(n >= 0 for n in self.sizes), "counts >= 0")
         check("sizes", self.agent_sizes(), sum(self.agent_sizes()) > 0, "counts with at least one point in all")
-        check("spreads", self.spreads, len(self.spreads) >= 1 and all(s >= 0 for s in self.spreads), "a non-empty list of values >= 0")
+        check(
+            "spreads",
+            self.spreads,
+            len(self.spreads) >= 1 and all(s >= 0 for s in self.spreads),
+            "a non-empty list of values >= 0",
+        )
         check("alpha", self.alpha, self.alpha > 0, "> 0")
         check("variance", self.variance, self.variance > 0, "> 0")
         check("noise_spread", self.noise_spread, self.noise_spread >= 0, ">= 0")
@@ -182,10 +192,15 @@ def report(cfg: Config, labels, results) -> str:
                 at = {labels[p]["spread"]: kl[p, :, COMPARE_SLOT - 1] for p in idx}
                 positive = (at[hi_s] > 0) & (at[lo_s] > 0)
                 claim = f"{topology}: KL at slot {COMPARE_SLOT} larger at τ={hi_s:g} than at τ={lo_s:g} (ratio)"
-                verdicts.append(stats.paired_verdict(
-                    np.where(positive, at[hi_s], np.nan), np.where(positive, at[lo_s], np.nan), claim,
-                    expect="greater", transform="log_ratio",
-                ))
+                verdicts.append(
+                    stats.paired_verdict(
+                        np.where(positive, at[hi_s], np.nan),
+                        np.where(positive, at[lo_s], np.nan),
+                        claim,
+                        expect="greater",
+                        transform="log_ratio",
+                    )
+                )
     text += [
         "",
         f"Median first slot with KL <= {THRESHOLD:g} and with KL = 0 (the cover time) [95% bootstrap interval]; "
@@ -196,9 +211,15 @@ def report(cfg: Config, labels, results) -> str:
         *rows,
     ]
     if verdicts:
-        text += ["", "Paired comparisons (same walk and same ε_k at every τ; slots: mean paired difference, KL: median paired ratio):", "",
-                 stats.verdict_table(verdicts, "paired statistic")]
-        summary = "; ".join(f"{v.claim.split(' (')[0]}: **{v.verdict}** ({v.interval_text('{:.3g}')})" for v in verdicts)
+        text += [
+            "",
+            "Paired comparisons (same walk and same ε_k at every τ; slots: mean paired difference, KL: median paired ratio):",
+            "",
+            stats.verdict_table(verdicts, "paired statistic"),
+        ]
+        summary = "; ".join(
+            f"{v.claim.split(' (')[0]}: **{v.verdict}** ({v.interval_text('{:.3g}')})" for v in verdicts
+        )
         text += [
             "",
             "**Reading.** Exactness arrives at the cover time whatever τ (by construction: the KL = 0 column is the "

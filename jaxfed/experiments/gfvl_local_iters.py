@@ -70,11 +70,21 @@ class Config:
 
     PRESETS = {
         "default": dict(
-            loss_normalisation="sum", rho=0.05, n_samples=30, baseline="leave-one-out", c=0.0, rho_schedule="constant",
+            loss_normalisation="sum",
+            rho=0.05,
+            n_samples=30,
+            baseline="leave-one-out",
+            c=0.0,
+            rho_schedule="constant",
             total_iters=1000,
         ),
         "paper": dict(
-            loss_normalisation="mean", rho=5e-3, n_samples=30, baseline="constant", c=0.0, rho_schedule="constant",
+            loss_normalisation="mean",
+            rho=5e-3,
+            n_samples=30,
+            baseline="constant",
+            c=0.0,
+            rho_schedule="constant",
             total_iters=2000,
         ),
     }
@@ -159,7 +169,7 @@ def target_text(loss_normalisation: str, alpha: float) -> str:
 PAPER_CONVENTION = (
     "The paper's eq. (1) defines each agent's loss as a mean over its N_k points, but its statement that α = 1 "
     "gives the ordinary posterior (and its conjugate update that adds all sufficient statistics) holds only for "
-    "the sum, so its \"true global posterior\" is ambiguous; `loss_normalisation` selects either."
+    'the sum, so its "true global posterior" is ambiguous; `loss_normalisation` selects either.'
 )
 
 
@@ -207,7 +217,10 @@ def verdicts(cfg: Config, labels, kl: np.ndarray) -> list:
             keep = (a > 0) & (b > 0)  # a KL of exactly 0 has no log-ratio: such pairs are dropped
             out.append(
                 stats.paired_verdict(
-                    np.where(keep, a, np.nan), np.where(keep, b, np.nan), claim, transform="log_ratio",
+                    np.where(keep, a, np.nan),
+                    np.where(keep, b, np.nan),
+                    claim,
+                    transform="log_ratio",
                     margin=float(np.log(RATIO_MARGIN)),
                 )
             )
@@ -283,7 +296,7 @@ def report(cfg: Config, labels, results) -> str:
     text += [
         "",
         f"Paired ratio KL(L)/KL({names[0]}) at matched total local iterations (same data and first key for every L; "
-        "\"a > b in\" is the fraction of trials in which L is worse). The claim counts as reproduced when the 95% "
+        '"a > b in" is the fraction of trials in which L is worse). The claim counts as reproduced when the 95% '
         f"interval lies above {RATIO_MARGIN:g} (a slowdown of at least 5%) and as not reproduced when it lies below "
         "(any slowdown is smaller than that):",
         "",

@@ -79,7 +79,12 @@ class Config:
         check("n_samples", self.n_samples, self.n_samples >= minimum, f"an integer >= {minimum}")
         check("n_slots", self.n_slots, self.n_slots >= 4, "an integer >= 4")
         check("learn_slots", self.learn_slots, self.learn_slots >= 0, "an integer >= 0")
-        check("forget_agent", self.forget_agent, 0 <= self.forget_agent < self.n_agents, f"an agent index in [0, {self.n_agents})")
+        check(
+            "forget_agent",
+            self.forget_agent,
+            0 <= self.forget_agent < self.n_agents,
+            f"an agent index in [0, {self.n_agents})",
+        )
         for name in self.topologies:
             check("topologies", name, name in graphs.TOPOLOGIES, f"names from {sorted(graphs.TOPOLOGIES)}")
         for name in self.splits:
@@ -114,7 +119,9 @@ def prepare(cfg: Config) -> dict:
         kept_owner = owners["iid"][keep]
         # the other agents renumbered 0..K−2, as on the graph without u
         rest = logistic.to_padded(
-            logistic.Dataset(train.x[keep], train.y[keep]), kept_owner - (kept_owner > cfg.forget_agent), cfg.n_agents - 1
+            logistic.Dataset(train.x[keep], train.y[keep]),
+            kept_owner - (kept_owner > cfg.forget_agent),
+            cfg.n_agents - 1,
         )
         eta, change = optimum(lik.pool(rest), prior, cfg.alpha)
         out["data"]["rest"], out["target"]["rest"], out["converged"]["rest"] = rest, np.asarray(eta), float(change)
@@ -141,7 +148,9 @@ def make_trial(cfg: Config, problem: dict):
     test = problem["test"]
 
     def solver(agent_data):
-        return gfvl.natgrad_solver(family, lik, agent_data, cfg.alpha, cfg.rho, cfg.local_iters, cfg.n_samples, cfg.baseline)
+        return gfvl.natgrad_solver(
+            family, lik, agent_data, cfg.alpha, cfg.rho, cfg.local_iters, cfg.n_samples, cfg.baseline
+        )
 
     def metrics(key, etas, goal, schedule, agent_data):
         """Per slot: KL to the goal, held-out metrics, and the estimator's variance at q^(i) for the agent
@@ -151,7 +160,12 @@ def make_trial(cfg: Config, problem: dict):
         def variance(i, eta, agent):
             data_k = jax.tree.map(lambda a: a[agent], agent_data)
             return natgrad.estimator_variance(
-                jax.random.fold_in(key, i), family, eta, lambda theta: lik.loss(data_k, theta), cfg.n_samples, cfg.baseline
+                jax.random.fold_in(key, i),
+                family,
+                eta,
+                lambda theta: lik.loss(data_k, theta),
+                cfg.n_samples,
+                cfg.baseline,
             )
 
         grad_var = jax.vmap(variance)(jnp.arange(etas.shape[0]), etas, schedule)
@@ -170,7 +184,9 @@ def make_trial(cfg: Config, problem: dict):
         hit = gossip.hitting_time(walk, cfg.forget_agent, cfg.learn_slots - 1).astype(jnp.int32)
         if mode == "unlearning":
             init = gfvl.init(prior, cfg.n_agents)
-            _, etas = gfvl.unlearn(key_learn, init, walk, solver(data["iid"]), cfg.forget_agent, request=cfg.learn_slots)
+            _, etas = gfvl.unlearn(
+                key_learn, init, walk, solver(data["iid"]), cfg.forget_agent, request=cfg.learn_slots
+            )
             etas, schedule, agent_data = etas[cfg.learn_slots :], walk[cfg.learn_slots :], data["iid"]
         else:
             schedule = gossip.mh_schedule(key_walk, _graph_without(cfg.n_agents, cfg.forget_agent), cfg.n_slots)
@@ -245,9 +261,16 @@ def report(cfg: Config, labels, results) -> str:
         "mean-field Gaussian family (float64 natural-gradient run with Gauss–Hermite expectations; for unlearning and "
         "retrain the optimum without agent u's data).",
     ]
-    for metric, what, fmt in (("kl", "KL(q^(i) ‖ q*)", "{:.2e}"), ("log_lik", "held-out mean log predictive", "{:.4f}"),
-                              ("accuracy", "held-out accuracy", "{:.3f}"),
-                              ("grad_var", f"total variance of the natural-gradient estimate ({cfg.baseline}, S = {cfg.n_samples})", "{:.3g}")):
+    for metric, what, fmt in (
+        ("kl", "KL(q^(i) ‖ q*)", "{:.2e}"),
+        ("log_lik", "held-out mean log predictive", "{:.4f}"),
+        ("accuracy", "held-out accuracy", "{:.3f}"),
+        (
+            "grad_var",
+            f"total variance of the natural-gradient estimate ({cfg.baseline}, S = {cfg.n_samples})",
+            "{:.3g}",
+        ),
+    ):
         table = band_table("slot", slots, names, stats.band(results[metric]), index, fmt=fmt)
         text += ["", f"Median {what} [75% band] by slot:", "", table]
     if isinstance(results["kl"], stats.Summary):
@@ -255,8 +278,12 @@ def report(cfg: Config, labels, results) -> str:
         return "\n".join(text) + "\n"
     kl = np.asarray(results["kl"])
     finite = np.all(np.isfinite(kl), axis=-1) & np.all(np.isfinite(np.asarray(results["log_lik"])), axis=-1)
-    text += ["", "Trials with a non-finite metric (diverged), per point: "
-             + ", ".join(f"{n} {int(np.sum(~finite[p]))}" for p, n in enumerate(names)) + "."]
+    text += [
+        "",
+        "Trials with a non-finite metric (diverged), per point: "
+        + ", ".join(f"{n} {int(np.sum(~finite[p]))}" for p, n in enumerate(names))
+        + ".",
+    ]
     at = max(1, int(round(COMPARE_FRACTION * cfg.n_slots)))
     verdicts = []
 
@@ -269,12 +296,16 @@ def report(cfg: Config, labels, results) -> str:
     def ratio(p_a, p_b, claim):
         a, b = kl[p_a, :, at - 1], kl[p_b, :, at - 1]
         ok = (a > 0) & (b > 0)
-        return stats.paired_verdict(np.where(ok, a, np.nan), np.where(ok, b, np.nan), claim, expect="greater", transform="log_ratio")
+        return stats.paired_verdict(
+            np.where(ok, a, np.nan), np.where(ok, b, np.nan), claim, expect="greater", transform="log_ratio"
+        )
 
     for topology in cfg.topologies:
         p_iid, p_skew = index_of("learn", topology, "iid"), index_of("learn", topology, "label-skew")
         if p_iid is not None and p_skew is not None:
-            verdicts.append(ratio(p_skew, p_iid, f"{topology}: KL at slot {at} larger with label skew than i.i.d. (ratio)"))
+            verdicts.append(
+                ratio(p_skew, p_iid, f"{topology}: KL at slot {at} larger with label skew than i.i.d. (ratio)")
+            )
     for split in cfg.splits:
         p_c, p_r = index_of("learn", "complete", split), index_of("learn", "ring", split)
         if p_c is not None and p_r is not None:
@@ -283,23 +314,38 @@ def report(cfg: Config, labels, results) -> str:
     level = ASYMPTOTE_TOLERANCE * asymptote(np.median(kl[p_t], axis=0))
     first_u, first_t = first_slot_within(kl[p_u], level), first_slot_within(kl[p_t], level)
     hit = np.asarray(results["hit"])[p_u]
-    verdicts.append(stats.paired_verdict(
-        first_t, first_u, f"unlearning within {ASYMPTOTE_TOLERANCE:g}× the retrained asymptote before retraining (slots of retrain − unlearning)",
-        expect="greater",
-    ))
+    verdicts.append(
+        stats.paired_verdict(
+            first_t,
+            first_u,
+            f"unlearning within {ASYMPTOTE_TOLERANCE:g}× the retrained asymptote before retraining (slots of retrain − unlearning)",
+            expect="greater",
+        )
+    )
     reached = hit >= 0
-    verdicts.append(stats.paired_verdict(
-        first_u[reached], hit[reached] + 1.0, "unlearning at the retrained level when u is next scheduled (slot − (hit + 1), ±5 slots)",
-        expect="equal", margin=5.0,
-    ))
-    text += ["", "Paired comparisons (common random numbers):", "", stats.verdict_table(verdicts, "median paired statistic")]
+    verdicts.append(
+        stats.paired_verdict(
+            first_u[reached],
+            hit[reached] + 1.0,
+            "unlearning at the retrained level when u is next scheduled (slot − (hit + 1), ±5 slots)",
+            expect="equal",
+            margin=5.0,
+        )
+    )
+    text += [
+        "",
+        "Paired comparisons (common random numbers):",
+        "",
+        stats.verdict_table(verdicts, "median paired statistic"),
+    ]
     summary = "; ".join(f"{v.claim.split(' (')[0]}: **{v.verdict}** ({v.interval_text()})" for v in verdicts)
     at_request = float(np.median(kl[p_u, :, 0]))
     caveat = (
         f" At the request the median KL of the model learnt with u to q*_(−u) is already {at_request:.3g}, within "
         f"{ASYMPTOTE_TOLERANCE:g}× the retrained asymptote ({level / ASYMPTOTE_TOLERANCE:.3g}): u's share of the data "
         "moves q* less than the REINFORCE noise floor, so the hitting-time claim is not tested at these settings."
-        if at_request <= level else ""
+        if at_request <= level
+        else ""
     )
     text += ["", f"**Reading.** {summary}.{caveat}"]
     return "\n".join(text) + "\n"

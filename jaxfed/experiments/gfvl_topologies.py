@@ -15,8 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, scenarios
-from jaxfed import stats
+from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, scenarios, stats
 from jaxfed.experiments.base import Experiment, Sweep, band_table, check, check_bernoulli_setting
 
 NAME = "gfvl-topologies"
@@ -46,7 +45,12 @@ class Config:
     def __post_init__(self):
         check_bernoulli_setting(self)
         normalisations = likelihoods.LOSS_NORMALISATIONS
-        check("loss_normalisation", self.loss_normalisation, self.loss_normalisation in normalisations, f"one of {normalisations}")
+        check(
+            "loss_normalisation",
+            self.loss_normalisation,
+            self.loss_normalisation in normalisations,
+            f"one of {normalisations}",
+        )
         check("n_slots", self.n_slots, self.n_slots >= 1, "an integer >= 1")
         check("topologies", self.topologies, len(self.topologies) >= 1, "a non-empty list")
         for name in self.topologies:
@@ -78,8 +82,14 @@ def plot(cfg: Config, labels, metrics, path):
     import matplotlib.pyplot as plt
 
     raw = not isinstance(metrics["kl"], stats.Summary)
-    fig, axes = plt.subplots(2 if raw else 1, 1, figsize=(6, 6 if raw else 4), sharex=True, squeeze=False,
-                             gridspec_kw={"height_ratios": [3, 1.3]} if raw else None)
+    fig, axes = plt.subplots(
+        2 if raw else 1,
+        1,
+        figsize=(6, 6 if raw else 4),
+        sharex=True,
+        squeeze=False,
+        gridspec_kw={"height_ratios": [3, 1.3]} if raw else None,
+    )
     ax = axes[0, 0]
     slots = np.arange(1, cfg.n_slots + 1)
     names = [lab["topology"] for lab in labels]
@@ -157,8 +167,11 @@ def report(cfg: Config, labels, results) -> str:
         censored = np.mean(exact[p] > cfg.n_slots)
         cover_rows.append(f"| {name} | {est:.1f} [{lo:.1f}, {hi:.1f}] | {censored:.1%} |")
     cover = "\n".join(
-        ["| topology | mean slot of KL = 0 (cover time) [95% interval] | trials not covered within n_slots |",
-         "|---|---|---|", *cover_rows]
+        [
+            "| topology | mean slot of KL = 0 (cover time) [95% interval] | trials not covered within n_slots |",
+            "|---|---|---|",
+            *cover_rows,
+        ]
     )
     text += [
         "",
@@ -172,8 +185,12 @@ def report(cfg: Config, labels, results) -> str:
         theory = complete_cover_time(cfg.n_agents)
         claim = f"mean slot of KL = 0 on complete within 5% of 1 + (K−1)H_(K−1) = {theory:.2f}"
         v = stats.paired_verdict(
-            exact[names.index("complete")], np.full(kl.shape[1], theory), claim, expect="equal",
-            statistic="mean", margin=0.05 * theory,
+            exact[names.index("complete")],
+            np.full(kl.shape[1], theory),
+            claim,
+            expect="equal",
+            statistic="mean",
+            margin=0.05 * theory,
         )
         reading.append(
             f"Cover-time connection (the KL is 0 exactly from the cover time on, by construction and tested; the "
@@ -183,7 +200,12 @@ def report(cfg: Config, labels, results) -> str:
     paired = verdicts(cfg, names, kl)
     if paired:
         table_v = stats.verdict_table(paired, what="median paired slot difference")
-        text += ["", "Paired first-slot comparisons (same data on every graph; censored slots n_slots + 1):", "", table_v]
+        text += [
+            "",
+            "Paired first-slot comparisons (same data on every graph; censored slots n_slots + 1):",
+            "",
+            table_v,
+        ]
         claim = [v for v in paired if v.claim.startswith(f"KL <= {THRESHOLD:g}: complete before star")]
         if claim:
             reading.append(f"Paper's claim (complete converges faster than star): **{claim[0].verdict}**.")

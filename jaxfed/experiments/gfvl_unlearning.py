@@ -61,7 +61,12 @@ def _check_common(cfg) -> None:
     check("learn_slots", cfg.learn_slots, cfg.learn_slots >= 1, "an integer >= 1")
     check("n_slots", cfg.n_slots, cfg.n_slots >= 1, "an integer >= 1")
     normalisations = likelihoods.LOSS_NORMALISATIONS
-    check("loss_normalisation", cfg.loss_normalisation, cfg.loss_normalisation in normalisations, f"one of {normalisations}")
+    check(
+        "loss_normalisation",
+        cfg.loss_normalisation,
+        cfg.loss_normalisation in normalisations,
+        f"one of {normalisations}",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +105,9 @@ class Config:
     preset: str = "default"  # the settings the fields above started from: "default" or "paper" (PRESETS)
 
     PRESETS = {
-        "default": dict(loss_normalisation="sum", rho=0.05, n_samples=30, baseline="leave-one-out", c=0.0, local_iters=5),
+        "default": dict(
+            loss_normalisation="sum", rho=0.05, n_samples=30, baseline="leave-one-out", c=0.0, local_iters=5
+        ),
         "paper": dict(loss_normalisation="mean", rho=5e-3, n_samples=30, baseline="constant", c=0.0, local_iters=5),
     }
 
@@ -228,7 +235,9 @@ def asymptote(median_retrain: np.ndarray) -> float:
 
 
 def _title(cfg, what: str) -> str:
-    return f"Unlearning agent u = {cfg.forget_agent} (numbered from 0; the paper's agent {cfg.forget_agent + 1})\n{what}"
+    return (
+        f"Unlearning agent u = {cfg.forget_agent} (numbered from 0; the paper's agent {cfg.forget_agent + 1})\n{what}"
+    )
 
 
 def _plot(cfg, labels, results, path, title, level=None, exact=None):
@@ -236,20 +245,34 @@ def _plot(cfg, labels, results, path, title, level=None, exact=None):
 
     raw = not isinstance(results["kl"], stats.Summary)
     panels = 2 if raw and exact is not None else 1
-    fig, axes = plt.subplots(panels, 1, figsize=(6, 6 if panels == 2 else 4), sharex=True, squeeze=False,
-                             gridspec_kw={"height_ratios": [3, 1.3]} if panels == 2 else None)
+    fig, axes = plt.subplots(
+        panels,
+        1,
+        figsize=(6, 6 if panels == 2 else 4),
+        sharex=True,
+        squeeze=False,
+        gridspec_kw={"height_ratios": [3, 1.3]} if panels == 2 else None,
+    )
     ax = axes[0, 0]
     slots = np.arange(1, cfg.n_slots + 1)
     names = [lab["method"] for lab in labels]
     plotting.band_plot(ax, slots, results["kl"], names, log_y=True)
     if level is not None:
         ax.axhline(level, color="k", lw=0.8, ls="--")
-        ax.annotate(f"{ASYMPTOTE_TOLERANCE:g}× retrained asymptote", (slots[-1], level), ha="right", va="bottom", fontsize=7)
+        ax.annotate(
+            f"{ASYMPTOTE_TOLERANCE:g}× retrained asymptote", (slots[-1], level), ha="right", va="bottom", fontsize=7
+        )
     if raw:
         hit = np.asarray(results["hit"])[0]
         ax.axvline(np.mean(hit[hit > 0]), color="gray", lw=0.8, ls=":")
-        ax.annotate("mean slot at which u is scheduled", (np.mean(hit[hit > 0]), ax.get_ylim()[0]), rotation=90,
-                    fontsize=7, va="bottom", ha="right")
+        ax.annotate(
+            "mean slot at which u is scheduled",
+            (np.mean(hit[hit > 0]), ax.get_ylim()[0]),
+            rotation=90,
+            fontsize=7,
+            va="bottom",
+            ha="right",
+        )
     ax.set_ylabel(r"KL($q^{(i)}$ ‖ $p(\theta|\mathcal{D}_{-u})$)")
     ax.set_title(title, fontsize=8)
     if panels == 2:
@@ -299,8 +322,11 @@ def verdicts(cfg, labels, results, level: float, what: str) -> list:
     return [
         stats.paired_verdict(ret, unl, f"unlearning {what} before retraining (slots of retrain − unlearning)"),
         stats.paired_verdict(
-            np.where(unl <= cfg.n_slots, unl, np.nan), hit,
-            f"unlearning {what} when u is scheduled (slot − u's hitting time, ±1 slot)", expect="equal", margin=1.0,
+            np.where(unl <= cfg.n_slots, unl, np.nan),
+            hit,
+            f"unlearning {what} when u is scheduled (slot − u's hitting time, ±1 slot)",
+            expect="equal",
+            margin=1.0,
         ),
     ]
 
@@ -345,7 +371,9 @@ def report(cfg: Config, labels, results) -> str:
         f"{_HEAD}\n\n{_table(cfg, labels, b)}",
     ]
     if isinstance(results["kl"], stats.Summary):
-        return "\n".join(text + ["", "**Reading.** Paired verdicts need the raw trials (run with `--keep raw`)."]) + "\n"
+        return (
+            "\n".join(text + ["", "**Reading.** Paired verdicts need the raw trials (run with `--keep raw`)."]) + "\n"
+        )
     what = f"within {ASYMPTOTE_TOLERANCE:g}× of the retrained asymptote ({level:.3g})"
     paired = verdicts(cfg, labels, results, level, what)
     retrain = b.median[methods.index("retrain")]
@@ -353,7 +381,7 @@ def report(cfg: Config, labels, results) -> str:
     still_falling = retrain[-1] < 0.8 * retrain[-quarter]  # fell by > 20% over the last quarter
     caveat = (
         f" Retraining has not converged within the {cfg.n_slots} slots (its median KL fell from "
-        f"{retrain[-quarter]:.3g} to {retrain[-1]:.3g} over the last quarter), so the \"asymptote\" is only where "
+        f'{retrain[-quarter]:.3g} to {retrain[-1]:.3g} over the last quarter), so the "asymptote" is only where '
         "retraining has got to, and the unlearned model, which starts from a partly learned state, may already "
         "be below it before u is scheduled."
         if still_falling
@@ -381,7 +409,9 @@ def report_conjugate(cfg: ConjugateConfig, labels, results) -> str:
         f"{_HEAD}\n\n{_table(cfg, labels, b)}",
     ]
     if isinstance(results["kl"], stats.Summary):
-        return "\n".join(text + ["", "**Reading.** Paired verdicts need the raw trials (run with `--keep raw`)."]) + "\n"
+        return (
+            "\n".join(text + ["", "**Reading.** Paired verdicts need the raw trials (run with `--keep raw`)."]) + "\n"
+        )
     paired = verdicts(cfg, labels, results, EXACT, "exact")
     text += [
         "",

@@ -26,11 +26,11 @@ import numpy as np
 from jaxfed import kmeans, plotting, stats
 from jaxfed.experiments.base import Experiment, band_table, check
 from jaxfed.experiments.kmeans_mall import (
+    DIFFERENCE_TEXT,
     LOSS_LABEL,
     RAW_NEEDED,
     SYMBOL_ENERGIES,
     MallConfig,
-    DIFFERENCE_TEXT,
     _sweep,
     difference_verdict,
     final_values,
@@ -67,31 +67,51 @@ def _labels(cfg: AblationConfig) -> list[dict]:
     labels = []
     for init in dict.fromkeys((cfg.init,) + tuple(cfg.inits)):  # the configured init first
         for name, (adaptive, reinit) in VARIANTS.items():
-            labels.append({**oac, "variant": name, "adaptive": adaptive, "reinit": reinit, "split": "tiles", "init": init})
+            labels.append(
+                {**oac, "variant": name, "adaptive": adaptive, "reinit": reinit, "split": "tiles", "init": init}
+            )
         labels.append({"method": "ideal", "variant": "ideal federated", "split": "tiles", "init": init})
         labels.append({"method": "centralized", "variant": "centralized", "split": "tiles", "init": init})
     for rule in kmeans.VMAX_RULES:
         if rule != cfg.vmax_rule:
-            labels.append({**oac, "variant": f"v_max reading {rule}", "vmax_rule": rule, "split": "tiles", "init": cfg.init})
+            labels.append(
+                {**oac, "variant": f"v_max reading {rule}", "vmax_rule": rule, "split": "tiles", "init": cfg.init}
+            )
     for es in SYMBOL_ENERGIES:
         if es != cfg.symbol_energy:
-            labels.append({**oac, "variant": f"E_s reading {es}", "symbol_energy": es, "split": "tiles", "init": cfg.init})
+            labels.append(
+                {**oac, "variant": f"E_s reading {es}", "symbol_energy": es, "split": "tiles", "init": cfg.init}
+            )
     for name, (adaptive, reinit) in VARIANTS.items():
-        labels.append({**oac, "variant": name, "adaptive": adaptive, "reinit": reinit, "split": "iid", "init": cfg.init})
+        labels.append(
+            {**oac, "variant": name, "adaptive": adaptive, "reinit": reinit, "split": "iid", "init": cfg.init}
+        )
     return labels
 
 
 def _rows(labels, split: str, init: str) -> list[int]:
-    return [i for i, lab in enumerate(labels) if lab.get("split") == split and lab.get("init") == init
-            and (lab["variant"] in VARIANTS or lab["method"] != "oac")]
+    return [
+        i
+        for i, lab in enumerate(labels)
+        if lab.get("split") == split
+        and lab.get("init") == init
+        and (lab["variant"] in VARIANTS or lab["method"] != "oac")
+    ]
 
 
 def _effects(cfg, labels, last, split: str, init: str):
     """[(name, Verdict)] of each enhancement: mean difference full − without on the same trials."""
     full = index_of(labels, variant="full", split=split, init=init)
     return [
-        (name, difference_verdict(last, full, index_of(labels, variant=without, split=split, init=init),
-                                  f"{name} helps ({split}, init {init}): full below {without}"))
+        (
+            name,
+            difference_verdict(
+                last,
+                full,
+                index_of(labels, variant=without, split=split, init=init),
+                f"{name} helps ({split}, init {init}): full below {without}",
+            ),
+        )
         for name, without in EFFECTS
     ]
 
@@ -115,36 +135,60 @@ def _plot(cfg: AblationConfig, labels, results, path):
     fig, axes = plt.subplots(2, n_cols, figsize=(5.2 * n_cols, 9))
     rounds = np.arange(1, cfg.n_rounds + 1)
     central = index_of(labels, variant="centralized", init=cfg.init)
-    panels = [("tiles", init, f"tile split, init {init}") for init in inits] + [("iid", cfg.init, f"i.i.d. split, init {cfg.init}")]
+    panels = [("tiles", init, f"tile split, init {init}") for init in inits] + [
+        ("iid", cfg.init, f"i.i.d. split, init {cfg.init}")
+    ]
     flat = list(axes.ravel())
     for ax, (split, init, title) in zip(flat, panels):
         rows = _rows(labels, split, init)
         if split == "iid":
             rows = rows + [central]  # centralized k-means does not depend on the split
         names = [labels[i]["variant"] for i in rows]
-        styles = [plotting.LINE_STYLES[list(VARIANTS).index(n) if n in VARIANTS else 4 + (n == "centralized")] for n in names]
-        plotting.band_plot(ax, rounds, results["loss"][rows] if not isinstance(results["loss"], stats.Summary)
-                           else _summary_rows(results["loss"], rows), names, log_y=True, styles=styles)
+        styles = [
+            plotting.LINE_STYLES[list(VARIANTS).index(n) if n in VARIANTS else 4 + (n == "centralized")] for n in names
+        ]
+        plotting.band_plot(
+            ax,
+            rounds,
+            results["loss"][rows]
+            if not isinstance(results["loss"], stats.Summary)
+            else _summary_rows(results["loss"], rows),
+            names,
+            log_y=True,
+            styles=styles,
+        )
         ax.set_title(f"OAC D={cfg.digits}, {cfg.snr_db:g} dB: {title}", fontsize=9)
         ax.set_xlabel("round n")
         ax.set_ylabel(LOSS_LABEL, fontsize=8)
     last = final_values(results)
-    effect_axes = flat[len(panels):]
+    effect_axes = flat[len(panels) :]
     if last is None:
         for ax in effect_axes:
             ax.text(0.5, 0.5, "paired effects need raw trials", ha="center", transform=ax.transAxes)
     else:
-        rows = [(f"{name}, {split} {init}", v) for split, init in [("tiles", i) for i in inits] + [("iid", cfg.init)]
-                for name, v in _effects(cfg, labels, last, split, init)]
-        plotting.interval_plot(effect_axes[0], [r[0] for r in rows], *zip(*[(v.estimate, v.lower, v.upper) for _, v in rows]),
-                               reference=0.0, xlabel="final loss with − without the enhancement, same trial (m²)")
+        rows = [
+            (f"{name}, {split} {init}", v)
+            for split, init in [("tiles", i) for i in inits] + [("iid", cfg.init)]
+            for name, v in _effects(cfg, labels, last, split, init)
+        ]
+        plotting.interval_plot(
+            effect_axes[0],
+            [r[0] for r in rows],
+            *zip(*[(v.estimate, v.lower, v.upper) for _, v in rows]),
+            reference=0.0,
+            xlabel="final loss with − without the enhancement, same trial (m²)",
+        )
         effect_axes[0].set_title("paired effect of each enhancement (mean, 95% interval; < 0 helps)", fontsize=9)
         if len(effect_axes) > 1:
             rows = _readings(cfg, labels, last)
             if rows:
-                plotting.interval_plot(effect_axes[1], [r[0] for r in rows], *zip(*[(v.estimate, v.lower, v.upper) for _, v in rows]),
-                                       reference=0.0,
-                                       xlabel=f"final loss − default reading's ({cfg.vmax_rule}, E_s {cfg.symbol_energy}), same trial (m²)")
+                plotting.interval_plot(
+                    effect_axes[1],
+                    [r[0] for r in rows],
+                    *zip(*[(v.estimate, v.lower, v.upper) for _, v in rows]),
+                    reference=0.0,
+                    xlabel=f"final loss − default reading's ({cfg.vmax_rule}, E_s {cfg.symbol_energy}), same trial (m²)",
+                )
                 effect_axes[1].set_title(f"other readings, tile split, init {cfg.init}", fontsize=9)
             for ax in effect_axes[2:]:
                 ax.axis("off")
@@ -165,21 +209,31 @@ def _report(cfg: AblationConfig, labels, results) -> str:
         return text + RAW_NEEDED
     inits = list(dict.fromkeys((cfg.init,) + tuple(cfg.inits)))
     reinits = np.asarray(results["reinits"]).sum(-1)  # (point, trial): firings per run
-    fire = ["| init | " + " | ".join(f"{v} ({lab})" for v, lab in (("full", "OAC"), ("fixed v_max", "OAC"), ("ideal federated", "exact sums"))) + " |",
-            "|---|---|---|---|"]
+    fire = [
+        "| init | "
+        + " | ".join(
+            f"{v} ({lab})" for v, lab in (("full", "OAC"), ("fixed v_max", "OAC"), ("ideal federated", "exact sums"))
+        )
+        + " |",
+        "|---|---|---|---|",
+    ]
     for init in inits:
         cells = []
         for variant in ("full", "fixed v_max", "ideal federated"):
             r = reinits[index_of(labels, variant=variant, split="tiles", init=init)]
             cells.append(f"{r.mean():.2f} per run ({(r > 0).mean():.0%} of runs)")
         fire.append(f"| {init} | " + " | ".join(cells) + " |")
-    effect_rows = ["| enhancement | split, init | with − without, mean (m²) [95% interval] | runs it changed | sign-test p | verdict |",
-                   "|---|---|---|---|---|---|"]
+    effect_rows = [
+        "| enhancement | split, init | with − without, mean (m²) [95% interval] | runs it changed | sign-test p | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
     verdicts = []
     for split, init in [("tiles", i) for i in inits] + [("iid", cfg.init)]:
         for name, v in _effects(cfg, labels, last, split, init):
             changed = _changed(labels, last, split, init, name)
-            effect_rows.append(f"| {name} | {split}, {init} | {v.interval_text()} | {changed:.0%} | {v.p_value:.2g} | {v.verdict} |")
+            effect_rows.append(
+                f"| {name} | {split}, {init} | {v.interval_text()} | {changed:.0%} | {v.p_value:.2g} | {v.verdict} |"
+            )
             verdicts.append(v)
     readings = _readings(cfg, labels, last)
     reading_rows = ["| reading | reading − default, mean (m²) [95% interval] | sign-test p |", "|---|---|---|"] + [

@@ -215,7 +215,9 @@ def _last_round_noise(cfg: MallConfig, point, data, n_devices: int, centroids, i
     if point["method"] == "ideal":
         quantised = exact
     else:
-        quantised = jnp.sum(jnp.where(active[:, None], oac.balanced.quantize(values, cfg.beta, point["digits"], vmax), 0), 0)
+        quantised = jnp.sum(
+            jnp.where(active[:, None], oac.balanced.quantize(values, cfg.beta, point["digits"], vmax), 0), 0
+        )
     n_clusters = jnp.maximum(jnp.sum(jnp.sum(counts, axis=0) > 0), 1)
 
     def rms(squared):  # per value → RMS centroid displacement over the clusters with points
@@ -266,7 +268,7 @@ def resources_table(cfg: MallConfig, digits_list) -> str:
     """Markdown table of complex resources per round: OAC (L·C·β·D) vs orthogonal digital
     (L·C·K·N_bits/r_bits with N_bits = ⌈D log2 β⌉ for the same resolution, QPSK r_bits = 2,
     uncompressed)."""
-    rows = ["| D | OAC resources/round | digital resources/round (K = %d) | ratio |" % cfg.n_devices, "|---|---|---|---|"]
+    rows = [f"| D | OAC resources/round | digital resources/round (K = {cfg.n_devices}) | ratio |", "|---|---|---|---|"]
     for d in digits_list:
         oac_res = kmeans.oac_resources(2, cfg.n_clusters, cfg.beta, d)
         bits = math.ceil(d * math.log2(cfg.beta))
@@ -312,7 +314,7 @@ DIFFERENCE_TEXT = "per-trial difference a − b of final losses (m²); mean with
 
 
 def verdict_block(verdicts, how: str = RATIO_TEXT, what: str = "median ratio a/b") -> str:
-    equal = f"; \"≈\" means within ±{EQUAL_MARGIN:.0%}" if any("≈" in v.claim for v in verdicts) else ""
+    equal = f'; "≈" means within ±{EQUAL_MARGIN:.0%}' if any("≈" in v.claim for v in verdicts) else ""
     return (
         f"**Verdicts** ({how}, over the same trials{equal}; exact sign test):\n\n"
         + stats.verdict_table(verdicts, what)
@@ -339,10 +341,9 @@ class ConvergenceConfig(MallConfig):
 
 
 def _convergence_labels(cfg: ConvergenceConfig) -> list[dict]:
-    return (
-        [{"method": "centralized"}, {"method": "ideal"}, {"method": "quantized", "digits": cfg.digits}]
-        + [{"method": "oac", "digits": cfg.digits, "snr_db": s} for s in cfg.snrs_db]
-    )
+    return [{"method": "centralized"}, {"method": "ideal"}, {"method": "quantized", "digits": cfg.digits}] + [
+        {"method": "oac", "digits": cfg.digits, "snr_db": s} for s in cfg.snrs_db
+    ]
 
 
 def _scenario_panel(ax, cfg: MallConfig) -> None:
@@ -356,8 +357,12 @@ def _scenario_panel(ax, cfg: MallConfig) -> None:
     data = kmeans.flat_data(scene.points, scene.owner)
     es = symbol_energy_value(cfg.symbol_energy, cfg.beta)
     settings = kmeans.Settings(
-        aggregator=oac.aggregators.oac(cfg.channel, cfg.beta, 4, 20.0, es), vmax=cfg.vmax_fixed,
-        vmax_rule=cfg.vmax_rule, s_min=cfg.s_min, sigma_c=cfg.sigma_c, mu=cfg.mu,
+        aggregator=oac.aggregators.oac(cfg.channel, cfg.beta, 4, 20.0, es),
+        vmax=cfg.vmax_fixed,
+        vmax_rule=cfg.vmax_rule,
+        s_min=cfg.s_min,
+        sigma_c=cfg.sigma_c,
+        mu=cfg.mu,
     )
     final, _ = kmeans.federated_rounds(jax.random.key(2), data, cfg.n_devices, init, cfg.n_rounds, settings)
     for i in range(cfg.cols + 1):
@@ -371,15 +376,25 @@ def _scenario_panel(ax, cfg: MallConfig) -> None:
     i0 = np.asarray(init)
     ax.scatter(i0[:, 0], i0[:, 1], marker="^", s=30, color="tab:orange", label=f"initial centroids ({cfg.init})")
     f = np.asarray(final[-1])
-    ax.scatter(f[:, 0], f[:, 1], marker="o", s=60, facecolors="none", edgecolors="black",
-               label=f"OAC k-means after {cfg.n_rounds} rounds, 20 dB, D=4")
+    ax.scatter(
+        f[:, 0],
+        f[:, 1],
+        marker="o",
+        s=60,
+        facecolors="none",
+        edgecolors="black",
+        label=f"OAC k-means after {cfg.n_rounds} rounds, 20 dB, D=4",
+    )
     ax.set_xlim(0, cfg.side)
     ax.set_ylim(0, cfg.side)
     ax.set_aspect("equal")
     ax.set_xlabel("x (m)")
     ax.set_ylabel("y (m)")
-    ax.set_title(f"mall: {cfg.rows}×{cfg.cols} tiles (one ED each), {cfg.n_points} customers\n"
-                 "one illustrative draw (keys 0, 1, 2), not a trial of the sweep", fontsize=9)
+    ax.set_title(
+        f"mall: {cfg.rows}×{cfg.cols} tiles (one ED each), {cfg.n_points} customers\n"
+        "one illustrative draw (keys 0, 1, 2), not a trial of the sweep",
+        fontsize=9,
+    )
     ax.legend(fontsize=6, loc="upper right")
 
 
@@ -436,13 +451,28 @@ def _report_convergence(cfg: ConvergenceConfig, labels, results) -> str:
         f"{reinits[hi].mean():.2f} for OAC at {labels[hi]['snr_db']:g} dB (mean over trials, init {cfg.init}).\n\n"
     )
     verdicts = [
-        ratio_verdict(last, hi, 0, f"OAC {labels[hi]['snr_db']:g} dB ≈ centralized (a = OAC, b = centralized)", "equal"),
+        ratio_verdict(
+            last, hi, 0, f"OAC {labels[hi]['snr_db']:g} dB ≈ centralized (a = OAC, b = centralized)", "equal"
+        ),
         ratio_verdict(last, 1, 0, "ideal federated ≈ centralized", "equal"),
-        ratio_verdict(last, hi, 1, f"(explanation) OAC {labels[hi]['snr_db']:g} dB above ideal federated: the detector's self-noise", "greater"),
+        ratio_verdict(
+            last,
+            hi,
+            1,
+            f"(explanation) OAC {labels[hi]['snr_db']:g} dB above ideal federated: the detector's self-noise",
+            "greater",
+        ),
     ]
     if hi != lo:
-        verdicts.append(ratio_verdict(
-            last, hi, lo, f"OAC improves with SNR: {labels[hi]['snr_db']:g} dB below {labels[lo]['snr_db']:g} dB", "less"))
+        verdicts.append(
+            ratio_verdict(
+                last,
+                hi,
+                lo,
+                f"OAC improves with SNR: {labels[hi]['snr_db']:g} dB below {labels[lo]['snr_db']:g} dB",
+                "less",
+            )
+        )
     return text + verdict_block(verdicts)
 
 
@@ -487,7 +517,9 @@ def _snr_labels(cfg: SnrConfig) -> list[dict]:
 
 def _oac_rows(labels, d) -> list[int]:
     """Rows of OAC with D = d over the SNR grid (without the noise-free point)."""
-    return [i for i, lab in enumerate(labels) if lab["method"] == "oac" and lab["digits"] == d and not lab.get("noise_free")]
+    return [
+        i for i, lab in enumerate(labels) if lab["method"] == "oac" and lab["digits"] == d and not lab.get("noise_free")
+    ]
 
 
 def _plot_snr(cfg: SnrConfig, labels, results, path):
@@ -498,8 +530,15 @@ def _plot_snr(cfg: SnrConfig, labels, results, path):
     snrs = np.asarray(cfg.snrs_db)
     ax.axhline(b.median[0, -1], color="k", lw=1.4, label="centralized (median)")
     ax.axhspan(b.lower[0, -1], b.upper[0, -1], color="0.5", alpha=0.08)
-    ax.plot(snrs, np.full(snrs.shape, b.median[1, -1]), color="0.4", ls="none", marker="x", ms=7,
-            label="ideal federated (median)")
+    ax.plot(
+        snrs,
+        np.full(snrs.shape, b.median[1, -1]),
+        color="0.4",
+        ls="none",
+        marker="x",
+        ms=7,
+        label="ideal federated (median)",
+    )
     for k, d in enumerate(cfg.digits_list):
         rows = _oac_rows(labels, d)
         style = plotting.LINE_STYLES[k % len(plotting.LINE_STYLES)]
@@ -510,7 +549,9 @@ def _plot_snr(cfg: SnrConfig, labels, results, path):
     ax.set_yscale("log")
     ax.set_xlabel("SNR of one ED at the edge server (dB)")
     ax.set_ylabel(f"{LOSS_LABEL}\nafter {cfg.n_rounds} rounds")
-    ax.set_title(f"final loss vs SNR, β={cfg.beta}, {cfg.channel} channel, init {cfg.init} (median, 75% band)", fontsize=9)
+    ax.set_title(
+        f"final loss vs SNR, β={cfg.beta}, {cfg.channel} channel, init {cfg.init} (median, 75% band)", fontsize=9
+    )
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=7, ncol=2)
     last = final_values(results)
@@ -530,7 +571,9 @@ def _plot_snr(cfg: SnrConfig, labels, results, path):
         ax2.set_yscale("log")
         ax2.set_xlabel("SNR of one ED at the edge server (dB)")
         ax2.set_ylabel("final loss / centralized, same trial")
-        ax2.set_title("paired ratio to centralized: median and its 95% interval\n(dotted: quantisation only)", fontsize=9)
+        ax2.set_title(
+            "paired ratio to centralized: median and its 95% interval\n(dotted: quantisation only)", fontsize=9
+        )
         ax2.grid(True, which="both", alpha=0.25)
         ax2.legend(fontsize=7)
     plotting.save(fig, path)
@@ -543,7 +586,10 @@ def _gap_explanation(cfg: SnrConfig, labels, results, d_max: int) -> str:
     quant = index_of(labels, method="quantized", digits=d_max)
     # Root mean square over trials: the formula gives E[error²] given the counts, so squares are
     # what average to it (a median of one-draw RMS values would sit below it).
-    rms = {name: np.sqrt(np.mean(np.square(np.asarray(results[name], np.float64)), axis=1)) for name in LAST_ROUND_DIAGNOSTICS}
+    rms = {
+        name: np.sqrt(np.mean(np.square(np.asarray(results[name], np.float64)), axis=1))
+        for name in LAST_ROUND_DIAGNOSTICS
+    }
     last = final_values(results)
     ratio = lambda a, b: ratio_verdict(last, a, b, "", "equal").interval_text()  # noqa: E731
     snr = labels[hi]["snr_db"]
@@ -569,12 +615,18 @@ def _gap_explanation(cfg: SnrConfig, labels, results, d_max: int) -> str:
 def _report_snr(cfg: SnrConfig, labels, results) -> str:
     b = stats.band(results["loss"])
     final = b.median[:, -1]
-    head = "| D | " + " | ".join(f"{s:g} dB" for s in cfg.snrs_db) + f" | no noise ({NOISE_FREE_DB:g} dB) | quantisation only |"
+    head = (
+        "| D | "
+        + " | ".join(f"{s:g} dB" for s in cfg.snrs_db)
+        + f" | no noise ({NOISE_FREE_DB:g} dB) | quantisation only |"
+    )
     lines = [head, "|---|" + "---|" * (len(cfg.snrs_db) + 2)]
     cell = lambda i: f"{b.median[i, -1]:.3g} [{b.lower[i, -1]:.3g}, {b.upper[i, -1]:.3g}]"  # noqa: E731
     for d in cfg.digits_list:
-        rows = _oac_rows(labels, d) + [index_of(labels, method="oac", digits=d, noise_free=True),
-                                       index_of(labels, method="quantized", digits=d)]
+        rows = _oac_rows(labels, d) + [
+            index_of(labels, method="oac", digits=d, noise_free=True),
+            index_of(labels, method="quantized", digits=d),
+        ]
         lines.append(f"| {d} | " + " | ".join(cell(i) for i in rows) + " |")
     d_max, d_min = max(cfg.digits_list), min(cfg.digits_list)
     rows = _oac_rows(labels, d_max)
@@ -588,7 +640,8 @@ def _report_snr(cfg: SnrConfig, labels, results) -> str:
         "federated the quantisation's."
     )
     text = (
-        f"Final loss (1)/|D| (m²) after {cfg.n_rounds} rounds, median [75% band]:\n\n" + "\n".join(lines)
+        f"Final loss (1)/|D| (m²) after {cfg.n_rounds} rounds, median [75% band]:\n\n"
+        + "\n".join(lines)
         + f"\n\nResources per round:\n\n{resources_table(cfg, cfg.digits_list)}\n\n**Reading.** {reading}\n\n"
     )
     last = final_values(results)
@@ -606,14 +659,30 @@ def _report_snr(cfg: SnrConfig, labels, results) -> str:
     for d in cfg.digits_list:
         r = _oac_rows(labels, d)
         if len(r) > 1:
-            verdicts.append(ratio_verdict(last, r[-1], r[0], f"D={d}: OAC at {top:g} dB below {cfg.snrs_db[0]:g} dB", "less"))
+            verdicts.append(
+                ratio_verdict(last, r[-1], r[0], f"D={d}: OAC at {top:g} dB below {cfg.snrs_db[0]:g} dB", "less")
+            )
     digits = sorted(cfg.digits_list)
     for d, e in zip(digits, digits[1:]):
-        verdicts.append(ratio_verdict(
-            last, _oac_rows(labels, e)[-1], _oac_rows(labels, d)[-1], f"more digits help at {top:g} dB: D={e} below D={d}", "less"))
+        verdicts.append(
+            ratio_verdict(
+                last,
+                _oac_rows(labels, e)[-1],
+                _oac_rows(labels, d)[-1],
+                f"more digits help at {top:g} dB: D={e} below D={d}",
+                "less",
+            )
+        )
     verdicts.append(ratio_verdict(last, rows[-1], 0, f"OAC D={d_max} at {top:g} dB ≈ centralized", "equal"))
-    verdicts.append(ratio_verdict(
-        last, rows[-1], 1, f"(explanation) OAC D={d_max} at {top:g} dB above ideal federated: the detector's self-noise", "greater"))
+    verdicts.append(
+        ratio_verdict(
+            last,
+            rows[-1],
+            1,
+            f"(explanation) OAC D={d_max} at {top:g} dB above ideal federated: the detector's self-noise",
+            "greater",
+        )
+    )
     free = index_of(labels, method="oac", digits=d_max, noise_free=True)
     verdicts.append(ratio_verdict(last, free, 0, f"OAC D={d_max} without noise ≈ centralized", "equal"))
     return text + verdict_block(verdicts)

@@ -53,7 +53,12 @@ class DevicesConfig(MallConfig):
             check("grid_sides", n, isinstance(n, int) and 1 <= n <= 100, "integers in [1, 100]")
         check("digits", self.digits, self.digits >= 1, "an integer >= 1")
         check_snrs("snr_db", (self.snr_db,))
-        check("bits_per_resource", self.bits_per_resource, math.isfinite(self.bits_per_resource) and self.bits_per_resource > 0, "finite and > 0")
+        check(
+            "bits_per_resource",
+            self.bits_per_resource,
+            math.isfinite(self.bits_per_resource) and self.bits_per_resource > 0,
+            "finite and > 0",
+        )
         check("compression", self.compression, 0 < self.compression <= 1, "in (0, 1]")
 
     @property
@@ -84,8 +89,10 @@ def _plot_devices(cfg: DevicesConfig, labels, results, path):
     b = stats.band(results["loss"])
     ks = np.asarray([n * n for n in cfg.grid_sides])
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for method, name, style in (("oac", f"OAC D={cfg.digits}, {cfg.snr_db:g} dB", plotting.LINE_STYLES[0]),
-                                ("quantized", "orthogonal digital (error-free, same levels)", plotting.LINE_STYLES[1])):
+    for method, name, style in (
+        ("oac", f"OAC D={cfg.digits}, {cfg.snr_db:g} dB", plotting.LINE_STYLES[0]),
+        ("quantized", "orthogonal digital (error-free, same levels)", plotting.LINE_STYLES[1]),
+    ):
         rows = [index_of(labels, method=method, devices=int(k)) for k in ks]
         (line,) = ax.plot(ks, b.median[rows, -1], label=name, **style)
         ax.fill_between(ks, b.lower[rows, -1], b.upper[rows, -1], color=line.get_color(), alpha=0.15, lw=0)
@@ -97,10 +104,18 @@ def _plot_devices(cfg: DevicesConfig, labels, results, path):
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=8)
     grid = np.unique(np.geomspace(1, max(ks.max(), 2), 50).round())
-    ax2.plot(grid, [resources(cfg, int(k))[0] for k in grid], label="OAC: L·C·β·D", **plotting.LINE_STYLES[0] | {"marker": None})
-    ax2.plot(grid, [resources(cfg, int(k))[1] for k in grid],
-             label=f"digital: L·C·K·N_bits·r_comp/r_bits ({cfg.bits} bits, r_comp={cfg.compression:g}, r_bits={cfg.bits_per_resource:g})",
-             **plotting.LINE_STYLES[1] | {"marker": None})
+    ax2.plot(
+        grid,
+        [resources(cfg, int(k))[0] for k in grid],
+        label="OAC: L·C·β·D",
+        **plotting.LINE_STYLES[0] | {"marker": None},
+    )
+    ax2.plot(
+        grid,
+        [resources(cfg, int(k))[1] for k in grid],
+        label=f"digital: L·C·K·N_bits·r_comp/r_bits ({cfg.bits} bits, r_comp={cfg.compression:g}, r_bits={cfg.bits_per_resource:g})",
+        **plotting.LINE_STYLES[1] | {"marker": None},
+    )
     ax2.plot(ks, [resources(cfg, int(k))[1] for k in ks], "s", color="tab:orange")
     ax2.plot(ks, [resources(cfg, int(k))[0] for k in ks], "o", color="tab:blue")
     ax2.set_xscale("log")
@@ -116,13 +131,17 @@ def _plot_devices(cfg: DevicesConfig, labels, results, path):
 def _report_devices(cfg: DevicesConfig, labels, results) -> str:
     b = stats.band(results["loss"])
     cell = lambda i: f"{b.median[i, -1]:.3g} [{b.lower[i, -1]:.3g}, {b.upper[i, -1]:.3g}]"  # noqa: E731
-    rows = ["| K | OAC loss | digital loss | OAC resources/round | digital resources/round | digital / OAC |",
-            "|---|---|---|---|---|---|"]
+    rows = [
+        "| K | OAC loss | digital loss | OAC resources/round | digital resources/round | digital / OAC |",
+        "|---|---|---|---|---|---|",
+    ]
     for n in cfg.grid_sides:
         k = n * n
         oac_res, dig_res = resources(cfg, k)
-        rows.append(f"| {k} | {cell(index_of(labels, method='oac', devices=k))} | "
-                    f"{cell(index_of(labels, method='quantized', devices=k))} | {oac_res} | {dig_res:g} | {dig_res / oac_res:.3g}x |")
+        rows.append(
+            f"| {k} | {cell(index_of(labels, method='oac', devices=k))} | "
+            f"{cell(index_of(labels, method='quantized', devices=k))} | {oac_res} | {dig_res:g} | {dig_res / oac_res:.3g}x |"
+        )
     oac_all = {resources(cfg, n * n)[0] for n in cfg.grid_sides}
     text = (
         f"Final loss (1)/|D| (m²) after {cfg.n_rounds} rounds, median [75% band], centralized {b.median[0, -1]:.3g}; "
@@ -134,7 +153,7 @@ def _report_devices(cfg: DevicesConfig, labels, results) -> str:
         "EDs share each resource, and the detector's fading self-noise grows with the counts K_l.\n\n"
     )
     resources_line = (
-        f"Claim \"OAC resources per round do not depend on K\": **{'reproduced' if len(oac_all) == 1 else 'not reproduced'}** "
+        f'Claim "OAC resources per round do not depend on K": **{"reproduced" if len(oac_all) == 1 else "not reproduced"}** '
         f"(exact count: {sorted(oac_all)} for K = {', '.join(str(n * n) for n in cfg.grid_sides)}).\n\n"
     )
     last = final_values(results)
@@ -142,14 +161,25 @@ def _report_devices(cfg: DevicesConfig, labels, results) -> str:
         return text + resources_line + RAW_NEEDED
     ks = [n * n for n in cfg.grid_sides]
     verdicts = [
-        ratio_verdict(last, index_of(labels, method="oac", devices=k), index_of(labels, method="quantized", devices=k),
-                      f"OAC ≈ digital at K = {k}", "equal")
+        ratio_verdict(
+            last,
+            index_of(labels, method="oac", devices=k),
+            index_of(labels, method="quantized", devices=k),
+            f"OAC ≈ digital at K = {k}",
+            "equal",
+        )
         for k in ks
     ]
     if len(ks) > 1:
-        verdicts.append(ratio_verdict(last, index_of(labels, method="oac", devices=max(ks)),
-                                      index_of(labels, method="oac", devices=min(ks)),
-                                      f"OAC loss at K = {max(ks)} ≈ at K = {min(ks)}", "equal"))
+        verdicts.append(
+            ratio_verdict(
+                last,
+                index_of(labels, method="oac", devices=max(ks)),
+                index_of(labels, method="oac", devices=min(ks)),
+                f"OAC loss at K = {max(ks)} ≈ at K = {min(ks)}",
+                "equal",
+            )
+        )
     return text + resources_line + verdict_block(verdicts)
 
 
@@ -193,9 +223,12 @@ def _plot_digits1(cfg: Digits1Config, labels, results, path):
 
     snrs = np.asarray(cfg.snrs_db)
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.3))
-    panels = (("loss", LOSS_LABEL, "final loss", True), ("reinits", "centroids re-initialised per run", "re-initialisations", False),
-              ("movement", "mean centroid move per round (m)", "centroid movement", False),
-              ("dead_zone", "share of clusters in the dead zone", "dead zone: all changes quantise to 0", False))
+    panels = (
+        ("loss", LOSS_LABEL, "final loss", True),
+        ("reinits", "centroids re-initialised per run", "re-initialisations", False),
+        ("movement", "mean centroid move per round (m)", "centroid movement", False),
+        ("dead_zone", "share of clusters in the dead zone", "dead zone: all changes quantise to 0", False),
+    )
     for ax, (metric, ylabel, title, final) in zip(axes, panels):
         value = np.asarray(results[metric]) if not isinstance(results[metric], stats.Summary) else None
         if value is None:
@@ -206,10 +239,20 @@ def _plot_digits1(cfg: Digits1Config, labels, results, path):
             rows = _digits1_rows(labels, reinit)
             style = plotting.LINE_STYLES[k]
             name = "with re-init" if reinit else "without re-init"
-            (line,) = ax.plot(snrs, np.median(per_trial[rows], 1) if final else per_trial[rows].mean(1), label=f"OAC D=1, {name}", **style)
+            (line,) = ax.plot(
+                snrs,
+                np.median(per_trial[rows], 1) if final else per_trial[rows].mean(1),
+                label=f"OAC D=1, {name}",
+                **style,
+            )
             q = index_of(labels, method="quantized", reinit=reinit)
-            ax.axhline(np.median(per_trial[q]) if final else per_trial[q].mean(), color=line.get_color(), ls=":", lw=1.2,
-                       label=f"quantisation only, {name}")
+            ax.axhline(
+                np.median(per_trial[q]) if final else per_trial[q].mean(),
+                color=line.get_color(),
+                ls=":",
+                lw=1.2,
+                label=f"quantisation only, {name}",
+            )
         if metric != "dead_zone":  # the lowest SNR is orders of magnitude off the others
             ax.set_yscale("symlog" if metric == "reinits" else "log")
             if metric == "reinits":
@@ -224,8 +267,11 @@ def _plot_digits1(cfg: Digits1Config, labels, results, path):
 
 def _report_digits1(cfg: Digits1Config, labels, results) -> str:
     b = stats.band(results["loss"])
-    names = [("quantisation only" if lab["method"] == "quantized" else f"OAC {lab['snr_db']:g} dB")
-             + (", re-init" if lab["reinit"] else ", no re-init") for lab in labels]
+    names = [
+        ("quantisation only" if lab["method"] == "quantized" else f"OAC {lab['snr_db']:g} dB")
+        + (", re-init" if lab["reinit"] else ", no re-init")
+        for lab in labels
+    ]
     table = band_table("round", [cfg.n_rounds], names, b, [cfg.n_rounds - 1])
     text = f"D = 1, β = {cfg.beta}, init {cfg.init}: final loss (1)/|D| (m²), median [75% band]:\n\n{table}\n\n"
     last = final_values(results)
@@ -249,8 +295,12 @@ def _report_digits1(cfg: Digits1Config, labels, results) -> str:
         f"{b.median[off[-1], -1]:.2f} m². "
     )
     verdicts = [
-        ratio_verdict(last, on[-1], on[low], f"with re-init, D=1 is worse at {hi_db:g} dB than at {lo_db:g} dB", "greater"),
-        ratio_verdict(last, off[-1], off[low], f"without re-init, D=1 is worse at {hi_db:g} dB than at {lo_db:g} dB", "greater"),
+        ratio_verdict(
+            last, on[-1], on[low], f"with re-init, D=1 is worse at {hi_db:g} dB than at {lo_db:g} dB", "greater"
+        ),
+        ratio_verdict(
+            last, off[-1], off[low], f"without re-init, D=1 is worse at {hi_db:g} dB than at {lo_db:g} dB", "greater"
+        ),
     ]
     if verdicts[0].verdict == stats.REPRODUCED and verdicts[1].verdict != stats.REPRODUCED:
         reading += (
@@ -261,8 +311,12 @@ def _report_digits1(cfg: Digits1Config, labels, results) -> str:
     else:
         reading += "These trials do not single out noise-driven re-initialisation as the cause (see the verdicts)."
     return (
-        text + "Per round, mean over trials and rounds:\n\n" + "\n".join(rows) + f"\n\n**Reading.** {reading}\n\n"
-        + "Checks of the explanation (not claims of the paper):\n\n" + verdict_block(verdicts)
+        text
+        + "Per round, mean over trials and rounds:\n\n"
+        + "\n".join(rows)
+        + f"\n\n**Reading.** {reading}\n\n"
+        + "Checks of the explanation (not claims of the paper):\n\n"
+        + verdict_block(verdicts)
     )
 
 

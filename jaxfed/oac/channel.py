@@ -39,7 +39,8 @@ Static: β, D, the channel and the shapes (K, Q). Traced: the key, the values, v
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
