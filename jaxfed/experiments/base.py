@@ -36,6 +36,7 @@ __all__ = [
     "check",
     "check_finite",
     "check_bernoulli_setting",
+    "check_loss_normalisation",
     "check_natgrad_setting",
     "make_config",
     "preset_variant",
@@ -172,19 +173,21 @@ def check_bernoulli_setting(cfg, min_agents: int = 2) -> None:
     check("theta_true", cfg.theta_true, 0.0 <= cfg.theta_true <= 1.0, "in [0, 1]")
 
 
+def check_loss_normalisation(value) -> None:
+    """``loss_normalisation`` is one of :data:`jaxfed.likelihoods.LOSS_NORMALISATIONS` ("sum", "mean")."""
+    from jaxfed import likelihoods
+
+    allowed = likelihoods.LOSS_NORMALISATIONS
+    check("loss_normalisation", value, value in allowed, f"one of {allowed}")
+
+
 def check_natgrad_setting(cfg) -> None:
     """Validates the fields of the non-conjugate (natural-gradient) G-FVL experiments: epsilon,
     loss_normalisation, rho, baseline, n_samples."""
-    from jaxfed import likelihoods, natgrad
+    from jaxfed import natgrad
 
     check("epsilon", cfg.epsilon, 0.0 <= cfg.epsilon < 0.5, "in [0, 0.5)")
-    normalisations = likelihoods.LOSS_NORMALISATIONS
-    check(
-        "loss_normalisation",
-        cfg.loss_normalisation,
-        cfg.loss_normalisation in normalisations,
-        f"one of {normalisations}",
-    )
+    check_loss_normalisation(cfg.loss_normalisation)
     check("rho", cfg.rho, cfg.rho > 0, "> 0")
     check("baseline", cfg.baseline, cfg.baseline in natgrad.BASELINES, f"one of {natgrad.BASELINES}")
     minimum = 1 if cfg.baseline == "constant" else 2

@@ -16,7 +16,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, scenarios, stats
-from jaxfed.experiments.base import Experiment, Sweep, band_table, check, check_bernoulli_setting
+from jaxfed.experiments.base import (
+    Experiment,
+    Sweep,
+    band_table,
+    check,
+    check_bernoulli_setting,
+    check_loss_normalisation,
+)
 
 NAME = "gfvl-topologies"
 
@@ -44,13 +51,7 @@ class Config:
 
     def __post_init__(self):
         check_bernoulli_setting(self)
-        normalisations = likelihoods.LOSS_NORMALISATIONS
-        check(
-            "loss_normalisation",
-            self.loss_normalisation,
-            self.loss_normalisation in normalisations,
-            f"one of {normalisations}",
-        )
+        check_loss_normalisation(self.loss_normalisation)
         check("n_slots", self.n_slots, self.n_slots >= 1, "an integer >= 1")
         check("topologies", self.topologies, len(self.topologies) >= 1, "a non-empty list")
         for name in self.topologies:

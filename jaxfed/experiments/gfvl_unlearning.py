@@ -35,6 +35,7 @@ from jaxfed.experiments.base import (
     band_table,
     check,
     check_bernoulli_setting,
+    check_loss_normalisation,
     check_natgrad_setting,
     preset_variant,
 )
@@ -60,13 +61,7 @@ def _check_common(cfg) -> None:
     )
     check("learn_slots", cfg.learn_slots, cfg.learn_slots >= 1, "an integer >= 1")
     check("n_slots", cfg.n_slots, cfg.n_slots >= 1, "an integer >= 1")
-    normalisations = likelihoods.LOSS_NORMALISATIONS
-    check(
-        "loss_normalisation",
-        cfg.loss_normalisation,
-        cfg.loss_normalisation in normalisations,
-        f"one of {normalisations}",
-    )
+    check_loss_normalisation(cfg.loss_normalisation)
 
 
 @dataclasses.dataclass(frozen=True)
