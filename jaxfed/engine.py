@@ -928,7 +928,8 @@ def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, comm
         record["compile_cached"] &= cached
         return executable
 
-    if chunk_size is None:
+    chosen = chunk_size is None
+    if chosen:
         lowered = _make_chunk_fn(trial, group, step, mesh, common, summary).lower(*args)
         key = _probe_key(lowered, mesh)
         figures = _load_probe(cache_dir, key)
@@ -953,7 +954,17 @@ def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, comm
     compiled = compile_batch(_round_up(chunk_size, step))
     analysis = compiled.memory_analysis()
     if analysis is not None:
-        _refuse_chunk(chunk_size, False, analysis.temp_size_in_bytes + analysis.output_size_in_bytes, budget)
+        need = analysis.temp_size_in_bytes + analysis.output_size_in_bytes
+        if chosen and need > budget and chunk_size > step:
+            # The probe's linear extrapolation can underestimate a program whose memory does not
+            # scale like the probe's (a 1e6-trial summary chunk needed 21 GiB where 4 were
+            # predicted): size again from this compilation's own figure, once.
+            per_trial = need / _round_up(chunk_size, step)
+            chunk_size = min(n_trials, max(step, int(_BUDGET_FOR_CHUNKS * budget / per_trial) // step * step))
+            compiled = compile_batch(_round_up(chunk_size, step))
+            analysis = compiled.memory_analysis()
+            need = analysis.temp_size_in_bytes + analysis.output_size_in_bytes if analysis is not None else 0
+        _refuse_chunk(chunk_size, False, need, budget)
     return chunk_size, compiled, record
 
 
