@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy import stats
+from test_kmeans import blobs
 
 from jaxfed import kmeans, oac
 from jaxfed.oac import aggregators
@@ -20,16 +21,7 @@ REFERENCE = np.load(pathlib.Path(__file__).parent / "data" / "kmeans_backends_re
 FIELDS = ("loss", "vmax", "next_vmax", "aggregate", "dead_zone", "reinitialised")
 
 
-def blobs(seed, n=300, centres=5, dim=2, spread=1.0):
-    rng = np.random.default_rng(seed)
-    c = rng.uniform(-20, 20, (centres, dim))
-    x = np.concatenate([rng.normal(ci, spread, (n // centres, dim)) for ci in c]).astype(np.float32)
-    init = x[rng.choice(len(x), centres, replace=False)]
-    owner = rng.integers(0, 7, len(x))
-    return x, init, owner
-
-
-X, INIT, OWNER = blobs(21)
+X, INIT, OWNER = blobs(21, n=300, dim=2)  # the sizes the reference outputs were recorded with
 DATA = kmeans.flat_data(X, OWNER)
 CASES = {
     "ideal": lambda: kmeans.Settings(aggregators.ideal()),
