@@ -124,3 +124,43 @@ def test_common_random_numbers_share_the_trial_key_across_points():
     key = jax.random.fold_in(jax.random.key(2), 3)
     for p in range(3):
         np.testing.assert_array_equal(out["walk"][p, 3], trial(key, POINTS[p])["walk"])
+
+
+@pytest.mark.parametrize(
+    "n_trials, fits, step, expected",
+    [
+        (262_144, 190_784, 64, 131_072),  # two equal chunks, not 190,784 + 71,360 (of which half is padding)
+        (1000, 5000, 64, 1000),  # one chunk: never more than the trials
+        (1000, 10, 64, 64),  # at least one step
+        (1000, 333, 64, 256),  # 4 chunks of 256 (the last holds 232)
+        (65, 64, 64, 64),  # first/last: 64 + 1
+    ],
+)
+def test_balanced_chunk_size(n_trials, fits, step, expected):
+    size = engine._balanced_chunk(n_trials, fits, step)
+    assert size == expected
+    assert size % step == 0 or size == n_trials
+    assert size <= max(step, fits // step * step)
+    n_chunks = -(-n_trials // size)
+    assert n_chunks == -(-n_trials // max(step, fits // step * step))  # no more chunks than the fitting size needs
+
+
+def _sorting_trial(key, point):
+    """A trial whose temporaries (a sort buffer of 4,096 values) dominate its memory."""
+    x = jnp.sort(jax.random.normal(key, (4096,)) * point["scale"])
+    return {"median": x[2048]}
+
+
+def test_a_chunk_that_compiles_larger_than_the_budget_is_resized(monkeypatch):
+    """The memory probe can underestimate (a cached probe, or a program whose memory does not scale
+    like the probe's): the chunk is then resized from its own compilation's figures, and the run
+    gives the same values as an explicitly chunked one."""
+    points = [{"scale": jnp.float32(1.0)}, {"scale": jnp.float32(3.0)}]
+    monkeypatch.setattr(engine, "_load_probe", lambda cache_dir, key: {"temp": 0, "output": 0})
+    budget = 64 * 2**20
+    info = {}
+    out = engine.run(_sorting_trial, points, 2048, max_memory=budget, info=info, compilation_cache="off")
+    size = info["chunk_sizes"][0]
+    assert engine.LANES <= size < 2048  # the probe alone would have taken all 2,048 trials in one chunk
+    reference = engine.run(_sorting_trial, points, 2048, chunk_size=100, compilation_cache="off")
+    np.testing.assert_array_equal(out["median"], reference["median"])
