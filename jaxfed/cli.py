@@ -70,6 +70,7 @@ def _run_one(exp, overrides, args, out_dir, n_trials):
         compilation_cache=args.compilation_cache,
         target_se=getattr(args, "target_se", None),
         target_metric=getattr(args, "target_metric", None),
+        target_statistic=getattr(args, "target_statistic", None) or "mean",
     )
     engine = config_json["engine"]
     if not args.quiet:
@@ -85,8 +86,10 @@ def _cmd_run(args) -> int:
 
     exp = get(args.name)
     n_trials = exp.default_trials if args.trials is None else args.trials
-    if args.target_se is None and (args.target_metric is not None or args.max_trials is not None):
-        raise ValueError("--target-metric and --max-trials go with --target-se X")
+    if args.target_se is None and (
+        args.target_metric is not None or args.max_trials is not None or args.target_statistic is not None
+    ):
+        raise ValueError("--target-metric, --target-statistic and --max-trials go with --target-se X")
     if args.target_se is not None:
         if args.trials is not None:
             raise ValueError("--trials is a fixed count; with --target-se give the cap as --max-trials")
@@ -304,7 +307,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_float,
         default=None,
         metavar="X",
-        help="run each point until the standard error of the mean of --target-metric is <= X (implies --keep summary)",
+        help="run each point until the standard error of the mean (or --target-statistic) of --target-metric "
+        "is <= X (implies --keep summary)",
+    )
+    run.add_argument(
+        "--target-statistic",
+        choices=("mean", "median"),
+        default=None,
+        help="with --target-se: whose standard error X bounds (default mean; median: from the histogram)",
     )
     run.add_argument(
         "--target-metric",

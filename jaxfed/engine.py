@@ -432,6 +432,7 @@ def run(
     compilation_cache: str | None = None,
     target_se: float | None = None,
     target_metric: str | None = None,
+    target_statistic: str = "mean",
 ) -> dict:
     """Runs ``trial`` for every point and ``n_trials`` trials per point.
 
@@ -469,11 +470,13 @@ def run(
             points differ only by their parameters (variance reduction for comparisons).
         target_se, target_metric: a precision target (summary mode; ``n_trials`` is then the
             most per point): chunks run until, for each point on its own, the standard error of
-            the mean of ``target_metric`` (``"NAME"``: its worst cell, ``"NAME@i"`` or
+            ``target_statistic`` of ``target_metric`` (``"NAME"``: its worst cell, ``"NAME@i"`` or
             ``"NAME@i,j"``: one cell) is at most ``target_se``; a point stops at the first chunk
             boundary where it is (decided from completed chunks only, so a rerun with the same
             seed and chunk size gives identical results) and is not computed again.
             ``info["target"]`` receives per point the trials run and the standard error reached.
+        target_statistic: ``"mean"`` (default) or ``"median"``: whose standard error
+            ``target_se`` bounds (the median's from the histogram, :func:`jaxfed.stats.median_se`).
         compilation_cache: directory of JAX's persistent compilation cache (and of the memory
             probe's results), ``"off"`` to disable it; default: ``$JAXFED_COMPILATION_CACHE``, else
             a per-user directory (see :func:`compilation_cache_dir`).
@@ -534,11 +537,12 @@ def run(
             raise ValueError(
                 "a precision target (target_se) needs keep='summary' (--keep summary): raw runs have a fixed trial count"
             )
-        target = parse_target(target_se, target_metric, specs)
+        target = parse_target(target_se, target_metric, specs, target_statistic)
         keep = "summary"
         info["target"] = {
             "se": target.se,
             "metric": target_metric,
+            "statistic": target.statistic,
             "max_trials": n_trials,
             "trials_per_point": [None] * len(points),
             "se_reached": [None] * len(points),
@@ -558,6 +562,8 @@ def run(
         )
         if target is not None:  # where each point stops depends on the target
             full_identity["target"] = {"se": target.se, "metric": target_metric}
+            if target.statistic != "mean":  # (stores of mean-targeted runs keep their identity)
+                full_identity["target"]["statistic"] = target.statistic
 
     results: dict = {}
     nonfinite = {name: np.zeros(len(points), np.int64) for name in specs}
@@ -848,24 +854,33 @@ def _widened(tail: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+TARGET_STATISTICS = ("mean", "median")
+"""What a precision target bounds the standard error of: the mean (from the float64 sums) or the
+median (from the histogram, :func:`jaxfed.stats.median_se`)."""
+
+
 class Target(NamedTuple):
-    """A precision target: every point runs until the standard error of the mean of ``metric``
-    (at ``index``, or the worst cell when None) is at most ``se``."""
+    """A precision target: every point runs until the standard error of ``statistic`` (the mean
+    or the median) of ``metric`` (at ``index``, or the worst cell when None) is at most ``se``."""
 
     se: float
     metric: str
     index: tuple | None
+    statistic: str = "mean"
 
 
-def parse_target(se, metric: str | None, specs: dict) -> Target:
+def parse_target(se, metric: str | None, specs: dict, statistic: str = "mean") -> Target:
     """The :class:`Target` of ``se`` and ``"NAME"`` or ``"NAME@i"`` / ``"NAME@i,j"``.
 
     Raises:
         ValueError: one line, for a target that is not a positive finite number, an unknown
-            metric (naming the known ones) or an index that does not exist in its shape.
+            metric (naming the known ones), an index that does not exist in its shape or a
+            statistic other than those in :data:`TARGET_STATISTICS`.
     """
     if isinstance(se, bool) or not isinstance(se, (int, float)) or not (math.isfinite(se) and se > 0):
         raise ValueError(f"target_se must be a finite number > 0, got {se!r}")
+    if statistic not in TARGET_STATISTICS:
+        raise ValueError(f"target_statistic must be one of {', '.join(TARGET_STATISTICS)}, got {statistic!r}")
     if not isinstance(metric, str) or not metric:
         raise ValueError(
             f"target_metric is required with target_se: one of {', '.join(sorted(specs))}, optionally NAME@index"
@@ -875,7 +890,7 @@ def parse_target(se, metric: str | None, specs: dict) -> Target:
         raise ValueError(f"target metric {name!r} does not exist; metrics: {', '.join(sorted(specs))}")
     shape = specs[name][0]
     if not index_text:
-        return Target(float(se), name, None)
+        return Target(float(se), name, None, statistic)
     try:
         index = tuple(int(part) for part in index_text.split(","))
     except ValueError:
@@ -887,13 +902,13 @@ def parse_target(se, metric: str | None, specs: dict) -> Target:
             f"target metric index {index_text!r} does not exist in {name!r}, whose cells have shape {list(shape)} "
             f"(use {name}@i with 0 <= i < n{' per axis, comma-separated' if len(shape) > 1 else ''})"
         )
-    return Target(float(se), name, index)
+    return Target(float(se), name, index, statistic)
 
 
 def _worst_se(summary, target: Target) -> np.ndarray:
-    """Per point, the standard error of the target cell (or the worst over cells; NaN when a cell
-    has fewer than two finite trials, which never meets a target)."""
-    se = np.asarray(summary.se)
+    """Per point, the standard error of the target's statistic in its cell (or the worst over
+    cells; NaN or inf when a cell has too few finite trials, which never meets a target)."""
+    se = np.asarray(summary.se if target.statistic == "mean" else stats.median_se(summary))
     se = se[(slice(None),) + target.index] if target.index is not None else se.reshape(se.shape[0], -1)
     se = np.where(np.isnan(se), np.inf, se)
     return se if se.ndim == 1 else se.max(axis=1, initial=-np.inf)

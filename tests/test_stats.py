@@ -104,3 +104,26 @@ def test_verdict_table_lists_each_claim():
     table = stats.verdict_table([v], what="a − b")
     assert "| grows |" in table and "**reproduced**" in table and "a − b" in table
     assert stats.verdict_table([]) == ""
+
+
+@pytest.mark.parametrize("draw", ["normal", "exponential", "lognormal"])
+def test_median_se_from_the_histogram_matches_the_spread_of_sample_medians(draw):
+    """Across 400 replicates of n = 2,000 trials, the histogram's median standard error agrees
+    with the empirical standard deviation of the sample medians within 15% (skewed laws too)."""
+    rng = np.random.default_rng(7)
+    values = {
+        "normal": lambda s: rng.normal(5.0, 1.0, s),
+        "exponential": lambda s: rng.exponential(1.0, s),
+        "lognormal": lambda s: rng.lognormal(0.0, 2.0, s),
+    }[draw]((400, 2000))
+    acc = stats.SummaryAccumulator((400,))
+    acc.add(values)
+    estimate = np.median(stats.median_se(acc.result()))
+    assert estimate == pytest.approx(np.median(values, axis=1).std(), rel=0.15)
+
+
+def test_median_se_needs_four_finite_trials():
+    acc = stats.SummaryAccumulator((2,))
+    acc.add(np.array([[1.0, 2.0, 3.0, np.nan], [1.0, 2.0, 3.0, 4.0]]))
+    se = stats.median_se(acc.result())
+    assert se[0] == np.inf and np.isfinite(se[1])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from test_engine import POINTS, trial
 
-from jaxfed import engine, store
+from jaxfed import engine, stats, store
 
 MAX, CHUNK, TARGET = 1000, 64, 0.1
 
@@ -146,3 +146,39 @@ def test_config_json_records_the_trials_and_the_precision_of_each_point(tmp_path
     target = json.loads((out / "config.json").read_text())["engine"]["target"]
     assert target["max_trials"] == 640 and len(target["trials_per_point"]) == 3
     assert all(se <= 0.05 or n == 640 for se, n in zip(target["se_reached"], target["trials_per_point"]))
+
+
+def test_a_median_target_stops_each_point_where_the_histogram_median_se_first_holds():
+    """``target_statistic="median"``: the same stopping rule on :func:`jaxfed.stats.median_se`,
+    checked against fixed-count runs at each chunk boundary."""
+    info = {}
+    out = engine.run(
+        trial,
+        POINTS,
+        MAX,
+        seed=1,
+        chunk_size=CHUNK,
+        keep="summary",
+        target_se=0.15,
+        target_metric="last",
+        target_statistic="median",
+        info=info,
+        compilation_cache="off",
+    )
+    counts = info["target"]["trials_per_point"]
+    assert info["target"]["statistic"] == "median" and len(set(counts)) > 1
+    for p, n in enumerate(counts):
+        assert n % CHUNK == 0 or n == MAX
+        at_stop = engine.run(trial, POINTS, n, seed=1, chunk_size=CHUNK, keep="summary")["last"]
+        reached = stats.median_se(at_stop)[p]
+        assert reached <= 0.15 or n == MAX
+        assert info["target"]["se_reached"][p] == pytest.approx(reached, rel=1e-12)
+        if n > CHUNK:
+            before = engine.run(trial, POINTS, n - CHUNK, seed=1, chunk_size=CHUNK, keep="summary")["last"]
+            assert stats.median_se(before)[p] > 0.15
+    np.testing.assert_array_equal(out["last"].count, np.asarray(counts))
+
+
+def test_an_unknown_target_statistic_is_refused():
+    with pytest.raises(ValueError, match="target_statistic must be one of mean, median, got 'mode'"):
+        engine.run(trial, POINTS, 64, keep="summary", target_se=0.1, target_metric="last", target_statistic="mode")

@@ -216,6 +216,7 @@ def run_experiment(
     compilation_cache: str | None = None,
     target_se: float | None = None,
     target_metric: str | None = None,
+    target_statistic: str = "mean",
 ) -> tuple[dict, dict]:
     """Runs an experiment through the engine and writes its result directory.
 
@@ -265,6 +266,7 @@ def run_experiment(
         compilation_cache=compilation_cache,
         target_se=target_se,
         target_metric=target_metric,
+        target_statistic=target_statistic,
     )
     nonfinite = info.pop("nonfinite_trials")
     config_json = dict(identity)
