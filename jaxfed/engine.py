@@ -272,7 +272,8 @@ def _broadcast_from_0(array: np.ndarray) -> np.ndarray:
     padded = np.zeros(int(n), np.int64)
     if jax.process_index() == 0:
         padded[:] = array.ravel()
-    return np.asarray(multihost_utils.broadcast_one_to_all(padded)).reshape(-1, *array.shape[1:])
+    # A writable copy: the caller updates it (a summary run's per-point trial counts).
+    return np.array(multihost_utils.broadcast_one_to_all(padded)).reshape(-1, *array.shape[1:])
 
 
 def chunk_function(

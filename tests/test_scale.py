@@ -52,24 +52,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_with_jax_distributed_give_identical_metrics(single, tmp_path):
-    out = tmp_path / "two"
+def _two_processes(run_args: list, out) -> dict:
+    """Runs ``jaxfed run`` as two processes joined by jax.distributed; config.json's engine record."""
     port = _free_port()
-    args = [
-        "run",
-        "gfvl-topologies",
-        "--trials",
-        "300",
-        "--chunk-size",
-        "128",
-        "--out",
-        str(out),
-        *SMALL,
-        "--coordinator",
-        f"127.0.0.1:{port}",
-        "--num-processes",
-        "2",
-    ]
+    args = [*run_args, "--out", str(out), *SMALL, "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "jaxfed.cli", *args, "--process-id", str(i)],
@@ -84,9 +70,42 @@ def test_two_processes_with_jax_distributed_give_identical_metrics(single, tmp_p
         if p.returncode != 0 and "collective" in err.lower() and "not" in err.lower():
             pytest.skip(f"this jaxlib cannot run CPU collectives across processes: {err.strip().splitlines()[-1]}")
         assert p.returncode == 0, err
-    config = json.loads((out / "config.json").read_text())
-    assert config["engine"]["processes"] == 2 and config["engine"]["devices"] == 2
+    engine_record = json.loads((out / "config.json").read_text())["engine"]
+    assert engine_record["processes"] == 2 and engine_record["devices"] == 2
+    return engine_record
+
+
+def test_two_processes_with_jax_distributed_give_identical_metrics(single, tmp_path):
+    out = tmp_path / "two"
+    _two_processes(["run", "gfvl-topologies", "--trials", "300", "--chunk-size", "128"], out)
     np.testing.assert_array_equal(load(out / "metrics.npz")["kl"], single["kl"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "mode",
+    [
+        ["--trials", "300", "--keep", "summary"],
+        ["--target-se", "0.004", "--target-metric", "kl@59", "--max-trials", "640"],
+    ],
+    ids=["summary", "target"],
+)
+def test_two_processes_give_identical_summaries_and_targeted_stops(mode, tmp_path):
+    """Summary and precision-targeted runs over two processes equal the one-process run: the same
+    histogram counts, bit-identical float64 sums, and (targeted) the same stop per point."""
+    run_args = ["run", "gfvl-topologies", "--chunk-size", "128", *mode]
+    one = tmp_path / "one"
+    result = cli(*run_args, "--out", str(one), *SMALL)
+    assert result.returncode == 0, result.stderr
+    two_record = _two_processes(run_args, tmp_path / "two")
+    one_record = json.loads((one / "config.json").read_text())["engine"]
+    assert two_record.get("target") == one_record.get("target")
+    if "--target-se" in mode:
+        assert len(set(one_record["target"]["trials_per_point"])) > 1  # the points stopped on their own
+    a, b = load(one / "metrics.npz"), load(tmp_path / "two" / "metrics.npz")
+    assert sorted(a) == sorted(b)
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name])
 
 
 def test_small_memory_budget_gives_smaller_chunks_and_the_same_metrics(single, tmp_path):
