@@ -950,11 +950,14 @@ def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, comm
     step = LANES * mesh.size
     record = {"compile_s": 0.0, "compile_cached": True, "memory_probe_cached": None}
 
-    def compile_batch(batch):
-        executable, seconds, cached = _compile(_make_chunk_fn(trial, group, batch, mesh, common, summary).lower(*args))
+    def compile_lowered(lowered):
+        executable, seconds, cached = _compile(lowered)
         record["compile_s"] += seconds
         record["compile_cached"] &= cached
         return executable
+
+    def compile_batch(batch):
+        return compile_lowered(_make_chunk_fn(trial, group, batch, mesh, common, summary).lower(*args))
 
     chosen = chunk_size is None
     if chosen:
@@ -964,9 +967,7 @@ def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, comm
         record["memory_probe_cached"] = figures is not None
         probe = None
         if figures is None:
-            probe, seconds, cached = _compile(lowered)
-            record["compile_s"] += seconds
-            record["compile_cached"] &= cached
+            probe = compile_lowered(lowered)
             analysis = probe.memory_analysis()
             figures = {"temp": int(analysis.temp_size_in_bytes), "output": int(analysis.output_size_in_bytes)}
             _save_probe(cache_dir, key, figures)
@@ -976,8 +977,8 @@ def _sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, comm
         _refuse_chunk(step, True, step * per_trial + 3 * fixed, budget)
         usable = _BUDGET_FOR_CHUNKS * budget - 3 * fixed  # the rest: the process itself, summaries, results
         chunk_size = _balanced_chunk(n_trials, int(usable // max(per_trial, 1.0)), step)
-        if chunk_size <= step:
-            return chunk_size, probe if probe is not None else compile_batch(step), record
+        if chunk_size <= step:  # the probe's program is the chunk's: compile it (or reuse it), lower nothing again
+            return chunk_size, probe if probe is not None else compile_lowered(lowered), record
     compiled = compile_batch(_round_up(chunk_size, step))
     analysis = compiled.memory_analysis()
     if analysis is not None:
