@@ -66,6 +66,8 @@ def cli_run(args: list, cache_dir: str) -> dict:
     if done.returncode != 0:
         raise RuntimeError(f"jaxfed {' '.join(args)} failed: {done.stderr.strip()[-500:]}")
     child = json.loads(done.stdout.strip().splitlines()[-1])
+    if child["rc"] != 0:
+        raise RuntimeError(f"jaxfed {' '.join(args)} exited with status {child['rc']}: {done.stderr.strip()[-500:]}")
     out = args[args.index("--out") + 1]
     with open(os.path.join(out, "config.json")) as f:
         engine_info = json.load(f)["engine"]
@@ -94,15 +96,16 @@ def engine_comparisons(args, work: str) -> dict:
     def cache(name):
         return os.path.join(work, f"cache-{name}")
 
-    kernel = kernel_throughput(args.kernel_trials, args.repeats)
-    rows: dict = {"kernel_trials_per_s": kernel, "kernel_chunk": args.kernel_trials}
-
     # Summary sweep through the CLI, minus the fixed cost of a 64-trial run (same cache: warm).
     small = cli_run(["run", "gfvl-topologies", "--trials", "64", "--keep", "summary", *out("sweep64")], cache("sweep"))
     big = cli_run(
         ["run", "gfvl-topologies", "--trials", str(args.sweep_trials), "--keep", "summary", *out("sweep")],
         cache("sweep"),
     )
+    # The kernel on the same trials: by default in calls of the chunk size the engine chose.
+    kernel_chunk = args.kernel_trials or big["engine"]["chunk_sizes"][0]
+    kernel = kernel_throughput(kernel_chunk, args.repeats)
+    rows: dict = {"kernel_trials_per_s": kernel, "kernel_chunk": kernel_chunk}
     sweep_rate = (args.sweep_trials - 64) / max(big["seconds"] - small["seconds"], 1e-9)
     rows["summary_sweep"] = {
         "trials": args.sweep_trials,
@@ -222,7 +225,12 @@ def main(argv=None):
     parser.add_argument("--engine", action="store_true", help="the engine-overhead comparisons instead (see above)")
     parser.add_argument("--sweep-trials", type=int, default=262_144)
     parser.add_argument("--raw-trials", type=int, default=65_536)
-    parser.add_argument("--kernel-trials", type=int, default=8192, help="trials per timed call of the bare kernel")
+    parser.add_argument(
+        "--kernel-trials",
+        type=int,
+        default=None,
+        help="trials per timed call of the bare kernel (default: the chunk size)",
+    )
     parser.add_argument("--million", type=int, default=1_000_000)
     parser.add_argument("--snr-target", type=float, default=0.01, help="target s.e. of kmeans-snr's final loss")
     parser.add_argument("--snr-max", type=int, default=4096)
@@ -231,7 +239,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.engine:
         if args.quick:
-            args.sweep_trials, args.raw_trials, args.kernel_trials, args.million = 2048, 1024, 512, 4096
+            args.sweep_trials, args.raw_trials, args.million = 2048, 1024, 4096
             args.snr_target, args.snr_max, args.snr_rounds, args.repeats = 0.5, 256, 5, 2
             if args.out.endswith("scaling.json"):
                 args.out = args.out.replace("scaling.json", "engine_quick.json")
