@@ -105,9 +105,8 @@ def sweep_run(trials: int) -> dict:
     cfg = kmeans_mall.SnrConfig(digits_list=(DIGITS,))
     labels = [lab for lab in kmeans_mall._snr_labels(cfg) if lab["method"] == "oac" and not lab.get("noise_free")]
     sweep = kmeans_mall._sweep(cfg, labels)
-    info: dict = {}
     start = time.perf_counter()
-    engine.run(sweep.trial, sweep.points, trials, common_random_numbers=True, info=info)
+    info = engine.run(sweep.trial, sweep.points, trials, common_random_numbers=True).info
     wall = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {

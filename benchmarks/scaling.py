@@ -274,8 +274,7 @@ def main(argv=None):
     while n <= args.max_trials:
         keep = "summary" if n >= 100_000 else "raw"
         start = time.perf_counter()
-        info: dict = {}
-        engine.run(sweep.trial, sweep.points, n, keep=keep, info=info)
+        info = engine.run(sweep.trial, sweep.points, n, keep=keep).info
         seconds = time.perf_counter() - start
         work = len(sweep.points) * n * 300
         by_trials.append(

@@ -83,7 +83,7 @@ class ConfigMismatch(StoreError):
 class GroupSpec(NamedTuple):
     """What every stored file of one point group must match."""
 
-    index: int  # group number, in the order of first appearance among the points
+    group: int  # group number, in the order of first appearance among the points
     point_ids: tuple  # global point indices of the group
     metrics: dict  # metric name -> (shape tuple of one trial, dtype string such as "<f4")
 
@@ -262,7 +262,7 @@ class Store:
     """
 
     def __init__(self, out_dir: str | None, identity: dict, overwrite: bool = False, note=lambda message: None):
-        self.dir, self.overwrite, self.note = out_dir, overwrite, note
+        self.dir, self.overwrite, self.note = out_dir or "", overwrite, note  # "": nothing is stored
         self.digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
         if out_dir is None:
             return
@@ -328,11 +328,11 @@ class Store:
     def raw_chunks(self, spec: GroupSpec, n_trials: int) -> Iterator[tuple[int, int, dict]]:
         """Yields (start, stop, arrays) of every verified stored chunk of the group that
         overlaps trials [0, ``n_trials``), arrays (points, stop − start, …), one file at a time."""
-        if self.dir is None:
+        if not self.dir:
             return
         for name in self._names():
             match = _RAW_NAME.fullmatch(name)
-            if not match or name != _raw_name(spec.index, int(match[2]), int(match[3])):
+            if not match or name != _raw_name(spec.group, int(match[2]), int(match[3])):
                 continue  # another group's, or a name this engine never builds ("g0001", …)
             start, stop = int(match[2]), int(match[3])
             if start >= n_trials:  # a larger run's trials: kept, not needed now
@@ -354,9 +354,9 @@ class Store:
 
     def save_raw(self, spec: GroupSpec, start: int, stop: int, arrays: dict) -> None:
         """Commits trials [start, stop) of a group: one atomic file."""
-        if self.dir is None:
+        if not self.dir:
             return
-        name = _raw_name(spec.index, start, stop)
+        name = _raw_name(spec.group, start, stop)
         atomic_write_bytes(os.path.join(self.chunks, name), _pack(self._expected("raw", spec, start, stop), arrays))
 
     # ---------------------------------------------------------------- summaries
@@ -375,9 +375,9 @@ class Store:
                 more than ``n_trials`` trials (a summary cannot be cut down; with ``overwrite``
                 it is discarded and recomputed).
         """
-        if self.dir is None:
+        if not self.dir:
             return 0, None, None, None
-        path = os.path.join(self.chunks, _summary_name(spec.index))
+        path = os.path.join(self.chunks, _summary_name(spec.group))
         if not os.path.lexists(path):
             return 0, None, None, None
         try:
@@ -427,11 +427,11 @@ class Store:
     def save_summary(self, spec: GroupSpec, point_trials: list, chunk: int, states: dict) -> None:
         """Commits a group's summary state after trials [0, point_trials[p]) of each point,
         computed in chunks of ``chunk`` trials: one atomic file."""
-        if self.dir is None:
+        if not self.dir:
             return
         arrays = {f"{metric}/{field}": value for metric, s in states.items() for field, value in s.items()}
         meta = dict(self._expected("summary", spec, 0, max(point_trials)), point_trials=list(point_trials), chunk=chunk)
-        atomic_write_bytes(os.path.join(self.chunks, _summary_name(spec.index)), _pack(meta, arrays))
+        atomic_write_bytes(os.path.join(self.chunks, _summary_name(spec.group)), _pack(meta, arrays))
 
     def _summary_specs(self, spec: GroupSpec, n_tail: int) -> dict:
         specs = {}
@@ -448,7 +448,7 @@ class Store:
             "format": STORE_FORMAT,
             "kind": kind,
             "identity": self.digest,
-            "group": spec.index,
+            "group": spec.group,
             "point_ids": list(spec.point_ids),
             "trials": [start, stop],
         }

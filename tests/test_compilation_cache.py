@@ -11,9 +11,8 @@ from jaxfed import engine
 
 
 def run(cache, **kwargs):
-    info = {}
-    out = engine.run(trial, POINTS, 23, seed=4, compilation_cache=cache, info=info, **kwargs)
-    return out, info
+    out = engine.run(trial, POINTS, 23, seed=4, compilation_cache=cache, **kwargs)
+    return out, out.info
 
 
 @pytest.mark.slow

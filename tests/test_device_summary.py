@@ -56,9 +56,8 @@ def test_device_summary_equals_the_host_summary_of_the_same_trials(raw, device_s
 
 @pytest.mark.parametrize("chunk_size", [pytest.param(1, marks=pytest.mark.slow), 7])
 def test_bit_identical_for_any_chunk_size(device_summary, chunk_size):
-    info = {}
-    out = engine.run(trial, POINTS, N, seed=5, keep="summary", chunk_size=chunk_size, info=info)
-    assert info["chunk_sizes"] == [stats.SUMMARY_BLOCK]  # rounded up to whole sum blocks
+    out = engine.run(trial, POINTS, N, seed=5, keep="summary", chunk_size=chunk_size)
+    assert out.info["chunk_sizes"] == [stats.SUMMARY_BLOCK]  # rounded up to whole sum blocks
     assert_summaries_equal(out, device_summary)
 
 
@@ -103,9 +102,8 @@ import numpy as np, sys
 sys.path.insert(0, {tests!r})
 from test_device_summary import trial, POINTS, N
 from jaxfed import engine, stats
-info = {{}}
-out = engine.run(trial, POINTS, N, seed=5, keep="summary", chunk_size=128, info=info)
-assert info["devices"] == 4, info
+out = engine.run(trial, POINTS, N, seed=5, keep="summary", chunk_size=128)
+assert out.info["devices"] == 4, out.info
 np.savez({path!r}, **{{f"{{m}}/{{f}}": getattr(s, f) for m, s in out.items() for f in stats.Summary._fields}})
 """
 

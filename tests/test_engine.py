@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from jaxfed import engine
+from jaxfed.engine import compiled, memory
 
 
 def trial(key, point):
@@ -137,7 +138,7 @@ def test_common_random_numbers_share_the_trial_key_across_points():
     ],
 )
 def test_balanced_chunk_size(n_trials, fits, step, expected):
-    size = engine._balanced_chunk(n_trials, fits, step)
+    size = memory.balanced_chunk(n_trials, fits, step)
     assert size == expected
     assert size % step == 0 or size == n_trials
     assert size <= max(step, fits // step * step)
@@ -156,11 +157,10 @@ def test_a_chunk_that_compiles_larger_than_the_budget_is_resized(monkeypatch):
     like the probe's): the chunk is then resized from its own compilation's figures, and the run
     gives the same values as an explicitly chunked one."""
     points = [{"scale": jnp.float32(1.0)}, {"scale": jnp.float32(3.0)}]
-    monkeypatch.setattr(engine, "_load_probe", lambda cache_dir, key: {"temp": 0, "output": 0})
+    monkeypatch.setattr(compiled, "load_probe", lambda cache_dir, key: {"temp": 0, "output": 0})
     budget = 64 * 2**20
-    info = {}
-    out = engine.run(_sorting_trial, points, 2048, max_memory=budget, info=info, compilation_cache="off")
-    size = info["chunk_sizes"][0]
+    out = engine.run(_sorting_trial, points, 2048, max_memory=budget, compilation_cache="off")
+    size = out.info["chunk_sizes"][0]
     assert engine.LANES <= size < 2048  # the probe alone would have taken all 2,048 trials in one chunk
     reference = engine.run(_sorting_trial, points, 2048, chunk_size=100, compilation_cache="off")
     np.testing.assert_array_equal(out["median"], reference["median"])

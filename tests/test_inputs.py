@@ -224,9 +224,8 @@ def test_bad_engine_arguments(kwargs, message):
 
 
 def test_chunk_size_is_capped_at_the_trial_count_and_memory_is_checked_first():
-    info = {}
-    out = engine.run(walk, POINTS, 5, chunk_size=10**11, info=info)
-    assert info["chunk_sizes"] == [5] and out["x"].shape == (2, 5, 3)
+    out = engine.run(walk, POINTS, 5, chunk_size=10**11)
+    assert out.info["chunk_sizes"] == [5] and out["x"].shape == (2, 5, 3)
     with pytest.raises(
         ValueError, match=r"the smallest chunk \(64 trials\) would need .* more than the memory budget of 1 KiB"
     ):
@@ -258,9 +257,9 @@ def nan_trial(key, point):
 
 
 def test_non_finite_metrics_are_handled_and_counted_alike_in_raw_and_summary():
-    raw_info, summary_info = {}, {}
-    raw = run(nan_trial, POINTS, 300, seed=1, chunk_size=64, info=raw_info)["x"]
-    summary = run(nan_trial, POINTS, 300, seed=1, chunk_size=50, keep="summary", info=summary_info)["x"]
+    raw_run = run(nan_trial, POINTS, 300, seed=1, chunk_size=64)
+    summary_run = run(nan_trial, POINTS, 300, seed=1, chunk_size=50, keep="summary")
+    raw, summary, raw_info, summary_info = raw_run["x"], summary_run["x"], raw_run.info, summary_run.info
     counts = [int((~np.isfinite(raw[p])).any(-1).sum()) for p in range(2)]
     assert raw_info["nonfinite_trials"] == summary_info["nonfinite_trials"] == {"x": counts}
     assert 0 < counts[0] < counts[1] < 300

@@ -6,11 +6,12 @@ import pytest
 from test_engine import POINTS, trial
 
 from jaxfed import engine, store
+from jaxfed.engine import core
 
 
 def test_the_next_chunk_is_dispatched_before_the_previous_one_is_handled(monkeypatch):
     events = []
-    real_pipelined = engine._pipelined
+    real_pipelined = core.pipelined
 
     def spy(chunks, dispatch, handle, writer):
         def logged_dispatch(chunk):
@@ -23,7 +24,7 @@ def test_the_next_chunk_is_dispatched_before_the_previous_one_is_handled(monkeyp
 
         return real_pipelined(chunks, logged_dispatch, logged_handle, writer)
 
-    monkeypatch.setattr(engine, "_pipelined", spy)
+    monkeypatch.setattr(core, "pipelined", spy)
     reference = engine.run(trial, POINTS, 23, seed=4, chunk_size=23)
     events.clear()
     out = engine.run(trial, POINTS, 23, seed=4, chunk_size=7)

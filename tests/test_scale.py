@@ -110,11 +110,11 @@ def test_two_processes_give_identical_summaries_and_targeted_stops(mode, tmp_pat
 
 def test_small_memory_budget_gives_smaller_chunks_and_the_same_metrics(single, tmp_path):
     sweep = gfvl_topologies.build(gfvl_topologies.Config(n_slots=60))
-    big, small = {}, {}
     # The experiment shares each trial's key across topologies, as `jaxfed run` does.
     crn = gfvl_topologies.EXPERIMENT.common_random_numbers
-    a = engine.run(sweep.trial, sweep.points, 300, max_memory=2**30, info=big, common_random_numbers=crn)
-    b = engine.run(sweep.trial, sweep.points, 300, max_memory=4 * 2**20, info=small, common_random_numbers=crn)
+    a = engine.run(sweep.trial, sweep.points, 300, max_memory=2**30, common_random_numbers=crn)
+    b = engine.run(sweep.trial, sweep.points, 300, max_memory=4 * 2**20, common_random_numbers=crn)
+    big, small = a.info, b.info
     assert small["chunk_sizes"][0] < big["chunk_sizes"][0]
     assert small["chunk_sizes"][0] % engine.LANES == 0
     np.testing.assert_array_equal(a["kl"], b["kl"])

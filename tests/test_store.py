@@ -35,6 +35,7 @@ import numpy as np
 import pytest
 
 from jaxfed import engine, stats, store
+from jaxfed.engine import core
 from jaxfed.experiments import base
 
 N_TRIALS, CHUNK, SEED = 20, 6, 3
@@ -237,7 +238,7 @@ def test_a_finished_run_grows_computing_only_the_new_trials(tmp_path, references
     d = tmp_path / "grow"
     run_toy(d, 8, keep)
     computed = []
-    real = engine._make_chunk_fn
+    real = core.make_chunk_fn
 
     def spy(*args, **kwargs):
         fn = real(*args, **kwargs)
@@ -245,7 +246,7 @@ def test_a_finished_run_grows_computing_only_the_new_trials(tmp_path, references
             computed.append(int(first)) or fn(seed, ids, traced, first, *rest)
         )
 
-    monkeypatch.setattr(engine, "_make_chunk_fn", spy)
+    monkeypatch.setattr(core, "make_chunk_fn", spy)
     assert check_identical_or_refused(d, references[keep, N_TRIALS], keep) == "identical"
     assert min(computed) == 8  # trials 0..7 came from the store
     cfg = json.loads((d / "config.json").read_text())

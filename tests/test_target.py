@@ -15,7 +15,6 @@ MAX, CHUNK, TARGET = 1000, 64, 0.1
 
 
 def targeted(**kwargs):
-    info = {}
     out = engine.run(
         trial,
         POINTS,
@@ -25,11 +24,10 @@ def targeted(**kwargs):
         keep="summary",
         target_se=TARGET,
         target_metric="walk@4",
-        info=info,
         compilation_cache="off",
         **kwargs,
     )
-    return out, info["target"]
+    return out, out.info["target"]
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +149,6 @@ def test_config_json_records_the_trials_and_the_precision_of_each_point(tmp_path
 def test_a_median_target_stops_each_point_where_the_histogram_median_se_first_holds():
     """``target_statistic="median"``: the same stopping rule on :func:`jaxfed.stats.median_se`,
     checked against fixed-count runs at each chunk boundary."""
-    info = {}
     out = engine.run(
         trial,
         POINTS,
@@ -162,9 +159,9 @@ def test_a_median_target_stops_each_point_where_the_histogram_median_se_first_ho
         target_se=0.15,
         target_metric="last",
         target_statistic="median",
-        info=info,
         compilation_cache="off",
     )
+    info = out.info
     counts = info["target"]["trials_per_point"]
     assert info["target"]["statistic"] == "median" and len(set(counts)) > 1
     for p, n in enumerate(counts):

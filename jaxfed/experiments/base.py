@@ -247,7 +247,6 @@ def run_experiment(
             "dtype": "float64" if jax.config.jax_enable_x64 else "float32",
         }
     )
-    info: dict = {}
     results = engine.run(
         sweep.trial,
         sweep.points,
@@ -261,13 +260,13 @@ def run_experiment(
         devices=devices,
         max_memory=max_memory,
         keep=keep,
-        info=info,
         common_random_numbers=exp.common_random_numbers,
         compilation_cache=compilation_cache,
         target_se=target_se,
         target_metric=target_metric,
         target_statistic=target_statistic,
     )
+    info = dict(results.info)
     nonfinite = info.pop("nonfinite_trials")
     config_json = dict(identity)
     if exp.source:

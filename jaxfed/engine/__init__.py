@@ -1,0 +1,74 @@
+"""The sweep engine: runs ``trial(key, point) -> metrics`` over points × trials.
+
+Points are pytrees. Following equinox's filtering convention, **array leaves are traced**
+(batched with ``vmap``: a grid over SNR or ρ is one compiled call) and **every other leaf is
+static** (Python ints, strings, tuples: part of the compiled function's identity). Points with
+equal static parts and array shapes form a group that shares one compiled function.
+
+Randomness: the key of (point p, trial t) is ``fold_in(fold_in(key(seed), p), t)``, or with
+common random numbers ``fold_in(key(seed), t)`` for every point, so that all points of a trial see
+the same data and draws and differ only by their parameters.
+
+Execution, per group: trials run in chunks (all points of the group at once). The trial axis of a
+chunk is sharded over a 1-D device mesh (``jax.sharding``, axis name ``"trials"``) spanning the
+local devices, or every process's devices after ``jax.distributed.initialize``; process 0
+gathers the results and owns the store. The compiled batch per device is a multiple of
+:data:`LANES`: XLA's vectorised and scalar code paths can differ in the last bit, so every trial
+takes the vectorised path and results are **bit-identical whatever the chunk size, device count
+or process count**. The chunk size comes from a memory budget and the compiled function's memory
+analysis unless given.
+
+Results: ``keep="raw"`` returns every trial, arrays (point, trial, …); ``keep="summary"`` returns
+a :class:`jaxfed.stats.Summary` (count, mean, standard error and a log-spaced histogram for
+quantiles) so a million trials need no more memory than one chunk. The device computes each
+chunk's part of it inside the compiled chunk function (:func:`jaxfed.stats.chunk_summary`:
+integer counts and histograms, float64 sums per block of ``stats.SUMMARY_BLOCK`` trials aligned to
+trial indices); the host folds the blocks in trial order. Summary chunks are whole blocks (the
+chunk size is rounded up to a multiple of ``SUMMARY_BLOCK``), which keeps summaries bit-identical
+whatever the chunk size, device count or process count.
+
+Store: with ``out_dir``, every finished chunk (raw) or summary state (summary) is one atomic file
+that records what it covers and is verified on load (see :mod:`jaxfed.store`); rerunning on the
+same directory computes only what is missing, so a process killed at any moment loses at most
+the chunk in flight, and a run can grow: the trial count is not part of the run's identity, so
+asking for more trials computes only the new ones. Asking for fewer is served from the stored
+trials in raw mode and refused in summary mode (a summary cannot be cut down). A directory
+holding a different configuration, or a damaged file, is refused with one line naming it (or
+discarded with ``overwrite``).
+
+Layout: :mod:`~jaxfed.engine.points` (grouping), :mod:`~jaxfed.engine.devices` (mesh, processes),
+:mod:`~jaxfed.engine.memory` (budgets, chunk size), :mod:`~jaxfed.engine.cache` (compilation cache),
+:mod:`~jaxfed.engine.compiled` (the chunk function), :mod:`~jaxfed.engine.sinks` (raw and summary
+results, pipelining), :mod:`~jaxfed.engine.target` (precision targets),
+:mod:`~jaxfed.engine.progress` and :mod:`~jaxfed.engine.core` (:func:`run`).
+"""
+
+from jaxfed.engine.cache import CACHE_ENV, compilation_cache_dir, use_compilation_cache
+from jaxfed.engine.compiled import chunk_function
+from jaxfed.engine.core import MAX_TRIALS, RAW_LIMIT_BYTES, RunResult, run
+from jaxfed.engine.devices import LANES, default_memory_budget, make_mesh
+from jaxfed.engine.progress import Progress
+from jaxfed.engine.target import TARGET_STATISTICS, Target, parse_target
+from jaxfed.store import ConfigMismatch, StoreError, atomic_savez, atomic_write_json
+
+__all__ = [
+    "run",
+    "RunResult",
+    "chunk_function",
+    "compilation_cache_dir",
+    "use_compilation_cache",
+    "CACHE_ENV",
+    "make_mesh",
+    "default_memory_budget",
+    "Progress",
+    "Target",
+    "TARGET_STATISTICS",
+    "parse_target",
+    "ConfigMismatch",
+    "StoreError",
+    "LANES",
+    "MAX_TRIALS",
+    "RAW_LIMIT_BYTES",
+    "atomic_write_json",
+    "atomic_savez",
+]

@@ -1,0 +1,113 @@
+"""Compiled once: JAX's persistent compilation cache (per-user directory, ``$JAXFED_COMPILATION_CACHE``
+or ``compilation_cache=``; ``off`` disables it) and the cached figures of the memory probe."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from typing import Any
+
+import jax
+from jax.sharding import Mesh
+
+from jaxfed.store import StoreError, atomic_write_json
+
+CACHE_ENV = "JAXFED_COMPILATION_CACHE"
+"""Environment variable: the compilation cache directory, or ``off``."""
+
+_OFF = ("off", "none", "0", "false", "no")
+
+
+_cache_events = {"hits": 0, "misses": 0, "listening": 0}  # counts of JAX's cache events; whether we listen
+
+
+def compilation_cache_dir(option: str | None = None) -> str | None:
+    """The compilation cache directory to use, or None when disabled.
+
+    ``option`` (the ``--compilation-cache`` flag or ``compilation_cache=``) first, then
+    ``$JAXFED_COMPILATION_CACHE``, then ``$XDG_CACHE_HOME/jaxfed/xla`` (``~/.cache/jaxfed/xla``);
+    ``off`` (or ``none``, ``0``, ``false``, ``no``) disables the cache.
+    """
+    value = option if option is not None else os.environ.get(CACHE_ENV) or None
+    if value is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return os.path.join(base, "jaxfed", "xla")
+    if value.strip().lower() in _OFF:
+        return None
+    return os.path.abspath(os.path.expanduser(value))
+
+
+def use_compilation_cache(option: str | None = None, note=lambda message: None) -> str | None:
+    """Points JAX's persistent compilation cache at :func:`compilation_cache_dir` (every
+    executable is cached, however fast it compiled) and returns the directory, or None when the
+    cache is off or the directory cannot be created or written (then ``note`` says why and the
+    run compiles as usual). Damaged entries in the directory are skipped by JAX with a warning
+    and recompiled."""
+    from jax.experimental.compilation_cache import compilation_cache as jax_cache
+
+    path = compilation_cache_dir(option)
+    if path is not None:
+        try:
+            os.makedirs(path, exist_ok=True)
+            if not os.access(path, os.W_OK | os.X_OK):
+                raise PermissionError(f"{path}: not writable")
+        except OSError as err:
+            note(f"compilation cache {path} cannot be used ({err.strerror or err}); compiling without it")
+            path = None
+    if jax.config.jax_compilation_cache_dir != path:  # type: ignore[attr-defined]  # (JAX's options are dynamic attributes)
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax_cache.reset_cache()  # JAX decides once per process whether it uses a cache
+    if not _cache_events["listening"]:
+        jax.monitoring.register_event_listener(_count_cache_event)
+        _cache_events["listening"] = 1
+    return path
+
+
+def _count_cache_event(event: str, **kwargs) -> None:
+    if event == "/jax/compilation_cache/cache_hits":
+        _cache_events["hits"] += 1
+    elif event == "/jax/compilation_cache/cache_misses":
+        _cache_events["misses"] += 1
+
+
+def timed_compile(lowered) -> tuple[Any, float, bool]:
+    """(executable, seconds, whether it came from the persistent cache) of a lowered function."""
+    hits, misses = _cache_events["hits"], _cache_events["misses"]
+    start = time.perf_counter()
+    executable = lowered.compile()
+    seconds = time.perf_counter() - start
+    return executable, seconds, _cache_events["hits"] > hits and _cache_events["misses"] == misses
+
+
+def probe_key(lowered, mesh: Mesh) -> str:
+    """Digest of what the memory probe's figures depend on: the program and the devices."""
+    device = mesh.devices.flat[0]
+    what = f"{jax.__version__}|{device.platform}|{getattr(device, 'device_kind', '')}|{mesh.size}|{lowered.as_text()}"
+    return hashlib.sha256(what.encode()).hexdigest()
+
+
+def load_probe(cache_dir: str | None, key: str) -> dict | None:
+    """The cached memory figures {"temp", "output"} (bytes) for ``key``, or None (absent, unreadable or malformed)."""
+    if cache_dir is None:
+        return None
+    try:
+        with open(os.path.join(cache_dir, "jaxfed-memory", f"{key}.json"), "rb") as f:
+            figures = json.loads(f.read().decode())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    ok = isinstance(figures, dict) and all(type(figures.get(k)) is int and figures[k] >= 0 for k in ("temp", "output"))
+    return figures if ok else None
+
+
+def save_probe(cache_dir: str | None, key: str, figures: dict) -> None:
+    """Caches the memory figures; a cache that cannot be written is only a missed saving."""
+    if cache_dir is None:
+        return
+    try:
+        os.makedirs(os.path.join(cache_dir, "jaxfed-memory"), exist_ok=True)
+        atomic_write_json(os.path.join(cache_dir, "jaxfed-memory", f"{key}.json"), figures)
+    except (OSError, StoreError):
+        pass

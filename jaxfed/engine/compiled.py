@@ -1,0 +1,148 @@
+"""The compiled chunk function of a group (raw metrics, or their summary computed on the device)
+and its size from the memory budget."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxfed import stats
+from jaxfed.engine.cache import load_probe, probe_key, save_probe, timed_compile
+from jaxfed.engine.devices import LANES, make_mesh
+from jaxfed.engine.memory import BUDGET_FOR_CHUNKS, balanced_chunk, refuse_chunk, round_up
+from jaxfed.engine.points import Group, Trial, group_points, rebuild
+
+
+def make_chunk_fn(
+    trial: Trial, group: Group, batch: int, mesh: Mesh | None, common: bool = False, summary: bool = False
+):
+    """The chunk function of a group, for ``batch`` trials from ``first_trial`` on.
+
+    Raw: (seed, point_ids (P,), traced leaves (P, ...), first_trial) -> metrics (P, batch, ...).
+    Summary: (…, first_trial, n_valid) -> metric -> :func:`jaxfed.stats.chunk_summary` of trials
+    [first_trial, first_trial + n_valid) (a multiple of ``stats.SUMMARY_BLOCK``) plus ``tail``,
+    the raw values (P, SUMMARY_BLOCK, ...) of the block from ``first_trial + n_valid`` on (the
+    run's last, partial block, which the host summarises; garbage when there is none).
+
+    With a mesh, the trial axis is sharded across it and the function is jitted; without one it
+    runs unjitted on the default device (for testing jit against no-jit).
+    """
+
+    def one(root_key, point_id, traced, trial_id):
+        key = jax.random.fold_in(root_key if common else jax.random.fold_in(root_key, point_id), trial_id)
+        return trial(key, rebuild(group, traced))
+
+    def metrics(seed, point_ids, traced, first_trial):
+        trial_ids = first_trial + jnp.arange(batch, dtype=jnp.uint32)
+        if mesh is not None and mesh.size > 1:
+            trial_ids = jax.lax.with_sharding_constraint(trial_ids, NamedSharding(mesh, P("trials")))
+        over_trials = jax.vmap(one, in_axes=(None, None, None, 0))
+        return jax.vmap(over_trials, in_axes=(None, 0, 0, None))(jax.random.key(seed), point_ids, traced, trial_ids)
+
+    def summarised(seed, point_ids, traced, first_trial, n_valid):
+        values = metrics(seed, point_ids, traced, first_trial)
+        with jax.enable_x64(True):  # float64 block sums on any device; the trial itself stays as it is
+            return {
+                name: dict(
+                    stats.chunk_summary(v, n_valid, jnp),
+                    tail=jax.lax.dynamic_slice_in_dim(v, n_valid, stats.SUMMARY_BLOCK, axis=1),
+                )
+                for name, v in values.items()
+            }
+
+    if summary:
+        return summarised if mesh is None else jax.jit(summarised)
+    if mesh is None:
+        return metrics
+    return jax.jit(metrics, out_shardings=NamedSharding(mesh, P(None, "trials")))
+
+
+def chunk_function(
+    trial: Trial, points: list, chunk_size: int, seed: int = 0, devices: int | None = None, common: bool = False
+):
+    """The jitted function the engine runs for one chunk, with its arguments (for benchmarks).
+
+    ``fn(*args)`` computes trials [0, batch) of every point, batch = ``chunk_size`` rounded up to
+    a multiple of ``LANES`` × devices, returning metrics of shape (n_points, batch, …). The points
+    must form a single group (equal static parts).
+    """
+    groups = group_points(points)
+    if len(groups) != 1:
+        raise ValueError(f"points must share their static leaves to form one compiled group, got {len(groups)} groups")
+    group, traced = groups[0]
+    mesh = make_mesh(devices)
+    batch = round_up(chunk_size, LANES * mesh.size)
+    fn = make_chunk_fn(trial, group, batch, mesh, common)
+    return fn, (np.uint32(seed), np.asarray(group.point_ids, np.uint32), traced, np.uint32(0))
+
+
+def sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, common, summary, fixed=0, cache_dir=None):
+    """(chunk size, compiled chunk function, compile record): the given size, or the largest that fits ``budget``.
+
+    Without a given size, compiles for a probe batch of ``LANES`` trials per device and reads the
+    memory analysis: temporaries and outputs scale linearly with the batch (arguments do not),
+    plus the host copy of the outputs; a chunk may take 75% of the budget, the rest is left to the
+    process itself and to the summaries or result arrays. The probe's executable is reused when the size it implies
+    needs no larger batch. ``fixed``: bytes of outputs that do not grow with the batch (a summary's
+    histograms and counts), counted once on the host and twice on the device (output and scatter).
+    The probe's memory figures are cached in ``cache_dir`` under a digest of the lowered program,
+    so a rerun compiles only the chunk function (itself from JAX's persistent cache).
+
+    The record holds ``compile_s`` (seconds spent compiling), ``compile_cached`` (every
+    executable came from the persistent cache) and ``memory_probe_cached``.
+
+    Raises:
+        ValueError: the smallest possible chunk (or the given one) needs more than ``budget``,
+            checked from the output shapes before compiling and from the memory analysis after
+            (compiling allocates nothing).
+    """
+    step = LANES * mesh.size
+    record = {"compile_s": 0.0, "compile_cached": True, "memory_probe_cached": None}
+
+    def compile_lowered(lowered):
+        executable, seconds, cached = timed_compile(lowered)
+        record["compile_s"] += seconds
+        record["compile_cached"] &= cached
+        return executable
+
+    def compile_batch(batch):
+        return compile_lowered(make_chunk_fn(trial, group, batch, mesh, common, summary).lower(*args))
+
+    chosen = chunk_size is None
+    if chosen:
+        lowered = make_chunk_fn(trial, group, step, mesh, common, summary).lower(*args)
+        key = probe_key(lowered, mesh)
+        figures = load_probe(cache_dir, key)
+        record["memory_probe_cached"] = figures is not None
+        probe = None
+        if figures is None:
+            probe = compile_lowered(lowered)
+            analysis = probe.memory_analysis()
+            figures = {"temp": int(analysis.temp_size_in_bytes), "output": int(analysis.output_size_in_bytes)}
+            save_probe(cache_dir, key, figures)
+        per_trial_device = max(figures["temp"] + figures["output"] - 2 * fixed, 0) / LANES
+        per_trial_host = max(figures["output"] - fixed, 0) / LANES
+        per_trial = per_trial_device / mesh.size + per_trial_host
+        refuse_chunk(step, True, step * per_trial + 3 * fixed, budget)
+        usable = BUDGET_FOR_CHUNKS * budget - 3 * fixed  # the rest: the process itself, summaries, results
+        chunk_size = balanced_chunk(n_trials, int(usable // max(per_trial, 1.0)), step)
+        if chunk_size <= step:  # the probe's program is the chunk's: compile it (or reuse it), lower nothing again
+            return chunk_size, probe if probe is not None else compile_lowered(lowered), record
+    compiled = compile_batch(round_up(chunk_size, step))
+    analysis = compiled.memory_analysis()
+    if analysis is not None:
+        need = analysis.temp_size_in_bytes + analysis.output_size_in_bytes
+        if chosen and need > budget and chunk_size > step:
+            # The probe's linear extrapolation can underestimate a program whose memory does not
+            # scale like the probe's (a 1e6-trial summary chunk needed 21 GiB where 4 were
+            # predicted): size again from this compilation's own figure, once.
+            per_trial = need / round_up(chunk_size, step)
+            chunk_size = balanced_chunk(n_trials, int(BUDGET_FOR_CHUNKS * budget / per_trial), step)
+            compiled = compile_batch(round_up(chunk_size, step))
+            analysis = compiled.memory_analysis()
+            need = analysis.temp_size_in_bytes + analysis.output_size_in_bytes if analysis is not None else 0
+        refuse_chunk(chunk_size, False, need, budget)
+    return chunk_size, compiled, record

@@ -1,0 +1,95 @@
+"""Points and their grouping: array leaves are traced, every other leaf is static; points with
+equal static parts and array shapes share one compiled function. Metric specs come from
+``jax.eval_shape`` of one trial per group, before anything runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+Trial = Callable[[jax.Array, Any], dict]
+
+
+def is_traced_leaf(leaf) -> bool:
+    return isinstance(leaf, (jax.Array, np.ndarray))
+
+
+@dataclass(frozen=True)
+class Group:
+    treedef: Any
+    static: tuple  # (index, value) of each static leaf
+    traced_slots: tuple  # leaf indices that are arrays
+    point_ids: tuple  # global point indices in this group
+
+
+def group_points(points: list) -> list[tuple[Group, list]]:
+    """Groups points by static part and array shapes; returns (group, stacked array leaves)."""
+    groups: dict = {}
+    for p, point in enumerate(points):
+        leaves, treedef = jax.tree.flatten(point)
+        traced = tuple(i for i, leaf in enumerate(leaves) if is_traced_leaf(leaf))
+        static = tuple((i, leaf) for i, leaf in enumerate(leaves) if i not in traced)
+        shapes = tuple((np.shape(leaves[i]), np.asarray(leaves[i]).dtype.str) for i in traced)
+        key = (treedef, static, traced, shapes)
+        groups.setdefault(key, []).append((p, [leaves[i] for i in traced]))
+    out = []
+    for (treedef, static, traced, _), members in groups.items():
+        ids = tuple(p for p, _ in members)
+        stacked = [np.stack([np.asarray(m[1][j]) for m in members]) for j in range(len(traced))]
+        out.append((Group(treedef, static, traced, ids), stacked))
+    return out
+
+
+def rebuild(group: Group, traced_leaves: list):
+    leaves: list = [None] * (len(group.static) + len(group.traced_slots))
+    for i, value in group.static:
+        leaves[i] = value
+    for i, value in zip(group.traced_slots, traced_leaves):
+        leaves[i] = value
+    return jax.tree.unflatten(group.treedef, leaves)
+
+
+def metric_specs(probes: list, groups: list) -> dict:
+    """metric -> (shape, dtype string) of one trial, from each group's ``eval_shape`` probe.
+
+    Raises:
+        ValueError: naming the metric and the problem, when a trial does not return a dict of
+            arrays with valid names, or when a metric's names, shape or dtype depend on the point.
+    """
+    specs, first = None, None
+    for (group, _), probe in zip(groups, probes):
+        p = group.point_ids[0]
+        if not isinstance(probe, dict):
+            raise ValueError(
+                f"trial must return a dict of metric name -> array, got {type(probe).__name__} (point {p})"
+            )
+        here = {}
+        for name, value in probe.items():
+            if not isinstance(name, str) or not name or "/" in name or name.startswith("__"):
+                raise ValueError(
+                    f"metric name {name!r} (point {p}) must be a non-empty string without '/', not starting with '__'"
+                )
+            if not isinstance(value, jax.ShapeDtypeStruct):
+                raise ValueError(f"metric {name!r} must be an array, got {type(value).__name__} (point {p})")
+            here[name] = (tuple(value.shape), np.dtype(value.dtype).str)
+        if specs is None:
+            specs, first = here, p
+            continue
+        if set(here) != set(specs):
+            raise ValueError(
+                f"trial returns metrics {sorted(specs)} for point {first} but {sorted(here)} for point {p}; "
+                "every point must return the same metrics"
+            )
+        for name, (shape, dtype) in here.items():
+            if (shape, dtype) != specs[name]:
+                raise ValueError(
+                    f"metric {name!r} is {specs[name][1]}{list(specs[name][0])} for point {first} but {dtype}{list(shape)} "
+                    f"for point {p}: a metric's shape and dtype must not depend on the point"
+                )
+    if specs is None:
+        raise ValueError("points must be a non-empty list")
+    return specs

@@ -1,0 +1,235 @@
+"""Result sinks: where a group's chunks go. :class:`RawSink` keeps every trial, :class:`SummarySink`
+folds the device's per-chunk summaries in trial order; both restore what the store holds, store
+each finished chunk off the critical path (:class:`Writer`) and take chunks through
+:func:`pipelined`, which dispatches chunk i + 1 before the host handles chunk i."""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+import numpy as np
+
+from jaxfed import stats
+from jaxfed.engine.devices import broadcast_from_0, to_host
+from jaxfed.store import GroupSpec, Store
+
+
+class Writer:
+    """Runs store writes one at a time on a background thread, so that the device and the host
+    need not wait for the disk; :meth:`submit` first waits for the previous write (at most one
+    pending, in order: the store sees the same sequence of calls as without the thread), and
+    re-raises whatever it raised, a simulated or real kill included."""
+
+    def __init__(self):
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxfed-store")
+        self._pending = None
+
+    def submit(self, fn, *args) -> None:
+        self.wait()
+        self._pending = self._pool.submit(fn, *args)
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        """Waits for the last write, then stops the thread (also after an error)."""
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown(wait=True)
+
+
+def pipelined(chunks, dispatch, handle, writer: Writer) -> None:
+    """For each chunk, ``dispatch(chunk)`` (asynchronous: returns device arrays at once) and then
+    ``handle(chunk, outputs)`` of the *previous* chunk, so the device computes chunk i + 1 while
+    the host converts, folds and stores chunk i. At most two chunks are alive: the one in flight
+    and the one being handled (whose write waits for the previous write first)."""
+    previous = None
+    for chunk in chunks:
+        outputs = dispatch(chunk)
+        if previous is not None:
+            handle(*previous)
+        previous = (chunk, outputs)
+    if previous is not None:
+        handle(*previous)
+    writer.wait()
+
+
+def missing_ranges(n_trials: int, done: list[tuple[int, int]], chunk_size: int) -> list[tuple[int, int]]:
+    """Chunks of at most ``chunk_size`` trials covering what ``done`` (stored ranges, possibly
+    overlapping) leaves out of [0, n_trials); O(stored chunks), whatever ``n_trials``."""
+    ranges, covered = [], 0
+    for start, stop in sorted(done) + [(n_trials, n_trials)]:
+        ranges += [(t, min(t + chunk_size, start)) for t in range(covered, start, chunk_size)]
+        covered = max(covered, stop)
+    return ranges
+
+
+class Sink:
+    """What a group's chunks are handed to: the interface :func:`jaxfed.engine.run` drives in raw
+    and summary modes alike.
+
+    - ``complete``: the verified store already holds every trial asked for (nothing to compile);
+    - ``done_trials()``: point-trials already done (restored from the store);
+    - ``plan(size)``: the chunks (start, stop) left to compute, ``size`` trials at most each;
+    - ``extra_args(chunk)``: the chunk function's arguments after (seed, points, leaves, start);
+    - ``handle(chunk, device_out)``: takes a finished chunk (host conversion, results, store);
+    - ``finish(nonfinite)``: the group's results, after its last chunk.
+    """
+
+    complete: bool
+
+
+class RawSink(Sink):
+    """Every trial, written into ``results[name][rows, start:stop]`` (arrays (point, trial, …)
+    shared by all groups) and stored chunk by chunk. The stored chunks are copied in first; a
+    larger run's chunk serves a smaller request."""
+
+    def __init__(self, store: Store, spec: GroupSpec, n_trials: int, results: dict, writer: Writer):
+        self.store, self.spec, self.n_trials, self.results, self.writer = store, spec, n_trials, results, writer
+        self.rows = np.asarray(spec.point_ids)
+        self.done = []
+        for start, stop, arrays in store.raw_chunks(spec, n_trials):
+            stop_used = min(stop, n_trials)
+            for name in spec.metrics:
+                results[name][self.rows, start:stop_used] = arrays[name][:, : stop_used - start]
+            self.done.append((start, stop_used))
+        self.complete = not missing_ranges(n_trials, self.done, n_trials)
+
+    def done_trials(self) -> int:
+        missing = missing_ranges(self.n_trials, self.done, self.n_trials)
+        return len(self.rows) * (self.n_trials - sum(stop - start for start, stop in missing))
+
+    def plan(self, size: int) -> list:
+        plan = broadcast_from_0(np.asarray(missing_ranges(self.n_trials, self.done, size), np.int64).reshape(-1, 2))
+        return [(int(start), int(stop)) for start, stop in plan]
+
+    def extra_args(self, chunk) -> tuple:
+        return ()
+
+    def handle(self, chunk, device_out) -> None:
+        start, stop = chunk
+        out = {name: value[:, : stop - start] for name, value in to_host(device_out).items()}
+        for name, value in out.items():
+            self.results[name][self.rows, start:stop] = value
+        self.writer.submit(self.store.save_raw, self.spec, start, stop, out)
+
+    def finish(self, nonfinite: dict) -> dict:
+        """Counts the non-finite trials; the arrays are ``results`` already (an empty dict)."""
+        for name in self.spec.metrics:
+            nonfinite[name][self.rows] = [nonfinite_trials(self.results[name][p]) for p in self.rows]
+        return {}
+
+
+def _whole(stop):
+    """Trials before ``stop`` in whole sum blocks (see ``stats.SUMMARY_BLOCK``)."""
+    return stop // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK
+
+
+class SummarySink(Sink):
+    """Per point, a :class:`jaxfed.stats.SummaryState` of whole sum blocks plus the raw tail of the
+    last partial block, folded in trial order from the device's per-chunk summaries and stored
+    after every chunk. Points may advance separately (a precision target stops some): ``counts``
+    holds each point's trials done, the next chunk's start. A stored summary resumes at its last
+    whole block (see :func:`resume_point`)."""
+
+    def __init__(self, store: Store, spec: GroupSpec, n_trials: int, writer: Writer, is_main: bool):
+        self.store, self.spec, self.n_trials, self.writer, self.is_main = store, spec, n_trials, writer, is_main
+        self.rows = np.asarray(spec.point_ids)
+        self.stored = store.load_summary(spec, n_trials)  # (stop, states, per-point trials, chunk size)
+        self.stored_chunk_size = self.stored[3]
+        self.complete = self.stored[1] is not None and self.stored[0] == n_trials
+        first, self.states, self.tails, counts = resume_point(self.stored, n_trials, len(self.rows), spec.metrics)
+        self.first = int(broadcast_from_0(np.asarray([first], np.int64))[0])
+        self.counts = broadcast_from_0(counts)  # only process 0 reads the store
+        self.size: int | None = None  # the chunk size, recorded in the store (a targeted run resumes on it)
+
+    def done_trials(self) -> int:
+        return int(self.counts.sum())
+
+    def plan(self, size: int) -> list:
+        self.size = size
+        return [(start, min(start + size, self.n_trials)) for start in range(self.first, self.n_trials, size)]
+
+    def extra_args(self, chunk) -> tuple:
+        return (np.uint32(_whole(chunk[1]) - chunk[0]),)
+
+    def handle(self, chunk, device_out, active=slice(None)) -> None:
+        """Folds a chunk of the points ``active`` (all, or an index array of those still running)."""
+        start, stop = chunk
+        out = to_host(device_out)
+        n_blocks = (_whole(stop) - start) // stats.SUMMARY_BLOCK
+        self.counts[active] = stop  # on every process: the next chunk's start
+        if not self.is_main:
+            return
+        # New arrays, never changed in place: the writer thread may still read the last ones.
+        for name, part in out.items():
+            tail = part["tail"][:, : stop - _whole(stop)]
+            if isinstance(active, slice):
+                self.states[name], self.tails[name] = stats.fold(self.states[name], part, n_blocks), tail
+            else:
+                sub = stats.fold(stats.SummaryState(*(f[active] for f in self.states[name])), part, n_blocks)
+                self.states[name] = stats.SummaryState(
+                    *(with_rows(f, active, v) for f, v in zip(self.states[name], sub))
+                )
+                self.tails[name] = with_rows(widened(self.tails[name], tail.shape[1]), active, tail)
+        snapshot = {name: dict(self.states[name]._asdict(), tail=self.tails[name]) for name in self.spec.metrics}
+        self.writer.submit(self.store.save_summary, self.spec, self.counts.tolist(), self.size, snapshot)
+
+    def finish(self, nonfinite: dict) -> dict:
+        """metric -> (rows, :class:`jaxfed.stats.Summary`) of the group."""
+        counts = self.counts
+        tail_lengths = np.where(counts == counts.max(initial=0), counts - _whole(counts), 0)
+        parts = {}
+        for name in self.spec.metrics:
+            final, summary = stats.finish(self.states[name], self.tails[name], tail_lengths)
+            parts[name] = (self.rows, summary)
+            nonfinite[name][self.rows] = final.nonfinite_trials
+        return parts
+
+
+def resume_point(done, n_trials: int, n_points: int, specs: dict) -> tuple[int, dict, dict, np.ndarray]:
+    """(first trial to compute, metric -> SummaryState of the whole blocks before it, metric ->
+    raw tail after them, per point the trials done) from a stored summary (see
+    :meth:`jaxfed.store.Store.load_summary`).
+
+    A finished run (stored up to ``n_trials``) is complete as stored; a shorter one resumes at its
+    last whole block, recomputing the partial block after it, so that every block sum is taken
+    over the same trials as in an uninterrupted run.
+    """
+    stop, stored, point_trials, _ = done
+    if stored is None:
+        states = {name: stats.empty_state((n_points,) + shape) for name, (shape, _) in specs.items()}
+        tails = {name: np.zeros((n_points, 0) + shape, dt) for name, (shape, dt) in specs.items()}
+        return 0, states, tails, np.zeros(n_points, np.int64)
+    states = {name: stats.SummaryState(**{f: s[f] for f in stats.SummaryState._fields}) for name, s in stored.items()}
+    tails = {name: s["tail"] for name, s in stored.items()}
+    counts = np.asarray(point_trials, np.int64)
+    if stop == n_trials:
+        return stop, states, tails, counts
+    first = stop // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK
+    tails = {name: tail[:, :0] for name, tail in tails.items()}
+    return first, states, tails, np.minimum(counts, first)
+
+
+def with_rows(array: np.ndarray, rows, values) -> np.ndarray:
+    """A copy of ``array`` with ``rows`` replaced by ``values``."""
+    out = array.copy()
+    out[rows] = values
+    return out
+
+
+def widened(tail: np.ndarray, n: int) -> np.ndarray:
+    """``tail`` (points, trials, …) zero-padded to at least ``n`` trials."""
+    if tail.shape[1] >= n:
+        return tail
+    out = np.zeros((tail.shape[0], n) + tail.shape[2:], tail.dtype)
+    out[:, : tail.shape[1]] = tail
+    return out
+
+
+def nonfinite_trials(values: np.ndarray) -> int:
+    """Trials (axis 0) of one point's raw metric with a NaN or ±inf anywhere."""
+    return int((~np.isfinite(values)).reshape(values.shape[0], -1).any(-1).sum())
