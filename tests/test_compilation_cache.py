@@ -68,3 +68,24 @@ def test_a_rerun_of_a_finished_run_compiles_nothing(tmp_path):
             pairs = zip(first[name], again[name]) if keep == "summary" else [(first[name], again[name])]
             for a, b in pairs:  # a Summary's fields, or the raw array
                 np.testing.assert_array_equal(a, b)
+
+
+def test_a_run_leaves_jax_cache_settings_as_it_found_them(tmp_path, monkeypatch):
+    """The engine uses its cache only while it runs: other JAX code in the process (a notebook)
+    keeps its own setting, also after a run that failed while compiling."""
+    import jax
+
+    from jaxfed.engine import core
+
+    before = jax.config.jax_compilation_cache_dir
+    run(str(tmp_path / "cache"))
+    assert jax.config.jax_compilation_cache_dir == before
+
+    def fail(*args, **kwargs):
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "c2")  # in use while compiling
+        raise RuntimeError("compilation failed")
+
+    monkeypatch.setattr(core, "sized_chunk_fn", fail)
+    with pytest.raises(RuntimeError, match="compilation failed"):
+        run(str(tmp_path / "c2"))
+    assert jax.config.jax_compilation_cache_dir == before

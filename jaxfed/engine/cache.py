@@ -3,6 +3,7 @@ or ``compilation_cache=``; ``off`` disables it) and the cached figures of the me
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -64,6 +65,27 @@ def use_compilation_cache(option: str | None = None, note=lambda message: None) 
         jax.monitoring.register_event_listener(_count_cache_event)
         _cache_events["listening"] = 1
     return path
+
+
+@contextlib.contextmanager
+def compilation_cache(option: str | None = None, note=lambda message: None):
+    """:func:`use_compilation_cache` for the duration of a ``with`` block (a run), then JAX's
+    previous cache settings again, so that the engine leaves other JAX code in the process (a
+    notebook's, say) with the cache it had."""
+    previous = (
+        jax.config.jax_compilation_cache_dir,  # type: ignore[attr-defined]
+        jax.config.jax_persistent_cache_min_compile_time_secs,  # type: ignore[attr-defined]
+    )
+    path = use_compilation_cache(option, note)
+    try:
+        yield path
+    finally:
+        if previous[0] != path:
+            from jax.experimental.compilation_cache import compilation_cache as jax_cache
+
+            jax.config.update("jax_compilation_cache_dir", previous[0])
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
+            jax_cache.reset_cache()
 
 
 def _count_cache_event(event: str, **kwargs) -> None:

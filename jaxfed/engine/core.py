@@ -3,6 +3,7 @@ the chunk function and feeds its chunks to a result sink."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 
@@ -10,7 +11,7 @@ import jax
 import numpy as np
 
 from jaxfed import stats
-from jaxfed.engine.cache import use_compilation_cache
+from jaxfed.engine import cache
 from jaxfed.engine.compiled import make_chunk_fn, sized_chunk_fn
 from jaxfed.engine.devices import (
     LANES,
@@ -130,13 +131,11 @@ def run(
     is_main = jax.process_index() == 0
     bar = Progress((sys.stderr.isatty() if progress is None else progress) and is_main)
     groups = group_points(points)
-    cache_dir = use_compilation_cache(compilation_cache, note=bar.note) if use_jit else None
     info: dict = dict(
         devices=n_shards,
         processes=jax.process_count(),
         chunk_sizes=[],
         budget_bytes=budget,
-        compilation_cache=cache_dir,
         compile_s=[],
         compile_cached=[],
         memory_probe_cached=[],
@@ -186,8 +185,10 @@ def run(
     nonfinite = {name: np.zeros(len(points), np.int64) for name in specs}
     if keep == "raw":
         results = {name: np.zeros((len(points), n_trials) + shape, dtype) for name, (shape, dtype) in specs.items()}
-    writer = Writer()
+    writer, scope = Writer(), contextlib.ExitStack()
     try:
+        cache_dir = scope.enter_context(cache.compilation_cache(compilation_cache, bar.note)) if use_jit else None
+        info["compilation_cache"] = cache_dir
         # Every stored file is read and verified (by process 0) before anything is compiled or computed.
         refusal: StoreError | None = None
         sinks: list[RawSink | SummarySink] = []
@@ -238,6 +239,7 @@ def run(
     finally:
         writer.close()
         bar.close()
+        scope.close()  # JAX's cache settings as they were
     info["nonfinite_trials"] = {name: counts.tolist() for name, counts in nonfinite.items()}
     if keep == "summary":
         results = {name: stats.merge_point_groups(parts, len(points)) for name, parts in results.items()}
