@@ -26,6 +26,7 @@ them.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
@@ -86,6 +87,32 @@ class GroupSpec(NamedTuple):
     group: int  # group number, in the order of first appearance among the points
     point_ids: tuple  # global point indices of the group
     metrics: dict  # metric name -> (shape tuple of one trial, dtype string such as "<f4")
+
+
+def _lock_directory(out_dir: str):
+    """An exclusive lock on ``out_dir/.lock`` for this process (``flock``: the kernel releases it
+    when the process ends, a kill included), or :class:`StoreError` naming the process that holds
+    it: two runs writing one directory would compute the same chunks twice or discard each
+    other's."""
+    path = os.path.join(out_dir, ".lock")
+    try:
+        handle = open(path, "a+")
+    except OSError as err:
+        raise StoreError(f"{path}: cannot be opened ({err.strerror or err})") from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise StoreError(
+            f"{out_dir}: another jaxfed run ({holder}) is writing to this directory; wait for it or use another --out"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    return handle
 
 
 # --------------------------------------------------------------------------- filesystem layer
@@ -271,26 +298,39 @@ class Store:
             _makedirs(self.chunks)
         except OSError as err:
             raise StoreError(f"{out_dir}: cannot be used as a result directory ({err.strerror or err})") from None
-        self._remove_temporaries()
-        path = os.path.join(out_dir, "identity.json")
-        if os.path.lexists(path):
-            try:
-                stored = _read_json(path)
-                if not isinstance(stored, dict):
-                    raise StoreError(f"{path}: holds a JSON {type(stored).__name__}, expected an object")
-            except StoreError as err:
-                if not overwrite:
-                    raise StoreError(f"{err}; use another --out directory or --overwrite to discard the run") from None
-                stored = None
-            if stored != identity:
-                if stored is not None and not overwrite:
-                    raise ConfigMismatch(
-                        f"{out_dir} holds a run with a different configuration (differs in "
-                        + "; ".join(describe_differences(stored, identity))
-                        + "); use another --out directory or --overwrite to discard it"
-                    )
-                self._discard_all()
-        atomic_write_json(path, identity)
+        self._lock = _lock_directory(out_dir)
+        try:
+            self._remove_temporaries()
+            path = os.path.join(out_dir, "identity.json")
+            if os.path.lexists(path):
+                try:
+                    stored = _read_json(path)
+                    if not isinstance(stored, dict):
+                        raise StoreError(f"{path}: holds a JSON {type(stored).__name__}, expected an object")
+                except StoreError as err:
+                    if not overwrite:
+                        raise StoreError(
+                            f"{err}; use another --out directory or --overwrite to discard the run"
+                        ) from None
+                    stored = None
+                if stored != identity:
+                    if stored is not None and not overwrite:
+                        raise ConfigMismatch(
+                            f"{out_dir} holds a run with a different configuration (differs in "
+                            + "; ".join(describe_differences(stored, identity))
+                            + "); use another --out directory or --overwrite to discard it"
+                        )
+                    self._discard_all()
+            atomic_write_json(path, identity)
+        except BaseException:  # a refused directory is not left locked
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Releases the directory's lock (also released when the process ends, however it ends)."""
+        lock, self._lock = getattr(self, "_lock", None), None
+        if lock is not None:
+            lock.close()
 
     def _names(self) -> list[str]:
         try:

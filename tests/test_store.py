@@ -626,3 +626,18 @@ def test_a_refusal_by_process_0_stops_every_process(tmp_path):
     assert [p.returncode for p in procs] == [2, 2], errors
     assert f"{chunk}: not a readable .npz file" in errors[0]
     assert "process 0 refused the result directory" in errors[1]
+
+
+def test_a_directory_another_run_is_writing_is_refused_until_it_is_released(tmp_path):
+    """Two runs on one directory would compute the same chunks twice or discard each other's: the
+    second is refused with one line naming the holder; the lock goes with the run (or its process)."""
+    d = str(tmp_path / "locked")
+    os.makedirs(d)
+    holder = store._lock_directory(d)
+    with pytest.raises(store.StoreError, match=rf"another jaxfed run \(pid {os.getpid()}\) is writing"):
+        engine.run(toy_trial, [{"scale": jnp.float32(1.0)}], 4, out_dir=d, identity={"x": 1}, use_jit=False)
+    holder.close()
+    out = engine.run(toy_trial, [{"scale": jnp.float32(1.0)}], 4, out_dir=d, identity={"x": 1}, use_jit=False)
+    again = engine.run(toy_trial, [{"scale": jnp.float32(1.0)}], 4, out_dir=d, identity={"x": 1}, use_jit=False)  # released after a run
+    for name in out:
+        np.testing.assert_array_equal(out[name], again[name])

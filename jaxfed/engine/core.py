@@ -185,7 +185,7 @@ def run(
     nonfinite = {name: np.zeros(len(points), np.int64) for name in specs}
     if keep == "raw":
         results = {name: np.zeros((len(points), n_trials) + shape, dtype) for name, (shape, dtype) in specs.items()}
-    writer, scope = Writer(), contextlib.ExitStack()
+    writer, scope, store = Writer(), contextlib.ExitStack(), None
     try:
         cache_dir = scope.enter_context(cache.compilation_cache(compilation_cache, bar.note)) if use_jit else None
         info["compilation_cache"] = cache_dir
@@ -240,6 +240,8 @@ def run(
         writer.close()
         bar.close()
         scope.close()  # JAX's cache settings as they were
+        if store is not None:
+            store.close()
     info["nonfinite_trials"] = {name: counts.tolist() for name, counts in nonfinite.items()}
     if keep == "summary":
         results = {name: stats.merge_point_groups(parts, len(points)) for name, parts in results.items()}
