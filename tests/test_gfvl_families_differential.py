@@ -172,7 +172,7 @@ def test_float32_fast_path_is_exact_at_cover_time(name):
             lambda: gfvl.conjugate_kl_trajectory(
                 expfam.dirichlet(3), jnp.ones(3), jnp.ones((2, 2)), 1.0, jnp.zeros(4, int)
             ),
-            r"agent_stats must be \(K, 3\) for family 'dirichlet', got shape \(2, 2\)",
+            r"agent_stats must have shape \(K, 3\) for family 'dirichlet', got \(2, 2\)",
         ),
         (
             lambda: scenarios.conjugate_stats(jax.random.key(0), "gamma", jnp.ones(3), jnp.ones(2)),
