@@ -29,7 +29,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from jaxfed import expfam, gossip, likelihoods, natgrad, validation

@@ -205,7 +205,9 @@ def flatten_devices(device_points, device_mask) -> FlatData:
     validation.shape("device_points", device_points, (None, None, None), "(K, N_max, L)")
     validation.shape("device_mask", device_mask, device_points.shape[:2], f"(K, N_max) = {device_points.shape[:2]}")
     k, n_max, dim = device_points.shape
-    validation.check("device_points", device_points.shape, k >= 1, "of shape (K, N_max, L) with at least one ED (K >= 1)")
+    validation.check(
+        "device_points", device_points.shape, k >= 1, "of shape (K, N_max, L) with at least one ED (K >= 1)"
+    )
     owner = jnp.repeat(jnp.arange(k, dtype=jnp.int32), n_max)
     return flat_data(device_points.reshape(k * n_max, dim), owner, device_mask.reshape(-1))
 

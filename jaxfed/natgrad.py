@@ -154,7 +154,12 @@ def reparameterisation_gradient(
     which needs a differentiable loss; the returned ∇_η estimate plugs into :func:`natural_gradient_step`
     like :func:`reinforce_gradient`'s. Unbiased; its variance does not scale with the loss's magnitude.
     """
-    validation.check("family", family.name, family.name in REPARAMETERISABLE, f"one of {REPARAMETERISABLE} for baseline='reparameterisation'")
+    validation.check(
+        "family",
+        family.name,
+        family.name in REPARAMETERISABLE,
+        f"one of {REPARAMETERISABLE} for baseline='reparameterisation'",
+    )
     validation.integer("n_samples", n_samples)
     pairs = eta.reshape(-1, 2)
     m, p = expfam.normal_moments(pairs)

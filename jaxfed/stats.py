@@ -527,4 +527,3 @@ def verdict_table(verdicts: list, what: str = "paired statistic", fmt: str = "{:
             f"{v.n}{dropped} | **{v.verdict}** |"
         )
     return "\n".join(rows)
-

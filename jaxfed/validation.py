@@ -68,8 +68,8 @@ def is_traced(value: Any) -> bool:
 
 
 def integer(name: str, value: Any, low: int | None = None, high: int | None = None, *, note: str = "") -> int:
-    """``value`` as an ``int``: a Python or NumPy integer (not a bool) in [``low``, ``high``] (either
-    bound may be None). ``note`` is appended to the allowed range in the message.
+    """``value`` as an ``int``: a Python or NumPy integer (or anything ``operator.index`` accepts, but
+    not a bool or a traced value: a static size) in [``low``, ``high``] (either bound may be None). ``note`` is appended to the allowed range in the message.
 
     >>> integer("n_agents", 1, 2)
     Traceback (most recent call last):
@@ -85,9 +85,12 @@ def integer(name: str, value: Any, low: int | None = None, high: int | None = No
     else:
         allowed = f"an integer in [{low}, {high}]"
     allowed += note
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    if isinstance(value, (bool, np.bool_)) or is_traced(value):
         fail(name, value, allowed)
-    result = operator.index(value)
+    try:
+        result = operator.index(value)  # int, NumPy integer or a concrete integer array scalar
+    except TypeError:
+        fail(name, value, allowed)
     if (low is not None and result < low) or (high is not None and result > high):
         fail(name, value, allowed)
     return result
