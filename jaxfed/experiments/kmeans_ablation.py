@@ -23,8 +23,8 @@ import dataclasses
 
 import numpy as np
 
-from jaxfed import kmeans, plotting, stats
-from jaxfed.experiments.base import Experiment, band_table, check
+from jaxfed import kmeans, plotting, stats, validation
+from jaxfed.experiments.base import Experiment, band_table
 from jaxfed.experiments.kmeans_mall import (
     DIFFERENCE_TEXT,
     LOSS_LABEL,
@@ -55,11 +55,11 @@ class AblationConfig(MallConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        check("digits", self.digits, self.digits >= 1, "an integer >= 1")
-        check("snr_db", self.snr_db, -50 <= self.snr_db <= 100, "in dB within [-50, 100]")
-        check("inits", self.inits, len(self.inits) >= 1, "at least one init")
+        validation.integer("digits", self.digits, 1)
+        validation.check("snr_db", self.snr_db, -50 <= self.snr_db <= 100, "in dB within [-50, 100]")
+        validation.check("inits", self.inits, len(self.inits) >= 1, "at least one init")
         for init in self.inits:
-            check("inits", init, init in kmeans.INITS, f"inits from {kmeans.INITS}")
+            validation.check("inits", init, init in kmeans.INITS, f"inits from {kmeans.INITS}")
 
 
 def _labels(cfg: AblationConfig) -> list[dict]:
