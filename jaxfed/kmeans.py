@@ -179,9 +179,9 @@ class RoundInfo(NamedTuple):
     vmax: jax.Array  # () the v_max used (0 for a back-end that sends exact values, e.g. ideal(), and for Lloyd's)
     reinitialised: jax.Array  # (C,) bool, centroids moved by re-initialisation
     observed: object = None  # observe(partition) of the round, when an `observe` function is given
-    next_vmax: jax.Array = None  # () the adaptive v_max carried to the next round (federated only)
-    aggregate: jax.Array = None  # (C·L,) the ES's sum Σ_k Δc_{k,c} as the back-end delivered it
-    dead_zone: jax.Array = None  # (C,) bool, clusters with points whose changes all quantise to 0
+    next_vmax: jax.Array | None = None  # () the adaptive v_max carried to the next round (federated only)
+    aggregate: jax.Array | None = None  # (C·L,) the ES's sum Σ_k Δc_{k,c} as the back-end delivered it
+    dead_zone: jax.Array | None = None  # (C,) bool, clusters with points whose changes all quantise to 0
 
 
 def _check_settings(s: Settings) -> None:
@@ -215,7 +215,7 @@ def flatten_devices(device_points, device_mask) -> FlatData:
 class Partition(NamedTuple):
     """The partition of the points induced by a set of centroids."""
 
-    index: jax.Array  # (N,) int32 nearest centroid (ties: the lowest index)
+    index: jax.Array  # type: ignore[assignment]  # a field named like tuple.index (public); (N,) int32 nearest centroid (ties: the lowest index)
     distance: jax.Array  # (N,) squared distance to it
     sizes: jax.Array  # (C,) |S_c| (sum of the mask over the cluster)
     deltas: jax.Array  # (C, L) Σ_{d∈S_c} (d − c_c)

@@ -183,14 +183,14 @@ def tile_of(points: jax.Array, side, rows: int, cols: int, clip: bool = False) -
         values = np.asarray(points)
         bad = ~np.isfinite(values).all(axis=1) | (~np.asarray(inside) & (not clip))
         if bad.any():
-            row = int(np.flatnonzero(bad)[0])
+            first = int(np.flatnonzero(bad)[0])
             hint = (
                 ""
-                if clip or not np.isfinite(values[row]).all()
+                if clip or not np.isfinite(values[first]).all()
                 else "; pass clip=True to assign it to the nearest edge tile"
             )
             raise ValueError(
-                f"points must be finite and lie in the mall [0, {side}]^2, got {values[row].tolist()} at index {row}{hint}"
+                f"points must be finite and lie in the mall [0, {side}]^2, got {values[first].tolist()} at index {first}{hint}"
             )
     col = jnp.clip(jnp.floor(x / (side / cols)), 0, cols - 1)
     row = jnp.clip(jnp.floor(y / (side / rows)), 0, rows - 1)

@@ -90,7 +90,7 @@ class Band(NamedTuple):
 class Summary(NamedTuple):
     """Streaming summary of one metric over trials; arrays are (n_points, *time)."""
 
-    count: np.ndarray  # finite trials per cell (int64)
+    count: np.ndarray  # type: ignore[assignment]  # a field named like tuple.count (public); finite trials per cell (int64)
     nan_count: np.ndarray  # NaN or ±inf trials per cell (int64)
     mean: np.ndarray  # float64
     se: np.ndarray  # standard error of the mean, float64
@@ -222,7 +222,7 @@ class SummaryState(NamedTuple):
     order; :func:`fold` adds a chunk's :func:`chunk_summary`, :func:`finish` the last partial block.
     """
 
-    count: np.ndarray  # finite trials per cell (int64)
+    count: np.ndarray  # type: ignore[assignment]  # a field named like tuple.count (public); finite trials per cell (int64)
     nan_count: np.ndarray  # NaN or ±inf trials per cell (int64)
     total: np.ndarray  # float64
     total_sq: np.ndarray  # float64
@@ -409,11 +409,11 @@ def bootstrap_interval(values, statistic: str = "median", level: float = 0.95, n
     estimate = reduce(x, axis=-1)
     # Resample in slabs so memory stays at ~32 MB whatever n_boot and n.
     slab = max(1, int(4_000_000 // max(n * max(x[..., 0].size, 1), 1)))
-    boots = []
+    slabs = []
     for start in range(0, int(n_boot), slab):
         idx = rng.integers(0, n, size=(min(slab, int(n_boot) - start), n))
-        boots.append(reduce(x[..., idx], axis=-1))  # (..., slab)
-    boots = np.concatenate(boots, axis=-1)
+        slabs.append(reduce(x[..., idx], axis=-1))  # (..., slab)
+    boots = np.concatenate(slabs, axis=-1)
     lower, upper = np.quantile(boots, [(1 - level) / 2, (1 + level) / 2], axis=-1)
     return estimate, lower, upper
 

@@ -99,7 +99,7 @@ def make_config(config_cls: type, overrides: dict[str, str] | None = None):
     """
     hints = typing.get_type_hints(config_cls)
     fields = {f.name for f in dataclasses.fields(config_cls)}
-    values = {}
+    values: dict[str, Any] = {}
     overrides = dict(overrides or {})
     presets = getattr(config_cls, "PRESETS", None)
     if presets is not None and "preset" in overrides:
@@ -117,7 +117,8 @@ def make_config(config_cls: type, overrides: dict[str, str] | None = None):
 def preset_variant(config_cls: type, name: str) -> type:
     """A subclass of ``config_cls`` whose defaults are the preset ``name`` (for an experiment that runs
     the preset by default, e.g. in ``jaxfed reproduce``)."""
-    values = dict(config_cls.PRESETS[name], preset=name)
+    presets: dict[str, dict] = getattr(config_cls, "PRESETS", {})
+    values = dict(presets[name], preset=name)
     hints = typing.get_type_hints(config_cls)
     fields = [(key, hints[key], dataclasses.field(default=value)) for key, value in values.items()]
     return dataclasses.make_dataclass(f"{config_cls.__name__}_{name}", fields, bases=(config_cls,), frozen=True)
@@ -237,7 +238,7 @@ def run_experiment(
             "parameters": dataclasses.asdict(config),
             "points": sweep.labels,
             "seed": seed,
-            "dtype": "float64" if jax.config.jax_enable_x64 else "float32",
+            "dtype": "float64" if jax.config.read("jax_enable_x64") else "float32",
         }
     )
     info: dict = {}

@@ -26,6 +26,7 @@ share its key (common random numbers: the same walk on the same graph).
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -100,7 +101,7 @@ def prepare(cfg: Config) -> dict:
         "label-skew": logistic.split_label_skew(train.y, cfg.n_agents, cfg.skew, cfg.split_seed),
     }
     lik = logistic.likelihood()
-    out = {"test": test, "data": {}, "target": {}, "converged": {}, "sizes": {}}
+    out: dict[str, Any] = {"test": test, "data": {}, "target": {}, "converged": {}, "sizes": {}}
     with jax.enable_x64(True):
         prior = expfam.mean_field_natural(jnp.zeros(d), jnp.full(d, cfg.prior_var))
         optimum = jax.jit(logistic.centralised_optimum, static_argnums=(2,))

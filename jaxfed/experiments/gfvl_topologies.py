@@ -206,9 +206,9 @@ def report(cfg: Config, labels, results) -> str:
             "",
             table_v,
         ]
-        claim = [v for v in paired if v.claim.startswith(f"KL <= {THRESHOLD:g}: complete before star")]
-        if claim:
-            reading.append(f"Paper's claim (complete converges faster than star): **{claim[0].verdict}**.")
+        claims = [v for v in paired if v.claim.startswith(f"KL <= {THRESHOLD:g}: complete before star")]
+        if claims:
+            reading.append(f"Paper's claim (complete converges faster than star): **{claims[0].verdict}**.")
     text += ["", "**Reading.** " + (" ".join(reading) or "The paper's claims concern the complete and star graphs.")]
     return "\n".join(text) + "\n"
 

@@ -258,7 +258,7 @@ def _label(lab: dict) -> str:
 
 
 def _sweep(cfg, labels: list[dict], round_diagnostics: bool = False, last_round_diagnostics: bool = False) -> Sweep:
-    axes = {"loss": ("round",), "ari": ("round",), "reinits": ("round",)}
+    axes: dict[str, tuple[str, ...]] = {"loss": ("round",), "ari": ("round",), "reinits": ("round",)}
     if round_diagnostics:
         axes.update(dict.fromkeys(ROUND_DIAGNOSTICS, ("round",)))
     if last_round_diagnostics:
@@ -344,9 +344,8 @@ class ConvergenceConfig(MallConfig):
 
 
 def _convergence_labels(cfg: ConvergenceConfig) -> list[dict]:
-    return [{"method": "centralized"}, {"method": "ideal"}, {"method": "quantized", "digits": cfg.digits}] + [
-        {"method": "oac", "digits": cfg.digits, "snr_db": s} for s in cfg.snrs_db
-    ]
+    fixed: list[dict] = [{"method": "centralized"}, {"method": "ideal"}, {"method": "quantized", "digits": cfg.digits}]
+    return fixed + [{"method": "oac", "digits": cfg.digits, "snr_db": s} for s in cfg.snrs_db]
 
 
 def _scenario_panel(ax, cfg: MallConfig) -> None:

@@ -62,7 +62,7 @@ class DevicesConfig(MallConfig):
 
 
 def _devices_labels(cfg: DevicesConfig) -> list[dict]:
-    labels = [{"method": "centralized"}]
+    labels: list[dict] = [{"method": "centralized"}]
     for n in cfg.grid_sides:
         grid = {"rows": n, "cols": n, "devices": n * n, "digits": cfg.digits}
         labels.append({"method": "oac", "snr_db": cfg.snr_db, **grid})

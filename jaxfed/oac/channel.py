@@ -340,11 +340,13 @@ def estimate_variance(
     """
     beta, digits = check_base(beta, digits)
     model = channel_model(mode)
-    validation.check("channel", mode, model.variance is not None, "a channel registered with a variance formula")
+    variance = model.variance
+    if variance is None:
+        validation.fail("channel", mode, "a channel registered with a variance formula")
     counts = jnp.asarray(counts)
     dtype = jnp.result_type(counts, vmax, noise_var, symbol_energy, jnp.float32)
     grid = counts.astype(dtype).reshape(counts.shape[:-1] + (-1, digits, beta))
-    per_count = model.variance(grid, jnp.asarray(noise_var, dtype), jnp.asarray(symbol_energy, dtype))
+    per_count = variance(grid, jnp.asarray(noise_var, dtype), jnp.asarray(symbol_energy, dtype))
     per_digit = jnp.sum(per_count * jnp.square(_numeral_values(beta, dtype)), axis=-1)  # (..., Q, D)
     xi = (beta**digits - 1) // 2
     powers = jnp.asarray(float(beta) ** (2 * np.arange(digits)), dtype)
