@@ -143,7 +143,7 @@ def natgrad_solver(
             (:func:`jaxfed.natgrad.reinforce_gradient`), or "reparameterisation" for the Gaussian families.
         c: constant baseline (may be traced).
     """
-    validation.integer("n_iters", n_iters)
+    validation.integer("n_iters", n_iters, 1)
     validation.one_of("baseline", baseline, natgrad.ESTIMATORS)
     validation.integer("n_samples", n_samples, 2 if baseline in ("leave-one-out", "control-variate") else 1)
     if baseline == "reparameterisation":

@@ -160,7 +160,7 @@ def reparameterisation_gradient(
         family.name in REPARAMETERISABLE,
         f"one of {REPARAMETERISABLE} for baseline='reparameterisation'",
     )
-    validation.integer("n_samples", n_samples)
+    validation.integer("n_samples", n_samples, 1)
     pairs = eta.reshape(-1, 2)
     m, p = expfam.normal_moments(pairs)
     s = 1.0 / jnp.sqrt(p)
