@@ -2,7 +2,7 @@
 
 G-FVL (docs/gfvl.md): graphs, gossip, expfam, likelihoods, natgrad, quadrature, numerics, gfvl.
 Over-the-air federated k-means (docs/kmeans.md): oac (codec, channel), kmeans.
-Shared: scenarios (data), engine (sweeps), stats, plotting, experiments; cli.
+Shared: scenarios (data), engine (sweeps), stats, plotting, experiments, validation (argument checks); cli.
 """
 
 __version__ = "0.1.0"
@@ -21,6 +21,7 @@ from jaxfed import (  # noqa: E402,F401
     quadrature,
     scenarios,
     stats,
+    validation,
 )
 
 __all__ = [
@@ -37,5 +38,6 @@ __all__ = [
     "quadrature",
     "scenarios",
     "stats",
+    "validation",
     "__version__",
 ]

@@ -10,6 +10,9 @@ import math
 import os
 import sys
 import threading
+from collections.abc import Callable
+
+from jaxfed import validation
 
 DEFAULT_OUT = "results"
 DEFAULT_MAX_TRIALS = 1_000_000  # trials per point at most in a precision-targeted run
@@ -161,34 +164,35 @@ def _cmd_plot(args) -> int:
     return 0
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
+def _argument(check: Callable, parse: type = int) -> Callable[[str], object]:
+    """An argparse ``type``: the text parsed by ``parse``, then checked by ``check`` (a
+    :mod:`jaxfed.validation` function of the value); text that does not parse goes to the check as
+    it is, so both failures name the parameter, the value and what is allowed in one line."""
+
+    def convert(text: str):
+        try:
+            value = parse(text)
+        except ValueError:
+            value = text
+        try:
+            return check(value)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return convert
 
 
-def _trials(text: str) -> int:
+def _positive_int(name: str) -> Callable[[str], object]:
+    return _argument(lambda value: validation.integer(name, value, 1))
+
+
+def _positive_float(name: str) -> Callable[[str], object]:
+    return _argument(lambda value: validation.positive(name, value), float)
+
+
+def _trials(name: str) -> Callable[[str], object]:
     """Trials per point: an integer in [1, 2**32] (trial indices are folded into keys as 32 bits)."""
-    value = _positive_int(text)
-    if value > 2**32:
-        raise argparse.ArgumentTypeError(
-            f"expected at most 2**32 = 4294967296 trials (trial indices are 32-bit), got {value}"
-        )
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
-    return value
+    return _argument(lambda value: validation.trial_count(value, name))
 
 
 def _bytes(text: str) -> int:
@@ -203,16 +207,6 @@ def _bytes(text: str) -> int:
     if not (math.isfinite(value) and value >= 1):
         raise argparse.ArgumentTypeError(f"expected a finite positive size such as 512M or 2G, got {text!r}")
     return int(value)
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**32), got {text!r}") from None
-    if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**32), got {value}")
-    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -232,9 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(func=_cmd_show)
 
     def common(p):
-        p.add_argument("--seed", type=_seed, default=0, help="root seed (default 0)")
+        p.add_argument("--seed", type=_argument(validation.seed), default=0, help="root seed (default 0)")
         p.add_argument(
-            "--chunk-size", type=_positive_int, default=None, help="trials per chunk (default: from --max-memory)"
+            "--chunk-size",
+            type=_positive_int("chunk_size"),
+            default=None,
+            help="trials per chunk (default: from --max-memory)",
         )
         p.add_argument(
             "--max-memory",
@@ -250,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument(
             "--devices",
-            type=_positive_int,
+            type=_positive_int("devices"),
             default=None,
             help="local devices to shard trials over (on CPU: creates that many host devices)",
         )
@@ -261,20 +258,20 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument(
             "--num-processes",
-            type=_positive_int,
+            type=_positive_int("num_processes"),
             default=_env_int("JAXFED_NUM_PROCESSES"),
             help="processes in a multi-process run (env JAXFED_NUM_PROCESSES)",
         )
         p.add_argument(
             "--process-id",
-            type=int,
+            type=_argument(lambda value: validation.integer("process_id", value, 0)),
             default=_env_int("JAXFED_PROCESS_ID"),
             help="this process's index in [0, num-processes) (env JAXFED_PROCESS_ID)",
         )
         # A string default goes through `type` too, so a bad environment value is a one-line error.
         p.add_argument(
             "--coordinator-timeout",
-            type=_positive_float,
+            type=_positive_float("coordinator_timeout"),
             default=os.environ.get("JAXFED_COORDINATOR_TIMEOUT") or "120",
             help="seconds to wait for every process to reach the coordinator (default 120; env JAXFED_COORDINATOR_TIMEOUT)",
         )
@@ -296,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("name", help="experiment name (see jaxfed list), or path/to/file.py:NAME for a user experiment")
     run.add_argument(
         "--trials",
-        type=_trials,
+        type=_trials("trials"),
         default=None,
         help="trials per point, at most 2**32; more than a stored run's computes only the new ones",
     )
@@ -304,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter")
     run.add_argument(
         "--target-se",
-        type=_positive_float,
+        type=_positive_float("target_se"),
         default=None,
         metavar="X",
         help="run each point until the standard error of the mean (or --target-statistic) of --target-metric "
@@ -324,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--max-trials",
-        type=_trials,
+        type=_trials("max_trials"),
         default=None,
         help=f"with --target-se: the most trials per point (default {DEFAULT_MAX_TRIALS:,})",
     )
@@ -333,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("reproduce", help="run every paper experiment at its default size")
     rep.add_argument("--out", default=DEFAULT_OUT, help=f"result directory (default {DEFAULT_OUT})")
-    rep.add_argument("--scale", type=_positive_float, default=1.0, help="multiply every default trial count")
+    rep.add_argument("--scale", type=_positive_float("scale"), default=1.0, help="multiply every default trial count")
     common(rep)
     rep.set_defaults(func=_cmd_reproduce)
 
@@ -344,8 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _env_int(name: str):
-    value = os.environ.get(name)
-    return int(value) if value not in (None, "") else None
+    """The variable's text (argparse passes a string default through the option's ``type``, so a
+    bad value is a one-line error like a bad flag), or None when unset or empty."""
+    return os.environ.get(name) or None
 
 
 def _start_devices(args) -> None:
@@ -360,8 +358,7 @@ def _start_devices(args) -> None:
             raise ValueError(
                 "a multi-process run needs --coordinator host:port and --process-id (or their JAXFED_ variables)"
             )
-        if not 0 <= args.process_id < n:
-            raise ValueError(f"--process-id must be in [0, {n}), got {args.process_id}")
+        validation.index("process_id", args.process_id, n, f"an index in [0, num_processes = {n})")
         _initialize_distributed(args.coordinator, n, args.process_id, args.coordinator_timeout)
     if getattr(args, "devices", None):
         import jax

@@ -38,7 +38,7 @@ import numpy as np
 from jax import lax
 from jax.scipy.special import digamma, gammaln, polygamma
 
-from jaxfed import numerics
+from jaxfed import numerics, validation
 
 __all__ = [
     "ExpFamily",
@@ -751,17 +751,12 @@ def _dirichlet_project(eta):
     return jnp.maximum(eta, BETA_MIN_SHAPE)
 
 
-def _check_n_categories(n_categories) -> None:
-    if isinstance(n_categories, bool) or not isinstance(n_categories, (int, np.integer)) or n_categories < 2:
-        raise ValueError(f"n_categories must be an integer >= 2, got {n_categories!r}")
-
-
 def dirichlet(n_categories: int) -> ExpFamily:
     """The Dirichlet family over C = ``n_categories`` categories (static), η = α ∈ (0, ∞)^C.
 
     Equal for equal C (the fields are module-level functions), so jit caches are shared.
     """
-    _check_n_categories(n_categories)
+    validation.integer("n_categories", n_categories, 2)
     return ExpFamily(
         name="dirichlet",
         dim=int(n_categories),
@@ -862,10 +857,8 @@ def mean_field_normal(n_dims: int, min_precision: float = NORMAL_MIN_PRECISION) 
     convex, since then the optimum is at least as precise as the prior). The same object for equal
     arguments (cached), so jit caches are shared.
     """
-    if isinstance(n_dims, bool) or not isinstance(n_dims, (int, np.integer)) or n_dims < 1:
-        raise ValueError(f"n_dims must be an integer >= 1, got {n_dims!r}")
-    if not (math.isfinite(min_precision) and min_precision > 0):
-        raise ValueError(f"min_precision must be finite and > 0, got {min_precision!r}")
+    validation.integer("n_dims", n_dims, 1)
+    validation.positive("min_precision", min_precision)
     return ExpFamily(
         name="mean_field_normal",
         dim=2 * int(n_dims),
@@ -908,34 +901,27 @@ def by_name(name: str, n_categories: int = 3) -> ExpFamily:
     Raises:
         ValueError naming the parameter, the value and the allowed names.
     """
+    validation.one_of("family", name, FAMILIES)
     if name == "beta":
         return BETA
     if name == "normal":
         return NORMAL
     if name == "gamma":
         return GAMMA
-    if name == "dirichlet":
-        return dirichlet(n_categories)
-    raise ValueError(f"family must be one of {FAMILIES}, got {name!r}")
+    return dirichlet(n_categories)
 
 
 def check_natural(family: ExpFamily, eta, name: str = "eta") -> None:
     """ValueError unless the concrete ``eta`` has last axis of length P = ``family.dim``, is finite and lies
     inside the natural-parameter domain (every boundary coordinate > 0, which makes FIM(η) positive
     definite). Traced values are left alone."""
-    if isinstance(eta, jax.core.Tracer):
+    if validation.is_traced(eta):
         return
     eta = np.asarray(eta, dtype=float)
-    if eta.ndim == 0 or eta.shape[-1] != family.dim:
-        raise ValueError(
-            f"{name} must have a last axis of length {family.dim} for family {family.name!r}, got shape {eta.shape}"
-        )
-    if not np.all(np.isfinite(eta)):
-        raise ValueError(f"{name} must be finite, got {eta.tolist()!r}")
+    ok = eta.ndim > 0 and eta.shape[-1] == family.dim
+    validation.check(name, eta.shape, ok, f"an array of shape (..., {family.dim}) for family {family.name!r}")
+    validation.finite_array(name, eta)
     with jax.ensure_compile_time_eval():  # concrete even when called while tracing (e.g. inside a trial)
         inside = np.asarray(family.boundary_distance(jnp.asarray(eta))) > 0
-    if not np.all(inside):
-        raise ValueError(
-            f"{name} = {eta.tolist()!r} is outside the natural-parameter domain of {family.name!r} "
-            "(its Fisher matrix is not positive definite there)"
-        )
+    allowed = f"inside the natural-parameter domain of {family.name!r} (where its Fisher matrix is positive definite)"
+    validation.check(name, eta.tolist(), bool(np.all(inside)), allowed)

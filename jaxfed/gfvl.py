@@ -29,10 +29,9 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
-from jaxfed import expfam, gossip, likelihoods, natgrad
+from jaxfed import expfam, gossip, likelihoods, natgrad, validation
 
 __all__ = [
     "GFVLState",
@@ -144,17 +143,15 @@ def natgrad_solver(
             (:func:`jaxfed.natgrad.reinforce_gradient`), or "reparameterisation" for the Gaussian families.
         c: constant baseline (may be traced).
     """
-    natgrad.check_count("n_iters", n_iters)
-    if baseline not in natgrad.ESTIMATORS:
-        raise ValueError(f"baseline must be one of {natgrad.ESTIMATORS}, got {baseline!r}")
-    natgrad.check_count("n_samples", n_samples, 2 if baseline in ("leave-one-out", "control-variate") else 1)
-    if baseline == "reparameterisation" and family.name not in natgrad.REPARAMETERISABLE:
-        raise ValueError(
-            f"baseline='reparameterisation' needs a family in {natgrad.REPARAMETERISABLE}, got {family.name!r}"
-        )
+    validation.integer("n_iters", n_iters, 1)
+    validation.one_of("baseline", baseline, natgrad.ESTIMATORS)
+    validation.integer("n_samples", n_samples, 2 if baseline in ("leave-one-out", "control-variate") else 1)
+    if baseline == "reparameterisation":
+        allowed = f"one of {natgrad.REPARAMETERISABLE} for baseline='reparameterisation'"
+        validation.check("family", family.name, family.name in natgrad.REPARAMETERISABLE, allowed)
     if not callable(rho):
-        natgrad.check_positive("rho", rho)
-    natgrad.check_positive("alpha", alpha)
+        validation.positive("rho", rho)
+    validation.positive("alpha", alpha)
 
     def solve(key, agent, state):
         data = likelihoods.agent_data(agent_data, agent)
@@ -222,10 +219,7 @@ def unlearn(
         (final state, η after each slot of shape (n_slots, P)).
     """
     n_agents = state.lam.shape[0]
-    if not isinstance(forget_agent, jax.core.Tracer):
-        valid = isinstance(forget_agent, (int, np.integer)) and not isinstance(forget_agent, bool)
-        if not (valid and 0 <= forget_agent < n_agents):
-            raise ValueError(f"forget_agent must be an agent index in [0, {n_agents}), got {forget_agent!r}")
+    validation.index("forget_agent", forget_agent, n_agents, "an agent index")
     keys = jax.random.split(key, schedule.shape[0])
     slots = jnp.arange(schedule.shape[0])
 
@@ -282,10 +276,7 @@ def conjugate_kl_trajectory(
         its Fisher matrix is not positive definite), and for ``agent_stats`` not of shape (K, P).
     """
     expfam.check_natural(family, prior_eta, "prior_eta")
-    if agent_stats.ndim != 2 or agent_stats.shape[-1] != family.dim:
-        raise ValueError(
-            f"agent_stats must be (K, {family.dim}) for family {family.name!r}, got shape {tuple(agent_stats.shape)}"
-        )
+    validation.shape("agent_stats", agent_stats, (None, family.dim), f"(K, {family.dim}) for family {family.name!r}")
     n_agents, n_slots = agent_stats.shape[0], schedule.shape[0]
     if n_visited is None:
         first = gossip.first_visit_slots(schedule, n_agents)

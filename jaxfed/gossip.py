@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxfed import validation
+
 __all__ = [
     "Walk",
     "mh_walk",
@@ -56,8 +58,7 @@ def mh_walk(key: jax.Array, adjacency, n_slots: int) -> Walk:
         adjacency: (K, K) 0/1 adjacency of a connected graph (concrete or traced).
         n_slots: number of slots (static), >= 1.
     """
-    if n_slots < 1:
-        raise ValueError(f"n_slots must be >= 1, got {n_slots}")
+    validation.integer("n_slots", n_slots, 1)
     adjacency = jnp.asarray(adjacency)
     n_agents = adjacency.shape[0]
     table, deg = _neighbour_table(adjacency)

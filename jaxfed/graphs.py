@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxfed import validation
+
 __all__ = [
     "complete",
     "ring",
@@ -26,14 +28,6 @@ __all__ = [
     "TOPOLOGIES",
     "by_name",
 ]
-
-
-def _check_size(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
-    return int(value)
 
 
 def _connected(adjacency: np.ndarray) -> bool:
@@ -58,10 +52,8 @@ def validate_adjacency(adjacency) -> np.ndarray:
             self-loops, or a disconnected graph with the unreachable agents).
     """
     a = np.asarray(adjacency)
-    if a.ndim != 2 or a.shape[0] != a.shape[1]:
-        raise ValueError(f"adjacency must be a square (K, K) matrix, got shape {a.shape}")
-    if a.shape[0] < 2:
-        raise ValueError(f"adjacency must have K >= 2 agents, got K = {a.shape[0]}")
+    validation.check("adjacency", a.shape, a.ndim == 2 and a.shape[0] == a.shape[1], "a square (K, K) matrix")
+    validation.check("adjacency", a.shape, a.shape[0] >= 2, "a (K, K) matrix with K >= 2 agents")
     if not np.all((a == 0) | (a == 1)):
         bad = np.unique(a[(a != 0) & (a != 1)])[:5]
         raise ValueError(f"adjacency entries must be 0 or 1, got values {bad.tolist()}")
@@ -84,13 +76,13 @@ def from_adjacency(adjacency) -> np.ndarray:
 
 def complete(n_agents: int) -> np.ndarray:
     """Fully connected graph: every pair of distinct agents are neighbours."""
-    k = _check_size("n_agents", n_agents, 2)
+    k = validation.integer("n_agents", n_agents, 2)
     return validate_adjacency(np.ones((k, k), np.int32) - np.eye(k, dtype=np.int32))
 
 
 def ring(n_agents: int) -> np.ndarray:
     """Cycle 0 – 1 – … – K−1 – 0 (for K = 2 a single edge)."""
-    k = _check_size("n_agents", n_agents, 2)
+    k = validation.integer("n_agents", n_agents, 2)
     a = np.zeros((k, k), np.int32)
     idx = np.arange(k)
     a[idx, (idx + 1) % k] = 1
@@ -101,7 +93,7 @@ def ring(n_agents: int) -> np.ndarray:
 
 def star(n_agents: int) -> np.ndarray:
     """Hub agent 0 connected to every other agent; leaves are not connected to each other."""
-    k = _check_size("n_agents", n_agents, 2)
+    k = validation.integer("n_agents", n_agents, 2)
     a = np.zeros((k, k), np.int32)
     a[0, 1:] = 1
     a[1:, 0] = 1
@@ -110,7 +102,7 @@ def star(n_agents: int) -> np.ndarray:
 
 def line(n_agents: int) -> np.ndarray:
     """Path 0 – 1 – … – K−1."""
-    k = _check_size("n_agents", n_agents, 2)
+    k = validation.integer("n_agents", n_agents, 2)
     a = np.zeros((k, k), np.int32)
     idx = np.arange(k - 1)
     a[idx, idx + 1] = 1
@@ -120,10 +112,9 @@ def line(n_agents: int) -> np.ndarray:
 
 def grid(rows: int, cols: int) -> np.ndarray:
     """4-neighbour lattice of ``rows × cols`` agents, numbered row-major (agent = r * cols + c)."""
-    r = _check_size("rows", rows, 1)
-    c = _check_size("cols", cols, 1)
-    if r * c < 2:
-        raise ValueError(f"grid must have rows * cols >= 2 agents, got {r} x {c}")
+    r = validation.integer("rows", rows, 1)
+    c = validation.integer("cols", cols, 1)
+    validation.check("grid", f"{r} x {c}", r * c >= 2, "rows * cols >= 2 agents")
     a = np.zeros((r * c, r * c), np.int32)
     for i in range(r):
         for j in range(c):
@@ -147,9 +138,8 @@ def erdos_renyi(key_or_seed, n_agents: int, p: float, max_tries: int = 1000) -> 
         p: edge probability in (0, 1].
         max_tries: rejection budget before giving up with a ValueError.
     """
-    k = _check_size("n_agents", n_agents, 2)
-    if not (isinstance(p, (int, float, np.floating)) and 0.0 < float(p) <= 1.0):
-        raise ValueError(f"p must be an edge probability in (0, 1], got {p!r}")
+    k = validation.integer("n_agents", n_agents, 2)
+    validation.probability("p", p, low_open=True)
     key = jax.random.key(key_or_seed) if isinstance(key_or_seed, (int, np.integer)) else key_or_seed
     iu = np.triu_indices(k, 1)
     for attempt in range(max_tries):
@@ -174,8 +164,7 @@ def by_name(name: str, n_agents: int) -> np.ndarray:
            [1, 0, 0, 0],
            [1, 0, 0, 0]], dtype=int32)
     """
-    if name not in TOPOLOGIES:
-        raise ValueError(f"topology must be one of {sorted(TOPOLOGIES)}, got {name!r}")
+    validation.one_of("topology", name, sorted(TOPOLOGIES))
     return TOPOLOGIES[name](n_agents)
 
 

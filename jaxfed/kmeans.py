@@ -58,7 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import custom_batching, lax
 
-from jaxfed import oac
+from jaxfed import oac, validation
 from jaxfed.oac.aggregators import Aggregator
 
 __all__ = [
@@ -136,24 +136,12 @@ def flat_data(points, owner, mask=None) -> FlatData:
     points = jnp.asarray(points)
     owner = jnp.asarray(owner, jnp.int32)
     mask = jnp.ones(points.shape[0], bool) if mask is None else jnp.asarray(mask, bool)
-    _check_finite("points", points, mask)
-    if not isinstance(owner, jax.core.Tracer) and np.any(np.asarray(owner) < 0):
-        raise ValueError(f"owner must be >= 0 (an ED index), got {int(np.min(np.asarray(owner)))}")
+    validation.finite_array("points", points, mask)
+    if not validation.is_traced(owner):
+        lowest = int(np.min(np.asarray(owner), initial=0))
+        validation.check("owner", lowest, lowest >= 0, ">= 0 (an ED index)")
     points = jnp.where((owner >= 0)[:, None], points, jnp.nan)
     return FlatData(_coords(points), owner, mask)
-
-
-def _check_finite(name: str, points, mask=None) -> None:
-    """ValueError if concrete ``points`` (N, L) hold a NaN or infinite coordinate (masked-out
-    padding excepted)."""
-    if isinstance(points, jax.core.Tracer) or isinstance(mask, jax.core.Tracer):
-        return
-    bad = ~np.isfinite(np.asarray(points))
-    if mask is not None:
-        bad &= np.asarray(mask, bool).reshape(bad.shape[:1] + (1,) * (bad.ndim - 1))
-    if bad.any():
-        row = int(np.argwhere(bad)[0][0])
-        raise ValueError(f"{name} must be finite, got {np.asarray(points)[row].tolist()} at index {row}")
 
 
 def _coords(points: jax.Array) -> jax.Array:
@@ -191,42 +179,35 @@ class RoundInfo(NamedTuple):
     vmax: jax.Array  # () the v_max used (0 for a back-end that sends exact values, e.g. ideal(), and for Lloyd's)
     reinitialised: jax.Array  # (C,) bool, centroids moved by re-initialisation
     observed: object = None  # observe(partition) of the round, when an `observe` function is given
-    next_vmax: jax.Array = None  # () the adaptive v_max carried to the next round (federated only)
-    aggregate: jax.Array = None  # (C·L,) the ES's sum Σ_k Δc_{k,c} as the back-end delivered it
-    dead_zone: jax.Array = None  # (C,) bool, clusters with points whose changes all quantise to 0
+    next_vmax: jax.Array | None = None  # () the adaptive v_max carried to the next round (federated only)
+    aggregate: jax.Array | None = None  # (C·L,) the ES's sum Σ_k Δc_{k,c} as the back-end delivered it
+    dead_zone: jax.Array | None = None  # (C,) bool, clusters with points whose changes all quantise to 0
 
 
 def _check_settings(s: Settings) -> None:
     """ValueError for a bad static field or a bad concrete value of a traced one (a traced one
     that is bad makes the results NaN: see :func:`jaxfed.oac.over_the_air_sum`). The back-end's
     own arguments were checked when its factory built it."""
-    if not isinstance(s.aggregator, Aggregator):
-        raise ValueError(
-            f"aggregator must be an Aggregator (jaxfed.oac.aggregators: ideal(), quantized(β, D), oac(...)), "
-            f"got {s.aggregator!r}"
-        )
-    if s.vmax_rule not in VMAX_RULES:
-        raise ValueError(f"vmax_rule must be one of {VMAX_RULES}, got {s.vmax_rule!r}")
-    positive = ("mu", "vmax")
-    for name in positive + ("sigma_c", "s_min"):
+    allowed = "an Aggregator (jaxfed.oac.aggregators: ideal(), quantized(β, D), oac(...))"
+    validation.check("aggregator", s.aggregator, isinstance(s.aggregator, Aggregator), allowed)
+    validation.one_of("vmax_rule", s.vmax_rule, VMAX_RULES)
+    for name in ("mu", "vmax", "sigma_c", "s_min"):
         value = getattr(s, name)
-        if not isinstance(value, jax.core.Tracer) and np.ndim(value) == 0:
-            ok = float(value) > 0 if name in positive else float(value) >= 0
-            if not (ok and np.isfinite(float(value))):
-                raise ValueError(f"{name} must be finite and {'> 0' if name in positive else '>= 0'}, got {value}")
+        if np.ndim(value) == 0:  # scalars; traced ones pass through
+            check = validation.positive if name in ("mu", "vmax") else validation.non_negative
+            check(name, value)
 
 
 def flatten_devices(device_points, device_mask) -> FlatData:
     """Padded device arrays (K, N_max, L) and (K, N_max) → :class:`FlatData` of K·N_max points."""
     device_points = jnp.asarray(device_points)
     device_mask = jnp.asarray(device_mask, bool)
-    if device_points.ndim != 3:
-        raise ValueError(f"device_points must have shape (K, N_max, L), got {device_points.shape}")
-    if device_mask.shape != device_points.shape[:2]:
-        raise ValueError(f"device_mask must have shape (K, N_max) = {device_points.shape[:2]}, got {device_mask.shape}")
+    validation.shape("device_points", device_points, (None, None, None), "(K, N_max, L)")
+    validation.shape("device_mask", device_mask, device_points.shape[:2], f"(K, N_max) = {device_points.shape[:2]}")
     k, n_max, dim = device_points.shape
-    if k < 1:
-        raise ValueError(f"device_points must hold at least one ED (K >= 1), got shape {device_points.shape}")
+    validation.check(
+        "device_points", device_points.shape, k >= 1, "of shape (K, N_max, L) with at least one ED (K >= 1)"
+    )
     owner = jnp.repeat(jnp.arange(k, dtype=jnp.int32), n_max)
     return flat_data(device_points.reshape(k * n_max, dim), owner, device_mask.reshape(-1))
 
@@ -234,7 +215,7 @@ def flatten_devices(device_points, device_mask) -> FlatData:
 class Partition(NamedTuple):
     """The partition of the points induced by a set of centroids."""
 
-    index: jax.Array  # (N,) int32 nearest centroid (ties: the lowest index)
+    index: jax.Array  # type: ignore[assignment]  # a field named like tuple.index (public); (N,) int32 nearest centroid (ties: the lowest index)
     distance: jax.Array  # (N,) squared distance to it
     sizes: jax.Array  # (C,) |S_c| (sum of the mask over the cluster)
     deltas: jax.Array  # (C, L) Σ_{d∈S_c} (d − c_c)
@@ -399,10 +380,9 @@ def federated_rounds(key, data: FlatData, n_devices: int, init_centroids, n_roun
     """Runs ``n_rounds`` rounds with ``lax.scan``; returns (centroids after each round (n_rounds, C, L),
     :class:`RoundInfo` stacked over rounds). ``observe`` as in :func:`federated_round`."""
     _check_settings(s)
-    if isinstance(n_devices, bool) or not isinstance(n_devices, int) or n_devices < 1:
-        raise ValueError(f"n_devices must be an integer >= 1 (K EDs), got {n_devices!r}")
+    validation.integer("n_devices", n_devices, 1, note=" (K EDs)")
     init_centroids = jnp.asarray(init_centroids)
-    _check_finite("init_centroids", init_centroids)
+    validation.finite_array("init_centroids", init_centroids)
 
     def body(carry, k):
         c, vmax = carry
@@ -427,12 +407,10 @@ def initial_centroids(key, points, n_clusters: int, method: str = "uniform", low
 
     ``method`` and C are static; ``low`` and ``high`` may be traced.
     """
-    if method not in INITS:
-        raise ValueError(f"init must be one of {INITS}, got {method!r}")
+    validation.one_of("init", method, INITS)
     points = jnp.asarray(points)
-    n_points, dim = points.shape
-    if isinstance(n_clusters, bool) or not isinstance(n_clusters, int) or not 1 <= n_clusters <= n_points:
-        raise ValueError(f"n_clusters must be an integer in [1, N = {n_points}], got {n_clusters!r}")
+    n_points, dim = validation.shape("points", points, (None, None), "(N, L)")
+    validation.integer("n_clusters", n_clusters, 1, n_points, note=" (at most N, the number of points)")
     if method == "uniform":
         if low is None or high is None:
             raise ValueError("init='uniform' needs the bounding box: low and high")
@@ -459,13 +437,9 @@ def _kmeans_plus_plus(key, points, n_clusters: int) -> jax.Array:
 
 
 def _check_shapes(points_dim: int, init_centroids, n_rounds: int) -> None:
-    init = np.shape(init_centroids)
-    if len(init) != 2 or init[1] != points_dim:
-        raise ValueError(f"init_centroids must have shape (C, L) with L = {points_dim}, got {init}")
-    if init[0] < 1:
-        raise ValueError(f"init_centroids must hold C >= 1 centroids, got {init[0]}")
-    if isinstance(n_rounds, bool) or not isinstance(n_rounds, int) or n_rounds < 1:
-        raise ValueError(f"n_rounds must be an integer >= 1, got {n_rounds!r}")
+    init = validation.shape("init_centroids", init_centroids, (None, points_dim), f"(C, L) with L = {points_dim}")
+    validation.check("init_centroids", init, init[0] >= 1, "of shape (C, L) with C >= 1 centroids")
+    validation.integer("n_rounds", n_rounds, 1)
 
 
 def federated(
@@ -527,10 +501,9 @@ def lloyd_rounds(points, init_centroids, n_rounds: int, mask=None, observe=None)
         ``observe`` as in :func:`federated_round`.
     """
     points = jnp.asarray(points)
-    if points.ndim != 2:
-        raise ValueError(f"points must have shape (N, L), got {points.shape}")
+    validation.shape("points", points, (None, None), "(N, L)")
     _check_shapes(points.shape[1], init_centroids, n_rounds)
-    _check_finite("points", points, mask)
+    validation.finite_array("points", points, mask)
     coords = _coords(points)
     weight = jnp.ones(points.shape[0], points.dtype) if mask is None else jnp.asarray(mask, points.dtype)
 
@@ -574,12 +547,11 @@ def loss(points, centroids, mask=None) -> jax.Array:
     ValueError for concrete points that are empty (or all masked out) or not finite; traced ones
     give NaN in those cases."""
     points = jnp.asarray(points)
-    if points.ndim != 2:
-        raise ValueError(f"points must have shape (N, L), got {points.shape}")
+    validation.shape("points", points, (None, None), "(N, L)")
     weight = jnp.ones(points.shape[0], points.dtype) if mask is None else jnp.asarray(mask, points.dtype)
-    if points.shape[0] == 0 or (not isinstance(weight, jax.core.Tracer) and not np.any(np.asarray(weight))):
-        raise ValueError(f"points must hold at least one (unmasked) point, got shape {points.shape}")
-    _check_finite("points", points, mask)
+    empty = points.shape[0] == 0 or (not validation.is_traced(weight) and not np.any(np.asarray(weight)))
+    validation.check("points", points.shape, not empty, "an (N, L) array with at least one (unmasked) point")
+    validation.finite_array("points", points, mask)
     return partition_loss(partition(_coords(points), weight, jnp.asarray(centroids)), weight)
 
 
@@ -619,10 +591,7 @@ def digital_resources(
     does not depend on K.
     """
     for name, value in (("dim", dim), ("n_clusters", n_clusters), ("n_devices", n_devices), ("bits", bits)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if not (np.isfinite(bits_per_resource) and bits_per_resource > 0):
-        raise ValueError(f"bits_per_resource must be finite and > 0, got {bits_per_resource}")
-    if not (np.isfinite(compression) and 0 < compression <= 1):
-        raise ValueError(f"compression must be in (0, 1] (compressed size / raw size), got {compression}")
+        validation.integer(name, value, 1)
+    validation.positive("bits_per_resource", bits_per_resource)
+    validation.probability("compression", compression, low_open=True)  # compressed size / raw size
     return dim * n_clusters * n_devices * bits * compression / bits_per_resource

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import numerics
+from jaxfed import numerics, validation
 
 __all__ = [
     "Likelihood",
@@ -78,11 +78,9 @@ def loss_weight(normalisation: str, n_points):
         n_points: N_k, a number (a float is returned) or an array of per-agent counts (an array of
             weights is returned), >= 0.
     """
-    if normalisation not in LOSS_NORMALISATIONS:
-        raise ValueError(f"loss_normalisation must be one of {LOSS_NORMALISATIONS}, got {normalisation!r}")
+    validation.one_of("loss_normalisation", normalisation, LOSS_NORMALISATIONS)
     if isinstance(n_points, (int, float, np.integer, np.floating)):
-        if not n_points >= 0:
-            raise ValueError(f"n_points must be >= 0, got {n_points!r}")
+        validation.non_negative("n_points", n_points, finite=False)
         if normalisation == "sum":
             return 1.0
         return 1.0 / n_points if n_points > 0 else 0.0
@@ -130,11 +128,7 @@ def categorical_dirichlet_stats(counts: jax.Array) -> jax.Array:
 
 # --------------------------------------------------------------------------- count models
 def _check_epsilon(epsilon) -> None:
-    if isinstance(epsilon, jax.core.Tracer):
-        return  # traced (a point of a sweep): validated by the experiment config
-    value = float(epsilon)
-    if not 0.0 <= value < 0.5:
-        raise ValueError(f"epsilon must be in [0, 0.5), got {epsilon!r}")
+    validation.number("epsilon", epsilon, 0.0, 0.5, high_open=True)  # traced: checked by the experiment config
 
 
 def noisy_bernoulli(epsilon=0.1) -> Likelihood:

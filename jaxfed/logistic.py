@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxfed import expfam, likelihoods
+from jaxfed import expfam, likelihoods, validation
 
 __all__ = [
     "Dataset",
@@ -66,21 +66,18 @@ def load_breast_cancer() -> tuple[np.ndarray, np.ndarray]:
 def check_data(x, y) -> None:
     """ValueError unless x is a finite (N, d) array and y holds N labels in {0, 1}."""
     x, y = np.asarray(x, float), np.asarray(y, float)
-    if x.ndim != 2 or y.shape != (x.shape[0],):
-        raise ValueError(f"x must be (N, d) and y (N,), got shapes {x.shape} and {y.shape}")
-    if not np.all(np.isfinite(x)):
-        raise ValueError(f"x must be finite, got {int(np.sum(~np.isfinite(x)))} NaN or infinite entries")
+    n_points, _ = validation.shape("x", x, (None, None), "(N, d)")
+    validation.shape("y", y, (n_points,), f"(N,) = ({n_points},)")
+    validation.finite_array("x", x)
     bad = ~np.isin(y, (0.0, 1.0))
-    if np.any(bad):
-        raise ValueError(f"y must hold labels in {{0, 1}}, got {sorted(set(y[bad].tolist()))[:5]}")
+    validation.check("y", sorted(set(y[bad].tolist()))[:5], not np.any(bad), "labels in {0, 1}")
 
 
 def train_test_split(x, y, test_fraction: float, seed: int, n_features: int | None = None) -> tuple[Dataset, Dataset]:
     """A seeded random split; features (the first ``n_features`` columns) standardised with the training
     rows' mean and standard deviation, and an intercept column appended (d = n_features + 1)."""
     check_data(x, y)
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    validation.probability("test_fraction", test_fraction, low_open=True, high_open=True)
     x = np.asarray(x, float)[:, :n_features]
     order = np.random.default_rng(seed).permutation(len(y))
     n_test = max(1, int(round(test_fraction * len(y))))
@@ -104,8 +101,7 @@ def split_iid(n_points: int, n_agents: int, seed: int) -> np.ndarray:
 def split_label_skew(y, n_agents: int, concentration: float, seed: int) -> np.ndarray:
     """Owner of each point with label skew: for each class, the agents' shares ~ Dirichlet(β 1_K), β =
     ``concentration`` > 0 (small β: each agent holds mostly one class; some agents may hold no point)."""
-    if not concentration > 0:
-        raise ValueError(f"concentration must be > 0, got {concentration!r}")
+    validation.positive("concentration", concentration)
     rng = np.random.default_rng(seed)
     y = np.asarray(y)
     owner = np.empty(len(y), int)
@@ -121,8 +117,7 @@ def split_label_skew(y, n_agents: int, concentration: float, seed: int) -> np.nd
 def to_padded(data: Dataset, owner, n_agents: int) -> likelihoods.PaddedData:
     """Per-agent padded points z = [x, y] (K, N_max, d + 1) with weight 1 on real points, 0 on padding."""
     owner = np.asarray(owner)
-    if owner.shape != data.y.shape:
-        raise ValueError(f"owner must have one entry per point ({data.y.shape[0]}), got shape {owner.shape}")
+    validation.shape("owner", owner, data.y.shape, f"{data.y.shape} (one entry per point)")
     counts = np.bincount(owner, minlength=n_agents)
     n_max = max(1, int(counts.max()))
     z = np.zeros((n_agents, n_max, data.x.shape[1] + 1))

@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxfed import expfam
+from jaxfed import expfam, validation
 
 # The Beta closed forms live with the family (its ``sample_score`` and ``fisher_solve`` fields);
 # re-exported here, where they are documented as the natural gradient's accuracy fixes.
@@ -64,8 +64,6 @@ __all__ = [
     "fisher_preconditioner",
     "keep_in_domain_updates",
     "natural_gradient_descent",
-    "check_positive",
-    "check_count",
     "RHO_SCHEDULES",
     "rho_schedule",
 ]
@@ -77,21 +75,6 @@ ESTIMATORS = BASELINES + ("reparameterisation",)
 reparameterisation gradient (Gaussian families only, :data:`REPARAMETERISABLE`)."""
 REPARAMETERISABLE = ("normal", "mean_field_normal")
 """Families whose draws are θ = m + ε/√p, so that :func:`reparameterisation_gradient` applies."""
-
-
-# --------------------------------------------------------------------------- validation helpers
-def check_positive(name: str, value) -> None:
-    """ValueError unless ``value`` > 0; traced values (sweep points) are left to the config."""
-    if isinstance(value, jax.core.Tracer):
-        return
-    if not float(value) > 0.0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-
-
-def check_count(name: str, value, minimum: int = 1) -> None:
-    """ValueError unless ``value`` is an integer >= ``minimum`` (a static size)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 # --------------------------------------------------------------------------- generic operations
@@ -143,9 +126,8 @@ def reinforce_gradient(
     Returns:
         (P,) unbiased estimate of ∇_η E_q[L].
     """
-    check_count("n_samples", n_samples, 1 if baseline == "constant" else 2)
-    if baseline not in BASELINES:
-        raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
+    validation.integer("n_samples", n_samples, 1 if baseline == "constant" else 2)
+    validation.one_of("baseline", baseline, BASELINES)
     theta, score = sample_score(key, family, eta, n_samples)
     losses = loss(theta)
     if baseline == "control-variate":
@@ -172,9 +154,13 @@ def reparameterisation_gradient(
     which needs a differentiable loss; the returned ∇_η estimate plugs into :func:`natural_gradient_step`
     like :func:`reinforce_gradient`'s. Unbiased; its variance does not scale with the loss's magnitude.
     """
-    if family.name not in REPARAMETERISABLE:
-        raise ValueError(f"the reparameterisation estimator needs a family in {REPARAMETERISABLE}, got {family.name!r}")
-    check_count("n_samples", n_samples)
+    validation.check(
+        "family",
+        family.name,
+        family.name in REPARAMETERISABLE,
+        f"one of {REPARAMETERISABLE} for baseline='reparameterisation'",
+    )
+    validation.integer("n_samples", n_samples, 1)
     pairs = eta.reshape(-1, 2)
     m, p = expfam.normal_moments(pairs)
     s = 1.0 / jnp.sqrt(p)
@@ -202,7 +188,7 @@ def estimator_variance(key, family, eta, loss, n_samples: int, estimator: str = 
     """tr Cov[FIM(η)⁻¹ ĝ]: the total variance of the natural-gradient estimate (the step direction before ρ),
     as the unbiased sample variance over ``n_repeats`` (static, >= 2) independent estimates, summed over
     coordinates. Cost: ``n_repeats`` gradient estimates."""
-    check_count("n_repeats", n_repeats, 2)
+    validation.integer("n_repeats", n_repeats, 2)
     keys = jax.random.split(key, n_repeats)
     nat = jax.vmap(
         lambda k: fisher_solve(family, eta, estimate_gradient(k, family, eta, loss, n_samples, estimator, c))
@@ -260,8 +246,7 @@ def rho_schedule(spec: str, rho: float, n_slots: int):
         t0 = float(tail) if head == "inverse" else float("nan")
     except ValueError:
         t0 = float("nan")
-    if not (math.isfinite(t0) and t0 > 0):
-        raise ValueError(f"rho_schedule must be {allowed}, got {spec!r}")
+    validation.check("rho_schedule", spec, math.isfinite(t0) and t0 > 0, allowed)
 
     def inverse(count):
         return rho * t0 / (t0 + count)

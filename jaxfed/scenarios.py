@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
-from jaxfed import likelihoods
+from jaxfed import likelihoods, validation
 
 __all__ = [
     "bernoulli_counts",
@@ -58,10 +58,11 @@ def bernoulli_counts(key: jax.Array, n_agents: int, n_per_agent: int, theta) -> 
     return jnp.minimum(count, n_per_agent).astype(theta.dtype)
 
 
+FAMILIES = ("beta", "normal", "gamma", "dirichlet")
+
+
 def _check_family(family: str) -> None:
-    families = ("beta", "normal", "gamma", "dirichlet")
-    if family not in families:
-        raise ValueError(f"family must be one of {families}, got {family!r}")
+    validation.one_of("family", family, FAMILIES)
 
 
 def agent_thetas(key: jax.Array, family: str, theta, n_agents: int, spread) -> jax.Array:
@@ -113,8 +114,8 @@ def conjugate_stats(key: jax.Array, family: str, thetas: jax.Array, sizes, varia
     """
     _check_family(family)
     n = jnp.asarray(sizes, dtype=thetas.dtype)
-    if n.shape != thetas.shape[:1]:
-        raise ValueError(f"sizes must have one entry per agent (K = {thetas.shape[0]}), got shape {n.shape}")
+    k = thetas.shape[0]
+    validation.shape("sizes", n, (k,), f"({k},) (one entry per agent)")
     if family == "beta":
         ones = jax.random.binomial(key, n, thetas).astype(thetas.dtype)
         return likelihoods.bernoulli_beta_stats(ones, n)
@@ -175,22 +176,21 @@ def tile_of(points: jax.Array, side, rows: int, cols: int, clip: bool = False) -
     coordinates (so the metrics show it instead of dropping it).
     """
     points = jnp.asarray(points)
-    if points.ndim != 2 or points.shape[1] != 2:
-        raise ValueError(f"points must have shape (N, 2), got {points.shape}")
+    validation.shape("points", points, (None, 2), "(N, 2)")
     x, y = points[:, 0], points[:, 1]
     inside = (x >= 0) & (x <= side) & (y >= 0) & (y <= side)  # False for NaN
-    if not isinstance(points, jax.core.Tracer) and not isinstance(side, jax.core.Tracer):
+    if not validation.is_traced(points) and not validation.is_traced(side):
         values = np.asarray(points)
         bad = ~np.isfinite(values).all(axis=1) | (~np.asarray(inside) & (not clip))
         if bad.any():
-            row = int(np.flatnonzero(bad)[0])
+            first = int(np.flatnonzero(bad)[0])
             hint = (
                 ""
-                if clip or not np.isfinite(values[row]).all()
+                if clip or not np.isfinite(values[first]).all()
                 else "; pass clip=True to assign it to the nearest edge tile"
             )
             raise ValueError(
-                f"points must be finite and lie in the mall [0, {side}]^2, got {values[row].tolist()} at index {row}{hint}"
+                f"points must be finite and lie in the mall [0, {side}]^2, got {values[first].tolist()} at index {first}{hint}"
             )
     col = jnp.clip(jnp.floor(x / (side / cols)), 0, cols - 1)
     row = jnp.clip(jnp.floor(y / (side / rows)), 0, rows - 1)

@@ -37,6 +37,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jaxfed import validation
+
 __all__ = [
     "Band",
     "Verdict",
@@ -89,7 +91,7 @@ class Band(NamedTuple):
 class Summary(NamedTuple):
     """Streaming summary of one metric over trials; arrays are (n_points, *time)."""
 
-    count: np.ndarray  # finite trials per cell (int64)
+    count: np.ndarray  # type: ignore[assignment]  # a field named like tuple.count (public); finite trials per cell (int64)
     nan_count: np.ndarray  # NaN or ±inf trials per cell (int64)
     mean: np.ndarray  # float64
     se: np.ndarray  # standard error of the mean, float64
@@ -106,8 +108,7 @@ def band(values, mass: float = 0.75, axis: int = 1) -> Band:
         mass: probability inside the band, in (0, 1).
         axis: the trial axis of a raw array.
     """
-    if not 0.0 < mass < 1.0:
-        raise ValueError(f"mass must be in (0, 1), got {mass}")
+    validation.probability("mass", mass, low_open=True, high_open=True)
     qs = [0.5, (1 - mass) / 2, (1 + mass) / 2]
     if isinstance(values, Summary):
         med, lo, hi = (summary_quantile(values, q) for q in qs)
@@ -222,7 +223,7 @@ class SummaryState(NamedTuple):
     order; :func:`fold` adds a chunk's :func:`chunk_summary`, :func:`finish` the last partial block.
     """
 
-    count: np.ndarray  # finite trials per cell (int64)
+    count: np.ndarray  # type: ignore[assignment]  # a field named like tuple.count (public); finite trials per cell (int64)
     nan_count: np.ndarray  # NaN or ±inf trials per cell (int64)
     total: np.ndarray  # float64
     total_sq: np.ndarray  # float64
@@ -425,11 +426,9 @@ def bootstrap_interval(values, statistic: str = "median", level: float = 0.95, n
     leading index, from ``numpy.random.default_rng(seed)``, so the result is reproducible) and returns
     ``(estimate, lower, upper)`` with the (1 ∓ level)/2 quantiles of the resampled statistic.
     """
-    _check_choice("statistic", statistic, _STATISTICS)
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    if int(n_boot) < 1:
-        raise ValueError(f"n_boot must be a positive integer, got {n_boot}")
+    validation.one_of("statistic", statistic, _STATISTICS)
+    validation.probability("level", level, low_open=True, high_open=True)
+    validation.integer("n_boot", n_boot, 1)
     x = np.asarray(values, np.float64)
     n = x.shape[-1]
     if n == 0:
@@ -439,11 +438,11 @@ def bootstrap_interval(values, statistic: str = "median", level: float = 0.95, n
     estimate = reduce(x, axis=-1)
     # Resample in slabs so memory stays at ~32 MB whatever n_boot and n.
     slab = max(1, int(4_000_000 // max(n * max(x[..., 0].size, 1), 1)))
-    boots = []
+    slabs = []
     for start in range(0, int(n_boot), slab):
         idx = rng.integers(0, n, size=(min(slab, int(n_boot) - start), n))
-        boots.append(reduce(x[..., idx], axis=-1))  # (..., slab)
-    boots = np.concatenate(boots, axis=-1)
+        slabs.append(reduce(x[..., idx], axis=-1))  # (..., slab)
+    boots = np.concatenate(slabs, axis=-1)
     lower, upper = np.quantile(boots, [(1 - level) / 2, (1 + level) / 2], axis=-1)
     return estimate, lower, upper
 
@@ -507,16 +506,14 @@ def paired_verdict(
     >>> v.verdict, v.interval_text("{:.2f}")
     ('reproduced', '1.20 [1.18, 1.21]')
     """
-    _check_choice("expect", expect, _CLAIMS)
-    _check_choice("transform", transform, _TRANSFORMS)
-    if not np.isfinite(margin) or margin < 0:
-        raise ValueError(f"margin must be finite and >= 0, got {margin}")
-    if expect == "equal" and margin <= 0:
-        raise ValueError(f"expect='equal' needs a margin > 0, got {margin}")
+    validation.one_of("expect", expect, _CLAIMS)
+    validation.one_of("transform", transform, _TRANSFORMS)
+    validation.non_negative("margin", margin)
+    if expect == "equal":
+        validation.check("margin", margin, margin > 0, "> 0 with expect='equal'")
     a = np.asarray(a, np.float64).ravel()
     b = np.asarray(b, np.float64).ravel()
-    if a.shape != b.shape:
-        raise ValueError(f"paired_verdict needs a and b of one length, got {a.size} and {b.size}")
+    validation.check("b", b.size, a.shape == b.shape, f"of one length with a ({a.size})")
     ok = np.isfinite(a) & np.isfinite(b)
     if transform == "log_ratio":
         if np.any((a[ok] <= 0) | (b[ok] <= 0)):
@@ -559,8 +556,3 @@ def verdict_table(verdicts: list, what: str = "paired statistic", fmt: str = "{:
             f"{v.n}{dropped} | **{v.verdict}** |"
         )
     return "\n".join(rows)
-
-
-def _check_choice(name: str, value, allowed: tuple) -> None:
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")

@@ -47,14 +47,14 @@ def test_run_writes_config_metrics_and_plot(tmp_path, capsys):
     "args, message",
     [
         (["run", "no-such-experiment"], "unknown experiment"),
-        (["run", "gfvl-topologies", "--set", "alpha=-1"], "alpha must be > 0, got -1.0"),
+        (["run", "gfvl-topologies", "--set", "alpha=-1"], "alpha must be finite and > 0, got -1.0"),
         (["run", "gfvl-topologies", "--set", "alpah=1"], "unknown parameter 'alpah'"),
         (["run", "gfvl-topologies", "--set", "n_slots=many"], "cannot parse 'many' as int"),
         (["run", "gfvl-topologies", "--set", "topologies=star,torus"], "topologies must be names"),
         (["run", "gfvl-topologies", "--set", "alpha"], "key=value"),
-        (["run", "gfvl-topologies", "--trials", "0"], "expected an integer >= 1"),
-        (["run", "gfvl-topologies", "--seed", "-1"], "expected an integer in [0, 2**32)"),
-        (["reproduce", "--scale", "0"], "--scale: expected a finite number > 0"),
+        (["run", "gfvl-topologies", "--trials", "0"], "--trials: trials must be an integer in [1, 2**32]"),
+        (["run", "gfvl-topologies", "--seed", "-1"], "--seed: seed must be an integer in [0, 2**32), got -1"),
+        (["reproduce", "--scale", "0"], "--scale: scale must be finite and > 0, got 0.0"),
         (["frobnicate"], "invalid choice"),
     ],
 )

@@ -4,9 +4,9 @@ import doctest
 
 import pytest
 
-from jaxfed import graphs, stats
+from jaxfed import graphs, stats, validation
 
-MODULES = [graphs, stats]
+MODULES = [graphs, stats, validation]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=[m.__name__ for m in MODULES])

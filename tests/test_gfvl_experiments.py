@@ -112,7 +112,7 @@ def test_bad_parameters_are_refused(exp, overrides, name):
 @pytest.mark.parametrize(
     "setting, message",
     [
-        ("preset=bogus", "preset must be one of default, paper, got 'bogus'"),
+        ("preset=bogus", "preset must be one of ('default', 'paper'), got 'bogus'"),
         ("loss_normalisation=avg", "loss_normalisation must be one of ('sum', 'mean'), got 'avg'"),
         ("rho_schedule=linear", "rho_schedule must be one of constant, cosine, inverse:<t0> (t0 > 0), got 'linear'"),
     ],

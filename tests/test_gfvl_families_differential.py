@@ -160,23 +160,23 @@ def test_float32_fast_path_is_exact_at_cover_time(name):
     [
         (
             lambda: gfvl.conjugate_kl_trajectory(expfam.NORMAL, jnp.ones(3), jnp.ones((2, 2)), 1.0, jnp.zeros(4, int)),
-            r"prior_eta must have a last axis of length 2 for family 'normal', got shape \(3,\)",
+            r"prior_eta must be an array of shape \(\.\.\., 2\) for family 'normal', got \(3,\)",
         ),
         (
             lambda: gfvl.conjugate_kl_trajectory(
                 expfam.GAMMA, jnp.array([2.0, 1.0]), jnp.ones((2, 2)), 1.0, jnp.zeros(4, int)
             ),
-            r"prior_eta = \[2.0, 1.0\] is outside the natural-parameter domain of 'gamma' \(its Fisher matrix is not positive definite",
+            r"prior_eta must be inside the natural-parameter domain of 'gamma' \(where its Fisher matrix is positive definite\), got \[2.0, 1.0\]",
         ),
         (
             lambda: gfvl.conjugate_kl_trajectory(
                 expfam.dirichlet(3), jnp.ones(3), jnp.ones((2, 2)), 1.0, jnp.zeros(4, int)
             ),
-            r"agent_stats must be \(K, 3\) for family 'dirichlet', got shape \(2, 2\)",
+            r"agent_stats must have shape \(K, 3\) for family 'dirichlet', got \(2, 2\)",
         ),
         (
             lambda: scenarios.conjugate_stats(jax.random.key(0), "gamma", jnp.ones(3), jnp.ones(2)),
-            r"sizes must have one entry per agent \(K = 3\), got shape \(2,\)",
+            r"sizes must have shape \(3,\) \(one entry per agent\), got \(2,\)",
         ),
         (
             lambda: scenarios.agent_thetas(jax.random.key(0), "poisson", 1.0, 3, 0.5),

@@ -95,15 +95,15 @@ def test_gfvl_reaches_the_centralised_optimum():
     [
         (
             lambda: logistic.check_data(np.array([[1.0, np.nan]]), np.array([1.0])),
-            "x must be finite, got 1 NaN or infinite entries",
+            r"x must be finite, got \[1.0, nan\] at index 0",
         ),
         (
             lambda: logistic.check_data(np.ones((2, 2)), np.array([0.0, 2.0])),
-            r"y must hold labels in \{0, 1\}, got \[2.0\]",
+            r"y must be labels in \{0, 1\}, got \[2.0\]",
         ),
         (
             lambda: logistic.to_padded(logistic.Dataset(np.ones((3, 2)), np.ones(3)), np.zeros(2, int), 2),
-            r"owner must have one entry per point \(3\)",
+            r"owner must have shape \(3,\) \(one entry per point\), got \(2,\)",
         ),
         (lambda: expfam.mean_field_normal(0), "n_dims must be an integer >= 1, got 0"),
     ],
@@ -170,6 +170,6 @@ def test_gradient_estimators_are_unbiased(estimator):
 def test_reparameterisation_is_refused_for_families_without_it():
     with pytest.raises(
         ValueError,
-        match=r"baseline='reparameterisation' needs a family in \('normal', 'mean_field_normal'\), got 'beta'",
+        match=r"family must be one of \('normal', 'mean_field_normal'\) for baseline='reparameterisation', got 'beta'",
     ):
         gfvl.natgrad_solver(expfam.BETA, logistic.likelihood(), None, 1.0, 0.1, 1, 4, "reparameterisation")

@@ -345,7 +345,7 @@ def test_onehot_and_scatter_superposition_agree():
         ({"symbol_energy": 0.0}, "symbol_energy must be finite and > 0"),
         (
             {"values": jnp.zeros((4, 3)).at[1, 2].set(jnp.nan)},
-            r"values must be finite, got nan at \(ED, value\) = \(1, 2\)",
+            r"values must be finite, got \[0.0, 0.0, nan\] at index 1",
         ),
         ({"values": jnp.zeros((4, 3)).at[0, 0].set(jnp.inf)}, "values must be finite"),
         ({"values": jnp.zeros((0, 3))}, "at least one ED"),

@@ -82,7 +82,7 @@ def test_verdict_drops_non_finite_pairs_and_handles_none_left():
         ({"expect": "bigger"}, "expect must be one of"),
         ({"transform": "ratio"}, "transform must be one of"),
         ({"statistic": "mode"}, "statistic must be one of"),
-        ({"expect": "equal"}, "needs a margin > 0"),
+        ({"expect": "equal"}, "margin must be > 0 with expect='equal'"),
         ({"margin": float("inf")}, "margin must be finite"),
         ({"level": 1.5}, "level must be in"),
     ],

@@ -15,9 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, scenarios, stats
+from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, scenarios, stats, validation
 from jaxfed.experiments import Experiment, Sweep
-from jaxfed.experiments.base import check
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +29,8 @@ class Config:
     n_slots: int = 200  # slots recorded
 
     def __post_init__(self):
-        check("sides", self.sides, len(self.sides) >= 1 and min(self.sides) >= 2, "integers >= 2")
-        check("n_slots", self.n_slots, self.n_slots >= 1, "an integer >= 1")
+        validation.check("sides", self.sides, len(self.sides) >= 1 and min(self.sides) >= 2, "integers >= 2")
+        validation.integer("n_slots", self.n_slots, 1)
 
 
 def build(cfg: Config) -> Sweep:

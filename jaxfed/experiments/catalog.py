@@ -62,6 +62,8 @@ def from_file(path: str, attribute: str):
     module = sys.modules.get(module_name)
     if module is None:
         spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise ValueError(f"user experiment file {path} is not a Python file (*.py)")
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module  # dataclasses resolve their annotations through it
         try:
@@ -120,9 +122,10 @@ def _field_comments(config_cls: type) -> dict:
         for node in body:
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
                 # A comment may continue on the following comment-only lines.
-                text = lines[node.end_lineno - 1][node.end_col_offset :]
+                end = node.end_lineno or node.lineno
+                text = lines[end - 1][node.end_col_offset :]
                 parts = [text.split("#", 1)[1].strip()] if "#" in text else []
-                for line in lines[node.end_lineno :]:
+                for line in lines[end:]:
                     if not line.strip().startswith("#"):
                         break
                     parts.append(line.strip()[1:].strip())

@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import expfam, gfvl, gossip, graphs, plotting, scenarios, stats
-from jaxfed.experiments.base import Experiment, Sweep, band_table, check
+from jaxfed import expfam, gfvl, gossip, graphs, plotting, scenarios, stats, validation
+from jaxfed.experiments.base import Experiment, Sweep, band_table
 from jaxfed.experiments.gfvl_topologies import first_slot_at_or_below
 
 NAME = "gfvl-heterogeneity"
@@ -71,26 +71,30 @@ class Config:
     topologies: tuple[str, ...] = ("star", "ring", "complete")
 
     def __post_init__(self):
-        check("family", self.family, self.family in expfam.FAMILIES, f"one of {expfam.FAMILIES}")
-        check("n_agents", self.n_agents, self.n_agents >= 2, "an integer >= 2")
-        check("n_per_agent", self.n_per_agent, self.n_per_agent >= 0, "an integer >= 0")
+        validation.one_of("family", self.family, expfam.FAMILIES)
+        validation.integer("n_agents", self.n_agents, 2)
+        validation.integer("n_per_agent", self.n_per_agent, 0)
         if self.sizes:
-            check("sizes", self.sizes, len(self.sizes) == self.n_agents, f"a list of n_agents = {self.n_agents} counts")
-            check("sizes", self.sizes, all(n >= 0 for n in self.sizes), "counts >= 0")
-        check("sizes", self.agent_sizes(), sum(self.agent_sizes()) > 0, "counts with at least one point in all")
-        check(
+            validation.check(
+                "sizes", self.sizes, len(self.sizes) == self.n_agents, f"a list of n_agents = {self.n_agents} counts"
+            )
+            validation.check("sizes", self.sizes, all(n >= 0 for n in self.sizes), "counts >= 0")
+        validation.check(
+            "sizes", self.agent_sizes(), sum(self.agent_sizes()) > 0, "counts with at least one point in all"
+        )
+        validation.check(
             "spreads",
             self.spreads,
             len(self.spreads) >= 1 and all(s >= 0 for s in self.spreads),
             "a non-empty list of values >= 0",
         )
-        check("alpha", self.alpha, self.alpha > 0, "> 0")
-        check("variance", self.variance, self.variance > 0, "> 0")
-        check("noise_spread", self.noise_spread, self.noise_spread >= 0, ">= 0")
-        check("n_slots", self.n_slots, self.n_slots >= 1, "an integer >= 1")
-        check("topologies", self.topologies, len(self.topologies) >= 1, "a non-empty list")
+        validation.positive("alpha", self.alpha)
+        validation.positive("variance", self.variance)
+        validation.non_negative("noise_spread", self.noise_spread)
+        validation.integer("n_slots", self.n_slots, 1)
+        validation.check("topologies", self.topologies, len(self.topologies) >= 1, "a non-empty list")
         for name in self.topologies:
-            check("topologies", name, name in graphs.TOPOLOGIES, f"names from {sorted(graphs.TOPOLOGIES)}")
+            validation.check("topologies", name, name in graphs.TOPOLOGIES, f"names from {sorted(graphs.TOPOLOGIES)}")
 
     def agent_sizes(self) -> tuple[int, ...]:
         """N_k of every agent."""

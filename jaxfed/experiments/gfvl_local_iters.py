@@ -17,12 +17,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, natgrad, plotting, quadrature, scenarios, stats
+from jaxfed import (
+    expfam,
+    gfvl,
+    gossip,
+    graphs,
+    likelihoods,
+    natgrad,
+    plotting,
+    quadrature,
+    scenarios,
+    stats,
+    validation,
+)
 from jaxfed.experiments.base import (
     Experiment,
     Sweep,
     band_table,
-    check,
     check_bernoulli_setting,
     check_natgrad_setting,
     preset_variant,
@@ -92,16 +103,16 @@ class Config:
     def __post_init__(self):
         check_bernoulli_setting(self)
         check_natgrad_setting(self)
-        check("preset", self.preset, self.preset in self.PRESETS, f"one of {', '.join(self.PRESETS)}")
+        validation.one_of("preset", self.preset, tuple(self.PRESETS))
         natgrad.rho_schedule(self.rho_schedule, self.rho, 1)
-        check("local_iters", self.local_iters, len(self.local_iters) >= 1, "a non-empty list")
+        validation.check("local_iters", self.local_iters, len(self.local_iters) >= 1, "a non-empty list")
         for n_iters in self.local_iters:
-            check("local_iters", n_iters, n_iters >= 1, "integers >= 1")
-        check("record_every", self.record_every, self.record_every >= 1, "an integer >= 1")
+            validation.integer("local_iters", n_iters, 1)
+        validation.integer("record_every", self.record_every, 1)
         for n_iters in self.local_iters:
             multiple = self.record_every % n_iters == 0
-            check("record_every", self.record_every, multiple, f"a multiple of every L ({n_iters})")
-        check(
+            validation.check("record_every", self.record_every, multiple, f"a multiple of every L ({n_iters})")
+        validation.check(
             "total_iters",
             self.total_iters,
             self.total_iters >= self.record_every and self.total_iters % self.record_every == 0,

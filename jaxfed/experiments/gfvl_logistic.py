@@ -26,13 +26,14 @@ share its key (common random numbers: the same walk on the same graph).
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import expfam, gfvl, gossip, graphs, logistic, natgrad, plotting, stats
-from jaxfed.experiments.base import Experiment, Sweep, band_table, check
+from jaxfed import expfam, gfvl, gossip, graphs, logistic, natgrad, plotting, stats, validation
+from jaxfed.experiments.base import Experiment, Sweep, band_table
 from jaxfed.experiments.gfvl_unlearning import ASYMPTOTE_TOLERANCE, asymptote
 
 NAME = "gfvl-logistic"
@@ -66,29 +67,24 @@ class Config:
     splits: tuple[str, ...] = ("iid", "label-skew")
 
     def __post_init__(self):
-        check("n_agents", self.n_agents, self.n_agents >= 3, "an integer >= 3")
-        check("n_features", self.n_features, 1 <= self.n_features <= 30, "an integer in [1, 30]")
-        check("test_fraction", self.test_fraction, 0.0 < self.test_fraction < 1.0, "in (0, 1)")
-        check("skew", self.skew, self.skew > 0, "> 0")
-        check("prior_var", self.prior_var, self.prior_var > 0, "> 0")
-        check("alpha", self.alpha, self.alpha > 0, "> 0")
-        check("rho", self.rho, self.rho > 0, "> 0")
-        check("local_iters", self.local_iters, self.local_iters >= 1, "an integer >= 1")
-        check("baseline", self.baseline, self.baseline in natgrad.ESTIMATORS, f"one of {natgrad.ESTIMATORS}")
+        validation.integer("n_agents", self.n_agents, 3)
+        validation.integer("n_features", self.n_features, 1, 30)
+        validation.probability("test_fraction", self.test_fraction, low_open=True, high_open=True)
+        validation.positive("skew", self.skew)
+        validation.positive("prior_var", self.prior_var)
+        validation.positive("alpha", self.alpha)
+        validation.positive("rho", self.rho)
+        validation.integer("local_iters", self.local_iters, 1)
+        validation.one_of("baseline", self.baseline, natgrad.ESTIMATORS)
         minimum = 1 if self.baseline in ("constant", "reparameterisation") else 2
-        check("n_samples", self.n_samples, self.n_samples >= minimum, f"an integer >= {minimum}")
-        check("n_slots", self.n_slots, self.n_slots >= 4, "an integer >= 4")
-        check("learn_slots", self.learn_slots, self.learn_slots >= 0, "an integer >= 0")
-        check(
-            "forget_agent",
-            self.forget_agent,
-            0 <= self.forget_agent < self.n_agents,
-            f"an agent index in [0, {self.n_agents})",
-        )
+        validation.integer("n_samples", self.n_samples, minimum)
+        validation.integer("n_slots", self.n_slots, 4)
+        validation.integer("learn_slots", self.learn_slots, 0)
+        validation.index("forget_agent", self.forget_agent, self.n_agents, "an agent index")
         for name in self.topologies:
-            check("topologies", name, name in graphs.TOPOLOGIES, f"names from {sorted(graphs.TOPOLOGIES)}")
+            validation.check("topologies", name, name in graphs.TOPOLOGIES, f"names from {sorted(graphs.TOPOLOGIES)}")
         for name in self.splits:
-            check("splits", name, name in SPLITS, f"names from {SPLITS}")
+            validation.check("splits", name, name in SPLITS, f"names from {SPLITS}")
 
 
 def prepare(cfg: Config) -> dict:
@@ -105,7 +101,7 @@ def prepare(cfg: Config) -> dict:
         "label-skew": logistic.split_label_skew(train.y, cfg.n_agents, cfg.skew, cfg.split_seed),
     }
     lik = logistic.likelihood()
-    out = {"test": test, "data": {}, "target": {}, "converged": {}, "sizes": {}}
+    out: dict[str, Any] = {"test": test, "data": {}, "target": {}, "converged": {}, "sizes": {}}
     with jax.enable_x64(True):
         prior = expfam.mean_field_natural(jnp.zeros(d), jnp.full(d, cfg.prior_var))
         optimum = jax.jit(logistic.centralised_optimum, static_argnums=(2,))

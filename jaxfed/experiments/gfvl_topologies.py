@@ -15,12 +15,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, scenarios, stats
+from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, scenarios, stats, validation
 from jaxfed.experiments.base import (
     Experiment,
     Sweep,
     band_table,
-    check,
     check_bernoulli_setting,
     check_loss_normalisation,
 )
@@ -52,10 +51,10 @@ class Config:
     def __post_init__(self):
         check_bernoulli_setting(self)
         check_loss_normalisation(self.loss_normalisation)
-        check("n_slots", self.n_slots, self.n_slots >= 1, "an integer >= 1")
-        check("topologies", self.topologies, len(self.topologies) >= 1, "a non-empty list")
+        validation.integer("n_slots", self.n_slots, 1)
+        validation.check("topologies", self.topologies, len(self.topologies) >= 1, "a non-empty list")
         for name in self.topologies:
-            check("topologies", name, name in graphs.TOPOLOGIES, f"names from {sorted(graphs.TOPOLOGIES)}")
+            validation.check("topologies", name, name in graphs.TOPOLOGIES, f"names from {sorted(graphs.TOPOLOGIES)}")
 
 
 def make_trial(cfg: Config):
@@ -207,9 +206,9 @@ def report(cfg: Config, labels, results) -> str:
             "",
             table_v,
         ]
-        claim = [v for v in paired if v.claim.startswith(f"KL <= {THRESHOLD:g}: complete before star")]
-        if claim:
-            reading.append(f"Paper's claim (complete converges faster than star): **{claim[0].verdict}**.")
+        claims = [v for v in paired if v.claim.startswith(f"KL <= {THRESHOLD:g}: complete before star")]
+        if claims:
+            reading.append(f"Paper's claim (complete converges faster than star): **{claims[0].verdict}**.")
     text += ["", "**Reading.** " + (" ".join(reading) or "The paper's claims concern the complete and star graphs.")]
     return "\n".join(text) + "\n"
 

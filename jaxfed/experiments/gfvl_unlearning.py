@@ -28,12 +28,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, natgrad, plotting, quadrature, scenarios, stats
+from jaxfed import (
+    expfam,
+    gfvl,
+    gossip,
+    graphs,
+    likelihoods,
+    natgrad,
+    plotting,
+    quadrature,
+    scenarios,
+    stats,
+    validation,
+)
 from jaxfed.experiments.base import (
     Experiment,
     Sweep,
     band_table,
-    check,
     check_bernoulli_setting,
     check_loss_normalisation,
     check_natgrad_setting,
@@ -53,14 +64,9 @@ EXACT = 1e-9
 
 def _check_common(cfg) -> None:
     check_bernoulli_setting(cfg, min_agents=3)  # the graph without u needs two agents
-    check(
-        "forget_agent",
-        cfg.forget_agent,
-        0 <= cfg.forget_agent < cfg.n_agents,
-        f"an agent index in [0, {cfg.n_agents})",
-    )
-    check("learn_slots", cfg.learn_slots, cfg.learn_slots >= 1, "an integer >= 1")
-    check("n_slots", cfg.n_slots, cfg.n_slots >= 1, "an integer >= 1")
+    validation.index("forget_agent", cfg.forget_agent, cfg.n_agents, "an agent index")
+    validation.integer("learn_slots", cfg.learn_slots, 1)
+    validation.integer("n_slots", cfg.n_slots, 1)
     check_loss_normalisation(cfg.loss_normalisation)
 
 
@@ -109,8 +115,8 @@ class Config:
     def __post_init__(self):
         _check_common(self)
         check_natgrad_setting(self)
-        check("local_iters", self.local_iters, self.local_iters >= 1, "an integer >= 1")
-        check("preset", self.preset, self.preset in self.PRESETS, f"one of {', '.join(self.PRESETS)}")
+        validation.integer("local_iters", self.local_iters, 1)
+        validation.one_of("preset", self.preset, tuple(self.PRESETS))
         natgrad.rho_schedule(self.rho_schedule, self.rho, 1)
 
 

@@ -23,8 +23,8 @@ import dataclasses
 
 import numpy as np
 
-from jaxfed import kmeans, plotting, stats
-from jaxfed.experiments.base import Experiment, band_table, check
+from jaxfed import kmeans, plotting, stats, validation
+from jaxfed.experiments.base import Experiment, band_table
 from jaxfed.experiments.kmeans_mall import (
     DIFFERENCE_TEXT,
     LOSS_LABEL,
@@ -55,11 +55,11 @@ class AblationConfig(MallConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        check("digits", self.digits, self.digits >= 1, "an integer >= 1")
-        check("snr_db", self.snr_db, -50 <= self.snr_db <= 100, "in dB within [-50, 100]")
-        check("inits", self.inits, len(self.inits) >= 1, "at least one init")
+        validation.integer("digits", self.digits, 1)
+        validation.check("snr_db", self.snr_db, -50 <= self.snr_db <= 100, "in dB within [-50, 100]")
+        validation.check("inits", self.inits, len(self.inits) >= 1, "at least one init")
         for init in self.inits:
-            check("inits", init, init in kmeans.INITS, f"inits from {kmeans.INITS}")
+            validation.check("inits", init, init in kmeans.INITS, f"inits from {kmeans.INITS}")
 
 
 def _labels(cfg: AblationConfig) -> list[dict]:
@@ -116,6 +116,12 @@ def _effects(cfg, labels, last, split: str, init: str):
     ]
 
 
+def _effect_plot(ax, rows: list, xlabel: str) -> None:
+    """:func:`jaxfed.plotting.interval_plot` of [(name, Verdict)]: mean differences and their intervals."""
+    estimate, lower, upper = ([getattr(v, field) for _, v in rows] for field in ("estimate", "lower", "upper"))
+    plotting.interval_plot(ax, [name for name, _ in rows], estimate, lower, upper, reference=0.0, xlabel=xlabel)
+
+
 def _readings(cfg, labels, last):
     """[(name, Verdict)]: each other reading against the configured one (mean difference
     reading − default; the verdict field is not used: these are not claims of the paper)."""
@@ -166,29 +172,19 @@ def _plot(cfg: AblationConfig, labels, results, path):
         for ax in effect_axes:
             ax.text(0.5, 0.5, "paired effects need raw trials", ha="center", transform=ax.transAxes)
     else:
-        rows = [
+        splits = [("tiles", i) for i in inits] + [("iid", cfg.init)]
+        effects = [
             (f"{name}, {split} {init}", v)
-            for split, init in [("tiles", i) for i in inits] + [("iid", cfg.init)]
+            for split, init in splits
             for name, v in _effects(cfg, labels, last, split, init)
         ]
-        plotting.interval_plot(
-            effect_axes[0],
-            [r[0] for r in rows],
-            *zip(*[(v.estimate, v.lower, v.upper) for _, v in rows]),
-            reference=0.0,
-            xlabel="final loss with − without the enhancement, same trial (m²)",
-        )
+        _effect_plot(effect_axes[0], effects, "final loss with − without the enhancement, same trial (m²)")
         effect_axes[0].set_title("paired effect of each enhancement (mean, 95% interval; < 0 helps)", fontsize=9)
         if len(effect_axes) > 1:
-            rows = _readings(cfg, labels, last)
-            if rows:
-                plotting.interval_plot(
-                    effect_axes[1],
-                    [r[0] for r in rows],
-                    *zip(*[(v.estimate, v.lower, v.upper) for _, v in rows]),
-                    reference=0.0,
-                    xlabel=f"final loss − default reading's ({cfg.vmax_rule}, E_s {cfg.symbol_energy}), same trial (m²)",
-                )
+            readings = _readings(cfg, labels, last)
+            if readings:
+                xlabel = f"final loss − default reading's ({cfg.vmax_rule}, E_s {cfg.symbol_energy}), same trial (m²)"
+                _effect_plot(effect_axes[1], readings, xlabel)
                 effect_axes[1].set_title(f"other readings, tile split, init {cfg.init}", fontsize=9)
             for ax in effect_axes[2:]:
                 ax.axis("off")

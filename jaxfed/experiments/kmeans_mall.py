@@ -36,8 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import kmeans, oac, plotting, scenarios, stats
-from jaxfed.experiments.base import Experiment, Sweep, band_table, check
+from jaxfed import kmeans, oac, plotting, scenarios, stats, validation
+from jaxfed.experiments.base import Experiment, Sweep, band_table
 
 SYMBOL_ENERGIES = ("beta", "sqrt-beta")
 EQUAL_MARGIN = 0.05  # "≈": the paired median ratio's interval lies within [1/1.05, 1.05]
@@ -73,17 +73,20 @@ class MallConfig:
     def __post_init__(self):
         for name in ("rows", "cols", "n_points", "n_components", "n_clusters", "n_rounds"):
             value = getattr(self, name)
-            check(name, value, isinstance(value, int) and value >= 1, "an integer >= 1")
-        check("n_clusters", self.n_clusters, self.n_clusters <= self.n_points, f"<= n_points = {self.n_points}")
+            validation.integer(name, value, 1)
+        validation.check(
+            "n_clusters", self.n_clusters, self.n_clusters <= self.n_points, f"<= n_points = {self.n_points}"
+        )
         for name in ("side", "spread", "mu", "sigma_c", "vmax_fixed"):
             value = getattr(self, name)
-            check(name, value, math.isfinite(value) and value > 0, "finite and > 0")
-        check("s_min", self.s_min, math.isfinite(self.s_min) and self.s_min >= 0, "finite and >= 0")
-        check("beta", self.beta, self.beta >= 3 and self.beta % 2 == 1, "an odd integer >= 3")
+            validation.positive(name, value)
+        validation.non_negative("s_min", self.s_min)
+        validation.integer("beta", self.beta, 3)
+        validation.check("beta", self.beta, self.beta % 2 == 1, "an odd integer >= 3")
         oac.channel_model(self.channel)  # ValueError listing the registered channels
-        check("init", self.init, self.init in kmeans.INITS, f"one of {kmeans.INITS}")
-        check("vmax_rule", self.vmax_rule, self.vmax_rule in kmeans.VMAX_RULES, f"one of {kmeans.VMAX_RULES}")
-        check("symbol_energy", self.symbol_energy, self.symbol_energy in SYMBOL_ENERGIES, f"one of {SYMBOL_ENERGIES}")
+        validation.one_of("init", self.init, kmeans.INITS)
+        validation.one_of("vmax_rule", self.vmax_rule, kmeans.VMAX_RULES)
+        validation.one_of("symbol_energy", self.symbol_energy, SYMBOL_ENERGIES)
 
     @property
     def n_devices(self) -> int:
@@ -98,7 +101,7 @@ def symbol_energy_value(reading: str, beta: int) -> float:
 
 def check_snrs(name: str, snrs) -> None:
     for snr in snrs:
-        check(name, snr, -50 <= snr <= 100, "SNRs in dB within [-50, 100]")
+        validation.check(name, snr, -50 <= snr <= 100, "SNRs in dB within [-50, 100]")
 
 
 # --------------------------------------------------------------------------- points and the trial
@@ -255,7 +258,7 @@ def _label(lab: dict) -> str:
 
 
 def _sweep(cfg, labels: list[dict], round_diagnostics: bool = False, last_round_diagnostics: bool = False) -> Sweep:
-    axes = {"loss": ("round",), "ari": ("round",), "reinits": ("round",)}
+    axes: dict[str, tuple[str, ...]] = {"loss": ("round",), "ari": ("round",), "reinits": ("round",)}
     if round_diagnostics:
         axes.update(dict.fromkeys(ROUND_DIAGNOSTICS, ("round",)))
     if last_round_diagnostics:
@@ -335,15 +338,14 @@ class ConvergenceConfig(MallConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        check("digits", self.digits, self.digits >= 1, "an integer >= 1")
-        check("snrs_db", self.snrs_db, len(self.snrs_db) >= 1, "at least one SNR")
+        validation.integer("digits", self.digits, 1)
+        validation.check("snrs_db", self.snrs_db, len(self.snrs_db) >= 1, "at least one SNR")
         check_snrs("snrs_db", self.snrs_db)
 
 
 def _convergence_labels(cfg: ConvergenceConfig) -> list[dict]:
-    return [{"method": "centralized"}, {"method": "ideal"}, {"method": "quantized", "digits": cfg.digits}] + [
-        {"method": "oac", "digits": cfg.digits, "snr_db": s} for s in cfg.snrs_db
-    ]
+    fixed: list[dict] = [{"method": "centralized"}, {"method": "ideal"}, {"method": "quantized", "digits": cfg.digits}]
+    return fixed + [{"method": "oac", "digits": cfg.digits, "snr_db": s} for s in cfg.snrs_db]
 
 
 def _scenario_panel(ax, cfg: MallConfig) -> None:
@@ -499,10 +501,10 @@ class SnrConfig(MallConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        check("digits_list", self.digits_list, len(self.digits_list) >= 1, "at least one D")
+        validation.check("digits_list", self.digits_list, len(self.digits_list) >= 1, "at least one D")
         for d in self.digits_list:
-            check("digits_list", d, isinstance(d, int) and d >= 1, "integers >= 1")
-        check("snrs_db", self.snrs_db, len(self.snrs_db) >= 1, "at least one SNR")
+            validation.integer("digits_list", d, 1)
+        validation.check("snrs_db", self.snrs_db, len(self.snrs_db) >= 1, "at least one SNR")
         check_snrs("snrs_db", self.snrs_db)
 
 

@@ -22,8 +22,8 @@ import math
 
 import numpy as np
 
-from jaxfed import kmeans, plotting, stats
-from jaxfed.experiments.base import Experiment, band_table, check
+from jaxfed import kmeans, plotting, stats, validation
+from jaxfed.experiments.base import Experiment, band_table
 from jaxfed.experiments.kmeans_mall import (
     LOSS_LABEL,
     RAW_NEEDED,
@@ -48,18 +48,13 @@ class DevicesConfig(MallConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        check("grid_sides", self.grid_sides, len(self.grid_sides) >= 1, "at least one tiling")
+        validation.check("grid_sides", self.grid_sides, len(self.grid_sides) >= 1, "at least one tiling")
         for n in self.grid_sides:
-            check("grid_sides", n, isinstance(n, int) and 1 <= n <= 100, "integers in [1, 100]")
-        check("digits", self.digits, self.digits >= 1, "an integer >= 1")
+            validation.integer("grid_sides", n, 1, 100)
+        validation.integer("digits", self.digits, 1)
         check_snrs("snr_db", (self.snr_db,))
-        check(
-            "bits_per_resource",
-            self.bits_per_resource,
-            math.isfinite(self.bits_per_resource) and self.bits_per_resource > 0,
-            "finite and > 0",
-        )
-        check("compression", self.compression, 0 < self.compression <= 1, "in (0, 1]")
+        validation.positive("bits_per_resource", self.bits_per_resource)
+        validation.probability("compression", self.compression, low_open=True)
 
     @property
     def bits(self) -> int:
@@ -67,7 +62,7 @@ class DevicesConfig(MallConfig):
 
 
 def _devices_labels(cfg: DevicesConfig) -> list[dict]:
-    labels = [{"method": "centralized"}]
+    labels: list[dict] = [{"method": "centralized"}]
     for n in cfg.grid_sides:
         grid = {"rows": n, "cols": n, "devices": n * n, "digits": cfg.digits}
         labels.append({"method": "oac", "snr_db": cfg.snr_db, **grid})
@@ -202,7 +197,7 @@ class Digits1Config(MallConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        check("snrs_db", self.snrs_db, len(self.snrs_db) >= 2, "at least two SNRs")
+        validation.check("snrs_db", self.snrs_db, len(self.snrs_db) >= 2, "at least two SNRs")
         check_snrs("snrs_db", self.snrs_db)
 
 

@@ -26,6 +26,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxfed import validation
 from jaxfed.oac import balanced
 from jaxfed.oac import channel as _channel
 
@@ -92,7 +93,7 @@ def oac(channel: str, beta: int, digits: int, snr_db, symbol_energy=None) -> Agg
     if _channel.channel_model(channel).noisy:
         _channel._check_snr_db(snr_db)
     if symbol_energy is not None:
-        _channel._check_positive_finite("symbol_energy", symbol_energy)
+        validation.positive("symbol_energy", symbol_energy)
 
     def aggregate(key, values, active, vmax):
         return _channel.over_the_air_sum(

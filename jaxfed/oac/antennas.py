@@ -21,6 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxfed import validation
 from jaxfed.oac.channel import ChannelModel, register_channel, resource_counts
 
 __all__ = ["energy_combining"]
@@ -29,8 +30,7 @@ __all__ = ["energy_combining"]
 def energy_combining(n_antennas: int) -> ChannelModel:
     """The :class:`~jaxfed.oac.channel.ChannelModel` of ``n_antennas`` = M branches (static int >= 1;
     M = 1 is the ``"aggregate"`` channel's law)."""
-    if isinstance(n_antennas, bool) or not isinstance(n_antennas, int) or n_antennas < 1:
-        raise ValueError(f"n_antennas must be an integer >= 1, got {n_antennas!r}")
+    validation.integer("n_antennas", n_antennas, 1)
 
     def energy(key, numerals, beta, noise_var, symbol_energy, active):
         """E_l = (E_s K_l + σ²) Σ_m X_{l,m}: each branch's |y_{l,m}|² drawn from its exact law given K_l."""

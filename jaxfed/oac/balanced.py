@@ -31,12 +31,12 @@ Limits (checked, ValueError otherwise):
 
 from __future__ import annotations
 
-import operator
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+from jaxfed import validation
 
 __all__ = ["max_level", "encode", "decode", "check_base"]
 
@@ -46,15 +46,6 @@ _INT32_LIMIT = 2**31
 _FLOAT32_LEVELS = 2**24
 
 
-def _static_int(name: str, value) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a Python int (static), got {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be a Python int (static), got {value!r}") from None
-
-
 def check_base(beta, digits) -> tuple[int, int]:
     """Validates the base β and the number of digits D; returns them as Python ints.
 
@@ -62,17 +53,12 @@ def check_base(beta, digits) -> tuple[int, int]:
         ValueError: if β is not an odd int >= 3, D is not an int >= 1, or β^D − 1 >= 2^31
             (the numerals and levels are int32).
     """
-    beta = _static_int("beta", beta)
-    digits = _static_int("digits", digits)
-    if beta < 3 or beta % 2 == 0:
-        raise ValueError(f"beta must be an odd int >= 3 (3, 5, 7, ...), got {beta}")
-    if digits < 1:
-        raise ValueError(f"digits must be an int >= 1, got {digits}")
-    if beta**digits - 1 >= _INT32_LIMIT:
-        raise ValueError(
-            f"beta**digits - 1 = {beta**digits - 1} does not fit an int32 (must be < 2**31) for "
-            f"beta={beta}, digits={digits}; at most digits={_max_digits(beta, _INT32_LIMIT)} for this beta"
-        )
+    odd = "an odd integer >= 3 (3, 5, 7, ...)"
+    beta = validation.integer("beta", beta, note=f" ({odd})")
+    validation.check("beta", beta, beta >= 3 and beta % 2 == 1, odd)
+    digits = validation.integer("digits", digits, 1)
+    fits = f"at most {_max_digits(beta, _INT32_LIMIT)} for beta={beta} (beta**digits - 1 must fit an int32, < 2**31)"
+    validation.check("digits", digits, beta**digits - 1 < _INT32_LIMIT, fits)
     return beta, digits
 
 
@@ -128,12 +114,13 @@ def encode(v, beta: int, digits: int, vmax) -> jax.Array:
     beta, digits = check_base(beta, digits)
     v = jnp.asarray(v)
     dtype = jnp.result_type(v, vmax, jnp.float32)
-    if jnp.finfo(dtype).bits < 64 and beta**digits > _FLOAT32_LEVELS:
-        raise ValueError(
-            f"beta**digits = {beta**digits} levels exceed 2**24, the most that {jnp.dtype(dtype).name} "
-            f"values resolve exactly (at most digits={_max_digits(beta, _FLOAT32_LEVELS)} for beta={beta}); "
-            "enable jax_enable_x64 and pass float64 values for more digits"
+    if jnp.finfo(dtype).bits < 64:
+        allowed = (
+            f"at most {_max_digits(beta, _FLOAT32_LEVELS)} for beta={beta} with {jnp.dtype(dtype).name} values "
+            "(beta**digits levels, at most 2**24, the most they resolve exactly; "
+            "enable jax_enable_x64 and pass float64 values for more digits)"
         )
+        validation.check("digits", digits, beta**digits <= _FLOAT32_LEVELS, allowed)
     xi = (beta**digits - 1) // 2
     v = jnp.asarray(v, dtype)
     vmax = jnp.asarray(vmax, dtype)
@@ -171,8 +158,8 @@ def decode(numerals, beta: int, vmax) -> jax.Array:
         float array of shape ``broadcast(numerals.shape[:-1], vmax.shape)``.
     """
     numerals = jnp.asarray(numerals)
-    if numerals.ndim == 0:
-        raise ValueError("numerals must have a trailing digit axis (shape (..., D)), got a scalar")
+    allowed = "an array with a trailing digit axis (shape (..., D))"
+    validation.check("numerals", numerals.shape, numerals.ndim > 0, allowed)
     beta, digits = check_base(beta, numerals.shape[-1])
     xi = (beta**digits - 1) // 2
     dtype = jnp.result_type(numerals, vmax, jnp.float32)

@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxfed import validation
 from jaxfed.oac.balanced import check_base, decode, encode
 
 __all__ = [
@@ -89,8 +90,7 @@ class OverTheAirSum(NamedTuple):
 def n_resources(n_values: int, beta: int, digits: int) -> int:
     """Complex resources per round, Q β D (= LCβD for the k-means' Q = LC values); independent of K."""
     beta, digits = check_base(beta, digits)
-    if n_values < 1:
-        raise ValueError(f"n_values must be an int >= 1, got {n_values}")
+    validation.integer("n_values", n_values, 1)
     return n_values * beta * digits
 
 
@@ -233,8 +233,7 @@ def explicit_energy(
         (L,) energies |y_l|², L = QDβ.
     """
     superpose = _default_superposition() if superpose is None else superpose
-    if superpose not in SUPERPOSITIONS:
-        raise ValueError(f"superpose must be one of {SUPERPOSITIONS}, got {superpose!r}")
+    validation.one_of("superpose", superpose, SUPERPOSITIONS)
     numerals = jnp.asarray(numerals)
     _, n_values, digits = numerals.shape
     dtype = jnp.result_type(noise_var, symbol_energy, jnp.float32)
@@ -299,11 +298,9 @@ def estimate_sum(counts_hat: jax.Array, beta: int, digits: int, vmax) -> jax.Arr
     """
     beta, digits = check_base(beta, digits)
     counts_hat = jnp.asarray(counts_hat)
-    if counts_hat.ndim == 0 or counts_hat.shape[-1] % (beta * digits):
-        raise ValueError(
-            f"counts_hat must have a last axis of Q*beta*digits = Q*{beta * digits} resources, "
-            f"got shape {counts_hat.shape}"
-        )
+    ok = counts_hat.ndim > 0 and counts_hat.shape[-1] % (beta * digits) == 0
+    allowed = f"an array with a last axis of Q*beta*digits = Q*{beta * digits} resources"
+    validation.check("counts_hat", counts_hat.shape, ok, allowed)
     grid = counts_hat.reshape(counts_hat.shape[:-1] + (-1, digits, beta))
     sigma_hat = jnp.sum(grid * _numeral_values(beta, grid.dtype), axis=-1)  # (..., Q, D)
     return decode(sigma_hat, beta, vmax)
@@ -343,12 +340,13 @@ def estimate_variance(
     """
     beta, digits = check_base(beta, digits)
     model = channel_model(mode)
-    if model.variance is None:
-        raise ValueError(f"channel {mode!r} was registered without a variance formula")
+    variance = model.variance
+    if variance is None:
+        validation.fail("channel", mode, "a channel registered with a variance formula")
     counts = jnp.asarray(counts)
     dtype = jnp.result_type(counts, vmax, noise_var, symbol_energy, jnp.float32)
     grid = counts.astype(dtype).reshape(counts.shape[:-1] + (-1, digits, beta))
-    per_count = model.variance(grid, jnp.asarray(noise_var, dtype), jnp.asarray(symbol_energy, dtype))
+    per_count = variance(grid, jnp.asarray(noise_var, dtype), jnp.asarray(symbol_energy, dtype))
     per_digit = jnp.sum(per_count * jnp.square(_numeral_values(beta, dtype)), axis=-1)  # (..., Q, D)
     xi = (beta**digits - 1) // 2
     powers = jnp.asarray(float(beta) ** (2 * np.arange(digits)), dtype)
@@ -399,10 +397,10 @@ def register_channel(
     >>> [round(float(v), 3) for v in out.estimate]
     [4.0, 4.0]
     """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"a channel's name must be a non-empty string, got {name!r}")
-    if not callable(energy) or not callable(detect) or not (variance is None or callable(variance)):
-        raise ValueError("energy and detect must be functions, variance a function or None")
+    validation.check("name", name, isinstance(name, str) and bool(name), "a non-empty string (the channel's name)")
+    validation.check("energy", energy, callable(energy), "a function")
+    validation.check("detect", detect, callable(detect), "a function")
+    validation.check("variance", variance, variance is None or callable(variance), "a function or None")
     model = ChannelModel(energy, detect, variance, bool(noisy))
     _CHANNELS[name] = model
     return model
@@ -411,8 +409,8 @@ def register_channel(
 def channel_model(name: str) -> ChannelModel:
     """The registered model called ``name``; ValueError listing the registered names otherwise
     (the one place channel names are validated)."""
-    if not isinstance(name, str) or name not in _CHANNELS:
-        raise ValueError(f"channel must be one of the registered channels {channels()}, got {name!r}")
+    ok = isinstance(name, str) and name in _CHANNELS
+    validation.check("channel", name, ok, f"one of the registered channels {channels()}")
     return _CHANNELS[name]
 
 
@@ -439,10 +437,6 @@ register_channel("aggregate", _aggregate)
 register_channel("ideal", _ideal, variance=lambda counts, noise_var, symbol_energy: jnp.zeros_like(counts), noisy=False)
 
 
-def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
-
-
 def _in_snr_range(snr_db):
     """True for an SNR within :data:`SNR_DB_RANGE` or +inf (False for NaN)."""
     low, high = SNR_DB_RANGE
@@ -450,17 +444,13 @@ def _in_snr_range(snr_db):
 
 
 def _check_snr_db(snr_db) -> None:
-    if jnp.ndim(snr_db) != 0:
-        raise ValueError(f"snr_db must be a scalar in dB (vmap over a grid of SNRs), got shape {jnp.shape(snr_db)}")
-    if isinstance(snr_db, jax.core.Tracer):
+    validation.shape("snr_db", snr_db, (), "() (a scalar in dB; vmap over a grid of SNRs)")
+    if validation.is_traced(snr_db):
         return
     value = float(snr_db)
     low, high = SNR_DB_RANGE
-    if not (low <= value <= high or value == math.inf):
-        raise ValueError(
-            f"snr_db must be in decibels within [{low}, {high}] or +inf (no noise), got {value}; "
-            "a linear SNR s is 10*log10(s) dB"
-        )
+    allowed = f"in decibels within [{low}, {high}] or +inf (no noise; a linear SNR s is 10*log10(s) dB)"
+    validation.check("snr_db", value, low <= value <= high or value == math.inf, allowed)
 
 
 def over_the_air_sum(
@@ -515,23 +505,17 @@ def over_the_air_sum(
     if model.noisy:
         _check_snr_db(snr_db)
     values = jnp.asarray(values)
-    if values.ndim != 2:
-        raise ValueError(f"values must have shape (K, Q) (devices, values), got {values.shape}")
-    n_devices, n_values = values.shape
-    if jnp.shape(vmax) not in ((), (1,), (n_values,)):
-        raise ValueError(f"vmax must be a scalar or have shape (Q,) = ({n_values},), got shape {jnp.shape(vmax)}")
-    if n_devices < 1 or n_values < 1:
-        raise ValueError(f"values must hold at least one ED and one value (K, Q >= 1), got shape {values.shape}")
-    if active is not None and jnp.shape(active) != (n_devices,):
-        raise ValueError(f"active must have shape (K,) = ({n_devices},), got {jnp.shape(active)}")
-    _check_positive_finite("vmax", vmax)
+    n_devices, n_values = validation.shape("values", values, (None, None), "(K, Q) (devices, values)")
+    shape_ok = jnp.shape(vmax) in ((), (1,), (n_values,))
+    validation.check("vmax", jnp.shape(vmax), shape_ok, f"of shape (), (1,) or (Q,) = ({n_values},)")
+    allowed = "of shape (K, Q) with at least one ED and one value (K, Q >= 1)"
+    validation.check("values", values.shape, n_devices >= 1 and n_values >= 1, allowed)
+    if active is not None:
+        validation.shape("active", active, (n_devices,), f"(K,) = ({n_devices},)")
+    validation.positive("vmax", vmax)
     if symbol_energy is not None:
-        _check_positive_finite("symbol_energy", symbol_energy)
-    if _is_concrete(values) and not np.all(np.isfinite(np.asarray(values))):
-        bad = np.argwhere(~np.isfinite(np.asarray(values)))[0]
-        raise ValueError(
-            f"values must be finite, got {np.asarray(values)[tuple(bad)]} at (ED, value) = {tuple(int(i) for i in bad)}"
-        )
+        validation.positive("symbol_energy", symbol_energy)
+    validation.finite_array("values", values)  # the first ED (row) with a NaN or infinite value
 
     dtype = jnp.result_type(values, vmax, jnp.float32)
     numerals = encode(values, beta, digits, vmax)
@@ -540,14 +524,6 @@ def over_the_air_sum(
     energy = model.energy(key, numerals, beta, noise_var, e_s, active)
     estimate = estimate_sum(model.detect(energy, noise_var, e_s), beta, digits, vmax)
     return OverTheAirSum(_poison(estimate, values, vmax, snr_db, e_s, active, model.noisy), energy)
-
-
-def _check_positive_finite(name: str, value) -> None:
-    """ValueError for a concrete ``value`` with an entry that is not finite and > 0."""
-    if _is_concrete(value):
-        array = np.asarray(value, np.float64)
-        if not np.all(np.isfinite(array) & (array > 0)):
-            raise ValueError(f"{name} must be finite and > 0, got {value}")
 
 
 def _poison(estimate, values, vmax, snr_db, symbol_energy, active, noisy: bool):
