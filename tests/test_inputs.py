@@ -216,7 +216,7 @@ def test_bad_trial_outputs_name_the_metric_and_the_problem(trial, points, messag
     "kwargs, message",
     [
         ({"n_trials": 2**32 + 1}, "n_trials must be an integer in [1, 2**32]"),
-        ({"n_trials": 4, "max_memory": 10**20 * 1.0}, "max_memory must be a positive integer"),
+        ({"n_trials": 4, "max_memory": 10**20 * 1.0}, "max_memory must be an integer >= 1 (bytes)"),
         ({"n_trials": 4, "seed": True}, "seed must be an integer"),
     ],
 )

@@ -638,6 +638,8 @@ def test_a_directory_another_run_is_writing_is_refused_until_it_is_released(tmp_
         engine.run(toy_trial, [{"scale": jnp.float32(1.0)}], 4, out_dir=d, identity={"x": 1}, use_jit=False)
     holder.close()
     out = engine.run(toy_trial, [{"scale": jnp.float32(1.0)}], 4, out_dir=d, identity={"x": 1}, use_jit=False)
-    again = engine.run(toy_trial, [{"scale": jnp.float32(1.0)}], 4, out_dir=d, identity={"x": 1}, use_jit=False)  # released after a run
+    again = engine.run(
+        toy_trial, [{"scale": jnp.float32(1.0)}], 4, out_dir=d, identity={"x": 1}, use_jit=False
+    )  # released after a run
     for name in out:
         np.testing.assert_array_equal(out[name], again[name])

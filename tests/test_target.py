@@ -177,5 +177,5 @@ def test_a_median_target_stops_each_point_where_the_histogram_median_se_first_ho
 
 
 def test_an_unknown_target_statistic_is_refused():
-    with pytest.raises(ValueError, match="target_statistic must be one of mean, median, got 'mode'"):
+    with pytest.raises(ValueError, match=r"target_statistic must be one of \('mean', 'median'\), got 'mode'"):
         engine.run(trial, POINTS, 64, keep="summary", target_se=0.1, target_metric="last", target_statistic="mode")

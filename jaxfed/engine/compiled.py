@@ -3,6 +3,8 @@ and its size from the memory budget."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -100,7 +102,7 @@ def sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, commo
             (compiling allocates nothing).
     """
     step = LANES * mesh.size
-    record = {"compile_s": 0.0, "compile_cached": True, "memory_probe_cached": None}
+    record: dict[str, Any] = {"compile_s": 0.0, "compile_cached": True, "memory_probe_cached": None}
 
     def compile_lowered(lowered):
         executable, seconds, cached = timed_compile(lowered)

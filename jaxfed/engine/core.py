@@ -10,7 +10,7 @@ import sys
 import jax
 import numpy as np
 
-from jaxfed import stats
+from jaxfed import stats, validation
 from jaxfed.engine import cache
 from jaxfed.engine.compiled import make_chunk_fn, sized_chunk_fn
 from jaxfed.engine.devices import (
@@ -30,7 +30,7 @@ from jaxfed.store import STORE_FORMAT, GroupSpec, Store, StoreError
 RAW_LIMIT_BYTES = 2 * 2**30
 """``keep="auto"`` keeps every trial when the raw metrics fit in this many bytes, else summaries."""
 
-MAX_TRIALS = 2**32
+MAX_TRIALS = validation.MAX_TRIALS
 """Trials per point at most: trial indices are folded into the keys as uint32, so more would repeat keys."""
 
 
@@ -249,21 +249,17 @@ def run(
 
 
 def _check_arguments(n_trials, chunk_size, max_memory, keep, seed, points, out_dir, identity) -> None:
-    """One ``ValueError`` line for the first bad argument of :func:`run`."""
-    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or not 1 <= n_trials <= MAX_TRIALS:
-        raise ValueError(f"n_trials must be an integer in [1, 2**32] (trial indices are 32-bit), got {n_trials!r}")
-    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
-        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
-    if max_memory is not None and (isinstance(max_memory, bool) or not isinstance(max_memory, int) or max_memory < 1):
-        raise ValueError(f"max_memory must be a positive integer number of bytes, got {max_memory!r}")
-    if keep not in ("raw", "summary", "auto"):
-        raise ValueError(f"keep must be 'raw', 'summary' or 'auto', got {keep!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
-        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
-    if not points:
-        raise ValueError("points must be a non-empty list")
-    if out_dir is not None and not isinstance(identity, dict):
-        raise ValueError("identity (a JSON dict) is required when out_dir is given")
+    """One ``ValueError`` line for the first bad argument of :func:`run` (:mod:`jaxfed.validation`)."""
+    validation.trial_count(n_trials)
+    if chunk_size is not None:
+        validation.integer("chunk_size", chunk_size, 1)
+    if max_memory is not None:
+        validation.integer("max_memory", max_memory, 1, note=" (bytes)")
+    validation.one_of("keep", keep, ("raw", "summary", "auto"))
+    validation.seed(seed)
+    validation.check("points", points, bool(points), "a non-empty list")
+    if out_dir is not None:
+        validation.check("identity", identity, isinstance(identity, dict), "a JSON dict when out_dir is given")
 
 
 def _compile_group(

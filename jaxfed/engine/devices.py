@@ -9,6 +9,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
+from jaxfed import validation
 from jaxfed.store import StoreError
 
 LANES = 64
@@ -31,11 +32,14 @@ def make_mesh(devices: int | None = None) -> Mesh:
     """
     local = jax.local_devices()
     n = len(local) if devices is None else devices
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(local):
-        raise ValueError(
-            f"devices must be an integer in [1, {len(local)}] (the local devices present), got {devices!r}; "
-            "on CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N creates N host devices"
-        )
+    validation.integer(
+        "devices",
+        n,
+        1,
+        len(local),
+        note=" (the local devices present; on CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N "
+        "creates N host devices)",
+    )
     # The first n devices of every process, in process order.
     by_process = [[d for d in jax.devices() if d.process_index == p][:n] for p in range(jax.process_count())]
     chosen = [d for devs in by_process for d in devs]

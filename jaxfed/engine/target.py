@@ -3,12 +3,11 @@ at most a target, deciding from completed chunks only."""
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import numpy as np
 
-from jaxfed import stats
+from jaxfed import stats, validation
 
 TARGET_STATISTICS = ("mean", "median")
 """What a precision target bounds the standard error of: the mean (from the float64 sums) or the
@@ -33,13 +32,14 @@ def parse_target(se, metric: str | None, specs: dict, statistic: str = "mean") -
             metric (naming the known ones), an index that does not exist in its shape or a
             statistic other than those in :data:`TARGET_STATISTICS`.
     """
-    if isinstance(se, bool) or not isinstance(se, (int, float)) or not (math.isfinite(se) and se > 0):
-        raise ValueError(f"target_se must be a finite number > 0, got {se!r}")
-    if statistic not in TARGET_STATISTICS:
-        raise ValueError(f"target_statistic must be one of {', '.join(TARGET_STATISTICS)}, got {statistic!r}")
+    validation.check("target_se", se, isinstance(se, (int, float)) and not isinstance(se, bool), "a number")
+    validation.positive("target_se", se)
+    validation.one_of("target_statistic", statistic, TARGET_STATISTICS)
     if not isinstance(metric, str) or not metric:
-        raise ValueError(
-            f"target_metric is required with target_se: one of {', '.join(sorted(specs))}, optionally NAME@index"
+        validation.fail(
+            "target_metric",
+            metric,
+            f"one of {', '.join(sorted(specs))} (optionally NAME@index) with target_se",
         )
     name, _, index_text = metric.partition("@")
     if name not in specs:
