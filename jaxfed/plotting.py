@@ -5,6 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
+from jaxfed import stats
 from jaxfed.stats import band
 
 __all__ = ["band_plot", "exact_fraction_plot", "interval_plot", "LINE_STYLES", "save"]
@@ -72,12 +73,17 @@ def band_plot(ax, x, values, labels, mass: float = 0.75, log_y: bool = False, st
 
 def exact_fraction_plot(ax, x, values, labels, tol: float = 0.0) -> None:
     """Fraction of trials whose value is <= ``tol`` (exactly 0 by default) at each x, from raw values
-    (n_points, n_trials, n_x)."""
-    fraction = np.mean(np.asarray(values) <= tol, axis=1)
+    (n_points, n_trials, n_x) or from a :class:`jaxfed.stats.Summary` (below the histogram's bin
+    edge at ``tol``: < 1e-12 for ``tol`` = 0, see :func:`jaxfed.stats.fraction_at_most`)."""
+    if isinstance(values, stats.Summary):
+        fraction = stats.fraction_at_most(values, tol)
+        what = "KL < 1e-12" if tol <= 1e-12 else f"KL ≲ {tol:g}"
+    else:
+        fraction = np.mean(np.asarray(values) <= tol, axis=1)
+        what = "KL = 0" if tol == 0 else f"KL ≤ {tol:g}"
     for i, label in enumerate(labels):
         ax.plot(x, fraction[i], label=label, lw=1.4)
     ax.set_ylim(-0.02, 1.02)
-    what = "KL = 0" if tol == 0 else f"KL ≤ {tol:g}"
     ax.set_ylabel(f"fraction of trials\nexact ({what})", fontsize=8)
     ax.grid(True, alpha=0.25)
 

@@ -59,6 +59,7 @@ __all__ = [
     "result_of",
     "summary_quantile",
     "median_se",
+    "fraction_at_most",
     "merge_point_groups",
     "HIST_LOG_MIN",
     "HIST_LOG_MAX",
@@ -348,6 +349,23 @@ def summary_quantile(summary: Summary, q) -> np.ndarray:
     # Inside a negative bin, magnitudes decrease with rank.
     fraction = np.where(index < _ZERO, 1.0 - fraction, fraction)
     return np.where(n > 0, _bin_value(index, fraction), np.nan)
+
+
+def fraction_at_most(summary: Summary, tol: float = 0.0) -> np.ndarray:
+    """Per cell, the fraction of finite trials whose value is below the histogram's bin edge
+    nearest above ``tol`` (every value < 1e-12 for ``tol`` = 0: the zero bin and the negative
+    bins). A summary cannot tell 0 from 1e-13; raw values give exact fractions.
+
+    >>> acc = SummaryAccumulator((1, 1))  # one point, one slot
+    >>> acc.add(np.array([[[0.0], [0.0], [1e-3], [0.5]]]))
+    >>> [float(v) for v in fraction_at_most(acc.result())[0]]
+    [0.5]
+    """
+    level = max(int(np.searchsorted(_EDGES, tol, side="left")), 1)  # first edge >= tol (>= 1e-12)
+    last = _ZERO + level if tol > _EDGES[0] else _ZERO  # bins [0, last] hold only values < that edge
+    below = summary.hist[..., : last + 1].sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(summary.count > 0, below / summary.count, np.nan)
 
 
 def median_se(summary: Summary) -> np.ndarray:

@@ -127,3 +127,20 @@ def test_median_se_needs_four_finite_trials():
     acc.add(np.array([[1.0, 2.0, 3.0, np.nan], [1.0, 2.0, 3.0, 4.0]]))
     se = stats.median_se(acc.result())
     assert se[0] == np.inf and np.isfinite(se[1])
+
+
+def test_fraction_at_most_from_the_histogram_matches_raw_values_at_bin_edges():
+    rng = np.random.default_rng(3)
+    values = np.where(rng.random((2, 500, 3)) < 0.3, 0.0, rng.lognormal(-3.0, 2.0, (2, 500, 3)))
+    values[0, :7, 0] = np.nan  # left out, as everywhere
+    acc = stats.SummaryAccumulator((2, 3))
+    acc.add(values)
+    summary = acc.result()
+    finite = np.isfinite(values)
+    np.testing.assert_allclose(
+        stats.fraction_at_most(summary), (values == 0).sum(1) / finite.sum(1)
+    )  # nothing here lies in (0, 1e-12)
+    edge = 10.0 ** (stats.HIST_LOG_MIN + np.arange(2000) / stats.HIST_PER_DECADE)[1037]  # a bin edge: exact there
+    with np.errstate(invalid="ignore"):
+        expected = (values < edge).sum(1) / finite.sum(1)
+    np.testing.assert_allclose(stats.fraction_at_most(summary, edge), expected)

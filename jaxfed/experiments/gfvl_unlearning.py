@@ -245,7 +245,7 @@ def _plot(cfg, labels, results, path, title, level=None, exact=None):
     import matplotlib.pyplot as plt
 
     raw = not isinstance(results["kl"], stats.Summary)
-    panels = 2 if raw and exact is not None else 1
+    panels = 2 if exact is not None else 1  # (from raw trials or a summary's histogram)
     fig, axes = plt.subplots(
         panels,
         1,
