@@ -173,3 +173,37 @@ def test_reparameterisation_is_refused_for_families_without_it():
         match=r"baseline='reparameterisation' needs a family in \('normal', 'mean_field_normal'\), got 'beta'",
     ):
         gfvl.natgrad_solver(expfam.BETA, logistic.likelihood(), None, 1.0, 0.1, 1, 4, "reparameterisation")
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_softplus_matches_jax_nn_softplus(dtype):
+    """The loss's softplus (no NaN branch) vs jax.nn.softplus: values and gradients on ±0, subnormals,
+    the float range's ends, ±inf and NaN."""
+    with jax.enable_x64(dtype == jnp.float64):
+        info = np.finfo(dtype)
+        a = np.concatenate(
+            [
+                [
+                    0.0,
+                    -0.0,
+                    info.tiny,
+                    -info.tiny,
+                    info.smallest_subnormal,
+                    info.max,
+                    -info.max,
+                    np.inf,
+                    -np.inf,
+                    np.nan,
+                ],
+                np.geomspace(1e-30, 1e30, 121),
+                -np.geomspace(1e-30, 1e30, 121),
+                np.linspace(-50, 50, 1001),
+            ]
+        ).astype(dtype)
+        x = jnp.asarray(a)
+        got, want = np.asarray(logistic._softplus(x)), np.asarray(jax.nn.softplus(x))
+        np.testing.assert_allclose(got, want, rtol=4 * info.eps, atol=0)
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        finite = np.isfinite(a)
+        g = np.asarray(jax.vmap(jax.grad(logistic._softplus))(x[finite]))
+        np.testing.assert_allclose(g, np.asarray(jax.nn.sigmoid(x[finite])), rtol=4 * info.eps, atol=4 * info.tiny)
