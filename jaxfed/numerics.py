@@ -135,8 +135,8 @@ def _threefry_key_words(key):
     if not jax.config.jax_threefry_partitionable:
         return None
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-        if str(jax.random.key_impl(key)) != "threefry2x32":
-            return None
+        if key.shape != () or str(jax.random.key_impl(key)) != "threefry2x32":
+            return None  # jax.random.normal refuses an array of keys, and handles other generators
         key = jax.random.key_data(key)
     elif not (key.dtype == jnp.uint32 and key.shape == (2,) and jax.config.jax_default_prng_impl == "threefry2x32"):
         return None

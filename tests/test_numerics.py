@@ -92,3 +92,10 @@ def test_standard_normal_float64_and_non_partitionable_fall_back():
         np.testing.assert_array_equal(
             _as_bits(numerics.standard_normal(key, (20, 11), jnp.float32)), _as_bits(jax.random.normal(key, (20, 11)))
         )
+
+
+def test_standard_normal_refuses_what_jax_refuses():
+    """An array of keys (not one key) is refused as by jax.random.normal; an empty shape gives an empty array."""
+    with pytest.raises((TypeError, ValueError)):
+        numerics.standard_normal(jax.random.split(jax.random.key(0), 3), (2,), jnp.float32)
+    assert numerics.standard_normal(jax.random.key(0), (0, 3), jnp.float32).shape == (0, 3)
