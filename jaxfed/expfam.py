@@ -819,7 +819,7 @@ def _mf_boundary(eta):
 
 def _mf_sample(key, eta, shape=()):
     m, p = normal_moments(_pairs(eta))
-    return m + jax.random.normal(key, shape + m.shape, eta.dtype) / jnp.sqrt(p)
+    return m + numerics.standard_normal(key, shape + m.shape, eta.dtype) / jnp.sqrt(p)
 
 
 def _mf_project(eta, min_precision=NORMAL_MIN_PRECISION):
@@ -838,7 +838,7 @@ def mean_field_sample_score(key: jax.Array, eta: jax.Array, n_samples: int) -> t
     (ε s, 2m ε s + (ε² − 1) s²), flattened to (S, 2d)."""
     m, p = normal_moments(_pairs(eta))
     s = 1.0 / jnp.sqrt(p)
-    eps = jax.random.normal(key, (n_samples,) + m.shape, eta.dtype)
+    eps = numerics.standard_normal(key, (n_samples,) + m.shape, eta.dtype)
     score = jnp.stack([eps * s, 2.0 * m * eps * s + (eps * eps - 1.0) * s * s], axis=-1)
     return m + eps * s, _flat(score)
 

@@ -162,8 +162,9 @@ def natgrad_solver(
             return likelihood.loss(data, theta)
 
         def iteration(l, eta):
-            grad = natgrad.estimate_gradient(jax.random.fold_in(key, l), family, eta, loss, n_samples, baseline, c)
-            return natgrad.natural_gradient_step(family, eta, grad, cavity, rate, alpha)
+            k = jax.random.fold_in(key, l)
+            natural = natgrad.natural_gradient_estimate(k, family, eta, loss, n_samples, baseline, c)
+            return natgrad.natural_step(family, eta, natural, cavity, rate, alpha)
 
         return lax.fori_loop(0, n_iters, iteration, state.eta) - state.eta
 

@@ -135,6 +135,21 @@ def _signed_logits(z, theta):
     return (2.0 * y - 1.0) * jnp.einsum("nd,sd->sn", x, theta)
 
 
+@jax.custom_jvp
+def _softplus(a):
+    """log(1 + eᵃ) = max(a, 0) + log1p(e^(−|a|)): ``jax.nn.softplus``'s formula without its NaN branch
+    (the same values, NaN in, NaN out; derivative σ(a), defined explicitly so that it is ½ at a = 0),
+    which XLA's CPU backend runs about 1.7x faster on the (S, N) logits of a local iteration
+    (benchmarks/gfvl_logistic.py)."""
+    return jnp.maximum(a, 0.0) + jnp.log1p(jnp.exp(-jnp.abs(a)))
+
+
+@_softplus.defjvp
+def _softplus_jvp(primals, tangents):
+    (a,), (t,) = primals, tangents
+    return _softplus(a), jax.nn.sigmoid(a) * t
+
+
 def likelihood() -> likelihoods.Likelihood:
     """L(θ) = Σ_n w_n softplus(−(2y_n − 1) x_nᵀθ) on one agent's :class:`jaxfed.likelihoods.PaddedData`;
     θ of shape (..., d)."""
@@ -142,7 +157,7 @@ def likelihood() -> likelihoods.Likelihood:
     def loss(data, theta):
         theta = jnp.asarray(theta)
         flat = theta.reshape((-1, theta.shape[-1]))
-        values = jnp.sum(data.weight * jax.nn.softplus(-_signed_logits(data.z, flat)), axis=-1)
+        values = jnp.sum(data.weight * _softplus(-_signed_logits(data.z, flat)), axis=-1)
         return values.reshape(theta.shape[:-1])
 
     def loss_change(data, theta_ref, t):

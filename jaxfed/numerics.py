@@ -7,10 +7,14 @@ Each function is elementwise, jit/vmap-compatible and accurate to a few ulps *of
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax import lax
 
-__all__ = ["x_minus_log1p", "digamma_minus_log", "trigamma_minus_reciprocal"]
+__all__ = ["x_minus_log1p", "digamma_minus_log", "trigamma_minus_reciprocal", "standard_normal"]
 
 # Below this |x| the atanh series is used in x_minus_log1p; beyond, x − log1p(x) >= 0.09 |x| and
 # the plain difference loses less than one decimal digit.
@@ -101,3 +105,73 @@ def trigamma_minus_reciprocal(x: jax.Array) -> jax.Array:
     g_shifted = _trigamma_minus_reciprocal_series(shifted)
     recurrence = sum(1.0 / ((x + k) * (x + k)) for k in range(n)) + 1.0 / shifted + g_shifted - 1.0 / x
     return jnp.where(small, recurrence, g_shifted)
+
+
+# --------------------------------------------------------------------------- standard normal draws
+_THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_THREEFRY_PARITY = 0x1BD11BDA
+
+
+def _rotate_left(x, r: int):
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def _threefry2x32(k1, k2, x1, x2):
+    """The Threefry-2x32 hash (20 rounds), written out round by round: the same function as JAX's
+    ``threefry2x32`` primitive, whose CPU lowering rolls the rounds into a 5-step loop."""
+    ks = (k1, k2, k1 ^ k2 ^ np.uint32(_THREEFRY_PARITY))
+    x1, x2 = x1 + ks[0], x2 + ks[1]
+    for i in range(5):
+        for r in _THREEFRY_ROTATIONS[i % 2]:
+            x1 = x1 + x2
+            x2 = x1 ^ _rotate_left(x2, r)
+        x1 = x1 + ks[(i + 1) % 3]
+        x2 = x2 + ks[(i + 2) % 3] + np.uint32(i + 1)
+    return x1, x2
+
+
+def _threefry_key_words(key):
+    """(k1, k2) of a Threefry key (typed or raw uint32[2]), or None for another generator or setting."""
+    if not jax.config.jax_threefry_partitionable:  # type: ignore[attr-defined]  # (JAX options are dynamic)
+        return None
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != () or str(jax.random.key_impl(key)) != "threefry2x32":
+            return None  # jax.random.normal refuses an array of keys, and handles other generators
+        key = jax.random.key_data(key)
+    elif not (key.dtype == jnp.uint32 and key.shape == (2,) and jax.config.jax_default_prng_impl == "threefry2x32"):  # type: ignore[attr-defined]
+        return None
+    return key[0], key[1]
+
+
+def standard_normal(key: jax.Array, shape: tuple[int, ...], dtype=float) -> jax.Array:
+    """``jax.random.normal(key, shape, dtype)``, bit for bit, computed faster on XLA's CPU backend.
+
+    Two costs of ``jax.random.normal`` on the CPU, measured on the (S, d) = (20, 11) draws of the
+    mean-field Gaussian vmapped over trials (benchmarks/gfvl_logistic.py):
+
+    - its Threefry rounds are lowered as a rolled 5-step loop on the CPU (to save compile time): one
+      small kernel per step; written out (:func:`_threefry2x32`, the same hash) the 20 rounds fuse
+      into one loop, about 3x faster;
+    - the bits are turned into normals (a uniform, then ``erf_inv``) on an array of the requested
+      shape, and XLA vectorises that loop along the last axis only: a short last axis (d = 11) runs
+      almost scalar, 4x slower than on a flat vector; so the normals are made flat and reshaped.
+
+    The fast path is taken for float32 draws from a Threefry key with ``jax_threefry_partitionable``
+    on (JAX's default): it reproduces JAX's construction (the bits of counter i are the xor of the two
+    words of Threefry(key, (0, i)), then the same uniform on [nextafter(−1, 0), 1) and √2 erf⁻¹);
+    otherwise this is ``jax.random.normal`` on the flat shape. tests/test_numerics.py checks the values
+    are identical to ``jax.random.normal``'s, under jit and vmap, so a JAX release that changes its
+    construction fails that test rather than the statistics.
+    """
+    shape = tuple(int(n) for n in shape)
+    size = math.prod(shape)
+    dtype = jax.dtypes.canonicalize_dtype(dtype)
+    words = _threefry_key_words(key) if dtype == jnp.float32 and 0 < size < 2**32 else None
+    if words is None:
+        return jax.random.normal(key, (size,), dtype).reshape(shape)
+    hi, lo = _threefry2x32(words[0], words[1], jnp.zeros((size,), jnp.uint32), lax.iota(jnp.uint32, size))
+    bits = hi ^ lo
+    floats = lax.bitcast_convert_type((bits >> np.uint32(9)) | np.uint32(0x3F800000), jnp.float32) - np.float32(1.0)
+    low = np.nextafter(np.float32(-1.0), np.float32(0.0), dtype=np.float32)
+    u = jnp.maximum(low, floats * (np.float32(1.0) - low) + low)
+    return (np.float32(np.sqrt(2.0)) * lax.erf_inv(u)).reshape(shape)

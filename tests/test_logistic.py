@@ -119,6 +119,7 @@ def test_bad_input_names_the_parameter(call, message):
         ("splits=iid,dirichlet", "splits must be names from ('iid', 'label-skew'), got 'dirichlet'"),
         ("forget_agent=10", "forget_agent must be an agent index in [0, 10), got 10"),
         ("n_features=31", "n_features must be an integer in [1, 30], got 31"),
+        ("loss_normalisation=median", "loss_normalisation must be one of ('sum', 'mean'), got 'median'"),
     ],
 )
 def test_experiment_refuses_bad_parameters_in_one_line(setting, message, capsys, tmp_path):
@@ -173,3 +174,83 @@ def test_reparameterisation_is_refused_for_families_without_it():
         match=r"family must be one of \('normal', 'mean_field_normal'\) for baseline='reparameterisation', got 'beta'",
     ):
         gfvl.natgrad_solver(expfam.BETA, logistic.likelihood(), None, 1.0, 0.1, 1, 4, "reparameterisation")
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_softplus_matches_jax_nn_softplus(dtype):
+    """The loss's softplus (no NaN branch) vs jax.nn.softplus: values and gradients on ±0, subnormals,
+    the float range's ends, ±inf and NaN."""
+    with jax.enable_x64(dtype == jnp.float64):
+        info = np.finfo(dtype)
+        a = np.concatenate(
+            [
+                [
+                    0.0,
+                    -0.0,
+                    info.tiny,
+                    -info.tiny,
+                    info.smallest_subnormal,
+                    info.max,
+                    -info.max,
+                    np.inf,
+                    -np.inf,
+                    np.nan,
+                ],
+                np.geomspace(1e-30, 1e30, 121),
+                -np.geomspace(1e-30, 1e30, 121),
+                np.linspace(-50, 50, 1001),
+            ]
+        ).astype(dtype)
+        x = jnp.asarray(a)
+        got, want = np.asarray(logistic._softplus(x)), np.asarray(jax.nn.softplus(x))
+        np.testing.assert_allclose(got, want, rtol=4 * info.eps, atol=0)
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        finite = np.isfinite(a)
+        g = np.asarray(jax.vmap(jax.grad(logistic._softplus))(x[finite]))
+        np.testing.assert_allclose(g, np.asarray(jax.nn.sigmoid(x[finite])), rtol=4 * info.eps, atol=4 * info.tiny)
+
+
+def test_mean_loss_weights_points_by_one_over_n_k_and_tempers_the_target():
+    """loss_normalisation="mean": every real point of agent k weighs 1/N_k (padding 0), for both splits and
+    for the data without u; q* is the optimum of that loss (a fixed point of its own iteration, wider
+    than the sum's); the report says which target."""
+    overrides = {"n_features": "3", "n_agents": "4", "forget_agent": "3", "topologies": "complete", "splits": "iid"}
+    sums = gfvl_logistic.prepare(make_config(gfvl_logistic.Config, overrides))
+    cfg = make_config(gfvl_logistic.Config, {**overrides, "loss_normalisation": "mean"})
+    means = gfvl_logistic.prepare(cfg)
+    for split in ("iid", "label-skew", "rest"):
+        w_sum, w_mean = np.asarray(sums["data"][split].weight), np.asarray(means["data"][split].weight)
+        counts = w_sum.sum(1)
+        expected = w_sum / np.where(counts > 0, counts, 1.0)[:, None]
+        np.testing.assert_allclose(w_mean, expected, rtol=1e-12)
+        np.testing.assert_allclose(w_mean.sum(1), (counts > 0).astype(float), rtol=1e-12)
+        assert means["converged"][split] < 1e-6
+        v_sum = np.asarray(expfam.mean_field_moments(jnp.asarray(sums["target"][split]))[1])
+        v_mean = np.asarray(expfam.mean_field_moments(jnp.asarray(means["target"][split]))[1])
+        assert np.all(v_mean > v_sum)  # far less data weight: close to the prior's variance 1
+    with jax.enable_x64(True):
+        lik = logistic.likelihood()
+        pooled = lik.pool(jax.tree.map(jnp.asarray, means["data"]["iid"]))
+        eta, change = logistic.centralised_optimum(pooled, jnp.asarray(means["prior"]), cfg.alpha, n_iters=4000)
+        np.testing.assert_allclose(np.asarray(eta), means["target"]["iid"], rtol=1e-9, atol=1e-12)
+    trial = gfvl_logistic.make_trial(
+        make_config(gfvl_logistic.Config, {**overrides, "loss_normalisation": "mean", "n_slots": "8"}), means
+    )
+    out = trial(jax.random.key(0), {"mode": "learn", "adjacency": jnp.asarray(graphs.complete(4)), "split": "iid"})
+    assert np.all(np.isfinite(np.asarray(out["kl"])))
+
+
+@pytest.mark.parametrize(
+    "normalisation, phrase", [("sum", "sum loss (L_k = Σ_n"), ("mean", "mean loss (L_k = (1/N_k)")]
+)
+def test_report_names_the_loss(normalisation, phrase):
+    cfg = make_config(
+        gfvl_logistic.Config,
+        {"n_slots": "8", "topologies": "complete", "splits": "iid", "loss_normalisation": normalisation},
+    )
+    labels, _ = gfvl_logistic._points(cfg)
+    rng = np.random.default_rng(0)
+    results = {m: rng.uniform(0.1, 1.0, (len(labels), 6, 8)) for m in ("kl", "log_lik", "accuracy", "grad_var")}
+    results["hit"] = rng.integers(0, 8, (len(labels), 6))
+    text = gfvl_logistic.report(cfg, labels, results)
+    assert phrase in text and "**Reading.**" in text

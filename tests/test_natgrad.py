@@ -8,7 +8,7 @@ import optax
 import pytest
 from scipy import integrate, special, stats
 
-from jaxfed import expfam, likelihoods, natgrad
+from jaxfed import expfam, gfvl, likelihoods, natgrad
 from jaxfed.expfam import BETA
 
 mp.mp.dps = 30
@@ -186,3 +186,88 @@ def test_reinforce_is_vmap_and_jit_consistent():
 def test_bad_estimator_settings_are_refused(kwargs, name):
     with pytest.raises(ValueError, match=name):
         natgrad.reinforce_gradient(jax.random.key(0), BETA, jnp.array([2.0, 2.0]), lambda t: t, **kwargs)
+
+
+# --------------------------------------------------------------------------- mean-field Gaussian fast path
+def _generic_natural(key, family, eta, loss, n, baseline, c):
+    return natgrad.fisher_solve(family, eta, natgrad.reinforce_gradient(key, family, eta, loss, n, baseline, c))
+
+
+# (means, precisions): moderate; a large mean over a small spread (the generic solve's 2m ĝ₁ − ĝ₂ cancels);
+# very wide and very narrow coordinates side by side
+_MF_CASES = [
+    (np.array([0.3, -1.2]), np.array([2.0, 0.5])),
+    (np.array([1e3, -5e2, 7.0]), np.array([1e4, 1e6, 1.0])),
+    (np.array([0.0, 1e-3, -2.0, 40.0]), np.array([1e-6, 1e8, 3.0, 0.01])),
+]
+_MF_LOSSES = {
+    "logistic": lambda x, y: lambda th: jnp.sum(jax.nn.softplus(-(th @ x.T) * y), -1),
+    "offset quadratic": lambda x, y: lambda th: 1e8 + jnp.sum((th - 1.0) ** 2, -1),
+    "huge": lambda x, y: lambda th: 1e30 * jnp.tanh(jnp.sum(th, -1)),
+}
+
+
+@pytest.mark.parametrize("case", range(len(_MF_CASES)))
+@pytest.mark.parametrize("loss_name", sorted(_MF_LOSSES))
+@pytest.mark.parametrize(
+    "baseline, c, n",
+    [("leave-one-out", 0.0, 2), ("leave-one-out", 0.0, 20), ("constant", 3.5, 1), ("constant", -1e3, 7)],
+)
+def test_mean_field_fast_natural_gradient_matches_generic(case, loss_name, baseline, c, n):
+    """natural_gradient_estimate's closed form vs FIM⁻¹ of reinforce_gradient on the same draws, float64,
+    to rounding relative to the generic formula's terms (which cancel where |m| ≫ s)."""
+    with jax.enable_x64(True):
+        m, p = _MF_CASES[case]
+        d = len(m)
+        family = expfam.mean_field_normal(d)
+        eta = expfam.mean_field_natural(jnp.asarray(m), jnp.asarray(1.0 / p))
+        rng = np.random.default_rng(case)
+        loss = _MF_LOSSES[loss_name](jnp.asarray(rng.normal(size=(9, d))), jnp.asarray(rng.choice([-1.0, 1.0], 9)))
+        for seed in range(3):
+            key = jax.random.key(seed)
+            fast = np.asarray(natgrad.natural_gradient_estimate(key, family, eta, loss, n, baseline, c))
+            grad = np.asarray(natgrad.reinforce_gradient(key, family, eta, loss, n, baseline, c)).reshape(d, 2)
+            slow = np.asarray(_generic_natural(key, family, eta, loss, n, baseline, c))
+            g1, g2 = np.abs(grad[:, 0]), np.abs(grad[:, 1])
+            scale = np.stack(
+                [p * g1 + np.abs(m) * p * p * (2 * np.abs(m) * g1 + g2), p * p * (g2 / 2 + np.abs(m) * g1)], -1
+            )
+            assert np.all(np.abs(fast - slow) <= 1e-12 * scale.reshape(-1) + 1e-300), (fast, slow)
+            assert np.all(np.isfinite(fast))
+
+
+def test_mean_field_fast_path_float32_and_solver():
+    """float32 (the experiments' dtype): the same draws (float32 normals) and the generic estimate agree to
+    float32 rounding of the generic formula's terms; and a G-FVL solver on the mean-field family matches
+    the same solver forced onto the generic path (a renamed copy of the family) in float64."""
+    d, n = 5, 20
+    m, p = np.linspace(-2.0, 3.0, d), np.geomspace(0.5, 50.0, d)
+    x = np.random.default_rng(0).normal(size=(30, d))
+
+    def loss(th):
+        return jnp.sum(jax.nn.softplus(-(th @ jnp.asarray(x, th.dtype).T)), -1)
+
+    family = expfam.mean_field_normal(d)
+    eta32 = jnp.asarray(np.asarray(expfam.mean_field_natural(jnp.asarray(m), jnp.asarray(1.0 / p))), jnp.float32)
+    for seed in range(5):
+        key = jax.random.key(seed)
+        fast = np.asarray(natgrad.natural_gradient_estimate(key, family, eta32, loss, n, "leave-one-out"))
+        slow = np.asarray(_generic_natural(key, family, eta32, loss, n, "leave-one-out", 0.0))
+        grad = np.abs(np.asarray(natgrad.reinforce_gradient(key, family, eta32, loss, n, "leave-one-out"), float))
+        g1, g2 = grad.reshape(d, 2).T
+        scale = np.stack(
+            [p * g1 + np.abs(m) * p * p * (2 * np.abs(m) * g1 + g2), p * p * (g2 / 2 + np.abs(m) * g1)], -1
+        )
+        assert fast.dtype == np.float32
+        assert np.all(np.abs(fast - slow) <= 1e-5 * scale.reshape(-1)), (fast, slow)
+
+    with jax.enable_x64(True):
+        eta64 = expfam.mean_field_natural(jnp.asarray(m), jnp.asarray(1.0 / p))
+        lik = likelihoods.Likelihood(name="t", loss=lambda data, th: loss(th), loss_change=None, pool=None)
+        generic = family._replace(name="mean_field_normal (generic)")
+        state = gfvl.init(eta64, 3)
+        out = {}
+        for name, fam in (("fast", family), ("generic", generic)):
+            solve = gfvl.natgrad_solver(fam, lik, jnp.zeros((3, 1)), 1.0, 0.05, 4, n, "leave-one-out")
+            out[name] = np.asarray(solve(jax.random.key(9), jnp.int32(1), state))
+        np.testing.assert_allclose(out["fast"], out["generic"], rtol=1e-10, atol=1e-12)

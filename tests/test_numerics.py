@@ -35,3 +35,67 @@ def test_digamma_and_trigamma_differences_match_mpmath(dtype, rtol):
         tri = np.asarray(numerics.trigamma_minus_reciprocal(jnp.asarray(x, dtype)), np.float64)
     np.testing.assert_allclose(psi, _reference(lambda v: mp.digamma(v) - mp.log(v), x), rtol=rtol)
     np.testing.assert_allclose(tri, _reference(lambda v: mp.polygamma(1, v) - 1 / v, x), rtol=rtol)
+
+
+# --------------------------------------------------------------------------- standard_normal (fast path)
+def _as_bits(x):
+    x = np.asarray(x)
+    return x.view(np.int32 if x.dtype == np.float32 else np.int64)
+
+
+@pytest.mark.parametrize("shape", [(1,), (3,), (20, 11), (7, 3, 5), (2, 1), (1000,)])
+def test_standard_normal_is_jax_random_normal_bit_for_bit(shape):
+    """The unrolled-Threefry path reproduces jax.random.normal exactly: eager, jitted and vmapped over
+    keys (the layout of the experiments), for keys from key(), fold_in and split."""
+    keys = [jax.random.key(0), jax.random.fold_in(jax.random.key(7), 2**31 + 5), jax.random.split(jax.random.key(3))[1]]
+    for key in keys:
+        got = numerics.standard_normal(key, shape, jnp.float32)
+        want = jax.random.normal(key, shape, jnp.float32)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(_as_bits(got), _as_bits(want))
+    batch = jax.random.split(jax.random.key(11), 257)
+    got = jax.jit(jax.vmap(lambda k: numerics.standard_normal(k, shape, jnp.float32)))(batch)
+    want = jax.jit(jax.vmap(lambda k: jax.random.normal(k, shape, jnp.float32)))(batch)
+    np.testing.assert_array_equal(_as_bits(got), _as_bits(want))
+
+
+def test_standard_normal_extreme_uniforms_and_raw_keys():
+    """Many draws (tails of the uniform: bits near 0 and 2^32 − 1 hit erf⁻¹ near ±1) and a raw
+    uint32[2] key give the same values as jax.random.normal; all finite."""
+    key = jax.random.key(123)
+    got = jax.jit(lambda k: numerics.standard_normal(k, (1 << 20,), jnp.float32))(key)
+    want = jax.jit(lambda k: jax.random.normal(k, (1 << 20,), jnp.float32))(key)
+    np.testing.assert_array_equal(_as_bits(got), _as_bits(want))
+    assert np.all(np.isfinite(np.asarray(got)))
+    raw = jax.random.PRNGKey(5)
+    np.testing.assert_array_equal(
+        _as_bits(numerics.standard_normal(raw, (4, 6), jnp.float32)), _as_bits(jax.random.normal(raw, (4, 6)))
+    )
+
+
+@pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
+def test_standard_normal_other_generators_fall_back(impl):
+    key = jax.random.key(1, impl=impl)
+    np.testing.assert_array_equal(
+        _as_bits(numerics.standard_normal(key, (20, 11), jnp.float32)), _as_bits(jax.random.normal(key, (20, 11)))
+    )
+
+
+def test_standard_normal_float64_and_non_partitionable_fall_back():
+    with jax.enable_x64(True):
+        key = jax.random.key(2)
+        got = numerics.standard_normal(key, (20, 11), jnp.float64)
+        assert got.dtype == jnp.float64
+        np.testing.assert_array_equal(_as_bits(got), _as_bits(jax.random.normal(key, (20, 11), jnp.float64)))
+    with jax.threefry_partitionable(False):
+        key = jax.random.key(3)
+        np.testing.assert_array_equal(
+            _as_bits(numerics.standard_normal(key, (20, 11), jnp.float32)), _as_bits(jax.random.normal(key, (20, 11)))
+        )
+
+
+def test_standard_normal_refuses_what_jax_refuses():
+    """An array of keys (not one key) is refused as by jax.random.normal; an empty shape gives an empty array."""
+    with pytest.raises((TypeError, ValueError)):
+        numerics.standard_normal(jax.random.split(jax.random.key(0), 3), (2,), jnp.float32)
+    assert numerics.standard_normal(jax.random.key(0), (0, 3), jnp.float32).shape == (0, 3)

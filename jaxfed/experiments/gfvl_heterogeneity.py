@@ -6,7 +6,9 @@ Agent k holds N_k points (``sizes``; 0 allowed) drawn from its own θ_k = g⁻¹
 global θ (:func:`jaxfed.scenarios.agent_thetas`: logit/identity/log/softmax link; for categorical data
 a label skew), and, for the Normal family, its own noise variance σ_k² = σ² exp(``noise_spread`` ε'_k)
 (agents whose likelihoods differ). Points: topology × spread τ. Metric ``kl`` (point, trial, slot):
-KL(q^(i) ‖ p(θ|D)) after slot i, p(θ|D) the posterior given every agent's data (sum loss, α), by the
+KL(q^(i) ‖ p(θ|D)) after slot i, p(θ|D) the posterior given every agent's data (with the default
+``loss_normalisation`` "sum" and α = 1 the Bayesian posterior; "mean" weights agent k's statistics by
+1/N_k, the posterior tempered by 1/N_k, docs/gfvl.md §A1), by the
 fast trajectory path (:func:`jaxfed.gfvl.conjugate_kl_trajectory`; tested against the step kernel in
 tests/test_gfvl_families_differential.py). The points of a trial share its key (common random numbers):
 for one topology the walk and the ε_k are the same at every τ, so spreads are compared pair by pair.
@@ -26,8 +28,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import expfam, gfvl, gossip, graphs, plotting, scenarios, stats, validation
-from jaxfed.experiments.base import Experiment, Sweep, band_table
+from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, scenarios, stats, validation
+from jaxfed.experiments.base import Experiment, Sweep, band_table, check_loss_normalisation
+from jaxfed.experiments.gfvl_local_iters import target_text
 from jaxfed.experiments.gfvl_topologies import first_slot_at_or_below
 
 NAME = "gfvl-heterogeneity"
@@ -56,7 +59,7 @@ PRIOR_TEXT = {
 class Config:
     """Parameters. Static (shape-changing): family, n_agents, sizes, n_slots, topologies, spreads (the
     points). Traced per point: the adjacency matrix and τ. Closure constants: n_per_agent, alpha,
-    variance, noise_spread.
+    variance, noise_spread, loss_normalisation.
     """
 
     family: str = "dirichlet"  # one of expfam.FAMILIES (the data model is the conjugate likelihood)
@@ -69,9 +72,11 @@ class Config:
     noise_spread: float = 0.0  # Normal family: σ_k² = σ² exp(noise_spread ε'_k); 0: equal likelihoods
     n_slots: int = 300  # slots i = 1..n_slots
     topologies: tuple[str, ...] = ("star", "ring", "complete")
+    loss_normalisation: str = "sum"  # "sum" (target p(θ|D) at α = 1) or "mean" (statistics × 1/N_k: tempered)
 
     def __post_init__(self):
         validation.one_of("family", self.family, expfam.FAMILIES)
+        check_loss_normalisation(self.loss_normalisation)
         validation.integer("n_agents", self.n_agents, 2)
         validation.integer("n_per_agent", self.n_per_agent, 0)
         if self.sizes:
@@ -104,6 +109,8 @@ class Config:
 def make_trial(cfg: Config):
     family = expfam.by_name(cfg.family)
     sizes = np.asarray(cfg.agent_sizes(), np.float64)
+    # w_k = 1 ("sum") or 1/N_k ("mean"; 0 for an agent without data): L_k = w_k Σ_n ℓ, so the statistics scale by w_k
+    weight = np.asarray(likelihoods.loss_weight(cfg.loss_normalisation, sizes), np.float64)
 
     def trial(key, point):
         key_theta, key_noise, key_data, key_walk = jax.random.split(key, 4)
@@ -111,6 +118,8 @@ def make_trial(cfg: Config):
         thetas = scenarios.agent_thetas(key_theta, cfg.family, THETA[cfg.family], cfg.n_agents, point["spread"])
         variance = cfg.variance * jnp.exp(cfg.noise_spread * jax.random.normal(key_noise, (cfg.n_agents,)))
         stats_k = scenarios.conjugate_stats(key_data, cfg.family, thetas, jnp.asarray(sizes, thetas.dtype), variance)
+        if cfg.loss_normalisation != "sum":
+            stats_k = stats_k * jnp.asarray(weight, stats_k.dtype)[:, None]
         walk = gossip.mh_walk(key_walk, point["adjacency"], cfg.n_slots)
         kl = gfvl.conjugate_kl_trajectory(family, prior, stats_k, cfg.alpha, walk.schedule, walk.n_visited)
         return {"kl": kl}
@@ -149,8 +158,13 @@ def plot(cfg: Config, labels, metrics, path):
         plotting.band_plot(ax, slots, sub, [f"τ={labels[p]['spread']:g}" for p in idx], log_y=True)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("slot i")
-    axes[0, 0].set_ylabel(r"KL($q^{(i)}$ ‖ $p(\theta|\mathcal{D})$)")
-    fig.suptitle(f"G-FVL, {cfg.family} (conjugate), K={cfg.n_agents}, heterogeneity τ of θ_k around θ", fontsize=9)
+    axes[0, 0].set_ylabel(
+        r"KL($q^{(i)}$ ‖ $p(\theta|\mathcal{D})$)" if cfg.loss_normalisation == "sum" else "KL(q^(i) ‖ q*)"
+    )
+    fig.suptitle(
+        f"G-FVL, {cfg.family} (conjugate), K={cfg.n_agents}, {cfg.loss_normalisation} loss, heterogeneity τ of θ_k around θ",
+        fontsize=9,
+    )
     plotting.save(fig, path)
 
 
@@ -162,11 +176,11 @@ def report(cfg: Config, labels, results) -> str:
     sizes = cfg.agent_sizes()
     text = [
         f"Family {cfg.family} (prior {PRIOR_TEXT[cfg.family]}, global θ = {THETA[cfg.family]}), K = {cfg.n_agents}, "
-        f"N_k = {sizes if cfg.sizes else cfg.n_per_agent}, α = {cfg.alpha:g}, sum loss: KL is measured against the "
-        "posterior given every agent's data (the Bayesian posterior at α = 1). τ is the spread of each agent's "
+        f"N_k = {sizes if cfg.sizes else cfg.n_per_agent}, α = {cfg.alpha:g}, {cfg.loss_normalisation} loss: KL is "
+        f"measured against {target_text(cfg.loss_normalisation, cfg.alpha)}. τ is the spread of each agent's "
         "θ_k around θ on the link scale (0: i.i.d. agents).",
         "",
-        f"Median KL(q^(i) ‖ p(θ|D)) [75% band] by slot:\n\n{table}",
+        f"Median KL(q^(i) ‖ {'p(θ|D)' if cfg.loss_normalisation == 'sum' else 'q*'}) [75% band] by slot:\n\n{table}",
     ]
     if isinstance(results["kl"], stats.Summary):
         text.append("\n**Reading.** Paired verdicts need the raw trials (run with `--keep raw`).")

@@ -32,8 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import expfam, gfvl, gossip, graphs, logistic, natgrad, plotting, stats, validation
-from jaxfed.experiments.base import Experiment, Sweep, band_table
+from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, logistic, natgrad, plotting, stats, validation
+from jaxfed.experiments.base import Experiment, Sweep, band_table, check_loss_normalisation
 from jaxfed.experiments.gfvl_unlearning import ASYMPTOTE_TOLERANCE, asymptote
 
 NAME = "gfvl-logistic"
@@ -65,6 +65,8 @@ class Config:
     forget_agent: int = 9  # u, numbered from 0
     topologies: tuple[str, ...] = ("complete", "ring")
     splits: tuple[str, ...] = ("iid", "label-skew")
+    loss_normalisation: str = "sum"  # "sum" (L_k = Σ_n ℓ: q* approximates the posterior at α = 1) or "mean"
+    # (L_k = (1/N_k) Σ_n ℓ: the posterior tempered by 1/N_k); q* is recomputed for either
 
     def __post_init__(self):
         validation.integer("n_agents", self.n_agents, 3)
@@ -74,6 +76,7 @@ class Config:
         validation.positive("prior_var", self.prior_var)
         validation.positive("alpha", self.alpha)
         validation.positive("rho", self.rho)
+        check_loss_normalisation(self.loss_normalisation)
         validation.integer("local_iters", self.local_iters, 1)
         validation.one_of("baseline", self.baseline, natgrad.ESTIMATORS)
         minimum = 1 if self.baseline in ("constant", "reparameterisation") else 2
@@ -102,11 +105,20 @@ def prepare(cfg: Config) -> dict:
     }
     lik = logistic.likelihood()
     out: dict[str, Any] = {"test": test, "data": {}, "target": {}, "converged": {}, "sizes": {}}
+
+    def padded(dataset, owner, n_agents):
+        """Agent data with each point weighted by w_k = 1 ("sum") or 1/N_k ("mean")."""
+        data = logistic.to_padded(dataset, owner, n_agents)
+        if cfg.loss_normalisation == "sum":
+            return data
+        weight = likelihoods.loss_weight(cfg.loss_normalisation, np.bincount(owner, minlength=n_agents))
+        return data._replace(weight=data.weight * jnp.asarray(weight, data.weight.dtype)[:, None])
+
     with jax.enable_x64(True):
         prior = expfam.mean_field_natural(jnp.zeros(d), jnp.full(d, cfg.prior_var))
         optimum = jax.jit(logistic.centralised_optimum, static_argnums=(2,))
         for split, owner in owners.items():
-            data = logistic.to_padded(train, owner, cfg.n_agents)
+            data = padded(train, owner, cfg.n_agents)
             eta, change = optimum(lik.pool(data), prior, cfg.alpha)
             out["data"][split], out["target"][split] = data, np.asarray(eta)
             out["converged"][split] = float(change)
@@ -114,7 +126,7 @@ def prepare(cfg: Config) -> dict:
         keep = owners["iid"] != cfg.forget_agent
         kept_owner = owners["iid"][keep]
         # the other agents renumbered 0..K−2, as on the graph without u
-        rest = logistic.to_padded(
+        rest = padded(
             logistic.Dataset(train.x[keep], train.y[keep]),
             kept_owner - (kept_owner > cfg.forget_agent),
             cfg.n_agents - 1,
@@ -233,7 +245,7 @@ def plot(cfg: Config, labels, metrics, path):
         ax.set_xlabel("slot i (from the request for unlearning/retrain)")
     fig.suptitle(
         f"G-FVL, Bayesian logistic regression (breast cancer, d = {cfg.n_features + 1}), K = {cfg.n_agents}, "
-        f"L = {cfg.local_iters}, S = {cfg.n_samples}, ρ = {cfg.rho:g}, {cfg.baseline} baseline",
+        f"L = {cfg.local_iters}, S = {cfg.n_samples}, ρ = {cfg.rho:g}, {cfg.baseline} baseline, {cfg.loss_normalisation} loss",
         fontsize=9,
     )
     plotting.save(fig, path)
@@ -252,10 +264,15 @@ def report(cfg: Config, labels, results) -> str:
     text = [
         f"Breast-cancer data (569 points, {cfg.n_features} standardised features + intercept, d = {cfg.n_features + 1}), "
         f"{1 - cfg.test_fraction:.0%} training points over K = {cfg.n_agents} agents (split seed {cfg.split_seed}: the "
-        "split is fixed, trials repeat the walk and the REINFORCE draws), sum loss, α = "
-        f"{cfg.alpha:g}, prior N(0, {cfg.prior_var:g} I). KL is measured against the centralised optimum q* of the "
-        "mean-field Gaussian family (float64 natural-gradient run with Gauss–Hermite expectations; for unlearning and "
-        "retrain the optimum without agent u's data).",
+        "split is fixed, trials repeat the walk and the REINFORCE draws), "
+        + (
+            "sum loss (L_k = Σ_n softplus(−(2y − 1) xᵀθ): at α = 1 q* approximates the Bayesian posterior)"
+            if cfg.loss_normalisation == "sum"
+            else "mean loss (L_k = (1/N_k) Σ_n softplus(−(2y − 1) xᵀθ): q* approximates the posterior tempered by 1/N_k)"
+        )
+        + f", α = {cfg.alpha:g}, prior N(0, {cfg.prior_var:g} I). KL is measured against the centralised optimum q* of the "
+        "mean-field Gaussian family for this loss (float64 natural-gradient run with Gauss–Hermite expectations; for "
+        "unlearning and retrain the optimum without agent u's data).",
     ]
     for metric, what, fmt in (
         ("kl", "KL(q^(i) ‖ q*)", "{:.2e}"),
