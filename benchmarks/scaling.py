@@ -87,8 +87,6 @@ def kernel_throughput(trials: int, repeats: int) -> float:
 
 def engine_comparisons(args, work: str) -> dict:
     """The issue's engine-overhead comparisons (see the module docstring); ``work``: a scratch directory."""
-    from jaxfed import engine
-    from jaxfed.experiments import gfvl_topologies
 
     def out(name):
         return ["--out", os.path.join(work, name)]
@@ -96,7 +94,25 @@ def engine_comparisons(args, work: str) -> dict:
     def cache(name):
         return os.path.join(work, f"cache-{name}")
 
-    # Summary sweep through the CLI, minus the fixed cost of a 64-trial run (same cache: warm).
+    rows: dict = {}
+    wanted = set(args.parts)
+    if "sweep" in wanted:
+        rows.update(summary_and_raw(args, out, cache))
+    if "million" in wanted:
+        rows["million_summary"] = million_run(args, out, cache)
+    if "fixed" in wanted:
+        rows["fixed_cost"] = fixed_cost(out, cache)
+    if "target" in wanted:
+        rows["target_se"] = target_comparison(args, out, cache, work)
+    return rows
+
+
+def summary_and_raw(args, out, cache) -> dict:
+    """The summary sweep through the CLI (minus the fixed cost of a 64-trial run, same cache: warm)
+    and raw mode without --out, each against the kernel."""
+    from jaxfed import engine
+    from jaxfed.experiments import gfvl_topologies
+
     small = cli_run(["run", "gfvl-topologies", "--trials", "64", "--keep", "summary", *out("sweep64")], cache("sweep"))
     big = cli_run(
         ["run", "gfvl-topologies", "--trials", str(args.sweep_trials), "--keep", "summary", *out("sweep")],
@@ -105,7 +121,7 @@ def engine_comparisons(args, work: str) -> dict:
     # The kernel on the same trials: by default in calls of the chunk size the engine chose.
     kernel_chunk = args.kernel_trials or big["engine"]["chunk_sizes"][0]
     kernel = kernel_throughput(kernel_chunk, args.repeats)
-    rows: dict = {"kernel_trials_per_s": kernel, "kernel_chunk": kernel_chunk}
+    rows = {"kernel_trials_per_s": kernel, "kernel_chunk": kernel_chunk}
     sweep_rate = (args.sweep_trials - 64) / max(big["seconds"] - small["seconds"], 1e-9)
     rows["summary_sweep"] = {
         "trials": args.sweep_trials,
@@ -139,26 +155,34 @@ def engine_comparisons(args, work: str) -> dict:
         "ratio_to_kernel": raw_rate / kernel,
     }
     print(f"raw without --out {args.raw_trials} trials: {raw_s:.1f} s, {raw_rate / kernel:.2f} x kernel")
+    return rows
 
-    # A million-trial summary run: wall time and peak memory.
+
+def million_run(args, out, cache) -> dict:
+    """A --million-trial summary run through the CLI: wall time and peak memory."""
     million = cli_run(
         ["run", "gfvl-topologies", "--trials", str(args.million), "--keep", "summary", *out("million")],
         cache("million"),
     )
-    rows["million_summary"] = {
+    print(f"{args.million} trials summary: {million['seconds']:.1f} s, peak RSS {million['maxrss_mib']:.0f} MiB")
+    return {
         "trials": args.million,
         "seconds": million["seconds"],
         "peak_rss_mib": million["maxrss_mib"],
         "chunk_sizes": million["engine"]["chunk_sizes"],
     }
-    print(f"{args.million} trials summary: {million['seconds']:.1f} s, peak RSS {million['maxrss_mib']:.0f} MiB")
 
-    # Fixed cost: the second 64-trial run in a row, with a fresh cache; and with the cache off.
+
+def fixed_cost(out, cache) -> dict:
+    """The second 64-trial run in a row, with a fresh cache, against the first; and with the cache off."""
     runs = [cli_run(["run", "gfvl-topologies", "--trials", "64", *out(f"fixed{i}")], cache("fixed")) for i in range(2)]
     off = cli_run(
         ["run", "gfvl-topologies", "--trials", "64", "--compilation-cache", "off", *out("fixed-off")], cache("fixed")
     )
-    rows["fixed_cost"] = {
+    print(
+        f"64-trial runs: first {runs[0]['seconds']:.1f} s, second {runs[1]['seconds']:.1f} s, cache off {off['seconds']:.1f} s"
+    )
+    return {
         "first_s": runs[0]["seconds"],
         "second_s": runs[1]["seconds"],
         "cache_off_s": off["seconds"],
@@ -166,14 +190,13 @@ def engine_comparisons(args, work: str) -> dict:
         "compile_s": [r["engine"]["compile_s"] for r in runs],
         "compile_cached": [r["engine"]["compile_cached"] for r in runs],
     }
-    print(
-        f"64-trial runs: first {runs[0]['seconds']:.1f} s, second {runs[1]['seconds']:.1f} s, cache off {off['seconds']:.1f} s"
-    )
 
-    # --target-se on kmeans-snr against the fixed count that reaches the same worst-point precision.
+
+def target_comparison(args, out, cache, work) -> dict:
+    """--target-se on kmeans-snr against the fixed count that reaches the same worst-point precision."""
     metric = f"loss@{args.snr_rounds - 1}"
     common = ["--set", f"n_rounds={args.snr_rounds}", "--chunk-size", str(args.snr_chunk)]
-    targeted = cli_run(
+    targeted_run = cli_run(
         [
             "run",
             "kmeans-snr",
@@ -187,7 +210,8 @@ def engine_comparisons(args, work: str) -> dict:
             *out("target"),
         ],
         cache("snr"),
-    )["engine"]["target"]
+    )
+    targeted, targeted_seconds = targeted_run["engine"]["target"], targeted_run["seconds"]
     n_fixed = max(targeted["trials_per_point"])
     fixed_run = cli_run(
         ["run", "kmeans-snr", *common, "--trials", str(n_fixed), "--keep", "summary", *out("snr-fixed")], cache("snr")
@@ -196,7 +220,11 @@ def engine_comparisons(args, work: str) -> dict:
 
     _, metrics = load_results(os.path.join(work, "snr-fixed"))
     fixed_se = metrics["loss"].se[:, args.snr_rounds - 1]
-    rows["target_se"] = {
+    print(
+        f"target se {args.snr_target}: {sum(targeted['trials_per_point'])} trials in all vs "
+        f"{n_fixed * len(fixed_se)} for the fixed count"
+    )
+    return {
         "experiment": "kmeans-snr",
         "metric": metric,
         "target": args.snr_target,
@@ -207,12 +235,8 @@ def engine_comparisons(args, work: str) -> dict:
         "fixed_trials_total": n_fixed * len(fixed_se),
         "fixed_worst_se": float(fixed_se.max()),
         "fixed_seconds": fixed_run["seconds"],
+        "targeted_seconds": targeted_seconds,
     }
-    print(
-        f"target se {args.snr_target}: {sum(targeted['trials_per_point'])} trials in all vs "
-        f"{n_fixed * len(fixed_se)} for the fixed count"
-    )
-    return rows
 
 
 def main(argv=None):
@@ -232,10 +256,17 @@ def main(argv=None):
         help="trials per timed call of the bare kernel (default: the chunk size)",
     )
     parser.add_argument("--million", type=int, default=1_000_000)
-    parser.add_argument("--snr-target", type=float, default=0.01, help="target s.e. of kmeans-snr's final loss")
-    parser.add_argument("--snr-max", type=int, default=4096)
+    parser.add_argument("--snr-target", type=float, default=1.0, help="target s.e. of kmeans-snr's final loss")
+    parser.add_argument("--snr-max", type=int, default=2048)
     parser.add_argument("--snr-rounds", type=int, default=50)
-    parser.add_argument("--snr-chunk", type=int, default=64)
+    parser.add_argument("--snr-chunk", type=int, default=128)
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        choices=("sweep", "million", "fixed", "target"),
+        default=["sweep", "million", "fixed", "target"],
+        help="which engine comparisons to run (default all)",
+    )
     args = parser.parse_args(argv)
     if args.engine:
         if args.quick:
