@@ -1,4 +1,4 @@
-"""Aggregation back-ends as values (docs/kmeans.md §B2, "Adding an aggregator"): how the edge
+"""Aggregation back-ends as values (docs/kmeans.md §B2; adding one: §B7): how the edge
 server (ES) obtains Σ_k v_k from the values v_k (K, Q) of the active edge devices (EDs).
 
 An :class:`Aggregator` is a pair of functions; the factories build the paper's three:
