@@ -14,7 +14,7 @@ from jaxfed import engine, stats, store
 MAX, CHUNK, TARGET = 1000, 64, 0.1
 
 
-def targeted(**kwargs):
+def targeted(target_se=TARGET, target_metric="walk@4", **kwargs):
     out = engine.run(
         trial,
         POINTS,
@@ -22,8 +22,8 @@ def targeted(**kwargs):
         seed=1,
         chunk_size=CHUNK,
         keep="summary",
-        target_se=TARGET,
-        target_metric="walk@4",
+        target_se=target_se,
+        target_metric=target_metric,
         compilation_cache="off",
         **kwargs,
     )
@@ -149,27 +149,15 @@ def test_config_json_records_the_trials_and_the_precision_of_each_point(tmp_path
 def test_a_median_target_stops_each_point_where_the_histogram_median_se_first_holds():
     """``target_statistic="median"``: the same stopping rule on :func:`jaxfed.stats.median_se`,
     checked against fixed-count runs at each chunk boundary."""
-    out = engine.run(
-        trial,
-        POINTS,
-        MAX,
-        seed=1,
-        chunk_size=CHUNK,
-        keep="summary",
-        target_se=0.15,
-        target_metric="last",
-        target_statistic="median",
-        compilation_cache="off",
-    )
-    info = out.info
-    counts = info["target"]["trials_per_point"]
-    assert info["target"]["statistic"] == "median" and len(set(counts)) > 1
+    out, target = targeted(target_se=0.15, target_metric="last", target_statistic="median")
+    counts = target["trials_per_point"]
+    assert target["statistic"] == "median" and len(set(counts)) > 1
     for p, n in enumerate(counts):
         assert n % CHUNK == 0 or n == MAX
         at_stop = engine.run(trial, POINTS, n, seed=1, chunk_size=CHUNK, keep="summary")["last"]
         reached = stats.median_se(at_stop)[p]
         assert reached <= 0.15 or n == MAX
-        assert info["target"]["se_reached"][p] == pytest.approx(reached, rel=1e-12)
+        assert target["se_reached"][p] == pytest.approx(reached, rel=1e-12)
         if n > CHUNK:
             before = engine.run(trial, POINTS, n - CHUNK, seed=1, chunk_size=CHUNK, keep="summary")["last"]
             assert stats.median_se(before)[p] > 0.15
