@@ -6,7 +6,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from jaxfed import stats
-from jaxfed.stats import band
 
 __all__ = ["band_plot", "exact_fraction_plot", "interval_plot", "LINE_STYLES", "save"]
 
@@ -38,7 +37,7 @@ def band_plot(ax, x, values, labels, mass: float = 0.75, log_y: bool = False, st
         styles: optional matplotlib line keyword arguments per point (e.g. :data:`LINE_STYLES`);
             markers are drawn at about 8 positions along each line.
     """
-    b = band(values, mass)
+    b = stats.band(values, mass)
     x = np.asarray(x)
     positive = np.concatenate([b.lower[b.lower > 0], b.upper[b.upper > 0]])
     # Where a band's lower edge is 0 it runs to the bottom of the axis, a little below the data.

@@ -138,10 +138,10 @@ class SummarySink(Sink):
     def __init__(self, store: Store, spec: GroupSpec, n_trials: int, writer: Writer, is_main: bool):
         self.store, self.spec, self.n_trials, self.writer, self.is_main = store, spec, n_trials, writer, is_main
         self.rows = np.asarray(spec.point_ids)
-        self.stored = store.load_summary(spec, n_trials)  # (stop, states, per-point trials, chunk size)
-        self.stored_chunk_size = self.stored[3]
-        self.complete = self.stored[1] is not None and self.stored[0] == n_trials
-        first, self.states, self.tails, counts = resume_point(self.stored, n_trials, len(self.rows), spec.metrics)
+        stored = store.load_summary(spec, n_trials)  # (stop, states, per-point trials, chunk size)
+        self.stored_chunk_size = stored[3]
+        self.complete = stored[1] is not None and stored[0] == n_trials
+        first, self.states, self.tails, counts = resume_point(stored, n_trials, len(self.rows), spec.metrics)
         self.first = int(broadcast_from_0(np.asarray([first], np.int64))[0])
         self.counts = broadcast_from_0(counts)  # only process 0 reads the store
         self.size: int | None = None  # the chunk size, recorded in the store (a targeted run resumes on it)
