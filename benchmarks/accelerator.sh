@@ -1,22 +1,38 @@
 #!/usr/bin/env bash
-# The benchmark run on a lent GPU, as recorded in benchmarks/README.md: the engine-overhead
-# comparisons at GPU sizes (scaling.py --engine), then every benchmark at accelerator sizes
-# (run_all.py --accelerator). JSON and a log go to $OUT (default benchmarks/results/accelerator).
+# The benchmark run on a lent GPU, as recorded in benchmarks/README.md: gfvl_logistic at
+# accelerator sizes, then the engine-overhead comparisons (scaling.py --engine, sized from the
+# kernel's measured speed), then the other benchmarks at accelerator sizes (run_all.py
+# --accelerator). Each step has its own time limit and writes its JSON as it goes, so a step cut
+# short keeps what it finished. JSON and a log go to $OUT (default benchmarks/results/accelerator).
 #
 #     bash benchmarks/accelerator.sh
+#
+# Environment: PYTHON (default python3), LOGISTIC_S, ENGINE_S, RUN_ALL_S (seconds per step),
+# SWEEP_SECONDS and KERNEL_PROBE (scaling.py --sweep-seconds / --kernel-probe), MILLION.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-benchmarks/results/accelerator}
+py=${PYTHON:-python3}
 mkdir -p "$out"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+# The engine comparisons run several JAX processes one after the other beside a parent that holds
+# the device too: none may take three quarters of the GPU's memory at start-up.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+work=$(mktemp -d)
 {
     date -u
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
-    python -c "import jax, numpy; print('jax', jax.__version__, 'numpy', numpy.__version__, jax.devices())"
-    timeout "${ENGINE_S:-260}" python benchmarks/scaling.py --engine --sweep-trials 67108864 --raw-trials 2097152 \
-        --million 1000000 --out "$out/engine_gpu.json"
-    work=$(mktemp -d)
-    timeout "${RUN_ALL_S:-270}" python benchmarks/run_all.py --accelerator --out "$work/run_all.json"
-    cp "$work/run_all.json" "$out/run_all_gpu.json"
+    $py -c "import jax, numpy; print('jax', jax.__version__, 'numpy', numpy.__version__, jax.devices())"
+    timeout "${LOGISTIC_S:-110}" $py benchmarks/run_all.py --accelerator --only gfvl_logistic \
+        --out "$work/logistic/run_all.json"
+    cp "$work/logistic/run_all.json" "$out/run_all_logistic_gpu.json"
+    date -u
+    timeout "${ENGINE_S:-230}" $py benchmarks/scaling.py --engine --parts sweep million fixed \
+        --sweep-seconds "${SWEEP_SECONDS:-20}" --kernel-probe "${KERNEL_PROBE:-1048576}" \
+        --million "${MILLION:-1000000}" --out "$out/engine_gpu.json"
+    date -u
+    timeout "${RUN_ALL_S:-200}" $py benchmarks/run_all.py --accelerator \
+        --only gfvl_conjugate gfvl_nonconjugate oac_channel kmeans_oac scaling --out "$work/rest/run_all.json"
+    cp "$work/rest/run_all.json" "$out/run_all_gpu.json"
     date -u
 } 2>&1 | tee "$out/log.txt"

@@ -37,6 +37,8 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(__file__))
 from common import add_common_arguments, compile_time, machine, median_time, write_json  # noqa: E402
 
@@ -85,8 +87,31 @@ def kernel_throughput(trials: int, repeats: int) -> float:
     return trials / median_time(lambda: compiled(*args), repeats)
 
 
-def engine_comparisons(args, work: str) -> dict:
-    """The issue's engine-overhead comparisons (see the module docstring); ``work``: a scratch directory."""
+RAW_BYTES_CAP = 8 * 2**30  # the raw run's results on the host (and on the device)
+
+
+def power_of_two(n: float) -> int:
+    """The power of two nearest ``n`` in log scale, at least 1,024."""
+    return max(1024, 2 ** int(round(np.log2(max(n, 1.0)))))
+
+
+def raw_bytes_per_trial() -> int:
+    """Bytes of one gfvl-topologies trial's raw metrics, all points."""
+    import jax
+
+    from jaxfed import engine
+    from jaxfed.experiments import gfvl_topologies
+
+    sweep = gfvl_topologies.build(gfvl_topologies.Config())
+    fn, args = engine.chunk_function(sweep.trial, sweep.points, engine.LANES)
+    shapes = jax.eval_shape(fn, *args)
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes)) // engine.LANES
+
+
+def engine_comparisons(args, work: str, save=lambda rows: None) -> dict:
+    """The issue's engine-overhead comparisons (see the module docstring); ``work``: a scratch
+    directory; ``save(rows)`` is called after each part, so that a run stopped by a time limit
+    keeps the parts it finished."""
 
     def out(name):
         return ["--out", os.path.join(work, name)]
@@ -96,14 +121,25 @@ def engine_comparisons(args, work: str) -> dict:
 
     rows: dict = {}
     wanted = set(args.parts)
+    if args.sweep_seconds:  # sizes from the kernel's speed on this machine (a GPU's is not known ahead)
+        probe = kernel_throughput(args.kernel_probe, args.repeats)
+        args.sweep_trials = power_of_two(probe * args.sweep_seconds)
+        raw_cap = 2 ** int(np.log2(RAW_BYTES_CAP / raw_bytes_per_trial()))
+        args.raw_trials = min(power_of_two(probe * args.sweep_seconds / 4), raw_cap)
+        rows["sizing"] = {"probe_trials": args.kernel_probe, "probe_trials_per_s": probe, "seconds": args.sweep_seconds}
+        print(f"kernel {probe:.3g} trials/s at {args.kernel_probe}: sweep {args.sweep_trials}, raw {args.raw_trials}")
     if "sweep" in wanted:
         rows.update(summary_and_raw(args, out, cache))
+        save(rows)
     if "million" in wanted:
         rows["million_summary"] = million_run(args, out, cache)
+        save(rows)
     if "fixed" in wanted:
         rows["fixed_cost"] = fixed_cost(out, cache)
+        save(rows)
     if "target" in wanted:
         rows["target_se"] = target_comparison(args, out, cache, work)
+        save(rows)
     return rows
 
 
@@ -255,6 +291,14 @@ def main(argv=None):
         default=None,
         help="trials per timed call of the bare kernel (default: the chunk size)",
     )
+    parser.add_argument(
+        "--sweep-seconds",
+        type=float,
+        default=None,
+        help="size the sweep (and the raw run, a quarter of it) to about this many seconds of the kernel, "
+        "measured first at --kernel-probe trials (for a GPU, whose speed is not known ahead)",
+    )
+    parser.add_argument("--kernel-probe", type=int, default=65_536)
     parser.add_argument("--million", type=int, default=1_000_000)
     parser.add_argument("--snr-target", type=float, default=1.0, help="target s.e. of kmeans-snr's final loss")
     parser.add_argument("--snr-max", type=int, default=2048)
@@ -278,13 +322,13 @@ def main(argv=None):
             args.out = args.out.replace("scaling.json", "engine.json")
         import tempfile
 
+        head = {"benchmark": "engine", "machine": machine(), "load_average": os.getloadavg()}
+
+        def save(rows):
+            write_json(args.out, {**head, **rows, "load_average_end": os.getloadavg()})
+
         with tempfile.TemporaryDirectory(prefix="jaxfed-bench-") as work:
-            result = {
-                "benchmark": "engine",
-                "machine": machine(),
-                "load_average": os.getloadavg(),
-                **engine_comparisons(args, work),
-            }
+            result = {**head, **engine_comparisons(args, work, save), "load_average_end": os.getloadavg()}
         write_json(args.out, result)
         return result
     if args.device_child:
