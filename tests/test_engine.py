@@ -164,3 +164,51 @@ def test_a_chunk_that_compiles_larger_than_the_budget_is_resized(monkeypatch):
     assert engine.LANES <= size < 2048  # the probe alone would have taken all 2,048 trials in one chunk
     reference = engine.run(_sorting_trial, points, 2048, chunk_size=100, compilation_cache="off")
     np.testing.assert_array_equal(out["median"], reference["median"])
+
+
+def _refusing_compile(largest: int, message: str):
+    """``cache.timed_compile`` as on a GPU whose memory admits chunks of at most ``largest``
+    trials: compiling a larger one raises RESOURCE_EXHAUSTED (``message``)."""
+    real = compiled.timed_compile
+
+    def timed_compile(lowered):
+        batch = max(leaf.shape[1] for leaf in jax.tree.leaves(lowered.out_info) if len(leaf.shape) > 1)
+        if batch > largest:
+            raise jax.errors.JaxRuntimeError(message.format(need=batch * 0.01))
+        return real(lowered)
+
+    return timed_compile
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "RESOURCE_EXHAUSTED: Out of memory while trying to allocate {need:.2f}MiB with allocator GPU_0_bfc",
+        "RESOURCE_EXHAUSTED: out of memory",  # no size named: the chunk is halved
+    ],
+)
+def test_a_chunk_the_device_refuses_while_compiling_is_shrunk(monkeypatch, message):
+    """A GPU allocates while compiling: a chosen chunk it refuses is shrunk (from the refused size,
+    or halved) until one compiles, and the values equal an explicitly chunked run's."""
+    points = [{"scale": jnp.float32(1.0)}, {"scale": jnp.float32(3.0)}]
+    monkeypatch.setattr(compiled, "timed_compile", _refusing_compile(300, message))
+    out = engine.run(_sorting_trial, points, 2048, compilation_cache="off")
+    size = out.info["chunk_sizes"][0]
+    assert engine.LANES <= size <= 300
+    monkeypatch.undo()
+    reference = engine.run(_sorting_trial, points, 2048, chunk_size=100, compilation_cache="off")
+    np.testing.assert_array_equal(out["median"], reference["median"])
+
+
+def test_a_given_chunk_the_device_refuses_is_a_one_line_error(monkeypatch):
+    points = [{"scale": jnp.float32(1.0)}]
+    message = "RESOURCE_EXHAUSTED: Out of memory while trying to allocate {need:.2f}GiB"
+    monkeypatch.setattr(compiled, "timed_compile", _refusing_compile(100, message))
+    with pytest.raises(ValueError, match=r"a chunk of 1024 trials does not fit in the device's memory.*GiB"):
+        engine.run(_sorting_trial, points, 2048, chunk_size=1024, compilation_cache="off")
+
+
+def test_refused_bytes_reads_the_size_a_device_names():
+    err = jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 299.02GiB with")
+    assert compiled.refused_bytes(err) == pytest.approx(299.02 * 2**30)
+    assert compiled.refused_bytes(jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: 12 B allocate")) is None

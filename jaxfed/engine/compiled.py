@@ -3,6 +3,7 @@ and its size from the memory budget."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import jax
@@ -14,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 from jaxfed import stats
 from jaxfed.engine.cache import load_probe, probe_key, save_probe, timed_compile
 from jaxfed.engine.devices import LANES, make_mesh
-from jaxfed.engine.memory import BUDGET_FOR_CHUNKS, balanced_chunk, refuse_chunk, round_up
+from jaxfed.engine.memory import BUDGET_FOR_CHUNKS, balanced_chunk, refuse_chunk, round_up, size_text
 from jaxfed.engine.points import Group, Trial, group_points, rebuild
 
 
@@ -93,13 +94,17 @@ def sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, commo
     The probe's memory figures are cached in ``cache_dir`` under a digest of the lowered program,
     so a rerun compiles only the chunk function (itself from JAX's persistent cache).
 
+    A chosen size is corrected from the compiled chunk's own memory analysis when it exceeds
+    ``budget``, and shrunk when the device refuses memory while compiling (a GPU allocates while
+    it autotunes; the refused size scales the chunk down), at most ``MAX_RESIZES`` times.
+
     The record holds ``compile_s`` (seconds spent compiling), ``compile_cached`` (every
     executable came from the persistent cache) and ``memory_probe_cached``.
 
     Raises:
         ValueError: the smallest possible chunk (or the given one) needs more than ``budget``,
-            checked from the output shapes before compiling and from the memory analysis after
-            (compiling allocates nothing).
+            checked from the output shapes before compiling and from the memory analysis after,
+            or the device refused it while compiling.
     """
     step = LANES * mesh.size
     record: dict[str, Any] = {"compile_s": 0.0, "compile_cached": True, "memory_probe_cached": None}
@@ -133,18 +138,51 @@ def sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, commo
         chunk_size = balanced_chunk(n_trials, int(usable // max(per_trial, 1.0)), step)
         if chunk_size <= step:  # the probe's program is the chunk's: compile it (or reuse it), lower nothing again
             return chunk_size, probe if probe is not None else compile_lowered(lowered), record
-    compiled = compile_batch(round_up(chunk_size, step))
-    analysis = compiled.memory_analysis()
-    if analysis is not None:
-        need = analysis.temp_size_in_bytes + analysis.output_size_in_bytes
+
+    def resized(size: int, need: float) -> int:
+        """The chunk size for which ``need`` bytes at ``size`` trials scale to fit, smaller than ``size``."""
+        fits = balanced_chunk(n_trials, int(BUDGET_FOR_CHUNKS * budget * round_up(size, step) / need), step)
+        return min(fits, max(step, round_up(size // 2, step)))
+
+    for _ in range(MAX_RESIZES):
+        try:
+            compiled = compile_batch(round_up(chunk_size, step))
+        except jax.errors.JaxRuntimeError as err:
+            # A GPU allocates while it compiles (autotuning): a chunk too large for the device can
+            # be refused there, before any memory analysis can be read.
+            if "RESOURCE_EXHAUSTED" not in str(err):
+                raise
+            refused = refused_bytes(err)
+            if not chosen or chunk_size <= step:
+                what = f"the smallest chunk ({chunk_size} trials)" if chosen else f"a chunk of {chunk_size} trials"
+                asked = size_text(refused) if refused else "more than was free"
+                raise ValueError(
+                    f"{what} does not fit in the device's memory: compiling it asked for {asked}; "
+                    "use a smaller --chunk-size / chunk_size or smaller shapes"
+                ) from err
+            chunk_size = resized(chunk_size, refused or 2 * BUDGET_FOR_CHUNKS * budget)
+            continue
+        analysis = compiled.memory_analysis()
+        need = analysis.temp_size_in_bytes + analysis.output_size_in_bytes if analysis is not None else 0
         if chosen and need > budget and chunk_size > step:
             # The probe's linear extrapolation can underestimate a program whose memory does not
             # scale like the probe's (a 1e6-trial summary chunk needed 21 GiB where 4 were
-            # predicted): size again from this compilation's own figure, once.
-            per_trial = need / round_up(chunk_size, step)
-            chunk_size = balanced_chunk(n_trials, int(BUDGET_FOR_CHUNKS * budget / per_trial), step)
-            compiled = compile_batch(round_up(chunk_size, step))
-            analysis = compiled.memory_analysis()
-            need = analysis.temp_size_in_bytes + analysis.output_size_in_bytes if analysis is not None else 0
+            # predicted): size again from this compilation's own figure.
+            chunk_size = resized(chunk_size, need)
+            continue
         refuse_chunk(chunk_size, False, need, budget)
-    return chunk_size, compiled, record
+        return chunk_size, compiled, record
+    raise ValueError(
+        f"no chunk size fitting the memory budget of {size_text(budget)} was found in {MAX_RESIZES} compilations "
+        "(--max-memory / max_memory); give --chunk-size / chunk_size"
+    )
+
+
+MAX_RESIZES = 6  # compilations of the chunk function that may be refused or found too large before giving up
+_SIZE_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def refused_bytes(err: Exception) -> float | None:
+    """The size of the allocation a RESOURCE_EXHAUSTED error names ("… allocate 299.02GiB …"), or None."""
+    match = re.search(r"allocate ([0-9.]+) ?(TiB|GiB|MiB|KiB|B)\b", str(err))
+    return float(match.group(1)) * _SIZE_UNITS[match.group(2)] if match else None
