@@ -180,17 +180,25 @@ def summary_and_raw(args, out, cache) -> dict:
     engine.run(sweep.trial, sweep.points, 64, compilation_cache=cache("raw"))
     fixed = time.perf_counter() - t0
     t0 = time.perf_counter()
-    engine.run(sweep.trial, sweep.points, args.raw_trials, compilation_cache=cache("raw"))
+    raw_chunk = engine.run(sweep.trial, sweep.points, args.raw_trials, compilation_cache=cache("raw")).info[
+        "chunk_sizes"
+    ][0]
     raw_s = time.perf_counter() - t0
     raw_rate = (args.raw_trials - 64) / max(raw_s - fixed, 1e-9)
+    # against the kernel in calls of the raw run's own chunk size
+    raw_kernel = (
+        kernel if args.kernel_trials or raw_chunk == kernel_chunk else kernel_throughput(raw_chunk, args.repeats)
+    )
     rows["raw_no_out"] = {
         "trials": args.raw_trials,
         "seconds": raw_s,
         "fixed_s": fixed,
+        "chunk_size": raw_chunk,
+        "kernel_trials_per_s": raw_kernel,
         "trials_per_s": raw_rate,
-        "ratio_to_kernel": raw_rate / kernel,
+        "ratio_to_kernel": raw_rate / raw_kernel,
     }
-    print(f"raw without --out {args.raw_trials} trials: {raw_s:.1f} s, {raw_rate / kernel:.2f} x kernel")
+    print(f"raw without --out {args.raw_trials} trials: {raw_s:.1f} s, {raw_rate / raw_kernel:.2f} x kernel")
     return rows
 
 

@@ -295,12 +295,29 @@ def chunk_summary(values, n_valid, xp) -> dict:
     }
 
 
+_FOLD_SLAB = 256  # sum blocks folded per step (see fold)
+
+
 def fold(state: SummaryState, part: dict, n_blocks: int) -> SummaryState:
     """``state`` followed by a chunk's :func:`chunk_summary` (host arrays), of which the first
     ``n_blocks`` trial blocks hold trials; block sums are added one after another, in trial order."""
 
     def in_order(total, blocks):
-        return np.add.accumulate(np.concatenate([total[None], np.moveaxis(blocks[:, :n_blocks], 1, 0)]), axis=0)[-1]
+        # ((total + b0) + b1) + …: the order that makes the sum independent of the chunking.
+        # NumPy's reduce adds one after another along any axis but the fast one (where it sums
+        # pairwise), so the cells stay on the fast axis, two at least (a scalar metric gets a zero
+        # column). In slabs of blocks, so that what is copied stays in cache: a GPU chunk of 1.9e6
+        # trials has 29,000 blocks (an accumulate took 0.17 s per field, slabs 0.015 s).
+        n_cells = max(total[0].size, 1)
+        acc = total.reshape(len(total), 1, n_cells)
+        rows = blocks[:, :n_blocks].reshape(len(total), n_blocks, n_cells)
+        if n_cells == 1:
+            acc, rows = (np.concatenate([a, np.zeros_like(a)], axis=2) for a in (acc, rows))
+        for first in range(0, n_blocks, _FOLD_SLAB):
+            acc = np.add.reduce(
+                np.concatenate([acc, rows[:, first : first + _FOLD_SLAB]], axis=1), axis=1, keepdims=True
+            )
+        return acc[:, 0, :n_cells].reshape(total.shape)
 
     return SummaryState(
         count=state.count + part["count"],

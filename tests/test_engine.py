@@ -212,3 +212,21 @@ def test_refused_bytes_reads_the_size_a_device_names():
     err = jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 299.02GiB with")
     assert compiled.refused_bytes(err) == pytest.approx(299.02 * 2**30)
     assert compiled.refused_bytes(jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: 12 B allocate")) is None
+
+
+@pytest.mark.parametrize("keep", ["raw", "summary"])
+def test_a_chosen_chunk_on_a_cpu_is_sized_from_the_trials_own_memory(monkeypatch, keep):
+    """The probe's per-trial memory survives the summary's fixed outputs (subtracted twice, it
+    came out as nothing and a whole run became one chunk), and a CPU chunk takes at most
+    ``CPU_CHUNK_BYTES``: here 4 MiB, a few hundred trials of 16 KiB sort buffers."""
+    monkeypatch.setattr(compiled, "CPU_CHUNK_BYTES", 4 * 2**20)
+    points = [{"scale": jnp.float32(1.0)}, {"scale": jnp.float32(2.0)}]
+    out = engine.run(_sorting_trial, points, 4096, keep=keep, compilation_cache="off")
+    size = out.info["chunk_sizes"][0]
+    assert engine.LANES <= size <= 512
+    reference = engine.run(_sorting_trial, points, 4096, keep=keep, chunk_size=4096, compilation_cache="off")
+    if keep == "raw":
+        np.testing.assert_array_equal(out["median"], reference["median"])
+    else:
+        for field in ("count", "mean", "se", "hist"):
+            np.testing.assert_array_equal(getattr(out["median"], field), getattr(reference["median"], field))

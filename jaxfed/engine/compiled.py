@@ -87,10 +87,11 @@ def sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, commo
 
     Without a given size, compiles for a probe batch of ``LANES`` trials per device and reads the
     memory analysis: temporaries and outputs scale linearly with the batch (arguments do not),
-    plus the host copy of the outputs; a chunk may take 75% of the budget, the rest is left to the
-    process itself and to the summaries or result arrays. The probe's executable is reused when the size it implies
+    plus the host copy of the outputs; a chunk may take 75% of the budget (on a CPU at most
+    ``CPU_CHUNK_BYTES``), the rest is left to the process itself and to the summaries or result arrays. The probe's executable is reused when the size it implies
     needs no larger batch. ``fixed``: bytes of outputs that do not grow with the batch (a summary's
-    histograms and counts), counted once on the host and twice on the device (output and scatter).
+    histograms and counts): not extrapolated, but reserved three times (device output, scatter,
+    host copy).
     The probe's memory figures are cached in ``cache_dir`` under a digest of the lowered program,
     so a rerun compiles only the chunk function (itself from JAX's persistent cache).
 
@@ -130,11 +131,15 @@ def sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, commo
             analysis = probe.memory_analysis()
             figures = {"temp": int(analysis.temp_size_in_bytes), "output": int(analysis.output_size_in_bytes)}
             save_probe(cache_dir, key, figures)
-        per_trial_device = max(figures["temp"] + figures["output"] - 2 * fixed, 0) / LANES
+        # The fixed outputs once: subtracting them twice (as if the scatter copied the histograms)
+        # left nothing of a summary probe's 21 KB per trial, and the whole run became one chunk.
+        per_trial_device = max(figures["temp"] + figures["output"] - fixed, 0) / LANES
         per_trial_host = max(figures["output"] - fixed, 0) / LANES
         per_trial = per_trial_device / mesh.size + per_trial_host
         refuse_chunk(step, True, step * per_trial + 3 * fixed, budget)
         usable = BUDGET_FOR_CHUNKS * budget - 3 * fixed  # the rest: the process itself, summaries, results
+        if mesh.devices.flat[0].platform == "cpu":
+            usable = min(usable, CPU_CHUNK_BYTES)
         chunk_size = balanced_chunk(n_trials, int(usable // max(per_trial, 1.0)), step)
         if chunk_size <= step:  # the probe's program is the chunk's: compile it (or reuse it), lower nothing again
             return chunk_size, probe if probe is not None else compile_lowered(lowered), record
@@ -178,6 +183,11 @@ def sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, commo
     )
 
 
+# On a CPU a chunk's buffers are fresh host memory: the first call of a 6 GiB chunk (262,144
+# gfvl-topologies trials) ran 50% slower than the next ones (page faults), while chunks of 32,768
+# (0.8 GiB) run at full speed from the first, and several chunks let the host's work on one
+# overlap the next. A chosen chunk on a CPU takes at most this much; a given one is not limited.
+CPU_CHUNK_BYTES = 2**30
 MAX_RESIZES = 6  # compilations of the chunk function that may be refused or found too large before giving up
 _SIZE_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 

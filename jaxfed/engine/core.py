@@ -84,7 +84,8 @@ def run(
         n_trials: trials per point, in [1, :data:`MAX_TRIALS`].
         seed: root seed in [0, 2**32); the key of (p, t) is fold_in(fold_in(key(seed), p), t).
         chunk_size: trials per chunk (capped at ``n_trials``; in summary mode rounded up to a
-            multiple of ``stats.SUMMARY_BLOCK``); default: as many as ``max_memory`` allows.
+            multiple of ``stats.SUMMARY_BLOCK``); default: as many as ``max_memory`` allows (on a CPU
+            at most ``compiled.CPU_CHUNK_BYTES`` of buffers), in equal chunks.
         out_dir: if given (process 0), finished chunks are stored there and a rerun resumes or
             grows the run (see :mod:`jaxfed.store`).
         identity: JSON dict that identifies the run for resume (required with ``out_dir``); it
