@@ -90,11 +90,17 @@ class RawSink(Sink):
     def __init__(self, store: Store, spec: GroupSpec, n_trials: int, results: dict, writer: Writer):
         self.store, self.spec, self.n_trials, self.results, self.writer = store, spec, n_trials, results, writer
         self.rows = np.asarray(spec.point_ids)
+        # consecutive points (one group: all of them) as a slice: a plain copy, not a scatter
+        # (0.12 s -> 0.04 s per 118 MB chunk)
+        consecutive = len(self.rows) > 0 and np.array_equal(
+            self.rows, np.arange(self.rows[0], self.rows[0] + len(self.rows))
+        )
+        self.at = slice(int(self.rows[0]), int(self.rows[0]) + len(self.rows)) if consecutive else self.rows
         self.done = []
         for start, stop, arrays in store.raw_chunks(spec, n_trials):
             stop_used = min(stop, n_trials)
             for name in spec.metrics:
-                results[name][self.rows, start:stop_used] = arrays[name][:, : stop_used - start]
+                results[name][self.at, start:stop_used] = arrays[name][:, : stop_used - start]
             self.done.append((start, stop_used))
         self.complete = not missing_ranges(n_trials, self.done, n_trials)
 
@@ -113,7 +119,7 @@ class RawSink(Sink):
         start, stop = chunk
         out = {name: value[:, : stop - start] for name, value in to_host(device_out).items()}
         for name, value in out.items():
-            self.results[name][self.rows, start:stop] = value
+            self.results[name][self.at, start:stop] = value
         self.writer.submit(self.store.save_raw, self.spec, start, stop, out)
 
     def finish(self, nonfinite: dict) -> dict:
