@@ -192,11 +192,11 @@ def test_a_chunk_the_device_refuses_while_compiling_is_shrunk(monkeypatch, messa
     or halved) until one compiles, and the values equal an explicitly chunked run's."""
     points = [{"scale": jnp.float32(1.0)}, {"scale": jnp.float32(3.0)}]
     monkeypatch.setattr(compiled, "timed_compile", _refusing_compile(300, message))
-    out = engine.run(_sorting_trial, points, 2048, compilation_cache="off")
+    out = engine.run(_sorting_trial, points, 1024, compilation_cache="off")
     size = out.info["chunk_sizes"][0]
     assert engine.LANES <= size <= 300
     monkeypatch.undo()
-    reference = engine.run(_sorting_trial, points, 2048, chunk_size=100, compilation_cache="off")
+    reference = engine.run(_sorting_trial, points, 1024, chunk_size=1024, compilation_cache="off")
     np.testing.assert_array_equal(out["median"], reference["median"])
 
 
@@ -221,10 +221,10 @@ def test_a_chosen_chunk_on_a_cpu_is_sized_from_the_trials_own_memory(monkeypatch
     ``CPU_CHUNK_BYTES``: here 4 MiB, a few hundred trials of 16 KiB sort buffers."""
     monkeypatch.setattr(compiled, "CPU_CHUNK_BYTES", 4 * 2**20)
     points = [{"scale": jnp.float32(1.0)}, {"scale": jnp.float32(2.0)}]
-    out = engine.run(_sorting_trial, points, 4096, keep=keep, compilation_cache="off")
+    out = engine.run(_sorting_trial, points, 1024, keep=keep, compilation_cache="off")
     size = out.info["chunk_sizes"][0]
     assert engine.LANES <= size <= 512
-    reference = engine.run(_sorting_trial, points, 4096, keep=keep, chunk_size=4096, compilation_cache="off")
+    reference = engine.run(_sorting_trial, points, 1024, keep=keep, chunk_size=1024, compilation_cache="off")
     if keep == "raw":
         np.testing.assert_array_equal(out["median"], reference["median"])
     else:
