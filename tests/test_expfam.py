@@ -40,6 +40,8 @@ PERTURB = [(1.0, 1.0005), (1.02, 0.99), (1.5, 1.0), (0.3, 2.0)]
 GRID = [(a, b, a * fa, b * fb) for (a, b), (fa, fb) in itertools.product(itertools.product(SHAPES, SHAPES), PERTURB)]
 
 
+# slow (11 s): float64 quadrature over the whole grid
+@pytest.mark.slow
 def test_beta_kl_matches_quadrature_float64():
     ref = np.array([kl_by_quadrature(*c) for c in GRID])
     with jax.enable_x64(True):

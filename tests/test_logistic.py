@@ -210,6 +210,8 @@ def test_softplus_matches_jax_nn_softplus(dtype):
         np.testing.assert_allclose(g, np.asarray(jax.nn.sigmoid(x[finite])), rtol=4 * info.eps, atol=4 * info.tiny)
 
 
+# slow (20 s): centralised optima run to convergence (4,000 float64 iterations) for each split
+@pytest.mark.slow
 def test_mean_loss_weights_points_by_one_over_n_k_and_tempers_the_target():
     """loss_normalisation="mean": every real point of agent k weighs 1/N_k (padding 0), for both splits and
     for the data without u; q* is the optimum of that loss (a fixed point of its own iteration, wider
