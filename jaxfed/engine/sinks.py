@@ -91,7 +91,7 @@ class RawSink(Sink):
         self.store, self.spec, self.n_trials, self.results, self.writer = store, spec, n_trials, results, writer
         self.rows = np.asarray(spec.point_ids)
         # consecutive points (one group: all of them) as a slice: a plain copy, not a scatter
-        # (0.12 s -> 0.04 s per 118 MB chunk)
+        # (0.12 s -> 0.02 s per 118 MB chunk)
         consecutive = len(self.rows) > 0 and np.array_equal(
             self.rows, np.arange(self.rows[0], self.rows[0] + len(self.rows))
         )
