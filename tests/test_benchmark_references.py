@@ -37,6 +37,7 @@ class _OneTrialRng:
         return self.rng.standard_normal(shape[1:])[None]
 
 
+@pytest.mark.slow  # ~7 s of the default suite's 7 minutes
 def test_vectorised_numpy_is_the_loop_on_the_same_draws(setting):
     """One trial fed the loop's random numbers: the first slot (the first agent's draw, then L iterations of
     S × d normals, gradient, step, projection and the KL) agrees to rounding. Later slots draw the neighbour

@@ -152,6 +152,7 @@ def _sorting_trial(key, point):
     return {"median": x[2048]}
 
 
+@pytest.mark.slow  # ~9 s of the default suite's 7 minutes
 def test_a_chunk_that_compiles_larger_than_the_budget_is_resized(monkeypatch):
     """The memory probe can underestimate (a cached probe, or a program whose memory does not scale
     like the probe's): the chunk is then resized from its own compilation's figures, and the run

@@ -31,6 +31,7 @@ def test_nonconjugate_unlearning_reaches_the_asymptote_before_retraining():
     assert "unlearning within 1.5× of the retrained asymptote" in exp.report(cfg, config_json["points"], results)
 
 
+@pytest.mark.slow  # ~7 s of the default suite's 7 minutes
 def test_conjugate_unlearning_experiment():
     """Exact unlearning happens at the slot at which u is scheduled, in every trial."""
     exp = gfvl_unlearning.EXPERIMENT_CONJUGATE
@@ -44,6 +45,7 @@ def test_conjugate_unlearning_experiment():
     assert "**reproduced**" in exp.report(cfg, config_json["points"], results)
 
 
+@pytest.mark.slow  # ~6 s of the default suite's 7 minutes
 def test_local_iterations_experiment_shapes_and_reading():
     exp = gfvl_local_iters.EXPERIMENT
     overrides = {"local_iters": "4", "total_iters": "80", "record_every": "8"}  # one engine group: one compile

@@ -104,6 +104,7 @@ def test_loss_normalisation_weights_each_agents_statistics(family, normalisation
     )
 
 
+@pytest.mark.slow  # ~10 s of the default suite's 7 minutes
 def test_report_names_the_target_of_the_mean_loss():
     cfg = make_config(EXP.config_cls, {"family": "beta", "n_slots": "12", "loss_normalisation": "mean"})
     config_json, results = run_experiment(EXP, cfg, n_trials=4, quiet=True)

@@ -75,6 +75,7 @@ def _two_processes(run_args: list, out) -> dict:
     return engine_record
 
 
+@pytest.mark.slow  # ~7 s of the default suite's 7 minutes
 def test_two_processes_with_jax_distributed_give_identical_metrics(single, tmp_path):
     out = tmp_path / "two"
     _two_processes(["run", "gfvl-topologies", "--trials", "300", "--chunk-size", "128"], out)
@@ -108,6 +109,7 @@ def test_two_processes_give_identical_summaries_and_targeted_stops(mode, tmp_pat
         np.testing.assert_array_equal(a[name], b[name])
 
 
+@pytest.mark.slow  # ~8 s of the default suite's 7 minutes
 def test_small_memory_budget_gives_smaller_chunks_and_the_same_metrics(single, tmp_path):
     sweep = gfvl_topologies.build(gfvl_topologies.Config(n_slots=60))
     # The experiment shares each trial's key across topologies, as `jaxfed run` does.
