@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
 
 from jaxfed import stats
 
-__all__ = ["band_plot", "exact_fraction_plot", "interval_plot", "LINE_STYLES", "save"]
+__all__ = ["band_plot", "exact_fraction_plot", "figure", "interval_plot", "LINE_STYLES", "save"]
 
 # Distinct dash patterns and markers, so that curves lying on top of each other stay visible.
 LINE_STYLES = [
@@ -100,7 +99,16 @@ def interval_plot(ax, labels, estimate, lower, upper, reference: float = 1.0, xl
     ax.grid(True, axis="x", alpha=0.25)
 
 
+def figure(nrows: int = 1, ncols: int = 1, **kwargs):
+    """``(fig, axes)`` like ``matplotlib.pyplot.subplots(nrows, ncols, **kwargs)`` (``figsize``
+    goes to the figure, the rest to ``Figure.subplots``), but a plain :class:`matplotlib.figure.Figure`
+    outside pyplot: no global figure registry to close, and no pyplot import (0.1 s of every run)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=kwargs.pop("figsize", None))
+    return fig, fig.subplots(nrows, ncols, **kwargs)
+
+
 def save(fig, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=130)
-    plt.close(fig)

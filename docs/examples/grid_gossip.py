@@ -51,9 +51,7 @@ def build(cfg: Config) -> Sweep:
 
 
 def plot(cfg: Config, labels, metrics, path):
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plotting.figure(figsize=(6, 4))
     slots = np.arange(1, cfg.n_slots + 1)
     plotting.band_plot(ax, slots, metrics["kl"], [f"{lab['side']}×{lab['side']} grid" for lab in labels], log_y=True)
     ax.set_xlabel("slot i")

@@ -75,9 +75,7 @@ def build(cfg: Config) -> Sweep:
 
 
 def plot(cfg: Config, labels, metrics, path):
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plotting.figure(figsize=(6, 4))
     rounds = np.arange(cfg.n_rounds)
     plotting.band_plot(ax, rounds, metrics["loss"], [f"p = {lab['loss_prob']}" for lab in labels], log_y=True)
     ax.set_xlabel("round")

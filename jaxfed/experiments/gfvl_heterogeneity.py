@@ -142,10 +142,8 @@ def _label(lab) -> str:
 
 
 def plot(cfg: Config, labels, metrics, path):
-    import matplotlib.pyplot as plt
-
     names = list(dict.fromkeys(lab["topology"] for lab in labels))
-    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.8), sharey=True, squeeze=False)
+    fig, axes = plotting.figure(1, len(names), figsize=(4.2 * len(names), 3.8), sharey=True, squeeze=False)
     slots = np.arange(1, cfg.n_slots + 1)
     values = metrics["kl"]
     for ax, name in zip(axes[0], names):

@@ -239,10 +239,8 @@ def verdicts(cfg: Config, labels, kl: np.ndarray) -> list:
 
 
 def plot(cfg: Config, labels, results, path):
-    import matplotlib.pyplot as plt
-
     raw = not isinstance(results["kl"], stats.Summary)
-    fig, axes = plt.subplots(1, 2 if raw and len(labels) > 1 else 1, figsize=(11, 4), squeeze=False)
+    fig, axes = plotting.figure(1, 2 if raw and len(labels) > 1 else 1, figsize=(11, 4), squeeze=False)
     ax = axes[0, 0]
     total = _total_iters(cfg)
     names = [f"L = {lab['local_iters']}" for lab in labels]

@@ -229,11 +229,9 @@ def _name(lab) -> str:
 
 
 def plot(cfg: Config, labels, metrics, path):
-    import matplotlib.pyplot as plt
-
     names = [_name(lab) for lab in labels]
     slots = np.arange(1, cfg.n_slots + 1)
-    fig, axes = plt.subplots(1, 4, figsize=(18, 4))
+    fig, axes = plotting.figure(1, 4, figsize=(18, 4))
     for ax, metric, ylabel, log_y in (
         (axes[0], "kl", "KL(q^(i) ‖ q*)", True),
         (axes[1], "log_lik", "held-out mean log predictive", False),

@@ -79,9 +79,9 @@ def build(cfg: Config):
 
 
 def plot(cfg: Config, labels, metrics, path):
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 1, figsize=(6, 6), sharex=True, squeeze=False, gridspec_kw={"height_ratios": [3, 1.3]})
+    fig, axes = plotting.figure(
+        2, 1, figsize=(6, 6), sharex=True, squeeze=False, gridspec_kw={"height_ratios": [3, 1.3]}
+    )
     ax = axes[0, 0]
     slots = np.arange(1, cfg.n_slots + 1)
     names = [lab["topology"] for lab in labels]

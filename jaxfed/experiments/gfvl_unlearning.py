@@ -242,11 +242,9 @@ def _title(cfg, what: str) -> str:
 
 
 def _plot(cfg, labels, results, path, title, level=None, exact=None):
-    import matplotlib.pyplot as plt
-
     raw = not isinstance(results["kl"], stats.Summary)
     panels = 2 if exact is not None else 1  # (from raw trials or a summary's histogram)
-    fig, axes = plt.subplots(
+    fig, axes = plotting.figure(
         panels,
         1,
         figsize=(6, 6 if panels == 2 else 4),

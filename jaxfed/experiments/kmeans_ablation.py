@@ -134,11 +134,9 @@ def _readings(cfg, labels, last):
 
 
 def _plot(cfg: AblationConfig, labels, results, path):
-    import matplotlib.pyplot as plt
-
     inits = list(dict.fromkeys((cfg.init,) + tuple(cfg.inits)))
     n_cols = max(len(inits), 3)
-    fig, axes = plt.subplots(2, n_cols, figsize=(5.2 * n_cols, 9))
+    fig, axes = plotting.figure(2, n_cols, figsize=(5.2 * n_cols, 9))
     rounds = np.arange(1, cfg.n_rounds + 1)
     central = index_of(labels, variant="centralized", init=cfg.init)
     panels = [("tiles", init, f"tile split, init {init}") for init in inits] + [

@@ -401,9 +401,7 @@ def _scenario_panel(ax, cfg: MallConfig) -> None:
 
 
 def _plot_convergence(cfg: ConvergenceConfig, labels, results, path):
-    import matplotlib.pyplot as plt
-
-    fig, (ax0, ax1, ax2) = plt.subplots(1, 3, figsize=(18, 5))
+    fig, (ax0, ax1, ax2) = plotting.figure(1, 3, figsize=(18, 5))
     _scenario_panel(ax0, cfg)
     rounds = np.arange(1, cfg.n_rounds + 1)
     names = [_label(lab) for lab in labels]
@@ -525,10 +523,8 @@ def _oac_rows(labels, d) -> list[int]:
 
 
 def _plot_snr(cfg: SnrConfig, labels, results, path):
-    import matplotlib.pyplot as plt
-
     b = stats.band(results["loss"])
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, (ax, ax2) = plotting.figure(1, 2, figsize=(13, 4.8))
     snrs = np.asarray(cfg.snrs_db)
     ax.axhline(b.median[0, -1], color="k", lw=1.4, label="centralized (median)")
     ax.axhspan(b.lower[0, -1], b.upper[0, -1], color="0.5", alpha=0.08)

@@ -79,11 +79,9 @@ def resources(cfg: DevicesConfig, n_devices: int) -> tuple[int, float]:
 
 
 def _plot_devices(cfg: DevicesConfig, labels, results, path):
-    import matplotlib.pyplot as plt
-
     b = stats.band(results["loss"])
     ks = np.asarray([n * n for n in cfg.grid_sides])
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (ax, ax2) = plotting.figure(1, 2, figsize=(12, 4.5))
     for method, name, style in (
         ("oac", f"OAC D={cfg.digits}, {cfg.snr_db:g} dB", plotting.LINE_STYLES[0]),
         ("quantized", "orthogonal digital (error-free, same levels)", plotting.LINE_STYLES[1]),
@@ -214,10 +212,8 @@ def _digits1_rows(labels, reinit: bool) -> list[int]:
 
 
 def _plot_digits1(cfg: Digits1Config, labels, results, path):
-    import matplotlib.pyplot as plt
-
     snrs = np.asarray(cfg.snrs_db)
-    fig, axes = plt.subplots(1, 4, figsize=(20, 4.3))
+    fig, axes = plotting.figure(1, 4, figsize=(20, 4.3))
     panels = (
         ("loss", LOSS_LABEL, "final loss", True),
         ("reinits", "centroids re-initialised per run", "re-initialisations", False),
