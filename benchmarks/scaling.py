@@ -18,8 +18,8 @@ with its own compilation cache directory, so nothing is shared with earlier runs
 - raw without ``--out``: ``engine.run(keep="raw")`` of ``--raw-trials`` trials minus a 64-trial
   run's fixed cost, against the kernel (target >= 0.9);
 - a ``--million``-trial ``--keep summary`` run: wall time and peak resident memory;
-- fixed cost: two ``--trials 64`` runs in a row with a fresh compilation cache (second <= 40% of
-  the first), and one with the cache off;
+- fixed cost: ``--trials 64`` runs in a row with a fresh compilation cache (the second, median of
+  three, <= 40% of the first), and one with the cache off;
 - ``--target-se``: kmeans-snr run to a target standard error of the final loss, trials per SNR
   point and the precision reached, against a fixed-count run of the largest per-point count
   (the fixed count that reaches the same worst-point precision).
@@ -173,7 +173,12 @@ def summary_and_raw(args, out, cache) -> dict:
         f"{sweep_rate:.3g} trials/s = {sweep_rate / kernel:.2f} x kernel"
     )
 
-    # Raw without --out, in process: engine.run minus a 64-trial run.
+    # Raw without --out, in process: engine.run minus a 64-trial run, against the kernel doing the
+    # same trials in calls of the raw run's own chunk size (dispatched back to back, like the
+    # engine's). The three are timed in turn, median of 5 rounds: a drift of the machine's speed
+    # over a minute (±5% here) then hits the run and its kernel alike.
+    import jax
+
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
     for n in (64, args.raw_trials):  # fills the cache: both timed runs below take their executables from it
         engine.run(sweep.trial, sweep.points, n, compilation_cache=cache("raw"))
@@ -183,24 +188,30 @@ def summary_and_raw(args, out, cache) -> dict:
         info = engine.run(sweep.trial, sweep.points, n, compilation_cache=cache("raw")).info
         return time.perf_counter() - t0, info["chunk_sizes"][0]
 
-    # medians of alternating runs: one run of a few seconds is at the mercy of the machine
-    pairs = [(timed_run(64)[0], timed_run(args.raw_trials)) for _ in range(args.repeats)]
-    fixed = statistics.median(small for small, _ in pairs)
-    raw_s = statistics.median(big for _, (big, _) in pairs)
-    raw_chunk = pairs[0][1][1]
+    raw_chunk = timed_run(args.raw_trials)[1]
+    fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, raw_chunk)
+    _, compiled = compile_time(fn, *fn_args)
+    starts = range(0, args.raw_trials, raw_chunk)
+
+    def timed_kernel():
+        t0 = time.perf_counter()
+        jax.block_until_ready([compiled(*fn_args[:3], np.uint32(start)) for start in starts])
+        return time.perf_counter() - t0
+
+    rounds = [(timed_kernel(), timed_run(64)[0], timed_run(args.raw_trials)[0]) for _ in range(max(args.repeats, 5))]
+    kernel_s, fixed, raw_s = (statistics.median(r[i] for r in rounds) for i in range(3))
     raw_rate = (args.raw_trials - 64) / max(raw_s - fixed, 1e-9)
-    # against the kernel in calls of the raw run's own chunk size
-    raw_kernel = (
-        kernel if args.kernel_trials or raw_chunk == kernel_chunk else kernel_throughput(raw_chunk, args.repeats)
-    )
+    raw_kernel = args.raw_trials / kernel_s  # (the last call's padding is the engine's too)
     rows["raw_no_out"] = {
         "trials": args.raw_trials,
         "seconds": raw_s,
         "fixed_s": fixed,
         "chunk_size": raw_chunk,
+        "kernel_seconds": kernel_s,
         "kernel_trials_per_s": raw_kernel,
         "trials_per_s": raw_rate,
         "ratio_to_kernel": raw_rate / raw_kernel,
+        "rounds_s": rounds,
     }
     print(f"raw without --out {args.raw_trials} trials: {raw_s:.1f} s, {raw_rate / raw_kernel:.2f} x kernel")
     return rows
@@ -222,19 +233,25 @@ def million_run(args, out, cache) -> dict:
 
 
 def fixed_cost(out, cache) -> dict:
-    """The second 64-trial run in a row, with a fresh cache, against the first; and with the cache off."""
-    runs = [cli_run(["run", "gfvl-topologies", "--trials", "64", *out(f"fixed{i}")], cache("fixed")) for i in range(2)]
+    """The second 64-trial run in a row, with a fresh cache, against the first; and with the cache off.
+
+    The second run is timed three times (each a fresh process on the same warm cache; median), since
+    one process's start varies by ±0.3 s on a shared machine."""
+    runs = [cli_run(["run", "gfvl-topologies", "--trials", "64", *out(f"fixed{i}")], cache("fixed")) for i in range(4)]
+    second = statistics.median(r["seconds"] for r in runs[1:])
     off = cli_run(
         ["run", "gfvl-topologies", "--trials", "64", "--compilation-cache", "off", *out("fixed-off")], cache("fixed")
     )
     print(
-        f"64-trial runs: first {runs[0]['seconds']:.1f} s, second {runs[1]['seconds']:.1f} s, cache off {off['seconds']:.1f} s"
+        f"64-trial runs: first {runs[0]['seconds']:.2f} s, second {second:.2f} s (median of 3), "
+        f"cache off {off['seconds']:.2f} s"
     )
     return {
         "first_s": runs[0]["seconds"],
-        "second_s": runs[1]["seconds"],
+        "second_s": second,
+        "second_runs_s": [r["seconds"] for r in runs[1:]],
         "cache_off_s": off["seconds"],
-        "second_over_first": runs[1]["seconds"] / runs[0]["seconds"],
+        "second_over_first": second / runs[0]["seconds"],
         "compile_s": [r["engine"]["compile_s"] for r in runs],
         "compile_cached": [r["engine"]["compile_cached"] for r in runs],
     }

@@ -277,6 +277,54 @@ def test_non_finite_metrics_are_handled_and_counted_alike_in_raw_and_summary():
         assert np.all(np.abs(b - exact) <= (ratio - 1) * np.abs(exact))
 
 
+def test_the_devices_per_trial_flags_are_the_hosts_count_on_adversarial_arrays():
+    from jaxfed.engine.compiled import nonfinite_per_trial
+    from jaxfed.engine.sinks import nonfinite_trials
+
+    rng = np.random.default_rng(0)
+    cases = []
+    for shape in [(2, 5), (2, 5, 3), (2, 5, 2, 4), (2, 5, 0)]:  # scalar, vector, matrix, empty metrics
+        x = rng.normal(size=shape).astype(np.float32)
+        flat = x.reshape(2, 5, -1)
+        if flat.shape[-1]:
+            flat[0, 0, 0] = np.nan  # first trial, first cell
+            flat[1, 4, -1] = np.inf  # last trial, last cell
+            flat[1, 2, :] = -np.inf  # every cell of one trial
+        cases.append(flat.reshape(shape))
+    cases.append(rng.integers(0, 9, size=(2, 5, 3)).astype(np.int32))  # integers are always finite
+    for x in cases:
+        device = np.asarray(nonfinite_per_trial(jnp.asarray(x)))
+        assert device.shape == x.shape[:2] and device.dtype == bool
+        assert [int(device[p].sum()) for p in range(2)] == [nonfinite_trials(x[p]) for p in range(2)], x.shape
+
+
+@pytest.mark.parametrize("chunk_size", [1, 7, 64, None])
+def test_raw_nonfinite_counts_from_the_device_equal_the_host_count(chunk_size):
+    """Counted per chunk on the device; the padding of the last chunk (trials past the count,
+    with NaN of their own) must not count."""
+    result = engine.run(nan_trial, POINTS, 150, seed=3, chunk_size=chunk_size, progress=False)
+    counts = [int((~np.isfinite(result["x"][p])).any(-1).sum()) for p in range(2)]
+    assert result.info["nonfinite_trials"] == {"x": counts} and 0 < counts[0] < counts[1]
+
+
+def test_raw_nonfinite_counts_after_a_resume_from_overlapping_stored_chunks(tmp_path):
+    """Restored trials are counted on the host once, however the stored chunks overlap; the new
+    ones on the device."""
+    identity = {"name": "nan"}
+    a, b = tmp_path / "a", tmp_path / "b"
+    engine.run(nan_trial, POINTS, 60, seed=3, chunk_size=24, out_dir=str(a), identity=identity, progress=False)
+    engine.run(nan_trial, POINTS, 60, seed=3, chunk_size=10, out_dir=str(b), identity=identity, progress=False)
+    for name in os.listdir(b / "chunks"):  # [0, 24), [24, 48), [48, 60) and [0, 10), [10, 20), …
+        os.replace(b / "chunks" / name, a / "chunks" / name)
+    resumed = engine.run(
+        nan_trial, POINTS, 200, seed=3, chunk_size=32, out_dir=str(a), identity=identity, progress=False
+    )
+    fresh = engine.run(nan_trial, POINTS, 200, seed=3, chunk_size=32, progress=False)
+    np.testing.assert_array_equal(resumed["x"], fresh["x"])
+    counts = [int((~np.isfinite(fresh["x"][p])).any(-1).sum()) for p in range(2)]
+    assert resumed.info["nonfinite_trials"] == fresh.info["nonfinite_trials"] == {"x": counts}
+
+
 @dataclasses.dataclass(frozen=True)
 class NanConfig:
     scale: float = 1.0

@@ -24,7 +24,9 @@ def make_chunk_fn(
 ):
     """The chunk function of a group, for ``batch`` trials from ``first_trial`` on.
 
-    Raw: (seed, point_ids (P,), traced leaves (P, ...), first_trial) -> metrics (P, batch, ...).
+    Raw: (seed, point_ids (P,), traced leaves (P, ...), first_trial) -> (metrics (P, batch, ...),
+    metric -> bool (P, batch): the trial has a NaN or ±inf value), so that the host need not
+    pass over every value to count the non-finite trials.
     Summary: (…, first_trial, n_valid) -> metric -> :func:`jaxfed.stats.chunk_summary` of trials
     [first_trial, first_trial + n_valid) (a multiple of ``stats.SUMMARY_BLOCK``) plus ``tail``,
     the raw values (P, SUMMARY_BLOCK, ...) of the block from ``first_trial + n_valid`` on (the
@@ -34,16 +36,11 @@ def make_chunk_fn(
     runs unjitted on the default device (for testing jit against no-jit).
     """
 
-    def one(root_key, point_id, traced, trial_id):
-        key = jax.random.fold_in(root_key if common else jax.random.fold_in(root_key, point_id), trial_id)
-        return trial(key, rebuild(group, traced))
+    metrics = batched_metrics(trial, group, batch, mesh, common)
 
-    def metrics(seed, point_ids, traced, first_trial):
-        trial_ids = first_trial + jnp.arange(batch, dtype=jnp.uint32)
-        if mesh is not None and mesh.size > 1:
-            trial_ids = jax.lax.with_sharding_constraint(trial_ids, NamedSharding(mesh, P("trials")))
-        over_trials = jax.vmap(one, in_axes=(None, None, None, 0))
-        return jax.vmap(over_trials, in_axes=(None, 0, 0, None))(jax.random.key(seed), point_ids, traced, trial_ids)
+    def raw(seed, point_ids, traced, first_trial):
+        values = metrics(seed, point_ids, traced, first_trial)
+        return values, {name: nonfinite_per_trial(v) for name, v in values.items()}
 
     def summarised(seed, point_ids, traced, first_trial, n_valid):
         values = metrics(seed, point_ids, traced, first_trial)
@@ -59,8 +56,34 @@ def make_chunk_fn(
     if summary:
         return summarised if mesh is None else jax.jit(summarised)
     if mesh is None:
-        return metrics
-    return jax.jit(metrics, out_shardings=NamedSharding(mesh, P(None, "trials")))
+        return raw
+    return jax.jit(raw, out_shardings=NamedSharding(mesh, P(None, "trials")))
+
+
+def batched_metrics(trial: Trial, group: Group, batch: int, mesh: Mesh | None, common: bool = False):
+    """(seed, point_ids (P,), traced leaves (P, ...), first_trial) -> metrics (P, batch, ...) of
+    trials first_trial + [0, batch): the bare kernel, vmapped over trials and points (unjitted).
+
+    The key of (point p, trial t) is fold_in(fold_in(key(seed), p), t), or fold_in(key(seed), t)
+    with ``common`` (common random numbers)."""
+
+    def one(root_key, point_id, traced, trial_id):
+        key = jax.random.fold_in(root_key if common else jax.random.fold_in(root_key, point_id), trial_id)
+        return trial(key, rebuild(group, traced))
+
+    def metrics(seed, point_ids, traced, first_trial):
+        trial_ids = first_trial + jnp.arange(batch, dtype=jnp.uint32)
+        if mesh is not None and mesh.size > 1:
+            trial_ids = jax.lax.with_sharding_constraint(trial_ids, NamedSharding(mesh, P("trials")))
+        over_trials = jax.vmap(one, in_axes=(None, None, None, 0))
+        return jax.vmap(over_trials, in_axes=(None, 0, 0, None))(jax.random.key(seed), point_ids, traced, trial_ids)
+
+    return metrics
+
+
+def nonfinite_per_trial(values):
+    """bool (P, T): whether trial t of point p has a NaN or ±inf in any cell of ``values`` (P, T, ...)."""
+    return ~jnp.isfinite(values).reshape(values.shape[:2] + (-1,)).all(-1)
 
 
 def chunk_function(
@@ -78,7 +101,9 @@ def chunk_function(
     group, traced = groups[0]
     mesh = make_mesh(devices)
     batch = round_up(chunk_size, LANES * mesh.size)
-    fn = make_chunk_fn(trial, group, batch, mesh, common)
+    fn = jax.jit(
+        batched_metrics(trial, group, batch, mesh, common), out_shardings=NamedSharding(mesh, P(None, "trials"))
+    )
     return fn, (np.uint32(seed), np.asarray(group.point_ids, np.uint32), traced, np.uint32(0))
 
 

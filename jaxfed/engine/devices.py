@@ -56,7 +56,7 @@ def default_memory_budget(mesh: Mesh) -> int:
     return int(MEMORY_FRACTION * limit)
 
 
-def to_host(tree) -> dict:
+def to_host(tree):
     """The chunk function's outputs (a pytree) as NumPy arrays on process 0, gathered from every process."""
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils

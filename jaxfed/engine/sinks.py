@@ -102,6 +102,9 @@ class RawSink(Sink):
             for name in spec.metrics:
                 results[name][self.at, start:stop_used] = arrays[name][:, : stop_used - start]
             self.done.append((start, stop_used))
+        self.restored = list(self.done)
+        # per point, the non-finite trials of the computed chunks (counted on the device)
+        self.computed_nonfinite = {name: np.zeros(len(self.rows), np.int64) for name in spec.metrics}
         self.complete = not missing_ranges(n_trials, self.done, n_trials)
 
     def done_trials(self) -> int:
@@ -117,16 +120,35 @@ class RawSink(Sink):
 
     def handle(self, chunk, device_out) -> None:
         start, stop = chunk
-        out = {name: value[:, : stop - start] for name, value in to_host(device_out).items()}
+        values, bad = to_host(device_out)
+        out = {name: value[:, : stop - start] for name, value in values.items()}
         for name, value in out.items():
             self.results[name][self.at, start:stop] = value
+            self.computed_nonfinite[name] += bad[name][:, : stop - start].sum(1)
         self.writer.submit(self.store.save_raw, self.spec, start, stop, out)
 
     def finish(self, nonfinite: dict) -> dict:
-        """Counts the non-finite trials; the arrays are ``results`` already (an empty dict)."""
+        """The non-finite trials per point: the device's counts of the computed chunks plus the
+        host's of the restored trials (their union: stored ranges may overlap); the arrays are
+        ``results`` already (returns an empty dict)."""
+        restored = _union(self.restored)
         for name in self.spec.metrics:
-            nonfinite[name][self.rows] = [nonfinite_trials(self.results[name][p]) for p in self.rows]
+            on_host = [
+                sum(nonfinite_trials(self.results[name][p, start:stop]) for start, stop in restored) for p in self.rows
+            ]
+            nonfinite[name][self.rows] = self.computed_nonfinite[name] + np.asarray(on_host, np.int64)
         return {}
+
+
+def _union(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Disjoint sorted ranges covering the same trials as ``ranges``."""
+    merged: list[tuple[int, int]] = []
+    for start, stop in sorted(ranges):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+        else:
+            merged.append((start, stop))
+    return merged
 
 
 def _whole(stop):
