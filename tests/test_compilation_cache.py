@@ -26,6 +26,29 @@ def test_a_second_run_takes_the_executable_and_the_memory_probe_from_the_cache(t
     np.testing.assert_array_equal(first["walk"], second["walk"])
 
 
+def test_the_cached_memory_probe_is_keyed_by_the_trials_program_and_the_batch(tmp_path):
+    """A rerun finds the probe's figures from the trial's jaxpr, without lowering the probe; any
+    change of the program or of what batching adds (points, mode, common keys) misses."""
+    cache = str(tmp_path / "cache")
+
+    def probe_cached(trial_fn=trial, points=POINTS, **kwargs):
+        return engine.run(trial_fn, points, 23, compilation_cache=cache, **kwargs).info["memory_probe_cached"]
+
+    def longer(key, point):
+        return trial(key, dict(point, steps=7))
+
+    def scaled(key, point):
+        return {name: 2 * value for name, value in trial(key, point).items()}
+
+    assert probe_cached() == [False]
+    assert probe_cached(seed=9) == [True]  # another seed: the same program
+    assert probe_cached(longer) == [False]  # other shapes
+    assert probe_cached(scaled) == [False]  # same shapes, another program
+    assert probe_cached(points=POINTS[:2]) == [False]  # fewer points in the batched program
+    assert probe_cached(keep="summary") == [False]
+    assert probe_cached(common_random_numbers=True) == [False]
+
+
 def test_the_cache_can_be_disabled_by_option_or_environment(tmp_path, monkeypatch):
     _, info = run("off")
     assert info["compilation_cache"] is None and info["compile_cached"] == [False]

@@ -104,10 +104,26 @@ def timed_compile(lowered) -> tuple[Any, float, bool]:
     return executable, seconds, _cache_events["hits"] > hits and _cache_events["misses"] == misses
 
 
-def probe_key(lowered, mesh: Mesh) -> str:
-    """Digest of what the memory probe's figures depend on: the program and the devices."""
+def probe_key(program: str, mesh: Mesh, **batched) -> str:
+    """Digest of what the memory probe's figures depend on: the trial's program (``program``, a
+    digest of its jaxpr), what batching adds (``batched``: points, mode, …), the devices and the
+    versions of JAX and jaxfed (which builds the batched program)."""
+    from jaxfed import __version__
+
     device = mesh.devices.flat[0]
-    what = f"{jax.__version__}|{device.platform}|{getattr(device, 'device_kind', '')}|{mesh.size}|{lowered.as_text()}"
+    what = json.dumps(
+        [
+            jax.__version__,
+            __version__,
+            device.platform,
+            getattr(device, "device_kind", ""),
+            mesh.size,
+            program,
+            batched,
+        ],
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(what.encode()).hexdigest()
 
 

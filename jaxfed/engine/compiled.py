@@ -107,7 +107,7 @@ def chunk_function(
     return fn, (np.uint32(seed), np.asarray(group.point_ids, np.uint32), traced, np.uint32(0))
 
 
-def sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, common, summary, fixed=0, cache_dir=None):
+def sized_chunk_fn(trial, group, program, mesh, budget, n_trials, chunk_size, args, common, summary, fixed, cache_dir):
     """(chunk size, compiled chunk function, compile record): the given size, or the largest that fits ``budget``.
 
     Without a given size, compiles for a probe batch of ``LANES`` trials per device and reads the
@@ -117,8 +117,10 @@ def sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, commo
     needs no larger batch. ``fixed``: bytes of outputs that do not grow with the batch (a summary's
     histograms and counts): not extrapolated, but reserved three times (device output, scatter,
     host copy).
-    The probe's memory figures are cached in ``cache_dir`` under a digest of the lowered program,
-    so a rerun compiles only the chunk function (itself from JAX's persistent cache).
+    The probe's memory figures are cached in ``cache_dir`` under a digest of ``program`` (the
+    digest of one trial's jaxpr) and of what the batched program adds (points, devices, mode), so a rerun neither lowers nor compiles the probe, only the chunk
+    function (itself from JAX's persistent cache). Figures that no longer fit the program can only
+    mis-size the chunk, which the compiled chunk's own memory analysis then corrects (below).
 
     A chosen size is corrected from the compiled chunk's own memory analysis when it exceeds
     ``budget``, and shrunk when the device refuses memory while compiling (a GPU allocates while
@@ -146,13 +148,14 @@ def sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, commo
 
     chosen = chunk_size is None
     if chosen:
-        lowered = make_chunk_fn(trial, group, step, mesh, common, summary).lower(*args)
-        key = probe_key(lowered, mesh)
+        key = probe_key(
+            program, mesh, points=len(group.point_ids), lanes=LANES, common=common, summary=summary, fixed=fixed
+        )
         figures = load_probe(cache_dir, key)
         record["memory_probe_cached"] = figures is not None
         probe = None
         if figures is None:
-            probe = compile_lowered(lowered)
+            probe = compile_batch(step)
             analysis = probe.memory_analysis()
             figures = {"temp": int(analysis.temp_size_in_bytes), "output": int(analysis.output_size_in_bytes)}
             save_probe(cache_dir, key, figures)
@@ -166,8 +169,8 @@ def sized_chunk_fn(trial, group, mesh, budget, n_trials, chunk_size, args, commo
         if mesh.devices.flat[0].platform == "cpu":
             usable = min(usable, CPU_CHUNK_BYTES)
         chunk_size = balanced_chunk(n_trials, int(usable // max(per_trial, 1.0)), step)
-        if chunk_size <= step:  # the probe's program is the chunk's: compile it (or reuse it), lower nothing again
-            return chunk_size, probe if probe is not None else compile_lowered(lowered), record
+        if chunk_size <= step:  # the probe's program is the chunk's
+            return chunk_size, probe if probe is not None else compile_batch(step), record
 
     def resized(size: int, need: float) -> int:
         """The chunk size for which ``need`` bytes at ``size`` trials scale to fit, smaller than ``size``."""

@@ -4,6 +4,7 @@ the chunk function and feeds its chunks to a result sink."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import sys
 
@@ -142,12 +143,16 @@ def run(
         memory_probe_cached=[],
     )
 
-    # Shapes of one trial's metrics, per group, without running anything.
-    probes = [
-        jax.eval_shape(lambda k, t, g=group: trial(k, rebuild(g, t)), jax.random.key(0), [x[0] for x in traced])
+    # Shapes of one trial's metrics, per group, without running anything; the trial's program (its
+    # jaxpr's digest) keys the cached memory probe, so that a rerun need not lower the probe's.
+    traces = [
+        jax.make_jaxpr(lambda k, t, g=group: trial(k, rebuild(g, t)), return_shape=True)(
+            jax.random.key(0), [x[0] for x in traced]
+        )
         for group, traced in groups
     ]
-    specs = metric_specs(probes, groups)
+    specs = metric_specs([shapes for _, shapes in traces], groups)
+    programs = [hashlib.sha256(str(jaxpr).encode()).hexdigest() for jaxpr, _ in traces]
     target = None
     if target_se is not None or target_metric is not None:
         if keep == "raw":
@@ -207,7 +212,7 @@ def run(
         raise_on_every_process(refusal)
         for g, ((group, traced), sink) in enumerate(zip(groups, sinks)):
             size, chunk_fn = _compile_group(
-                trial, group, traced, sink, g, len(groups), mesh, budget, n_trials, chunk_size, seed,
+                trial, group, traced, programs[g], sink, g, len(groups), mesh, budget, n_trials, chunk_size, seed,
                 common_random_numbers, keep == "summary", target, cache_dir, bar, info,
             )  # fmt: skip
             bar.group(f"group {g + 1}/{len(groups)}", len(group.point_ids) * n_trials)
@@ -264,11 +269,11 @@ def _check_arguments(n_trials, chunk_size, max_memory, keep, seed, points, out_d
 
 
 def _compile_group(
-    trial, group, traced, sink, g, n_groups, mesh, budget, n_trials, chunk_size, seed, common, summary, target,
-    cache_dir, bar, info,
+    trial, group, traced, program, sink, g, n_groups, mesh, budget, n_trials, chunk_size, seed, common, summary,
+    target, cache_dir, bar, info,
 ):  # fmt: skip
     """(chunk size, chunk function) of a group, recorded in ``info``; (None, None) when its sink
-    is already complete (nothing compiled)."""
+    is already complete (nothing compiled). ``program``: the digest of one trial's jaxpr."""
     point_ids = np.asarray(group.point_ids, np.uint32)
     extra = (np.uint32(0),) if summary else ()
     wanted = chunk_size
@@ -285,8 +290,9 @@ def _compile_group(
     else:
         bar.note(f"group {g + 1}/{n_groups}: compiling …")
         size, chunk_fn, compiled = sized_chunk_fn(
-            trial, group, mesh, budget, n_trials, wanted, (np.uint32(seed), point_ids, traced, np.uint32(0)) + extra,
-            common, summary, summary_output_bytes(len(point_ids), sink.spec.metrics) if summary else 0, cache_dir,
+            trial, group, program, mesh, budget, n_trials, wanted,
+            (np.uint32(seed), point_ids, traced, np.uint32(0)) + extra, common, summary,
+            summary_output_bytes(len(point_ids), sink.spec.metrics) if summary else 0, cache_dir,
         )  # fmt: skip
     info["chunk_sizes"].append(size)
     for key in ("compile_s", "compile_cached", "memory_probe_cached"):
