@@ -113,14 +113,16 @@ def sized_chunk_fn(trial, group, program, mesh, budget, n_trials, chunk_size, ar
     Without a given size, compiles for a probe batch of ``LANES`` trials per device and reads the
     memory analysis: temporaries and outputs scale linearly with the batch (arguments do not),
     plus the host copy of the outputs; a chunk may take 75% of the budget (on a CPU at most
-    ``CPU_CHUNK_BYTES``), the rest is left to the process itself and to the summaries or result arrays. The probe's executable is reused when the size it implies
-    needs no larger batch. ``fixed``: bytes of outputs that do not grow with the batch (a summary's
-    histograms and counts): not extrapolated, but reserved three times (device output, scatter,
-    host copy).
-    The probe's memory figures are cached in ``cache_dir`` under a digest of ``program`` (the
-    digest of one trial's jaxpr) and of what the batched program adds (points, devices, mode), so a rerun neither lowers nor compiles the probe, only the chunk
-    function (itself from JAX's persistent cache). Figures that no longer fit the program can only
-    mis-size the chunk, which the compiled chunk's own memory analysis then corrects (below).
+    ``CPU_CHUNK_BYTES``), the rest is left to the process itself and to the summaries or result
+    arrays. The probe's executable is reused when the size it implies needs no larger batch.
+    ``fixed``: bytes of outputs that do not grow with the batch (a summary's histograms and
+    counts): not extrapolated, but reserved three times (device output, scatter, host copy).
+
+    The probe's memory figures are cached in ``cache_dir`` under a digest of ``program`` (one
+    trial's jaxpr, digested) and of what the batched program adds (points, devices, mode), so a
+    rerun neither lowers nor compiles the probe, only the chunk function (itself from JAX's
+    persistent cache). Figures that no longer fit the program can only mis-size the chunk, which
+    the compiled chunk's own memory analysis then corrects (below).
 
     A chosen size is corrected from the compiled chunk's own memory analysis when it exceeds
     ``budget``, and shrunk when the device refuses memory while compiling (a GPU allocates while
