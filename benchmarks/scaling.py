@@ -265,9 +265,7 @@ def fixed_cost(out, cache, rounds: int = 5) -> dict:
         )
         pairs.append((first, second))
         start = time.perf_counter()
-        subprocess.run(
-            [sys.executable, "-c", "import jax; jax.devices(); import matplotlib.figure"], check=True, env=os.environ
-        )
+        subprocess.run([sys.executable, "-c", "import jax; jax.devices(); import matplotlib.figure"], check=True)
         floors.append(time.perf_counter() - start)
     off = cli_run(
         ["run", "gfvl-topologies", "--trials", "64", "--compilation-cache", "off", *out("fixed-off")], cache("fixed0")

@@ -102,7 +102,6 @@ class RawSink(Sink):
             for name in spec.metrics:
                 results[name][self.at, start:stop_used] = arrays[name][:, : stop_used - start]
             self.done.append((start, stop_used))
-        self.restored = list(self.done)
         # per point, the non-finite trials of the computed chunks (counted on the device)
         self.computed_nonfinite = {name: np.zeros(len(self.rows), np.int64) for name in spec.metrics}
         self.complete = not missing_ranges(n_trials, self.done, n_trials)
@@ -131,7 +130,7 @@ class RawSink(Sink):
         """The non-finite trials per point: the device's counts of the computed chunks plus the
         host's of the restored trials (their union: stored ranges may overlap); the arrays are
         ``results`` already (returns an empty dict)."""
-        restored = _union(self.restored)
+        restored = _union(self.done)  # (only restored ranges: computed chunks are planned around them)
         for name in self.spec.metrics:
             on_host = [
                 sum(nonfinite_trials(self.results[name][p, start:stop]) for start, stop in restored) for p in self.rows
