@@ -245,7 +245,8 @@ def _verify(path: str, meta: dict, arrays: dict, expected: dict, specs: dict) ->
 
 # --------------------------------------------------------------------------- identity
 def describe_differences(stored, given, prefix: str = "") -> list[str]:
-    """``["key: stored X, given Y", …]`` for every differing (nested) key of two JSON values."""
+    """``["key: stored X, given Y", …]`` for every differing (nested) key of two JSON values; a
+    SHA-256 digest (64 hex digits, e.g. a file's under ``code``) shows as its first 12 digits."""
     if isinstance(stored, dict) and isinstance(given, dict):
         out = []
         for key in sorted(set(stored) | set(given), key=str):
@@ -255,12 +256,15 @@ def describe_differences(stored, given, prefix: str = "") -> list[str]:
         return []
 
     def show(v):
+        if isinstance(v, str) and _SHA256.fullmatch(v):
+            return f"sha256 {v[:12]}..."
         return "(absent)" if v is _ABSENT else json.dumps(v)[:60]
 
     return [f"{prefix.rstrip('.')}: stored {show(stored)}, given {show(given)}"]
 
 
 _ABSENT = object()
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _read_json(path: str):

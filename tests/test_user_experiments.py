@@ -2,12 +2,13 @@
 
 import json
 import pathlib
+import sys
 
 import numpy as np
 import pytest
 
 from jaxfed import cli
-from jaxfed.experiments import catalog, get, gfvl_local_iters
+from jaxfed.experiments import catalog, get, gfvl_local_iters, make_config
 
 EXAMPLE = str(pathlib.Path(__file__).parent.parent / "docs" / "examples" / "grid_gossip.py")
 SPEC = f"{EXAMPLE}:EXPERIMENT"
@@ -97,3 +98,161 @@ def test_a_user_aggregator_runs_end_to_end_through_the_cli(tmp_path):
     loss = np.load(out / "metrics.npz")["loss"]
     assert loss.shape == (2, 8, 4) and np.isfinite(loss).all() and (loss > 0).all()
     assert not np.array_equal(loss[0], loss[1])  # the lost updates change the trajectories
+
+
+# --------------------------------------------------------------------------- the code in the identity
+TINY = """
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from jaxfed.experiments import Experiment, Sweep
+{imports}
+SHIFT = {shift}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    scale: float = 1.0  # spread of x
+    channel: str = "aggregate"  # a registered channel
+
+
+def build(cfg):
+    def trial(key, point):
+        x = cfg.scale * jax.random.normal(key) + SHIFT + point["offset"]
+        return {{"x": {body}}}
+
+    return Sweep(trial, [{{"offset": jnp.float32(0.0)}}], [{{"case": "only"}}], {{"x": ()}})
+
+
+EXPERIMENT = Experiment("tiny", "a tiny user experiment", Config, build, lambda *a: None, lambda *a: "")
+"""
+
+
+def _tiny(path, shift=0.0, imports="", body="x"):
+    path.write_text(TINY.format(shift=shift, imports=imports, body=body))
+    return f"{path}:EXPERIMENT"
+
+
+def _run(spec, out, trials, *extra):
+    return cli.main(["run", spec, "--trials", str(trials), "--out", str(out), "--quiet", *extra])
+
+
+def _x(out):
+    return np.load(out / "metrics.npz")["x"]
+
+
+def test_an_unchanged_user_file_resumes_and_grows_and_its_digest_is_in_the_identity(tmp_path):
+    spec = _tiny(tmp_path / "tiny.py")
+    assert _run(spec, tmp_path / "d", 4) == 0
+    identity = json.loads((tmp_path / "d" / "identity.json").read_text())
+    digest = catalog.hashlib.sha256((tmp_path / "tiny.py").read_bytes()).hexdigest()
+    assert identity["code"] == {"tiny.py": digest}  # named relative to the experiment file's directory
+    first = _x(tmp_path / "d")
+    assert _run(spec, tmp_path / "d", 6) == 0
+    np.testing.assert_array_equal(_x(tmp_path / "d")[:, :4], first)
+
+
+def test_an_edited_user_file_is_refused_naming_it_and_overwrite_recomputes(tmp_path, capsys):
+    path = tmp_path / "tiny.py"
+    spec = _tiny(path, shift=0.0)
+    old = catalog.hashlib.sha256(path.read_bytes()).hexdigest()
+    assert _run(spec, tmp_path / "d", 4) == 0
+    _tiny(path, shift=5.0)  # the trial changes; same name, parameters, points and seed
+    new = catalog.hashlib.sha256(path.read_bytes()).hexdigest()
+    capsys.readouterr()
+    assert _run(spec, tmp_path / "d", 6) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "different configuration" in err, err
+    assert f"code.tiny.py: stored sha256 {old[:12]}..., given sha256 {new[:12]}..." in err
+    assert _run(spec, tmp_path / "d", 6, "--overwrite") == 0
+    assert _run(spec, tmp_path / "fresh", 6) == 0
+    np.testing.assert_array_equal(_x(tmp_path / "d"), _x(tmp_path / "fresh"))
+    assert _x(tmp_path / "d").mean() > 3  # the edited trial ran
+
+
+def test_an_edited_module_the_experiment_imports_is_refused_naming_it(tmp_path, monkeypatch, capsys):
+    """An aggregator, family or any helper defined in a module the experiment file imports counts:
+    that module's file is in the identity too."""
+    helper = tmp_path / "tiny_helper_for_identity.py"
+    helper.write_text("def transform(x):\n    return 2.0 * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, helper.stem, raising=False)
+    try:
+        spec = _tiny(tmp_path / "tiny.py", imports=f"from {helper.stem} import transform\n", body="transform(x)")
+        assert _run(spec, tmp_path / "d", 4) == 0
+        code = json.loads((tmp_path / "d" / "identity.json").read_text())["code"]
+        assert sorted(code) == ["tiny.py", helper.name]
+        assert _run(spec, tmp_path / "d", 6) == 0  # unchanged: grows
+        helper.write_text("def transform(x):\n    return 3.0 * x\n")
+        capsys.readouterr()
+        assert _run(spec, tmp_path / "d", 6) == 2
+        err = capsys.readouterr().err
+        assert f"code.{helper.name}: stored sha256" in err and "code.tiny.py" not in err, err
+    finally:
+        sys.modules.pop(helper.stem, None)
+
+
+def test_an_edited_file_of_a_registered_channel_named_by_a_parameter_is_refused(tmp_path, capsys):
+    """A channel registered from a user file (here by the caller, not by the experiment file) and
+    chosen with --set channel=NAME: the file its functions come from is in the identity."""
+    import importlib.util
+
+    from jaxfed import oac
+
+    name = "identity-test-channel"
+    source = "import jax\n\n\ndef energy(key, numerals, beta, noise_var, symbol_energy, active):\n    return {}\n"
+    chan = tmp_path / "tiny_channel.py"
+    chan.write_text(source.format("jax.random.normal(key, (2,))"))
+    spec_ = importlib.util.spec_from_file_location("tiny_channel_for_identity", chan)
+    module = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(module)
+    oac.register_channel(name, module.energy, variance=None)
+    try:
+        body = "oac.channel_model(cfg.channel).energy(key, None, 1, 0.0, 1.0, None)[0] + x"
+        spec = _tiny(tmp_path / "tiny.py", imports="from jaxfed import oac\n", body=body)
+        assert _run(spec, tmp_path / "d", 4, "--set", f"channel={name}") == 0
+        code = json.loads((tmp_path / "d" / "identity.json").read_text())["code"]
+        assert sorted(code) == ["tiny.py", "tiny_channel.py"]
+        chan.write_text(source.format("2.0 * jax.random.normal(key, (2,))"))
+        capsys.readouterr()
+        assert _run(spec, tmp_path / "d", 6, "--set", f"channel={name}") == 2
+        assert "code.tiny_channel.py: stored sha256" in capsys.readouterr().err
+    finally:
+        oac.channel._CHANNELS.pop(name, None)
+
+
+def test_a_plugin_experiment_identity_holds_its_distribution_version_and_module(tmp_path, monkeypatch, capsys):
+    """A plugin found through an installed distribution's entry point (here a dist-info directory
+    on sys.path): its name, version and entry-point module's digest are in the identity."""
+    module_name = "tiny_plugin_for_identity"
+    _tiny(tmp_path / f"{module_name}.py")
+    info = tmp_path / "tiny_plugin_for_identity-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-plugin-for-identity\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[jaxfed.experiments]\ntiny-plugin = {module_name}:EXPERIMENT\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, module_name, raising=False)
+    try:
+        assert get("tiny-plugin").plugin == "tiny-plugin"
+        assert _run("tiny-plugin", tmp_path / "d", 4) == 0
+        identity = json.loads((tmp_path / "d" / "identity.json").read_text())
+        assert identity["plugin"] == {
+            "entry_point": "tiny-plugin",
+            "value": f"{module_name}:EXPERIMENT",
+            "distribution": "tiny-plugin-for-identity",
+            "version": "1.0",
+        }
+        assert list(identity["code"]) == [f"{module_name}.py"]
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-plugin-for-identity\nVersion: 1.1\n")
+        capsys.readouterr()
+        assert _run("tiny-plugin", tmp_path / "d", 6) == 2
+        assert 'plugin.version: stored "1.0", given "1.1"' in capsys.readouterr().err
+    finally:
+        sys.modules.pop(module_name, None)
+
+
+def test_built_in_experiments_identity_holds_no_code_key():
+    exp = get("gfvl-topologies")
+    assert catalog.code_identity(exp, make_config(exp.config_cls)) == {}

@@ -27,6 +27,7 @@ import jax
 import numpy as np
 
 from jaxfed import engine, stats, store, validation
+from jaxfed.experiments import catalog
 
 __all__ = [
     "Experiment",
@@ -64,6 +65,7 @@ class Experiment:
     default_trials: int = 1000  # used by `jaxfed run` without --trials and by `jaxfed reproduce`
     common_random_numbers: bool = False  # all points of a trial share its key (same data and draws)
     source: str = ""  # "path/to/file.py:ATTRIBUTE" of a user experiment (set when loaded from a file)
+    plugin: str = ""  # entry-point name of an installed plugin experiment (set when loaded through it)
 
 
 # --------------------------------------------------------------------------- configs
@@ -218,8 +220,10 @@ def run_experiment(
     """Runs an experiment through the engine and writes its result directory.
 
     The run's identity (what a rerun on ``out_dir`` must match) is the experiment, parameters,
-    points, seed and dtype; the trial count is not part of it, so rerunning with more trials
-    computes only the new ones (see :mod:`jaxfed.store`). Trials with a NaN or ±inf metric are
+    points, seed and dtype, and for an experiment that runs user code the SHA-256 of every user
+    file it runs and a plugin's distribution and version (:func:`catalog.code_identity`); the trial
+    count is not part of it, so rerunning with more trials computes only the new ones (see
+    :mod:`jaxfed.store`). Trials with a NaN or ±inf metric are
     counted per point in ``config_json["nonfinite_trials"]`` and reported on stderr, in raw and
     summary modes alike. ``config.json`` is written last and records the SHA-256 of
     ``metrics.npz``, so :func:`load_results` never pairs one run's config with another's metrics.
@@ -240,6 +244,7 @@ def run_experiment(
             "points": sweep.labels,
             "seed": seed,
             "dtype": "float64" if jax.config.read("jax_enable_x64") else "float32",
+            **catalog.code_identity(exp, config),  # user code: "code" (file digests), "plugin"
         }
     )
     results = engine.run(

@@ -10,22 +10,31 @@ An experiment is found by name among
 
 :func:`parameters` lists a config class's parameters with default, type and meaning; the meaning
 is the comment that follows the field in the class body (``name: float = 1.0  # meaning``).
+
+:func:`code_identity` is the part of a run's store identity that names its code: the SHA-256 of
+every user file the experiment runs (the experiment file, the modules its functions, classes and
+registered channels come from) and, for a plugin, its distribution and version; a rerun on the
+same ``--out`` after any of these files changed is refused as another configuration.
 """
 
 from __future__ import annotations
 
 import ast
+import collections
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
 import inspect
 import os
+import site
 import sys
+import sysconfig
 import textwrap
 import typing
 
-__all__ = ["ENTRY_POINT_GROUP", "find", "from_file", "plugins", "parameters", "describe"]
+__all__ = ["ENTRY_POINT_GROUP", "find", "from_file", "plugins", "code_identity", "parameters", "describe"]
 
 ENTRY_POINT_GROUP = "jaxfed.experiments"
 
@@ -34,8 +43,11 @@ def find(name: str, registry: dict):
     """The experiment ``name``: built-in, ``file.py:ATTRIBUTE`` or an installed plugin.
 
     A file experiment comes back with ``source`` set to the absolute ``path:ATTRIBUTE``, which the
-    result directory records so that ``jaxfed plot`` finds it again.
+    result directory records so that ``jaxfed plot`` finds it again; a plugin's with ``plugin`` set
+    to its entry point's name (its distribution and version join the run's identity).
     """
+    from jaxfed.experiments.base import Experiment
+
     if name in registry:
         return registry[name]
     path, sep, attribute = name.rpartition(":")
@@ -43,7 +55,8 @@ def find(name: str, registry: dict):
         return from_file(path, attribute)
     found = plugins()
     if name in found:
-        return found[name].load()
+        value = found[name].load()
+        return dataclasses.replace(value, plugin=name) if isinstance(value, Experiment) else value
     known = sorted(registry) + sorted(found)
     raise ValueError(
         f"unknown experiment {name!r}; choose one of: {', '.join(known)}, or give a user experiment as path/to/file.py:NAME"
@@ -57,17 +70,27 @@ def from_file(path: str, attribute: str):
     path = os.path.abspath(path)
     if not os.path.isfile(path):
         raise ValueError(f"user experiment file {path} does not exist")
-    # One module per file path: loading the same file twice reuses it (its classes stay identical).
+    # One module per file path: loading the same file twice reuses it (its classes stay identical)
+    # while its bytes are unchanged; an edited file is executed again. The module keeps the SHA-256
+    # of the bytes it was executed from, which is what the run's identity records.
     module_name = "jaxfed_user_" + hashlib.sha256(path.encode()).hexdigest()[:16]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"user experiment file {path} is not a Python file (*.py)")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as err:
+        raise ValueError(f"user experiment file {path} cannot be read ({err.strerror or err})") from None
+    digest = hashlib.sha256(data).hexdigest()
     module = sys.modules.get(module_name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        if spec is None or spec.loader is None:
-            raise ValueError(f"user experiment file {path} is not a Python file (*.py)")
+    if module is None or getattr(module, _DIGEST_ATTRIBUTE, None) != digest:
         module = importlib.util.module_from_spec(spec)
+        setattr(module, _DIGEST_ATTRIBUTE, digest)
         sys.modules[module_name] = module  # dataclasses resolve their annotations through it
         try:
-            spec.loader.exec_module(module)
+            # Executes exactly the bytes digested (dont_inherit: not this module's __future__ flags).
+            exec(compile(data, path, "exec", dont_inherit=True), module.__dict__)
         except Exception as err:
             del sys.modules[module_name]
             raise ValueError(f"user experiment file {path} failed to import: {type(err).__name__}: {err}") from err
@@ -84,6 +107,191 @@ def from_file(path: str, attribute: str):
 def plugins() -> dict:
     """Installed plugin experiments: entry-point name -> entry point (loaded on use)."""
     return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+# --------------------------------------------------------------------------- the code in the identity
+_DIGEST_ATTRIBUTE = "__jaxfed_sha256__"  # on a user experiment file's module: SHA-256 of the bytes executed
+_JAXFED_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package's own code
+
+
+def code_identity(exp, config) -> dict:
+    """What a run's identity holds about its code, besides the experiment's name (empty for a
+    built-in experiment that uses no user code):
+
+    - ``"code"``: ``{file: SHA-256 of its bytes}`` for every user file the run executes: the
+      experiment file (the bytes that were executed); the modules that define the experiment's
+      ``build``, ``plot``, ``report`` and ``config_cls``; the functions of every registered channel
+      (:func:`jaxfed.oac.register_channel`) named by a string parameter (``channel=NAME``); and,
+      transitively, every user module named in the globals of a module already counted (an
+      ``import helpers``, a ``from helpers import lossy``, or an Aggregator, ExpFamily or channel
+      value built there). A user file is a Python source file outside the jaxfed package, the
+      standard library and site-packages; a plugin's own package counts wherever it is installed.
+      Files are named relative to the experiment file's directory (a plugin: the directory holding
+      its top-level package; otherwise the directory of ``build``'s file) when they lie under it,
+      absolute otherwise, so a moved project still resumes.
+    - ``"plugin"``: for an installed plugin experiment, its entry point's name (``entry_point``) and
+      ``value``, its distribution's name (``distribution``) and ``version``; the entry-point module's
+      file is in ``"code"``.
+    """
+    roots: list = [exp]
+    forced: list[str] = []  # files counted wherever they lie
+    owned: list[str] = []  # directories (or files) whose files count as user files: a plugin's package
+    base = None
+    out: dict = {}
+    if exp.source:
+        path = os.path.abspath(exp.source.rpartition(":")[0])
+        base = os.path.dirname(path)
+        forced.append(path)
+        module = sys.modules.get("jaxfed_user_" + hashlib.sha256(path.encode()).hexdigest()[:16])
+        if module is not None:
+            roots.append(module)
+    if exp.plugin:
+        ep = plugins().get(exp.plugin)
+        plugin: dict = {"entry_point": exp.plugin}
+        if ep is not None:
+            dist = getattr(ep, "dist", None)
+            plugin.update(
+                value=ep.value,
+                distribution=dist.name if dist is not None else None,
+                version=dist.version if dist is not None else None,
+            )
+            module, top = sys.modules.get(ep.module), sys.modules.get(ep.module.partition(".")[0])
+            entry_file = _source_file(module)
+            if module is not None and entry_file:
+                roots.append(module)
+                forced.append(entry_file)
+            top_file = _source_file(top)
+            if top_file:
+                package = hasattr(top, "__path__")
+                owned.append(os.path.dirname(top_file) if package else top_file)
+                base = os.path.dirname(os.path.dirname(top_file) if package else top_file)
+        out["plugin"] = plugin
+    channels = getattr(sys.modules.get("jaxfed.oac.channel"), "_CHANNELS", {})  # not imported: none registered
+    values = dataclasses.asdict(config) if dataclasses.is_dataclass(config) and not isinstance(config, type) else {}
+    for name in _strings(values):
+        if name in channels:
+            roots.append(channels[name])
+    files = _user_files(roots, forced, owned)
+    if base is None:
+        base = os.path.dirname(_source_file(exp.build) or "") or None
+    code = {}
+    for path, digest in files.items():
+        digest = digest or _file_digest(path)
+        if digest is not None:
+            inside = base is not None and _under(path, base)
+            code[os.path.relpath(path, base) if inside else path] = digest
+    if code:
+        out["code"] = code
+    return out
+
+
+def _strings(value) -> list[str]:
+    """Every string in a JSON-like value (dicts, lists, tuples)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def _source_file(obj) -> str | None:
+    """The absolute path of the Python source file defining ``obj``, or None (built-in, interactive)."""
+    if obj is None:
+        return None
+    try:
+        path = inspect.getsourcefile(obj)
+    except TypeError:
+        return None
+    return os.path.abspath(path) if path and os.path.isfile(path) else None
+
+
+def _file_digest(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+@functools.cache
+def _installed_dirs() -> tuple[str, ...]:
+    """Directories of installed code: the standard library and site-packages."""
+    paths = {sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    if hasattr(site, "getsitepackages"):  # absent from some virtual environments' site module
+        paths.update(site.getsitepackages())
+    paths.add(site.getusersitepackages())
+    paths.update(p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages"))
+    return tuple(os.path.abspath(p) for p in paths if p)
+
+
+def _under(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def _namespaces_of(value) -> list[dict]:
+    """The global namespaces of the modules that define ``value``: a module's own, a function's
+    ``__globals__`` (the module it was executed in, even one since executed again), a class's
+    module's, a partial's function's, and for an instance its class's and its fields' (a NamedTuple
+    or a dataclass: an Aggregator, an ExpFamily, a ChannelModel, an Experiment)."""
+    if inspect.ismodule(value):
+        return [vars(value)]
+    if isinstance(value, functools.partial):
+        return _namespaces_of(value.func)
+    if inspect.isfunction(value):
+        return [value.__globals__]
+    if inspect.isclass(value):
+        for attribute in vars(value).values():  # a method's globals: the module the class was executed in
+            if inspect.isfunction(attribute) and attribute.__globals__.get("__name__") == value.__module__:
+                return [attribute.__globals__]
+        module = sys.modules.get(getattr(value, "__module__", None) or "")
+        return [vars(module)] if module is not None else []
+    namespaces = _namespaces_of(type(value))
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        fields = list(value)
+    elif dataclasses.is_dataclass(value):
+        fields = [getattr(value, f.name, None) for f in dataclasses.fields(value)]
+    else:
+        fields = []
+    for item in fields:
+        if inspect.isfunction(item) or inspect.isclass(item) or isinstance(item, functools.partial):
+            namespaces += _namespaces_of(item)
+    return namespaces
+
+
+def _user_files(roots: list, forced: list[str], owned: list[str]) -> dict[str, str | None]:
+    """The user files (see :func:`code_identity`) that define ``roots`` and those of every user
+    module named in their modules' globals, transitively; ``forced`` files count wherever they lie.
+    Maps each file to the digest of the bytes its module was executed from where that is known (a
+    user experiment file), else None."""
+    installed = _installed_dirs()
+
+    def is_user(path: str) -> bool:
+        if path in forced or any(_under(path, d) for d in owned):
+            return True
+        return not _under(path, _JAXFED_DIR) and not any(_under(path, d) for d in installed)
+
+    files: dict[str, str | None] = dict.fromkeys(forced)
+    seen: set[int] = set()
+    queue = collections.deque(ns for value in roots for ns in _namespaces_of(value))
+    while queue:
+        namespace = queue.popleft()
+        if id(namespace) in seen:
+            continue
+        seen.add(id(namespace))
+        name = namespace.get("__file__")
+        path = os.path.abspath(name) if isinstance(name, str) and name.endswith(".py") else None
+        if path is None or not os.path.isfile(path) or not is_user(path):
+            continue
+        if files.get(path) is None:  # the first namespace seen for a file gives its executed digest
+            files[path] = namespace.get(_DIGEST_ATTRIBUTE)
+        for value in list(namespace.values()):
+            try:
+                queue += _namespaces_of(value)
+            except Exception:  # an exotic global (a proxy whose attributes raise): nothing to follow
+                continue
+    return files
 
 
 class Parameter(typing.NamedTuple):
