@@ -16,8 +16,9 @@ Metrics per slot (counted from the request for the last two points): ``grad_var`
 total variance of the natural-gradient estimate at q^(i) for the agent scheduled at slot i (what the
 estimator costs, next to the convergence; two extra independent estimates per slot); ``kl`` KL(q^(i) ‖ q*) to the
 centralised optimum q* of the same family on the same data (all agents for "learn", without u for the
-other two), computed once per configuration by a converged float64 natural-gradient run with Gauss–Hermite
-expectations (:func:`jaxfed.logistic.centralised_optimum`); ``log_lik`` the held-out mean log predictive
+other two), computed once per configuration by a converged float64 natural-gradient run with the closed-form
+Gaussian expectations of :func:`jaxfed.logistic.normal_softplus_mean` (:func:`jaxfed.logistic.centralised_optimum`:
+stationary for the exact objective to float64 precision); ``log_lik`` the held-out mean log predictive
 density and ``accuracy`` the held-out accuracy of q^(i); ``hit`` (point, trial): slots from the request until
 u is scheduled (−1 for the learning points and when u is not scheduled within n_slots). The points of a trial
 share its key (common random numbers: the same walk on the same graph).
@@ -269,7 +270,7 @@ def report(cfg: Config, labels, results) -> str:
             else "mean loss (L_k = (1/N_k) Σ_n softplus(−(2y − 1) xᵀθ): q* approximates the posterior tempered by 1/N_k)"
         )
         + f", α = {cfg.alpha:g}, prior N(0, {cfg.prior_var:g} I). KL is measured against the centralised optimum q* of the "
-        "mean-field Gaussian family for this loss (float64 natural-gradient run with Gauss–Hermite expectations; for "
+        "mean-field Gaussian family for this loss (float64 natural-gradient run with closed-form Gaussian expectations; for "
         "unlearning and retrain the optimum without agent u's data).",
     ]
     for metric, what, fmt in (
