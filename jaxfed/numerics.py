@@ -1,8 +1,10 @@
 """Cancellation-free elementary functions shared by the likelihoods, the natural gradient and the
 quadrature (docs/gfvl.md §A4b: differences of large log terms must not be formed naively in float32).
 
-Each function is elementwise, jit/vmap-compatible and accurate to a few ulps *of its result*
-(tests/test_numerics.py compares them with mpmath).
+Each function is elementwise and jit/vmap-compatible. Accuracy *of the result* (tests/test_numerics.py against
+mpmath; measured worst): :func:`x_minus_log1p` within 2 ulps in float32 and 4 in float64; in float32
+:func:`digamma_minus_log` within 10 ulps and :func:`trigamma_minus_reciprocal` within 7; in float64 those two are
+limited by their asymptotic series, to 5e-12 and 4e-13 relative.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from jax import lax
 
 __all__ = ["x_minus_log1p", "digamma_minus_log", "trigamma_minus_reciprocal", "standard_normal"]
 
-# Below this |x| the atanh series is used in x_minus_log1p; beyond, x − log1p(x) >= 0.09 |x| and
+# Below this |x| the atanh series is used in x_minus_log1p; beyond, x − log1p(x) >= 0.18 |x| and
 # the plain difference loses less than one decimal digit.
 _SERIES_LIMIT = 0.5
 # Terms y^3, y^5, … of the series by dtype itemsize; with |y| <= 1/3 the truncation error is below
-# the dtype's epsilon (5e-9 relative with 7 terms in float32, 1e-16 with 16 in float64).
+# the dtype's epsilon (worst at x = −1/2: 5.2e-9 of φ with 7 terms in float32, 6.6e-18 with 16 in float64).
 _SERIES_TERMS = {4: 7, 8: 16}
 
 
@@ -78,7 +80,7 @@ def digamma_minus_log(x: jax.Array) -> jax.Array:
     """ψ(x) − log x for x > 0, without the cancellation of the difference for large x.
 
     The asymptotic series for x >= 8; below, ψ(x) − log x = g(x + 8) + log1p(8/x) − Σ_{k<8} 1/(x + k)
-    with g the series (terms of moderate size: no cancellation beyond a factor ~5).
+    with g the series (terms of moderate size: they cancel by at most a factor 23, just below x = 8).
     """
     x = jnp.asarray(x)
     large = x >= _ASYMPTOTIC
@@ -95,7 +97,8 @@ def trigamma_minus_reciprocal(x: jax.Array) -> jax.Array:
 
     For x >= n (n = 4 in float32, 8 in float64) the asymptotic series; below, the recurrence
     ψ′(x) = Σ_{k<n} 1/(x+k)² + ψ′(x+n) moves the argument into the series' range (g(x) >= 1/(2x²),
-    so subtracting 1/x loses at most a couple of bits). A few divisions: several times cheaper than
+    so subtracting 1/x cancels by at most a factor 16 in float32 and 32 in float64, just below x = n).
+    A few divisions: several times cheaper than
     ``jax.scipy.special.polygamma`` (a Hurwitz-zeta evaluation) on the KL's hot path.
     """
     x = jnp.asarray(x)
