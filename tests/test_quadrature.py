@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from scipy.special import betaln, expit, log_expit
+from scipy.special import betaln, expit, log_expit, ndtr
 
 from jaxfed import expfam, likelihoods, quadrature
 
@@ -140,3 +140,29 @@ def test_user_log_likelihood_target():
 
         value = jax.jit(kl)(jnp.array([20.0, 11.0]))
     np.testing.assert_allclose(value, reference_kl(20.0, 11.0, 2.0, 2.0, 33.0, 17.0, eps, 1.0), rtol=1e-8)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_window_constants_and_the_mode_meet_their_comments(dtype):
+    """σ(U) 2 to 4 ulps below 1 (σ(−U) ≈ (e/2)ε), the core's Gaussian mass beyond ±W 1.2e-15, and the target's
+    mode within half a zoomed spacing of the exact one: a conjugate target (ε = 0) has its mode in u at
+    log((a0 + n1/α)/(b0 + n0/α)); 1.2e-7 (float32) and 2.7e-7 (float64) bound the grid, plus rounding."""
+    eps = float(jnp.finfo(dtype).eps)
+    limit = quadrature._logit_limit(dtype)
+    with jax.enable_x64(dtype == jnp.float64):
+        top, bottom = (float(jax.nn.sigmoid(jnp.asarray(v, dtype))) for v in (limit, -limit))
+        assert 1.0 - top >= eps and 1.0 - top <= 2 * eps
+        assert bottom == pytest.approx(np.e / 2 * eps, rel=1e-3)
+        lik = likelihoods.bernoulli()
+        data = jnp.asarray([700.0, 300.0], dtype)
+        target = jax.jit(
+            lambda d: quadrature.make_target(
+                expfam.beta_natural(2.0, 3.0).astype(dtype), lambda r, t: lik.loss_change(d, r, t), 2.0
+            )
+        )(data)
+        mode = float(target.u_ref)
+    assert 2 * ndtr(-quadrature.CORE_WIDTH) < 1.3e-15
+    spacing = 2 * limit / (quadrature._GRID - 1)
+    grid_bound = 0.5 * spacing * 8.0**-quadrature._ZOOMS
+    assert grid_bound < (1.3e-7 if dtype == jnp.float32 else 2.8e-7)
+    assert abs(mode - np.log((2.0 + 350.0) / (3.0 + 150.0))) <= grid_bound + 8 * eps
