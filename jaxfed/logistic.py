@@ -12,8 +12,8 @@ computes it by deterministic natural-gradient iterations in float64,
 
     η ← (1 − ρ) η + ρ (η₀ − ∇_μ E_q[L]/α),
 
-where E_q[L] is exact up to rounding: each term depends on θ only through a = xᵀθ ~ N(xᵀm, Σ_j x_j² v_j),
-and E[softplus(a)] has a closed form plus an accelerated series with an a-priori bound
+where E_q[L] is exact to rounding: each term depends on θ only through a = xᵀθ ~ N(xᵀm, Σ_j x_j² v_j),
+and E[softplus(a)] has a closed form plus an accelerated series truncated below 2e-16 relative
 (:func:`normal_softplus_mean`, :func:`expected_loss`); ∇_μ follows from ∇_(m, v) by the chain rule
 μ = (m, m² + v). The held-out metrics use the predictive p(y | x, q) = E_q[σ((2y − 1) a)] from the same terms
 (:func:`normal_sigmoid_means`, :func:`predictive_metrics`).
@@ -186,8 +186,8 @@ _SERIES_TERMS = {4: 10, 8: 21}
 """Terms n of the accelerated alternating series by dtype itemsize: relative error <= 2/(3 + √8)^n, 4e-8 in
 float32 and 2e-16 in float64 (:func:`_alternating_weights`)."""
 # Beyond this argument erfcx(x) = e^(x²) erfc(x) comes from its asymptotic series (to k = 8; the first omitted
-# term is 5e-13 relative at x = 9, 2e-21 at 26): erfc(x) underflows past it (jax.scipy.special.erfcx returns 0
-# on [9.1, 9.42] in float32).
+# term is 5e-13 relative at x = 9, 2e-21 at 26; tests/test_logistic.py): erfc(x) underflows past it
+# (jax.scipy.special.erfcx returns 0 on [9.1, 9.42] in float32, jax 0.10).
 _ERFCX_ASYMPTOTIC_FROM = {4: 9.0, 8: 26.0}
 _ERFCX_SERIES = (1.0, -0.5, 0.75, -1.875, 6.5625, -29.53125, 162.421875, -1055.7421875, 7918.06640625)
 # ψ(y) = 1 − y R(y) by Laplace's continued fraction from this y on (40 levels: < 2e-9 relative at y = 2,
