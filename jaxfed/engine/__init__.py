@@ -46,7 +46,7 @@ results, pipelining), :mod:`~jaxfed.engine.target` (precision targets),
 from jaxfed.engine.cache import CACHE_ENV, compilation_cache_dir, use_compilation_cache
 from jaxfed.engine.compiled import chunk_function
 from jaxfed.engine.core import MAX_TRIALS, RAW_LIMIT_BYTES, RunResult, run
-from jaxfed.engine.devices import LANES, default_memory_budget, make_mesh
+from jaxfed.engine.devices import MICRO_BATCH, default_memory_budget, make_mesh, micro_batch_width
 from jaxfed.engine.progress import Progress
 from jaxfed.engine.target import TARGET_STATISTICS, Target, parse_target
 from jaxfed.store import ConfigMismatch, StoreError, atomic_savez, atomic_write_json
@@ -66,7 +66,8 @@ __all__ = [
     "parse_target",
     "ConfigMismatch",
     "StoreError",
-    "LANES",
+    "MICRO_BATCH",
+    "micro_batch_width",
     "MAX_TRIALS",
     "RAW_LIMIT_BYTES",
     "atomic_write_json",

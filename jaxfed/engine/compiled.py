@@ -4,7 +4,8 @@ and its size from the memory budget."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -14,14 +15,37 @@ from jax.sharding import PartitionSpec as P
 
 from jaxfed import stats
 from jaxfed.engine.cache import load_probe, probe_key, save_probe, timed_compile
-from jaxfed.engine.devices import LANES, make_mesh
+from jaxfed.engine.devices import make_mesh, micro_batch_width
 from jaxfed.engine.memory import BUDGET_FOR_CHUNKS, balanced_chunk, refuse_chunk, round_up, size_text
 from jaxfed.engine.points import Group, Trial, group_points, rebuild
 
 
+class ChunkFn(NamedTuple):
+    """A chunk function (jitted, compiled or plain) and its micro-batches per point and device.
+
+    Called as ``fn(seed, point_ids, traced, first_trial, *extra)``; it passes the micro-batch
+    loop's trip count, rows × ``blocks``, as a run-time argument (see :func:`batched_metrics`).
+    """
+
+    fn: Callable
+    blocks: int
+
+    def arguments(self, seed, point_ids, traced, first_trial, *extra) -> tuple:
+        return (seed, point_ids, traced, first_trial, np.int32(len(point_ids) * self.blocks), *extra)
+
+    def __call__(self, *args):
+        return self.fn(*self.arguments(*args))
+
+
 def make_chunk_fn(
-    trial: Trial, group: Group, batch: int, mesh: Mesh | None, common: bool = False, summary: bool = False
-):
+    trial: Trial,
+    group: Group,
+    batch: int,
+    mesh: Mesh | None,
+    width: int,
+    common: bool = False,
+    summary: bool = False,
+) -> ChunkFn:
     """The chunk function of a group, for ``batch`` trials from ``first_trial`` on.
 
     Raw: (seed, point_ids (P,), traced leaves (P, ...), first_trial) -> (metrics (P, batch, ...),
@@ -32,18 +56,19 @@ def make_chunk_fn(
     the raw values (P, SUMMARY_BLOCK, ...) of the block from ``first_trial + n_valid`` on (the
     run's last, partial block, which the host summarises; garbage when there is none).
 
-    With a mesh, the trial axis is sharded across it and the function is jitted; without one it
-    runs unjitted on the default device (for testing jit against no-jit).
+    ``batch`` is a multiple of the micro-batch ``width`` × devices. With a mesh, the trial axis is
+    sharded across it and the function is jitted; without one it runs unjitted on the default
+    device (for testing jit against no-jit).
     """
+    metrics = batched_metrics(trial, group, batch, mesh, width, common)
+    blocks = batch // (width * (mesh.size if mesh is not None else 1))
 
-    metrics = batched_metrics(trial, group, batch, mesh, common)
-
-    def raw(seed, point_ids, traced, first_trial):
-        values = metrics(seed, point_ids, traced, first_trial)
+    def raw(seed, point_ids, traced, first_trial, steps):
+        values = metrics(seed, point_ids, traced, first_trial, steps)
         return values, {name: nonfinite_per_trial(v) for name, v in values.items()}
 
-    def summarised(seed, point_ids, traced, first_trial, n_valid):
-        values = metrics(seed, point_ids, traced, first_trial)
+    def summarised(seed, point_ids, traced, first_trial, steps, n_valid):
+        values = metrics(seed, point_ids, traced, first_trial, steps)
         with jax.enable_x64(True):  # float64 block sums on any device; the trial itself stays as it is
             return {
                 name: dict(
@@ -54,31 +79,70 @@ def make_chunk_fn(
             }
 
     if summary:
-        return summarised if mesh is None else jax.jit(summarised)
+        return ChunkFn(summarised if mesh is None else jax.jit(summarised), blocks)
     if mesh is None:
-        return raw
-    return jax.jit(raw, out_shardings=NamedSharding(mesh, P(None, "trials")))
+        return ChunkFn(raw, blocks)
+    return ChunkFn(jax.jit(raw, out_shardings=NamedSharding(mesh, P(None, "trials"))), blocks)
 
 
-def batched_metrics(trial: Trial, group: Group, batch: int, mesh: Mesh | None, common: bool = False):
-    """(seed, point_ids (P,), traced leaves (P, ...), first_trial) -> metrics (P, batch, ...) of
-    trials first_trial + [0, batch): the bare kernel, vmapped over trials and points (unjitted).
+def batched_metrics(trial: Trial, group: Group, batch: int, mesh: Mesh | None, width: int, common: bool = False):
+    """(seed, point_ids (P,), traced leaves (P, ...), first_trial, steps) -> metrics (P, batch, ...)
+    of trials first_trial + [0, batch) (unjitted).
 
     The key of (point p, trial t) is fold_in(fold_in(key(seed), p), t), or fold_in(key(seed), t)
-    with ``common`` (common random numbers)."""
+    with ``common`` (common random numbers).
 
-    def one(root_key, point_id, traced, trial_id):
-        key = jax.random.fold_in(root_key if common else jax.random.fold_in(root_key, point_id), trial_id)
-        return trial(key, rebuild(group, traced))
+    Determinism by construction: a trial never sees the chunk. Each device loops over
+    micro-batches of one point × ``width`` trials, ``steps`` = rows × micro-batches per device of
+    them; the loop body is one fixed-shape program, the same whatever the chunk size, the number
+    of points (rows), the devices or processes, and fenced by optimisation barriers, so XLA can
+    neither fuse it with what surrounds it nor specialise it to the chunk's shape. The trip count
+    is a run-time argument, so the loop is never unrolled or, at one step, inlined. Within the
+    micro-batch, trial t always takes lane t mod ``width`` (the lanes are rotated back after the
+    barrier), so where a chunk starts does not matter either.
+    """
+    n_shards = mesh.size if mesh is not None else 1
+    local = batch // n_shards  # trials per point on each device
+    blocks = local // width
 
-    def metrics(seed, point_ids, traced, first_trial):
-        trial_ids = first_trial + jnp.arange(batch, dtype=jnp.uint32)
-        if mesh is not None and mesh.size > 1:
-            trial_ids = jax.lax.with_sharding_constraint(trial_ids, NamedSharding(mesh, P("trials")))
-        over_trials = jax.vmap(one, in_axes=(None, None, None, 0))
-        return jax.vmap(over_trials, in_axes=(None, 0, 0, None))(jax.random.key(seed), point_ids, traced, trial_ids)
+    def micro_batch(seed, point_id, point, first):
+        """Metrics (W, ...) of trials first + [0, W): trial t is computed in lane t mod W (whatever
+        ``first``), and the lanes rotated back into trial order after the barrier."""
+        root = jax.random.key(seed)
+        base = root if common else jax.random.fold_in(root, point_id)
+        lanes = jnp.arange(width, dtype=jnp.uint32)
+        shift = first % width
+        trial_ids = first + (lanes + (width - shift)) % width  # lane j: the trial ≡ j (mod W)
+        values = jax.vmap(lambda t: trial(jax.random.fold_in(base, t), rebuild(group, point)))(trial_ids)
+        values = jax.lax.optimization_barrier(values)
+        return {name: jnp.take(v, (lanes + shift) % width, axis=0) for name, v in values.items()}
 
-    return metrics
+    def on_device(seed, point_ids, traced, first_trial, steps):
+        point_ids, traced = jnp.asarray(point_ids), [jnp.asarray(x) for x in traced]
+        offset = jax.lax.axis_index("trials").astype(jnp.uint32) * local if n_shards > 1 else jnp.uint32(0)
+        first_point = [x[0] for x in traced]
+        shapes = jax.eval_shape(micro_batch, seed, point_ids[0], first_point, first_trial)
+        out = {name: jnp.zeros((len(point_ids), local) + s.shape[1:], s.dtype) for name, s in shapes.items()}
+
+        def step(i, out):
+            row, block = i // blocks, i % blocks
+            first = first_trial + offset + (block * width).astype(jnp.uint32)
+            inputs = jax.lax.optimization_barrier((seed, point_ids[row], [x[row] for x in traced], first))
+            values = micro_batch(*inputs)
+            return {
+                name: jax.lax.dynamic_update_slice(
+                    out[name], value[None], (row, block * width) + (0,) * (value.ndim - 1)
+                )
+                for name, value in values.items()
+            }
+
+        return jax.lax.fori_loop(jnp.int32(0), steps, step, out)
+
+    if n_shards == 1:
+        return on_device
+    return jax.shard_map(
+        on_device, mesh=mesh, in_specs=(P(), P(), P(), P(), P()), out_specs=P(None, "trials"), check_vma=False
+    )
 
 
 def nonfinite_per_trial(values):
@@ -87,30 +151,43 @@ def nonfinite_per_trial(values):
 
 
 def chunk_function(
-    trial: Trial, points: list, chunk_size: int, seed: int = 0, devices: int | None = None, common: bool = False
+    trial: Trial,
+    points: list,
+    chunk_size: int,
+    seed: int = 0,
+    devices: int | None = None,
+    common: bool = False,
+    micro_batch: int | None = None,
 ):
-    """The jitted function the engine runs for one chunk, with its arguments (for benchmarks).
+    """The jitted function the engine runs for one chunk's metrics, with its arguments (for benchmarks).
 
     ``fn(*args)`` computes trials [0, batch) of every point, batch = ``chunk_size`` rounded up to
-    a multiple of ``LANES`` × devices, returning metrics of shape (n_points, batch, …). The points
-    must form a single group (equal static parts).
+    a multiple of the micro-batch width × devices, returning metrics of shape (n_points, batch, …).
+    The points must form a single group (equal static parts).
     """
     groups = group_points(points)
     if len(groups) != 1:
         raise ValueError(f"points must share their static leaves to form one compiled group, got {len(groups)} groups")
     group, traced = groups[0]
     mesh = make_mesh(devices)
-    batch = round_up(chunk_size, LANES * mesh.size)
-    fn = jax.jit(
-        batched_metrics(trial, group, batch, mesh, common), out_shardings=NamedSharding(mesh, P(None, "trials"))
+    width = micro_batch or micro_batch_width(mesh)
+    batch = round_up(chunk_size, width * mesh.size)
+    fn = ChunkFn(
+        jax.jit(
+            batched_metrics(trial, group, batch, mesh, width, common),
+            out_shardings=NamedSharding(mesh, P(None, "trials")),
+        ),
+        batch // (width * mesh.size),
     )
-    return fn, (np.uint32(seed), np.asarray(group.point_ids, np.uint32), traced, np.uint32(0))
+    return fn.fn, fn.arguments(np.uint32(seed), np.asarray(group.point_ids, np.uint32), traced, np.uint32(0))
 
 
-def sized_chunk_fn(trial, group, program, mesh, budget, n_trials, chunk_size, args, common, summary, fixed, cache_dir):
+def sized_chunk_fn(
+    trial, group, program, mesh, width, budget, n_trials, chunk_size, args, common, summary, fixed, cache_dir
+):
     """(chunk size, compiled chunk function, compile record): the given size, or the largest that fits ``budget``.
 
-    Without a given size, compiles for a probe batch of ``LANES`` trials per device and reads the
+    Without a given size, compiles for a probe batch of one micro-batch per device and reads the
     memory analysis: temporaries and outputs scale linearly with the batch (arguments do not),
     plus the host copy of the outputs; a chunk may take 75% of the budget (on a CPU at most
     ``CPU_CHUNK_BYTES``), the rest is left to the process itself and to the summaries or result
@@ -136,7 +213,7 @@ def sized_chunk_fn(trial, group, program, mesh, budget, n_trials, chunk_size, ar
             checked from the output shapes before compiling and from the memory analysis after,
             or the device refused it while compiling.
     """
-    step = LANES * mesh.size
+    step = width * mesh.size
     record: dict[str, Any] = {"compile_s": 0.0, "compile_cached": True, "memory_probe_cached": None}
 
     def compile_lowered(lowered):
@@ -146,25 +223,26 @@ def sized_chunk_fn(trial, group, program, mesh, budget, n_trials, chunk_size, ar
         return executable
 
     def compile_batch(batch):
-        return compile_lowered(make_chunk_fn(trial, group, batch, mesh, common, summary).lower(*args))
+        fn = make_chunk_fn(trial, group, batch, mesh, width, common, summary)
+        return fn._replace(fn=compile_lowered(fn.fn.lower(*fn.arguments(*args))))
 
     chosen = chunk_size is None
     if chosen:
         key = probe_key(
-            program, mesh, points=len(group.point_ids), lanes=LANES, common=common, summary=summary, fixed=fixed
+            program, mesh, points=len(group.point_ids), lanes=width, common=common, summary=summary, fixed=fixed
         )
         figures = load_probe(cache_dir, key)
         record["memory_probe_cached"] = figures is not None
         probe = None
         if figures is None:
             probe = compile_batch(step)
-            analysis = probe.memory_analysis()
+            analysis = probe.fn.memory_analysis()
             figures = {"temp": int(analysis.temp_size_in_bytes), "output": int(analysis.output_size_in_bytes)}
             save_probe(cache_dir, key, figures)
         # The fixed outputs once: subtracting them twice (as if the scatter copied the histograms)
         # left nothing of a summary probe's 21 KB per trial, and the whole run became one chunk.
-        per_trial_device = max(figures["temp"] + figures["output"] - fixed, 0) / LANES
-        per_trial_host = max(figures["output"] - fixed, 0) / LANES
+        per_trial_device = max(figures["temp"] + figures["output"] - fixed, 0) / width
+        per_trial_host = max(figures["output"] - fixed, 0) / width
         per_trial = per_trial_device / mesh.size + per_trial_host
         refuse_chunk(step, True, step * per_trial + 3 * fixed, budget)
         usable = BUDGET_FOR_CHUNKS * budget - 3 * fixed  # the rest: the process itself, summaries, results
@@ -197,7 +275,7 @@ def sized_chunk_fn(trial, group, program, mesh, budget, n_trials, chunk_size, ar
                 ) from err
             chunk_size = resized(chunk_size, refused or 2 * BUDGET_FOR_CHUNKS * budget)
             continue
-        analysis = compiled.memory_analysis()
+        analysis = compiled.fn.memory_analysis()
         need = analysis.temp_size_in_bytes + analysis.output_size_in_bytes if analysis is not None else 0
         if chosen and need > budget and chunk_size > step:
             # The probe's linear extrapolation can underestimate a program whose memory does not

@@ -15,10 +15,10 @@ from jaxfed import stats, validation
 from jaxfed.engine import cache
 from jaxfed.engine.compiled import make_chunk_fn, sized_chunk_fn
 from jaxfed.engine.devices import (
-    LANES,
     broadcast_from_0,
     default_memory_budget,
     make_mesh,
+    micro_batch_width,
     raise_on_every_process,
 )
 from jaxfed.engine.memory import check_chunk_outputs, check_host_memory, round_up, size_text, summary_output_bytes
@@ -71,6 +71,7 @@ def run(
     target_se: float | None = None,
     target_metric: str | None = None,
     target_statistic: str = "mean",
+    micro_batch: int | None = None,
 ) -> RunResult:
     """Runs ``trial`` for every point and ``n_trials`` trials per point.
 
@@ -111,6 +112,13 @@ def run(
             ``result.info["target"]`` records per point the trials run and the standard error reached.
         target_statistic: ``"mean"`` (default) or ``"median"``: whose standard error
             ``target_se`` bounds (the median's from the histogram, :func:`jaxfed.stats.median_se`).
+        micro_batch: trials per micro-batch (default :data:`jaxfed.engine.MICRO_BATCH` of the
+            platform): every trial is computed in a fixed-shape program of one point × this many
+            trials, whatever the chunk (see :func:`jaxfed.engine.compiled.batched_metrics`), and
+            a device's share of a chunk is a multiple of it. Wide micro-batches amortise the
+            per-operation cost of cheap trials; narrow ones pad small runs less. Part of a
+            stored run's identity, with the platform: results are bit-identical for equal
+            identities.
         compilation_cache: directory of JAX's persistent compilation cache (and of the memory
             probe's results), ``"off"`` to disable it; default: ``$JAXFED_COMPILATION_CACHE``, else
             a per-user directory (see :func:`compilation_cache_dir`).
@@ -126,8 +134,17 @@ def run(
             :class:`jaxfed.store.StoreError` (a ValueError): an unusable ``out_dir`` or stored file.
     """
     _check_arguments(n_trials, chunk_size, max_memory, keep, seed, points, out_dir, identity)
+    if micro_batch is not None:
+        validation.check(
+            "micro_batch",
+            micro_batch,
+            type(micro_batch) is int and micro_batch > 0 and micro_batch % stats.SUMMARY_BLOCK == 0,
+            f"a positive multiple of {stats.SUMMARY_BLOCK} (trials)",
+        )
     chunk_size = None if chunk_size is None else min(chunk_size, n_trials)
     mesh = make_mesh(devices) if use_jit else None
+    width = micro_batch or micro_batch_width(mesh)
+    platform = (mesh.devices.flat[0] if mesh is not None else jax.devices()[0]).platform
     n_shards = mesh.size if mesh is not None else 1
     budget = max_memory if max_memory is not None else default_memory_budget(mesh or make_mesh(1))
     is_main = jax.process_index() == 0
@@ -176,11 +193,19 @@ def run(
     check_host_memory(keep, len(points), n_trials, specs)
     if mesh is not None:  # the outputs alone of the smallest (or the given) chunk must fit
         for group, _ in groups:
-            check_chunk_outputs(len(group.point_ids), specs, chunk_size, mesh.size, budget)
+            check_chunk_outputs(len(group.point_ids), specs, chunk_size, mesh.size, width, budget)
     full_identity = None
     if out_dir is not None:
+        # What a trial's compiled program depends on besides the identity given: a trial computed
+        # at another micro-batch width, on another platform or by another program is not mixed in.
         full_identity = dict(
-            identity or {}, seed=seed, common_random_numbers=bool(common_random_numbers), store_format=STORE_FORMAT
+            identity or {},
+            seed=seed,
+            common_random_numbers=bool(common_random_numbers),
+            store_format=STORE_FORMAT,
+            micro_batch=width,
+            platform=platform,
+            programs=programs,
         )
         if target is not None:  # where each point stops depends on the target
             full_identity["target"] = {"se": target.se, "metric": target_metric}
@@ -212,8 +237,8 @@ def run(
         raise_on_every_process(refusal)
         for g, ((group, traced), sink) in enumerate(zip(groups, sinks)):
             size, chunk_fn = _compile_group(
-                trial, group, traced, programs[g], sink, g, len(groups), mesh, budget, n_trials, chunk_size, seed,
-                common_random_numbers, keep == "summary", target, cache_dir, bar, info,
+                trial, group, traced, programs[g], sink, g, len(groups), mesh, width, budget, n_trials, chunk_size,
+                seed, common_random_numbers, keep == "summary", target, cache_dir, bar, info,
             )  # fmt: skip
             bar.group(f"group {g + 1}/{len(groups)}", len(group.point_ids) * n_trials)
             bar.update(sink.done_trials())
@@ -230,8 +255,9 @@ def run(
                 pipelined(sink.plan(size or n_trials), dispatch, handle, writer)
             else:
                 _run_to_target(
-                    sink, chunk_fn, trial, group, traced, mesh, size, seed, n_trials, common_random_numbers, target, bar
-                )
+                    sink, chunk_fn, trial, group, traced, mesh, width, size, seed, n_trials, common_random_numbers,
+                    target, bar,
+                )  # fmt: skip
                 writer.wait()
             parts = sink.finish(nonfinite)
             if keep == "summary":
@@ -269,8 +295,8 @@ def _check_arguments(n_trials, chunk_size, max_memory, keep, seed, points, out_d
 
 
 def _compile_group(
-    trial, group, traced, program, sink, g, n_groups, mesh, budget, n_trials, chunk_size, seed, common, summary,
-    target, cache_dir, bar, info,
+    trial, group, traced, program, sink, g, n_groups, mesh, width, budget, n_trials, chunk_size, seed, common,
+    summary, target, cache_dir, bar, info,
 ):  # fmt: skip
     """(chunk size, chunk function) of a group, recorded in ``info``; (None, None) when its sink
     is already complete (nothing compiled). ``program``: the digest of one trial's jaxpr."""
@@ -286,11 +312,11 @@ def _compile_group(
         size, chunk_fn = None, None
     elif mesh is None:
         size = wanted or min(n_trials, 4096)
-        chunk_fn = make_chunk_fn(trial, group, round_up(size, LANES), None, common, summary)
+        chunk_fn = make_chunk_fn(trial, group, round_up(size, width), None, width, common, summary)
     else:
         bar.note(f"group {g + 1}/{n_groups}: compiling …")
         size, chunk_fn, compiled = sized_chunk_fn(
-            trial, group, program, mesh, budget, n_trials, wanted,
+            trial, group, program, mesh, width, budget, n_trials, wanted,
             (np.uint32(seed), point_ids, traced, np.uint32(0)) + extra, common, summary,
             summary_output_bytes(len(point_ids), sink.spec.metrics) if summary else 0, cache_dir,
         )  # fmt: skip
@@ -311,7 +337,9 @@ def _compile_group(
     return size, chunk_fn
 
 
-def _run_to_target(sink, chunk_fn, trial, group, traced, mesh, size, seed, n_trials, common, target, bar) -> None:
+def _run_to_target(
+    sink, chunk_fn, trial, group, traced, mesh, width, size, seed, n_trials, common, target, bar
+) -> None:
     """Chunks of the points still short of the target until none is (sequential: each decision
     needs the chunk before it, and only chunks before it).
 
@@ -332,7 +360,7 @@ def _run_to_target(sink, chunk_fn, trial, group, traced, mesh, size, seed, n_tri
         n_rows = min(len(point_ids), 1 << (int(active.size) - 1).bit_length())
         rows = np.concatenate([active, np.full(n_rows - active.size, active[0])])
         if n_rows < len(point_ids) and mesh is not None and subset_fn is None:
-            subset_fn = make_chunk_fn(trial, group, round_up(size, LANES * mesh.size), mesh, common, True)
+            subset_fn = make_chunk_fn(trial, group, round_up(size, width * mesh.size), mesh, width, common, True)
         fn = chunk_fn if n_rows == len(point_ids) or subset_fn is None else subset_fn
         sub_args = (np.uint32(seed), point_ids[rows], [x[rows] for x in traced], np.uint32(start))
         out = fn(*sub_args, *sink.extra_args(chunk))

@@ -12,8 +12,11 @@ from jax.sharding import Mesh
 from jaxfed import validation
 from jaxfed.store import StoreError
 
-LANES = 64
-"""The compiled batch per device is a multiple of this many trials (see the module docstring)."""
+MICRO_BATCH = {"cpu": 512, "gpu": 16384, "tpu": 16384}
+"""Trials per micro-batch, by platform: every trial is computed in a micro-batch of one point ×
+this many trials (see :func:`jaxfed.engine.compiled.batched_metrics`), and a device's share of a
+chunk is a multiple of it. It enters the compiled shape of a trial, so it is part of a stored
+run's identity."""
 
 MEMORY_FRACTION = 0.25  # default budget: this fraction of the device's (or host's) memory
 
@@ -44,6 +47,13 @@ def make_mesh(devices: int | None = None) -> Mesh:
     by_process = [[d for d in jax.devices() if d.process_index == p][:n] for p in range(jax.process_count())]
     chosen = [d for devs in by_process for d in devs]
     return Mesh(np.array(chosen), ("trials",))
+
+
+def micro_batch_width(mesh: Mesh | None) -> int:
+    """The micro-batch width (trials) on the mesh's platform (:data:`MICRO_BATCH`; the default
+    device's without a mesh)."""
+    device = mesh.devices.flat[0] if mesh is not None else jax.devices()[0]
+    return MICRO_BATCH.get(device.platform, MICRO_BATCH["gpu"])
 
 
 def default_memory_budget(mesh: Mesh) -> int:

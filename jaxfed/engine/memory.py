@@ -9,7 +9,6 @@ import os
 import numpy as np
 
 from jaxfed import stats
-from jaxfed.engine.devices import LANES
 
 BUDGET_FOR_CHUNKS = 0.75  # share of the budget a chunk's buffers may take
 
@@ -79,10 +78,13 @@ def refuse_chunk(chunk_size: int, minimum: bool, need: float, budget: int) -> No
         )
 
 
-def check_chunk_outputs(n_points: int, specs: dict, chunk_size: int | None, n_devices: int, budget: int) -> None:
+def check_chunk_outputs(
+    n_points: int, specs: dict, chunk_size: int | None, n_devices: int, width: int, budget: int
+) -> None:
     """Refuses a chunk whose outputs alone (a device's share plus the host copy) exceed the
-    budget: the smallest chunk, or the given one. Needs only shapes, so it runs before compiling."""
-    step = LANES * n_devices
+    budget: the smallest chunk (a micro-batch of ``width`` trials on every device), or the given
+    one. Needs only shapes, so it runs before compiling."""
+    step = width * n_devices
     batch = step if chunk_size is None else round_up(chunk_size, step)
     out_per_trial = n_points * sum(math.prod(s) * np.dtype(d).itemsize for s, d in specs.values())
     refuse_chunk(chunk_size or step, chunk_size is None, batch * out_per_trial * (1 + 1 / n_devices), budget)

@@ -20,7 +20,7 @@ import hashlib
 import os
 import sys
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -64,6 +64,10 @@ class Experiment:
     report: Callable[[Any, list, dict], str]  # (config, labels, results) -> markdown: numbers + reading
     default_trials: int = 1000  # used by `jaxfed run` without --trials and by `jaxfed reproduce`
     common_random_numbers: bool = False  # all points of a trial share its key (same data and draws)
+    # Trials per micro-batch by platform ("cpu", "gpu", …) where the engine's default
+    # (jaxfed.engine.MICRO_BATCH) does not suit the trial: narrow for expensive trials, which a
+    # wide micro-batch pads in small runs, wide for cheap ones. Part of a stored run's identity.
+    micro_batch: Mapping[str, int] | None = None
     source: str = ""  # "path/to/file.py:ATTRIBUTE" of a user experiment (set when loaded from a file)
     plugin: str = ""  # entry-point name of an installed plugin experiment (set when loaded through it)
 
@@ -261,6 +265,7 @@ def run_experiment(
         max_memory=max_memory,
         keep=keep,
         common_random_numbers=exp.common_random_numbers,
+        micro_batch=(exp.micro_batch or {}).get(jax.devices()[0].platform),
         compilation_cache=compilation_cache,
         target_se=target_se,
         target_metric=target_metric,

@@ -363,6 +363,10 @@ def report(cfg: Config, labels, results) -> str:
     return "\n".join(text) + "\n"
 
 
+# A logistic trial (natural-gradient steps on 569 data points) takes ~10 ms on a CPU: 64 trials per
+# micro-batch ran faster per trial than 512 (115 vs 101 trials/s, 2-core CPU) and pad small runs less.
+MICRO_BATCH = {"cpu": 64}
+
 EXPERIMENT = Experiment(
     name=NAME,
     description="G-FVL on d-dimensional Bayesian logistic regression (breast-cancer data): topologies, label skew, unlearning vs retraining",
@@ -372,4 +376,5 @@ EXPERIMENT = Experiment(
     report=report,
     default_trials=40,
     common_random_numbers=True,
+    micro_batch=MICRO_BATCH,
 )

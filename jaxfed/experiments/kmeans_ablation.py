@@ -26,6 +26,7 @@ import numpy as np
 from jaxfed import kmeans, plotting, stats, validation
 from jaxfed.experiments.base import Experiment, band_table
 from jaxfed.experiments.kmeans_mall import (
+    MICRO_BATCH,
     DIFFERENCE_TEXT,
     LOSS_LABEL,
     RAW_NEEDED,
@@ -278,4 +279,5 @@ EXPERIMENT = Experiment(
     report=_report,
     default_trials=500,
     common_random_numbers=True,
+    micro_batch=MICRO_BATCH,
 )

@@ -25,6 +25,7 @@ import numpy as np
 from jaxfed import kmeans, plotting, stats, validation
 from jaxfed.experiments.base import Experiment, band_table
 from jaxfed.experiments.kmeans_mall import (
+    MICRO_BATCH,
     LOSS_LABEL,
     RAW_NEEDED,
     MallConfig,
@@ -185,6 +186,7 @@ DEVICES = Experiment(
     report=_report_devices,
     default_trials=200,
     common_random_numbers=True,
+    micro_batch=MICRO_BATCH,
 )
 
 
@@ -320,4 +322,5 @@ DIGITS1 = Experiment(
     report=_report_digits1,
     default_trials=200,
     common_random_numbers=True,
+    micro_batch=MICRO_BATCH,
 )

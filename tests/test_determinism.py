@@ -1,0 +1,249 @@
+"""Bit-identity as users break it: every built-in experiment, at small settings, gives the same
+values whatever the chunk size (1, 7, 64, 128, 192, all), after growth, after a resume with
+another chunk size, with 1 or 2 devices and in a targeted run whose points stop one by one; and
+a user trial with three traced points. The default suite checks the two experiments the issue
+found broken (non-conjugate G-FVL, over-the-air k-means); the slow suite checks all of them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+from jaxfed import engine, stats
+from jaxfed.experiments import REGISTRY, make_config
+
+# Small settings of every built-in experiment (``--set`` values).
+SMALL = {
+    "gfvl-topologies": {"n_slots": "20"},
+    "gfvl-local-iters": {"total_iters": "20", "local_iters": "1,5", "record_every": "10", "n_samples": "5"},
+    "gfvl-local-iters-paper": {"total_iters": "20", "local_iters": "1,5", "record_every": "10", "n_samples": "5"},
+    "gfvl-unlearning": {"learn_slots": "12", "n_slots": "12", "n_samples": "5", "local_iters": "2"},
+    "gfvl-unlearning-paper": {"learn_slots": "12", "n_slots": "12", "n_samples": "5", "local_iters": "2"},
+    "gfvl-unlearning-conjugate": {"learn_slots": "12", "n_slots": "12"},
+    "gfvl-heterogeneity": {"n_slots": "20", "spreads": "0.0,2.0", "topologies": "ring,star"},
+    "gfvl-logistic": {
+        "n_slots": "6",
+        "learn_slots": "6",
+        "n_samples": "4",
+        "local_iters": "2",
+        "topologies": "ring",
+        "splits": "iid,label-skew",
+    },
+    "kmeans-convergence": {"n_points": "300", "n_rounds": "4", "snrs_db": "0,20"},
+    "kmeans-snr": {"n_points": "300", "n_rounds": "4", "digits_list": "2", "snrs_db": "0,10,20"},
+    "kmeans-ablation": {"n_points": "300", "n_rounds": "4", "inits": "uniform,forgy"},
+    "kmeans-devices": {"n_points": "300", "n_rounds": "4", "grid_sides": "3,10"},
+    "kmeans-digits1": {"n_points": "300", "n_rounds": "4", "snrs_db": "0,20"},
+}
+DEFAULT_SUITE = ("gfvl-local-iters", "kmeans-snr")  # the two the issue reproduced
+SEED = 11
+
+
+def test_every_built_in_experiment_has_small_settings():
+    assert set(SMALL) == set(REGISTRY)
+
+
+def sweep_of(name: str):
+    exp = REGISTRY[name]
+    sweep = exp.build(make_config(exp.config_cls, SMALL[name]))
+    width = (exp.micro_batch or {}).get("cpu") or engine.MICRO_BATCH["cpu"]
+    return exp, sweep, width
+
+
+def run(name, n_trials, **kwargs):
+    exp, sweep, _ = sweep_of(name)
+    kwargs.setdefault("compilation_cache", "off")
+    if "out_dir" in kwargs:
+        kwargs.setdefault("identity", {"experiment": name})
+    micro = (exp.micro_batch or {}).get("cpu")
+    return engine.run(
+        sweep.trial,
+        sweep.points,
+        n_trials,
+        seed=SEED,
+        common_random_numbers=exp.common_random_numbers,
+        progress=False,
+        micro_batch=micro,
+        **kwargs,
+    )
+
+
+def assert_same(a: dict, b: dict, what: str):
+    assert set(a) == set(b)
+    for name in a:
+        if isinstance(a[name], stats.Summary):
+            for field in a[name]._fields:
+                x, y = np.asarray(getattr(a[name], field)), np.asarray(getattr(b[name], field))
+                assert np.array_equal(x, y, equal_nan=True), f"{what}: {name}.{field} differs"
+        else:
+            differ = ~((a[name] == b[name]) | (np.isnan(a[name]) & np.isnan(b[name])))
+            assert not differ.any(), f"{what}: {name} differs in {int(differ.sum())} of {differ.size} values"
+
+
+def check_matrix(name: str, tmp_path) -> None:
+    """Fresh runs at chunk sizes 64, 128, 192 and all; chunk sizes 7 and 1 through growth; a resume
+    with a missing chunk and another chunk size; summaries; a targeted run that drops points."""
+    _, sweep, width = sweep_of(name)
+    n = width + 70  # "all" computes two micro-batches per point, the smaller chunk sizes one
+    reference = run(name, n, chunk_size=n)
+    for size in (64, 128, 192):
+        assert_same(run(name, n, chunk_size=size), reference, f"{name}, chunk size {size}")
+
+    grown = str(tmp_path / "grown")
+    run(name, n - 20, chunk_size=192, out_dir=grown)
+    run(name, n - 3, chunk_size=7, out_dir=grown)  # growth in chunks of 7 …
+    assert_same(run(name, n, chunk_size=1, out_dir=grown), reference, f"{name}, grown in chunks of 192, 7 and 1")
+
+    resumed = str(tmp_path / "resumed")
+    run(name, n, chunk_size=64, out_dir=resumed)
+    chunks = sorted(os.listdir(os.path.join(resumed, "chunks")))
+    os.remove(os.path.join(resumed, "chunks", chunks[len(chunks) // 2]))  # as if killed before it was stored
+    assert_same(run(name, n, chunk_size=128, out_dir=resumed), reference, f"{name}, resumed at another chunk size")
+
+    summary = run(name, n, chunk_size=n, keep="summary")
+    assert_same(run(name, n, chunk_size=128, keep="summary"), summary, f"{name}, summaries at chunk sizes 128, all")
+    metric = next(m for m, (shape, _) in _specs(reference).items() if np.issubdtype(reference[m].dtype, np.floating))
+    per_point = np.abs(reference[metric]).reshape(len(sweep.points), n, -1).max(-1)
+    se = float(np.median(per_point.std(1)) / np.sqrt(200))  # some points stop early, some do not
+    targeted = run(name, n, chunk_size=64, keep="summary", target_se=max(se, 1e-30), target_metric=metric)
+    stops = targeted.info["target"]["trials_per_point"]
+    for p, stop in enumerate(stops):  # the targeted summary of each point = its first `stop` trials
+        host = host_summary(reference[metric][p : p + 1, :stop])
+        for field in host._fields:
+            x, y = np.asarray(getattr(targeted[metric], field))[p], np.asarray(getattr(host, field))[0]
+            assert np.array_equal(x, y, equal_nan=True), f"{name}, targeted point {p} (stop {stop}): {field}"
+
+
+def host_summary(values: np.ndarray) -> stats.Summary:
+    """The summary of raw values (points, trials, …), computed on the host in trial order."""
+    block = stats.SUMMARY_BLOCK
+    whole = values.shape[1] // block * block
+    state = stats.empty_state((values.shape[0],) + values.shape[2:])
+    if whole:
+        state = stats.fold(state, stats.chunk_summary(values[:, :whole], whole, np), whole // block)
+    return stats.finish(state, values[:, whole:])[1]
+
+
+def _specs(result):
+    return {name: (value.shape[2:], value.dtype) for name, value in result.items()}
+
+
+@pytest.mark.parametrize("name", DEFAULT_SUITE)
+def test_bit_identical_across_chunk_sizes_growth_resume_and_targets(name, tmp_path):
+    check_matrix(name, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(SMALL) - set(DEFAULT_SUITE)))
+def test_bit_identical_across_chunk_sizes_growth_resume_and_targets_slow(name, tmp_path):
+    check_matrix(name, tmp_path)
+
+
+TWO_DEVICES = """
+import sys, numpy as np
+sys.path.insert(0, {tests!r})
+from test_determinism import run
+out = {{}}
+for name in {names!r}:
+    result = run(name, {n_trials}, chunk_size=200, devices=2)
+    out.update({{f"{{name}}/{{metric}}": value for metric, value in result.items()}})
+np.savez({path!r}, **out)
+"""
+
+
+def check_two_devices(names, tmp_path, n_trials=300):
+    path = str(tmp_path / "two.npz")
+    script = TWO_DEVICES.format(tests=os.path.dirname(__file__), names=list(names), n_trials=n_trials, path=path)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=900)
+    two = np.load(path)
+    for name in names:
+        one = run(name, n_trials, chunk_size=n_trials)
+        assert_same({m: two[f"{name}/{m}"] for m in one}, dict(one), f"{name}, 2 devices vs 1")
+
+
+def test_two_devices_give_the_values_of_one(tmp_path):
+    check_two_devices(DEFAULT_SUITE, tmp_path)
+
+
+@pytest.mark.slow
+def test_two_devices_give_the_values_of_one_for_every_experiment(tmp_path):
+    check_two_devices(sorted(set(SMALL) - set(DEFAULT_SUITE)), tmp_path)
+
+
+# --------------------------------------------------------------------------- a user trial
+USER_TRIAL = textwrap.dedent(
+    """
+    def trial(key, point):
+        # Float work XLA likes to fuse and contract (a·b + c), a scan and a reduction.
+        import jax, jax.numpy as jnp
+        x = jax.random.normal(key, (33,)) * point["scale"] + point["shift"]
+        def step(c, v):
+            return c * point["decay"] + v * v * point["scale"], c
+        final, path = jax.lax.scan(step, jnp.float32(0.0), x)
+        return {"final": final, "path": jnp.cumsum(path) / (1 + jnp.abs(x)), "norm": jnp.linalg.norm(x)}
+    """
+)
+
+
+def user_trial():
+    scope: dict = {}
+    exec(USER_TRIAL, scope)
+    return scope["trial"]
+
+
+def user_points(n_points=3):
+    f = np.float32
+    return [{"scale": f(0.3 + p), "shift": f(p / 7), "decay": f(0.9 - p / 10)} for p in range(n_points)]
+
+
+@pytest.mark.parametrize("micro_batch", [64, 512])
+def test_a_user_trial_with_three_traced_points(tmp_path, micro_batch):
+    trial, points = user_trial(), user_points()
+
+    def go(chunk_size, points=points, **kwargs):
+        return engine.run(trial, points, 700, seed=3, chunk_size=chunk_size, micro_batch=micro_batch, **kwargs)
+
+    reference = go(700)
+    for size in (1 if micro_batch == 64 else 350, 7 if micro_batch == 64 else 77, 64, 128, 192, 513):
+        assert_same(go(size), reference, f"chunk size {size}")
+    one_point = go(192, points=points[:1])  # one point per compiled group: the same values
+    assert_same({m: v[:1] for m, v in reference.items()}, dict(one_point), "one point")
+    d = str(tmp_path / "grown")
+    go(100, out_dir=d, identity={})
+    assert_same(go(300, out_dir=d, identity={}), reference, "grown from 100 trials")
+
+
+def test_growth_on_another_micro_batch_width_is_refused(tmp_path):
+    trial, points = user_trial(), user_points()
+    d = str(tmp_path / "w")
+    engine.run(trial, points, 10, micro_batch=64, out_dir=d, identity={})
+    with pytest.raises(engine.ConfigMismatch, match="micro_batch: stored 64, given 128"):
+        engine.run(trial, points, 20, micro_batch=128, out_dir=d, identity={})
+    stored = json.load(open(os.path.join(d, "identity.json")))
+    assert stored["micro_batch"] == 64 and stored["platform"] == jax.devices()[0].platform
+
+
+def test_growth_with_another_trial_program_is_refused(tmp_path):
+    trial, points = user_trial(), user_points()
+    d = str(tmp_path / "p")
+    engine.run(trial, points, 10, out_dir=d, identity={})
+
+    def edited(key, point):
+        out = trial(key, point)
+        return dict(out, final=out["final"] + 1)
+
+    with pytest.raises(engine.ConfigMismatch, match="programs"):
+        engine.run(edited, points, 20, out_dir=d, identity={})
+
+
+def test_a_micro_batch_that_is_not_a_multiple_of_the_sum_block_is_refused():
+    with pytest.raises(ValueError, match="micro_batch.*multiple of 64"):
+        engine.run(user_trial(), user_points(), 10, micro_batch=100)
