@@ -110,9 +110,9 @@ def raw_bytes_per_trial() -> int:
     from jaxfed.experiments import gfvl_topologies
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
-    fn, args = engine.chunk_function(sweep.trial, sweep.points, engine.LANES)
+    fn, args = engine.chunk_function(sweep.trial, sweep.points, engine.micro_batch_width(None))
     shapes = jax.eval_shape(fn, *args)
-    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes)) // engine.LANES
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes)) // engine.micro_batch_width(None)
 
 
 def engine_comparisons(args, work: str, save=lambda rows: None) -> dict:
@@ -422,7 +422,7 @@ def main(argv=None):
     from jaxfed.experiments import gfvl_topologies
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
-    fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, engine.LANES)
+    fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, engine.micro_batch_width(None))
     t_compile, _ = compile_time(fn, *fn_args)
 
     by_trials = []

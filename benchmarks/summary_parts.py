@@ -53,7 +53,7 @@ def part_functions(chunk: int):
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
     kernel, args = engine.chunk_function(sweep.trial, sweep.points, chunk)
-    batch = kernel.lower(*args).out_info["kl"].shape[1]  # the chunk rounded up to whole lanes
+    batch = kernel.lower(*args).out_info["kl"].shape[1]  # the chunk rounded up to whole micro-batches
     n_valid = np.uint32(batch // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK)
 
     def only(keys):
@@ -70,8 +70,8 @@ def part_functions(chunk: int):
     }
     functions.update({name: (only(keys), args) for name, keys in PARTS.items()})
     group, _ = group_points(sweep.points)[0]
-    summarised = make_chunk_fn(sweep.trial, group, batch, make_mesh(None), False, True)
-    functions["summary"] = (summarised, (*args, n_valid))
+    summarised = make_chunk_fn(sweep.trial, group, batch, make_mesh(None), engine.micro_batch_width(None), False, True)
+    functions["summary"] = (summarised, (*args[:4], n_valid))
     return functions, batch
 
 

@@ -450,6 +450,8 @@ class Verdict(NamedTuple):
     n: int  # pairs used (both values finite)
     n_dropped: int  # pairs dropped because a value was NaN or infinite
     verdict: str  # "reproduced" | "not reproduced" | "inconclusive"
+    n_untied: int = 0  # pairs with a != b: those that can carry a directional effect
+    reason: str = ""  # why a directional claim the interval supports is still inconclusive
 
     def interval_text(self, fmt: str = "{:.3g}") -> str:
         return f"{fmt.format(self.estimate)} [{fmt.format(self.lower)}, {fmt.format(self.upper)}]"
@@ -507,6 +509,12 @@ def _log_comb(n: int, k: np.ndarray) -> np.ndarray:
     return np.array([lgamma(n + 1) - lgamma(int(i) + 1) - lgamma(n - int(i) + 1) for i in k])
 
 
+MIN_UNTIED_PAIRS = 10
+"""A directional claim is "reproduced" only when at least this many pairs differ (a != b)."""
+SIGN_TEST_ALPHA = 0.05
+"""... and the two-sided sign test rejects "no direction" at this level, in the claimed direction."""
+
+
 def paired_verdict(
     a,
     b,
@@ -530,6 +538,13 @@ def paired_verdict(
     - ``expect="less"`` (claim a < b): mirror image, with −margin;
     - ``expect="equal"`` (claim |a − b| <= margin, margin > 0): reproduced if the interval lies inside
       [−margin, margin], not reproduced if it lies entirely outside, else inconclusive.
+
+    A directional claim ("greater" or "less") must also be carried by the trials, not by a few of
+    them: "reproduced" needs the interval **and** the exact sign test to agree — at least
+    :data:`MIN_UNTIED_PAIRS` pairs that differ (``n_untied``), a sign-test p below
+    :data:`SIGN_TEST_ALPHA`, more of them in the claimed direction — else the verdict is
+    inconclusive and ``reason`` says which condition failed (4 shifted trials out of 100, the
+    other 96 tied, are never "reproduced", whatever the bootstrap of the mean says).
 
     For ``"log_ratio"`` the margin is on the log scale (a 5% ratio margin is log(1.05)) and the
     reported estimate and interval are ratios. Pairs with a non-finite value are dropped and
@@ -570,10 +585,20 @@ def paired_verdict(
         inside = -margin <= lo and hi <= margin
         outside = lo > margin or hi < -margin
         verdict = REPRODUCED if inside else NOT_REPRODUCED if outside else INCONCLUSIVE
+    p_value, untied, reason = sign_test(d), int((d != 0).sum()), ""
+    if verdict == REPRODUCED and expect != "equal":
+        n_claimed = int((d > 0).sum() if expect == "greater" else (d < 0).sum())
+        if untied < MIN_UNTIED_PAIRS:
+            reason = f"only {untied} of {n} pairs differ (at least {MIN_UNTIED_PAIRS} needed)"
+        elif p_value >= SIGN_TEST_ALPHA or 2 * n_claimed <= untied:
+            reason = f"sign test p = {p_value:.2g} ({n_claimed} of {untied} differing pairs in the claimed direction)"
+        verdict = INCONCLUSIVE if reason else verdict
     if transform == "log_ratio":
         est, lo, hi = np.exp(est), np.exp(lo), np.exp(hi)
     frac = float((d > 0).mean())
-    return Verdict(claim, float(est), float(lo), float(hi), level, sign_test(d), frac, n, dropped, verdict)
+    return Verdict(
+        claim, float(est), float(lo), float(hi), level, p_value, frac, n, dropped, verdict, untied, reason
+    )
 
 
 def verdict_table(verdicts: list, what: str = "paired statistic", fmt: str = "{:.3g}") -> str:
@@ -587,8 +612,10 @@ def verdict_table(verdicts: list, what: str = "paired statistic", fmt: str = "{:
     ]
     for v in verdicts:
         dropped = f" ({v.n_dropped} dropped)" if v.n_dropped else ""
+        untied = f", {v.n_untied} differ" if v.n_untied < v.n else ""
+        why = f" ({v.reason})" if v.reason else ""
         rows.append(
             f"| {v.claim} | {v.interval_text(fmt)} | {v.fraction_greater:.0%} | {v.p_value:.2g} | "
-            f"{v.n}{dropped} | **{v.verdict}** |"
+            f"{v.n}{untied}{dropped} | **{v.verdict}**{why} |"
         )
     return "\n".join(rows)

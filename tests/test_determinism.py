@@ -59,7 +59,6 @@ def sweep_of(name: str):
 
 def run(name, n_trials, **kwargs):
     exp, sweep, _ = sweep_of(name)
-    kwargs.setdefault("compilation_cache", "off")
     if "out_dir" in kwargs:
         kwargs.setdefault("identity", {"experiment": name})
     micro = (exp.micro_batch or {}).get("cpu")

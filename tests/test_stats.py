@@ -180,3 +180,27 @@ def test_fold_adds_block_sums_one_after_another_in_trial_order(n_blocks, cells):
         np.testing.assert_array_equal(getattr(folded, field), expected)
     np.testing.assert_array_equal(folded.hist, state.hist + part["hist"])
     np.testing.assert_array_equal(folded.count, state.count + part["count"])
+
+
+def test_a_shift_in_4_of_100_trials_is_never_reproduced():
+    """The gfvl-heterogeneity case: 96 pairs tied, 4 shifted by 0.36 the same way. The bootstrap
+    of the mean puts its interval above 0, but 4 pairs cannot carry a claim (sign test p = 0.12)."""
+    b = np.arange(100, dtype=float)
+    a = b.copy()
+    a[[3, 30, 60, 90]] += 0.36
+    v = stats.paired_verdict(a, b, "a later than b", statistic="mean")
+    assert v.lower > 0  # the interval alone would have said "reproduced"
+    assert v.verdict == "inconclusive" and v.n_untied == 4
+    assert "only 4 of 100 pairs differ" in v.reason
+    assert "4 differ" in stats.verdict_table([v]) and "only 4 of 100" in stats.verdict_table([v])
+
+
+def test_a_claim_carried_by_enough_pairs_but_against_the_sign_test_is_inconclusive():
+    # 28 pairs differ: 8 by +10 (the mean), 20 by −0.1 (the majority): interval and sign test disagree.
+    b = np.zeros(100)
+    a = np.zeros(100)
+    a[:8], a[8:28] = 10.0, -0.1
+    v = stats.paired_verdict(a, b, "a > b", statistic="mean")
+    assert v.lower > 0 and v.verdict == "inconclusive" and "sign test" in v.reason
+    many = stats.paired_verdict(np.r_[np.full(30, 1.0), np.zeros(70)], np.zeros(100), "a > b", statistic="mean")
+    assert many.verdict == "reproduced" and many.n_untied == 30 and many.reason == ""

@@ -9,14 +9,22 @@ Randomness: the key of (point p, trial t) is ``fold_in(fold_in(key(seed), p), t)
 common random numbers ``fold_in(key(seed), t)`` for every point, so that all points of a trial see
 the same data and draws and differ only by their parameters.
 
-Execution, per group: trials run in chunks (all points of the group at once). The trial axis of a
-chunk is sharded over a 1-D device mesh (``jax.sharding``, axis name ``"trials"``) spanning the
-local devices, or every process's devices after ``jax.distributed.initialize``; process 0
-gathers the results and owns the store. The compiled batch per device is a multiple of
-:data:`LANES`: XLA's vectorised and scalar code paths can differ in the last bit, so every trial
-takes the vectorised path and results are **bit-identical whatever the chunk size, device count
-or process count**. The chunk size comes from a memory budget and the compiled function's memory
-analysis unless given.
+Execution, per group: trials run in chunks (all points of the group at once). Each chunk's
+trials are shared out over a 1-D device mesh (axis ``"trials"``) spanning the local devices, or
+every process's devices after ``jax.distributed.initialize``; process 0 gathers the results and
+owns the store.
+
+Determinism by construction: every trial is computed by one fixed program, a **micro-batch** of
+one point × :data:`MICRO_BATCH` trials (per platform; an experiment may choose its own width),
+looped over inside each device's program with a run-time trip count and fenced by optimisation
+barriers; trial t always takes lane t mod the width, and every device runs the same
+single-device program on its share. So a trial's values do not depend on the chunk size, the
+number of points in its group, how many points a precision target still runs, where a resumed
+or grown chunk starts, or the device and process count: results are **bit-identical for equal
+stored identities** (seed, common random numbers, micro-batch width, platform, the trial's
+program). They are not bit-identical across platforms (CPU vs GPU) or micro-batch widths, and a
+store refuses to mix those. The chunk size comes from a memory budget and the compiled
+function's memory analysis unless given.
 
 Results: ``keep="raw"`` returns every trial, arrays (point, trial, …); ``keep="summary"`` returns
 a :class:`jaxfed.stats.Summary` (count, mean, standard error and a log-spaced histogram for

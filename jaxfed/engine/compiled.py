@@ -4,13 +4,12 @@ and its size from the memory budget."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxfed import stats
@@ -20,21 +19,88 @@ from jaxfed.engine.memory import BUDGET_FOR_CHUNKS, balanced_chunk, refuse_chunk
 from jaxfed.engine.points import Group, Trial, group_points, rebuild
 
 
-class ChunkFn(NamedTuple):
-    """A chunk function (jitted, compiled or plain) and its micro-batches per point and device.
+class ChunkFn:
+    """The chunk function of a group: ``fn(seed, point_ids, traced, first_trial, *extra)``.
 
-    Called as ``fn(seed, point_ids, traced, first_trial, *extra)``; it passes the micro-batch
-    loop's trip count, rows × ``blocks``, as a run-time argument (see :func:`batched_metrics`).
+    Each device of the mesh runs the same single-device program on its share of the chunk's
+    trials (device g of the mesh: trials ``first_trial + g·local + [0, local)``), so a trial's
+    values do not depend on the device count: no SPMD partitioning of the trial, only of the
+    summary (exact integer counts and block sums in a fixed order). The shares are assembled into
+    arrays sharded over the mesh's ``"trials"`` axis (gathered to process 0 by
+    :func:`jaxfed.engine.devices.to_host`). Without a mesh it runs unjitted on the default device.
     """
 
-    fn: Callable
-    blocks: int
+    def __init__(self, trial, group, batch, mesh, width, common=False, summary=False, flags=True):
+        self.mesh, self.summary = mesh, summary
+        n_shards = mesh.size if mesh is not None else 1
+        self.local = batch // n_shards  # trials per point on each device
+        self.blocks = self.local // width  # micro-batches per point on each device
+        metrics = batched_metrics(trial, group, self.local, width, common)
 
-    def arguments(self, seed, point_ids, traced, first_trial, *extra) -> tuple:
-        return (seed, point_ids, traced, first_trial, np.int32(len(point_ids) * self.blocks), *extra)
+        def raw(values):
+            return values, {name: nonfinite_per_trial(v) for name, v in values.items()}
 
-    def __call__(self, *args):
-        return self.fn(*self.arguments(*args))
+        def summarised(values, n_valid):
+            with jax.enable_x64(True):  # float64 block sums on any device; the trial itself stays as it is
+                return {
+                    name: dict(
+                        stats.chunk_summary(v, n_valid, jnp),
+                        tail=jax.lax.dynamic_slice_in_dim(v, n_valid, stats.SUMMARY_BLOCK, axis=1),
+                    )
+                    for name, v in values.items()
+                }
+
+        def values_only(values):
+            return values
+
+        self.finish: Any = summarised if summary else raw if flags else values_only
+        self.metrics = metrics
+        self.executables: dict = {}  # device -> the metrics program there (jitted, or compiled ahead)
+        self.positions: list = []  # (position in the mesh, device) of this process's devices
+        if mesh is not None:
+            self.finish = jax.jit(self.finish)
+            self.positions = [
+                (g, device) for g, device in enumerate(mesh.devices.flat) if device.process_index == jax.process_index()
+            ]
+            for _, device in self.positions:
+                on_device = SingleDeviceSharding(device)
+                self.executables[device] = jax.jit(metrics, in_shardings=on_device, out_shardings=on_device)
+
+    def _metrics_args(self, seed, point_ids, traced, first_trial, offset: int) -> tuple:
+        steps = np.int32(len(point_ids) * self.blocks)
+        return (seed, point_ids, traced, np.uint32(int(first_trial) + offset), steps)
+
+    def lower(self, *args) -> _Lowered:
+        """As ``jax.jit(f).lower(*args)``: ``.compile()`` compiles every device's program and the
+        summary's ahead of time and returns this function."""
+        return _Lowered(self, args)
+
+    def __call__(self, seed, point_ids, traced, first_trial, *extra):
+        if self.mesh is None:
+            values = self.metrics(*self._metrics_args(seed, point_ids, traced, first_trial, 0))
+            return self.finish(values, *extra)
+        shares = [
+            self.executables[device](*self._metrics_args(seed, point_ids, traced, first_trial, g * self.local))
+            for g, device in self.positions
+        ]
+        sharding = NamedSharding(self.mesh, P(None, "trials"))
+        values = {
+            name: jax.make_array_from_single_device_arrays(
+                (shares[0][name].shape[0], self.local * self.mesh.size) + shares[0][name].shape[2:],
+                sharding,
+                [share[name] for share in shares],
+            )
+            for name in shares[0]
+        }
+        return self.finish(values, *[np.uint32(x) for x in extra])
+
+
+class _Lowered(NamedTuple):
+    fn: ChunkFn
+    args: tuple
+
+    def compile(self) -> ChunkFn:
+        return compile_chunk_fn(self.fn, self.args, lambda lowered: lowered.compile())[0]
 
 
 def make_chunk_fn(
@@ -46,7 +112,8 @@ def make_chunk_fn(
     common: bool = False,
     summary: bool = False,
 ) -> ChunkFn:
-    """The chunk function of a group, for ``batch`` trials from ``first_trial`` on.
+    """The chunk function of a group, for ``batch`` trials from ``first_trial`` on (not compiled
+    yet: see :func:`compile_chunk_fn`).
 
     Raw: (seed, point_ids (P,), traced leaves (P, ...), first_trial) -> (metrics (P, batch, ...),
     metric -> bool (P, batch): the trial has a NaN or ±inf value), so that the host need not
@@ -56,53 +123,64 @@ def make_chunk_fn(
     the raw values (P, SUMMARY_BLOCK, ...) of the block from ``first_trial + n_valid`` on (the
     run's last, partial block, which the host summarises; garbage when there is none).
 
-    ``batch`` is a multiple of the micro-batch ``width`` × devices. With a mesh, the trial axis is
-    sharded across it and the function is jitted; without one it runs unjitted on the default
-    device (for testing jit against no-jit).
+    ``batch`` is a multiple of the micro-batch ``width`` × devices.
     """
-    metrics = batched_metrics(trial, group, batch, mesh, width, common)
-    blocks = batch // (width * (mesh.size if mesh is not None else 1))
-
-    def raw(seed, point_ids, traced, first_trial, steps):
-        values = metrics(seed, point_ids, traced, first_trial, steps)
-        return values, {name: nonfinite_per_trial(v) for name, v in values.items()}
-
-    def summarised(seed, point_ids, traced, first_trial, steps, n_valid):
-        values = metrics(seed, point_ids, traced, first_trial, steps)
-        with jax.enable_x64(True):  # float64 block sums on any device; the trial itself stays as it is
-            return {
-                name: dict(
-                    stats.chunk_summary(v, n_valid, jnp),
-                    tail=jax.lax.dynamic_slice_in_dim(v, n_valid, stats.SUMMARY_BLOCK, axis=1),
-                )
-                for name, v in values.items()
-            }
-
-    if summary:
-        return ChunkFn(summarised if mesh is None else jax.jit(summarised), blocks)
-    if mesh is None:
-        return ChunkFn(raw, blocks)
-    return ChunkFn(jax.jit(raw, out_shardings=NamedSharding(mesh, P(None, "trials"))), blocks)
+    return ChunkFn(trial, group, batch, mesh, width, common, summary)
 
 
-def batched_metrics(trial: Trial, group: Group, batch: int, mesh: Mesh | None, width: int, common: bool = False):
-    """(seed, point_ids (P,), traced leaves (P, ...), first_trial, steps) -> metrics (P, batch, ...)
-    of trials first_trial + [0, batch) (unjitted).
+def compile_chunk_fn(fn: ChunkFn, args: tuple, compile_lowered) -> tuple[ChunkFn, dict]:
+    """Compiles ``fn`` (with a mesh) for ``args`` on every local device, and its summary, with
+    ``compile_lowered(lowered)``; returns it with one device's memory figures: ``temp`` (the
+    trial program's temporaries and outputs, the summary's temporaries) and ``output`` (what
+    goes to the host), in bytes."""
+    figures = {"temp": 0, "output": 0}
+    for g, device in fn.positions:
+        lowered = fn.executables[device].lower(*fn._metrics_args(args[0], args[1], args[2], args[3], g * fn.local))
+        fn.executables[device] = compile_lowered(lowered)
+    first = _memory(fn.executables[fn.positions[0][1]])
+    figures["temp"] += first[0] + first[1]
+    shares = jax.eval_shape(fn.metrics, *fn._metrics_args(args[0], args[1], args[2], args[3], 0))
+    values = {
+        name: jax.ShapeDtypeStruct(
+            (s.shape[0], fn.local * fn.mesh.size) + s.shape[2:],
+            s.dtype,
+            sharding=NamedSharding(fn.mesh, P(None, "trials")),
+        )
+        for name, s in shares.items()
+    }
+    extra = [jax.ShapeDtypeStruct((), np.uint32)] if fn.summary else []
+    fn.finish = compile_lowered(fn.finish.lower(values, *extra))
+    temp, output = _memory(fn.finish)
+    figures["temp"] += temp
+    figures["output"] += output
+    return fn, figures
+
+
+def _memory(executable) -> tuple[int, int]:
+    """(temporaries, outputs) in bytes of a compiled program (0, 0 where it cannot tell)."""
+    analysis = executable.memory_analysis()
+    if analysis is None:
+        return 0, 0
+    return int(analysis.temp_size_in_bytes), int(analysis.output_size_in_bytes)
+
+
+def batched_metrics(trial: Trial, group: Group, local: int, width: int, common: bool = False):
+    """(seed, point_ids (P,), traced leaves (P, ...), first_trial, steps) -> metrics (P, local, ...)
+    of trials first_trial + [0, local) on one device (unjitted).
 
     The key of (point p, trial t) is fold_in(fold_in(key(seed), p), t), or fold_in(key(seed), t)
     with ``common`` (common random numbers).
 
-    Determinism by construction: a trial never sees the chunk. Each device loops over
-    micro-batches of one point × ``width`` trials, ``steps`` = rows × micro-batches per device of
-    them; the loop body is one fixed-shape program, the same whatever the chunk size, the number
-    of points (rows), the devices or processes, and fenced by optimisation barriers, so XLA can
-    neither fuse it with what surrounds it nor specialise it to the chunk's shape. The trip count
-    is a run-time argument, so the loop is never unrolled or, at one step, inlined. Within the
-    micro-batch, trial t always takes lane t mod ``width`` (the lanes are rotated back after the
-    barrier), so where a chunk starts does not matter either.
+    Determinism by construction: a trial never sees the chunk. The device loops over
+    micro-batches of one point × ``width`` trials, ``steps`` = rows × micro-batches of them; the
+    loop body is one fixed-shape program, the same whatever the chunk size, the number of points
+    (rows) or the device count (every device runs this same single-device program on its share),
+    and fenced by optimisation barriers, so XLA can neither fuse it with what surrounds it nor
+    specialise it to the chunk's shape. The trip count is a run-time argument, so the loop is
+    never unrolled or, at one step, inlined. Within the micro-batch, trial t always takes lane
+    t mod ``width`` (the lanes are rotated back after the barrier), so where a chunk starts does
+    not matter either.
     """
-    n_shards = mesh.size if mesh is not None else 1
-    local = batch // n_shards  # trials per point on each device
     blocks = local // width
 
     def micro_batch(seed, point_id, point, first):
@@ -119,14 +197,12 @@ def batched_metrics(trial: Trial, group: Group, batch: int, mesh: Mesh | None, w
 
     def on_device(seed, point_ids, traced, first_trial, steps):
         point_ids, traced = jnp.asarray(point_ids), [jnp.asarray(x) for x in traced]
-        offset = jax.lax.axis_index("trials").astype(jnp.uint32) * local if n_shards > 1 else jnp.uint32(0)
-        first_point = [x[0] for x in traced]
-        shapes = jax.eval_shape(micro_batch, seed, point_ids[0], first_point, first_trial)
+        shapes = jax.eval_shape(micro_batch, seed, point_ids[0], [x[0] for x in traced], first_trial)
         out = {name: jnp.zeros((len(point_ids), local) + s.shape[1:], s.dtype) for name, s in shapes.items()}
 
         def step(i, out):
             row, block = i // blocks, i % blocks
-            first = first_trial + offset + (block * width).astype(jnp.uint32)
+            first = first_trial + (block * width).astype(jnp.uint32)
             inputs = jax.lax.optimization_barrier((seed, point_ids[row], [x[row] for x in traced], first))
             values = micro_batch(*inputs)
             return {
@@ -138,11 +214,7 @@ def batched_metrics(trial: Trial, group: Group, batch: int, mesh: Mesh | None, w
 
         return jax.lax.fori_loop(jnp.int32(0), steps, step, out)
 
-    if n_shards == 1:
-        return on_device
-    return jax.shard_map(
-        on_device, mesh=mesh, in_specs=(P(), P(), P(), P(), P()), out_specs=P(None, "trials"), check_vma=False
-    )
+    return on_device
 
 
 def nonfinite_per_trial(values):
@@ -159,11 +231,13 @@ def chunk_function(
     common: bool = False,
     micro_batch: int | None = None,
 ):
-    """The jitted function the engine runs for one chunk's metrics, with its arguments (for benchmarks).
+    """The function the engine runs for one chunk's metrics, with its arguments (for benchmarks).
 
     ``fn(*args)`` computes trials [0, batch) of every point, batch = ``chunk_size`` rounded up to
-    a multiple of the micro-batch width × devices, returning metrics of shape (n_points, batch, …).
-    The points must form a single group (equal static parts).
+    a multiple of the micro-batch width × devices, returning metrics of shape (n_points, batch, …);
+    ``fn.lower(*args).compile()`` compiles it ahead of time. On one device ``fn`` is the jitted
+    trial program itself (its arguments end with the micro-batch loop's trip count), on several a
+    :class:`ChunkFn`. The points must form a single group (equal static parts).
     """
     groups = group_points(points)
     if len(groups) != 1:
@@ -172,14 +246,11 @@ def chunk_function(
     mesh = make_mesh(devices)
     width = micro_batch or micro_batch_width(mesh)
     batch = round_up(chunk_size, width * mesh.size)
-    fn = ChunkFn(
-        jax.jit(
-            batched_metrics(trial, group, batch, mesh, width, common),
-            out_shardings=NamedSharding(mesh, P(None, "trials")),
-        ),
-        batch // (width * mesh.size),
-    )
-    return fn.fn, fn.arguments(np.uint32(seed), np.asarray(group.point_ids, np.uint32), traced, np.uint32(0))
+    fn = ChunkFn(trial, group, batch, mesh, width, common, flags=False)
+    args = (np.uint32(seed), np.asarray(group.point_ids, np.uint32), traced, np.uint32(0))
+    if mesh.size == 1:
+        return jax.jit(fn.metrics), fn._metrics_args(*args, 0)
+    return fn, args
 
 
 def sized_chunk_fn(
@@ -223,8 +294,7 @@ def sized_chunk_fn(
         return executable
 
     def compile_batch(batch):
-        fn = make_chunk_fn(trial, group, batch, mesh, width, common, summary)
-        return fn._replace(fn=compile_lowered(fn.fn.lower(*fn.arguments(*args))))
+        return compile_chunk_fn(make_chunk_fn(trial, group, batch, mesh, width, common, summary), args, compile_lowered)
 
     chosen = chunk_size is None
     if chosen:
@@ -235,9 +305,7 @@ def sized_chunk_fn(
         record["memory_probe_cached"] = figures is not None
         probe = None
         if figures is None:
-            probe = compile_batch(step)
-            analysis = probe.fn.memory_analysis()
-            figures = {"temp": int(analysis.temp_size_in_bytes), "output": int(analysis.output_size_in_bytes)}
+            probe, figures = compile_batch(step)
             save_probe(cache_dir, key, figures)
         # The fixed outputs once: subtracting them twice (as if the scatter copied the histograms)
         # left nothing of a summary probe's 21 KB per trial, and the whole run became one chunk.
@@ -250,7 +318,7 @@ def sized_chunk_fn(
             usable = min(usable, CPU_CHUNK_BYTES)
         chunk_size = balanced_chunk(n_trials, int(usable // max(per_trial, 1.0)), step)
         if chunk_size <= step:  # the probe's program is the chunk's
-            return chunk_size, probe if probe is not None else compile_batch(step), record
+            return chunk_size, probe if probe is not None else compile_batch(step)[0], record
 
     def resized(size: int, need: float) -> int:
         """The chunk size for which ``need`` bytes at ``size`` trials scale to fit, smaller than ``size``."""
@@ -259,7 +327,7 @@ def sized_chunk_fn(
 
     for _ in range(MAX_RESIZES):
         try:
-            compiled = compile_batch(round_up(chunk_size, step))
+            compiled, figures = compile_batch(round_up(chunk_size, step))
         except jax.errors.JaxRuntimeError as err:
             # A GPU allocates while it compiles (autotuning): a chunk too large for the device can
             # be refused there, before any memory analysis can be read.
@@ -275,8 +343,7 @@ def sized_chunk_fn(
                 ) from err
             chunk_size = resized(chunk_size, refused or 2 * BUDGET_FOR_CHUNKS * budget)
             continue
-        analysis = compiled.fn.memory_analysis()
-        need = analysis.temp_size_in_bytes + analysis.output_size_in_bytes if analysis is not None else 0
+        need = figures["temp"] + figures["output"]
         if chosen and need > budget and chunk_size > step:
             # The probe's linear extrapolation can underestimate a program whose memory does not
             # scale like the probe's (a 1e6-trial summary chunk needed 21 GiB where 4 were
