@@ -596,9 +596,7 @@ def paired_verdict(
     if transform == "log_ratio":
         est, lo, hi = np.exp(est), np.exp(lo), np.exp(hi)
     frac = float((d > 0).mean())
-    return Verdict(
-        claim, float(est), float(lo), float(hi), level, p_value, frac, n, dropped, verdict, untied, reason
-    )
+    return Verdict(claim, float(est), float(lo), float(hi), level, p_value, frac, n, dropped, verdict, untied, reason)
 
 
 def verdict_table(verdicts: list, what: str = "paired statistic", fmt: str = "{:.3g}") -> str:

@@ -26,9 +26,9 @@ import numpy as np
 from jaxfed import kmeans, plotting, stats, validation
 from jaxfed.experiments.base import Experiment, band_table
 from jaxfed.experiments.kmeans_mall import (
-    MICRO_BATCH,
     DIFFERENCE_TEXT,
     LOSS_LABEL,
+    MICRO_BATCH,
     RAW_NEEDED,
     SYMBOL_ENERGIES,
     MallConfig,

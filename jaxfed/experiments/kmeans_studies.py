@@ -25,8 +25,8 @@ import numpy as np
 from jaxfed import kmeans, plotting, stats, validation
 from jaxfed.experiments.base import Experiment, band_table
 from jaxfed.experiments.kmeans_mall import (
-    MICRO_BATCH,
     LOSS_LABEL,
+    MICRO_BATCH,
     RAW_NEEDED,
     MallConfig,
     _sweep,
