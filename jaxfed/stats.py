@@ -46,6 +46,7 @@ __all__ = [
     "bootstrap_interval",
     "sign_test",
     "paired_verdict",
+    "not_testable",
     "verdict_table",
     "band",
     "Summary",
@@ -427,6 +428,7 @@ def merge_point_groups(parts: list, n_points: int) -> Summary:
 
 # --------------------------------------------------------------------------- verdicts
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
+NOT_TESTABLE = "not testable here"
 _CLAIMS = ("greater", "less", "equal")
 _TRANSFORMS = ("difference", "log_ratio")
 _STATISTICS = ("median", "mean")
@@ -599,11 +601,17 @@ def paired_verdict(
     return Verdict(claim, float(est), float(lo), float(hi), level, p_value, frac, n, dropped, verdict, untied, reason)
 
 
+def not_testable(claim: str, reason: str) -> Verdict:
+    """The verdict on a claim that the settings cannot detect (``reason`` says why): no statistic."""
+    nan = float("nan")
+    return Verdict(claim, nan, nan, nan, float("nan"), nan, nan, 0, 0, NOT_TESTABLE, 0, reason)
+
+
 def verdict_table(verdicts: list, what: str = "paired statistic", fmt: str = "{:.3g}") -> str:
     """Markdown table of verdicts: claim, statistic with interval, sign-test p, pairs, verdict."""
     if not verdicts:
         return ""
-    level = verdicts[0].level
+    level = next((v.level for v in verdicts if v.verdict != NOT_TESTABLE), 0.95)
     rows = [
         f"| claim | {what} [{level:.0%} interval] | a > b in | sign-test p | pairs | verdict |",
         "|---|---|---|---|---|---|",
@@ -612,6 +620,9 @@ def verdict_table(verdicts: list, what: str = "paired statistic", fmt: str = "{:
         dropped = f" ({v.n_dropped} dropped)" if v.n_dropped else ""
         untied = f", {v.n_untied} differ" if v.n_untied < v.n else ""
         why = f" ({v.reason})" if v.reason else ""
+        if v.verdict == NOT_TESTABLE:
+            rows.append(f"| {v.claim} | – | – | – | – | **{v.verdict}**{why} |")
+            continue
         rows.append(
             f"| {v.claim} | {v.interval_text(fmt)} | {v.fraction_greater:.0%} | {v.p_value:.2g} | "
             f"{v.n}{untied}{dropped} | **{v.verdict}**{why} |"

@@ -204,3 +204,10 @@ def test_a_claim_carried_by_enough_pairs_but_against_the_sign_test_is_inconclusi
     assert v.lower > 0 and v.verdict == "inconclusive" and "sign test" in v.reason
     many = stats.paired_verdict(np.r_[np.full(30, 1.0), np.zeros(70)], np.zeros(100), "a > b", statistic="mean")
     assert many.verdict == "reproduced" and many.n_untied == 30 and many.reason == ""
+
+
+def test_a_claim_the_settings_cannot_detect_is_not_testable_with_its_reason():
+    v = stats.not_testable("unlearning before retraining", "u's data moves q* less than the noise floor")
+    table = stats.verdict_table([v, stats.paired_verdict(np.ones(50), np.zeros(50), "a > b")])
+    assert "| unlearning before retraining | – | – | – | – | **not testable here** (u's data" in table
+    assert "[95% interval]" in table

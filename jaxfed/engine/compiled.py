@@ -35,7 +35,7 @@ class ChunkFn:
         n_shards = mesh.size if mesh is not None else 1
         self.local = batch // n_shards  # trials per point on each device
         self.blocks = self.local // width  # micro-batches per point on each device
-        metrics = batched_metrics(trial, group, self.local, width, common)
+        metrics = batched_metrics(trial, group, self.local, width, common, eager=mesh is None)
 
         def raw(values):
             return values, {name: nonfinite_per_trial(v) for name, v in values.items()}
@@ -164,7 +164,7 @@ def _memory(executable) -> tuple[int, int]:
     return int(analysis.temp_size_in_bytes), int(analysis.output_size_in_bytes)
 
 
-def batched_metrics(trial: Trial, group: Group, local: int, width: int, common: bool = False):
+def batched_metrics(trial: Trial, group: Group, local: int, width: int, common: bool = False, eager: bool = False):
     """(seed, point_ids (P,), traced leaves (P, ...), first_trial, steps) -> metrics (P, local, ...)
     of trials first_trial + [0, local) on one device (unjitted).
 
@@ -180,6 +180,9 @@ def batched_metrics(trial: Trial, group: Group, local: int, width: int, common: 
     never unrolled or, at one step, inlined. Within the micro-batch, trial t always takes lane
     t mod ``width`` (the lanes are rotated back after the barrier), so where a chunk starts does
     not matter either.
+
+    ``eager``: the same micro-batches in a Python loop, op by op (no compilation of the whole
+    program: for tests of the engine's bookkeeping, ``use_jit=False``).
     """
     blocks = local // width
 
@@ -214,7 +217,17 @@ def batched_metrics(trial: Trial, group: Group, local: int, width: int, common: 
 
         return jax.lax.fori_loop(jnp.int32(0), steps, step, out)
 
-    return on_device
+    def op_by_op(seed, point_ids, traced, first_trial, steps):
+        rows = []
+        for row in range(len(point_ids)):
+            point = [jnp.asarray(x[row]) for x in traced]
+            parts = [
+                micro_batch(seed, point_ids[row], point, np.uint32(first_trial + b * width)) for b in range(blocks)
+            ]
+            rows.append({name: np.concatenate([np.asarray(p[name]) for p in parts]) for name in parts[0]})
+        return {name: np.stack([r[name] for r in rows]) for name in rows[0]}
+
+    return op_by_op if eager else on_device
 
 
 def nonfinite_per_trial(values):

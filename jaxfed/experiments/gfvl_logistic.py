@@ -326,40 +326,37 @@ def report(cfg: Config, labels, results) -> str:
     level = ASYMPTOTE_TOLERANCE * asymptote(np.median(kl[p_t], axis=0))
     first_u, first_t = first_slot_within(kl[p_u], level), first_slot_within(kl[p_t], level)
     hit = np.asarray(results["hit"])[p_u]
-    verdicts.append(
-        stats.paired_verdict(
-            first_t,
-            first_u,
-            f"unlearning within {ASYMPTOTE_TOLERANCE:g}× the retrained asymptote before retraining (slots of retrain − unlearning)",
-            expect="greater",
-        )
+    at_request = float(np.median(kl[p_u, :, 0]))
+    claims = (
+        f"unlearning within {ASYMPTOTE_TOLERANCE:g}× the retrained asymptote before retraining (slots of retrain − unlearning)",
+        "unlearning at the retrained level when u is next scheduled (slot − (hit + 1), ±5 slots)",
     )
-    reached = hit >= 0
-    verdicts.append(
-        stats.paired_verdict(
-            first_u[reached],
-            hit[reached] + 1.0,
-            "unlearning at the retrained level when u is next scheduled (slot − (hit + 1), ±5 slots)",
-            expect="equal",
-            margin=5.0,
+    if at_request <= level:
+        # Detectability: the model learnt with u must be farther from q*_(−u) than the tolerance
+        # band at the request, else "reaching the band" happens before u is ever scheduled.
+        reason = (
+            f"at the request the median KL to q*_(−u) is already {at_request:.3g}, within "
+            f"{ASYMPTOTE_TOLERANCE:g}× the retrained asymptote ({level / ASYMPTOTE_TOLERANCE:.3g}): u's data moves "
+            "q* less than the learner's own noise floor"
         )
-    )
+        verdicts += [stats.not_testable(claim, reason) for claim in claims]
+    else:
+        verdicts.append(stats.paired_verdict(first_t, first_u, claims[0], expect="greater"))
+        reached = hit >= 0
+        verdicts.append(
+            stats.paired_verdict(first_u[reached], hit[reached] + 1.0, claims[1], expect="equal", margin=5.0)
+        )
     text += [
         "",
         "Paired comparisons (common random numbers):",
         "",
         stats.verdict_table(verdicts, "median paired statistic"),
     ]
-    summary = "; ".join(f"{v.claim.split(' (')[0]}: **{v.verdict}** ({v.interval_text()})" for v in verdicts)
-    at_request = float(np.median(kl[p_u, :, 0]))
-    caveat = (
-        f" At the request the median KL of the model learnt with u to q*_(−u) is already {at_request:.3g}, within "
-        f"{ASYMPTOTE_TOLERANCE:g}× the retrained asymptote ({level / ASYMPTOTE_TOLERANCE:.3g}): u's share of the data "
-        "moves q* less than the REINFORCE noise floor, so the hitting-time claim is not tested at these settings."
-        if at_request <= level
-        else ""
+    summary = "; ".join(
+        f"{v.claim.split(' (')[0]}: **{v.verdict}**" + (f" ({v.interval_text()})" if v.n else f" ({v.reason})")
+        for v in verdicts
     )
-    text += ["", f"**Reading.** {summary}.{caveat}"]
+    text += ["", f"**Reading.** {summary}."]
     return "\n".join(text) + "\n"
 
 
