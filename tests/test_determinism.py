@@ -2,7 +2,8 @@
 values whatever the chunk size (1, 7, 64, 128, 192, all), after growth, after a resume with
 another chunk size, with 1 or 2 devices and in a targeted run whose points stop one by one; and
 a user trial with three traced points. The default suite checks the two experiments the issue
-found broken (non-conjugate G-FVL, over-the-air k-means); the slow suite checks all of them."""
+found broken (non-conjugate G-FVL, over-the-air k-means) at two chunk sizes and the user trial
+in full; the slow suite runs the whole matrix for every experiment."""
 
 from __future__ import annotations
 
@@ -135,13 +136,16 @@ def _specs(result):
 
 
 @pytest.mark.parametrize("name", DEFAULT_SUITE)
+def test_bit_identical_at_two_chunk_sizes(name):
+    """The issue's two reproducers: one chunk of every trial vs chunks of 64 (~10 s each)."""
+    _, _, width = sweep_of(name)
+    n = width + 70
+    assert_same(run(name, n, chunk_size=64), run(name, n, chunk_size=n), f"{name}, chunk size 64 vs all")
+
+
+@pytest.mark.slow  # ~40-60 s each
+@pytest.mark.parametrize("name", sorted(SMALL))
 def test_bit_identical_across_chunk_sizes_growth_resume_and_targets(name, tmp_path):
-    check_matrix(name, tmp_path)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(set(SMALL) - set(DEFAULT_SUITE)))
-def test_bit_identical_across_chunk_sizes_growth_resume_and_targets_slow(name, tmp_path):
     check_matrix(name, tmp_path)
 
 
@@ -168,13 +172,10 @@ def check_two_devices(names, tmp_path, n_trials=300):
         assert_same({m: two[f"{name}/{m}"] for m in one}, dict(one), f"{name}, 2 devices vs 1")
 
 
-def test_two_devices_give_the_values_of_one(tmp_path):
-    check_two_devices(DEFAULT_SUITE, tmp_path)
-
-
-@pytest.mark.slow
-def test_two_devices_give_the_values_of_one_for_every_experiment(tmp_path):
-    check_two_devices(sorted(set(SMALL) - set(DEFAULT_SUITE)), tmp_path)
+@pytest.mark.slow  # ~50 s for the two reproducers, a few minutes for the rest
+@pytest.mark.parametrize("names", [DEFAULT_SUITE, tuple(sorted(set(SMALL) - set(DEFAULT_SUITE)))])
+def test_two_devices_give_the_values_of_one(tmp_path, names):
+    check_two_devices(names, tmp_path)
 
 
 # --------------------------------------------------------------------------- a user trial
