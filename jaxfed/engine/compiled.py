@@ -27,7 +27,8 @@ class ChunkFn:
     values do not depend on the device count: no SPMD partitioning of the trial, only of the
     summary (exact integer counts and block sums in a fixed order). The shares are assembled into
     arrays sharded over the mesh's ``"trials"`` axis (gathered to process 0 by
-    :func:`jaxfed.engine.devices.to_host`). Without a mesh it runs unjitted on the default device.
+    :func:`jaxfed.engine.devices.to_host`). Without a mesh it runs op by op on the default device
+    (``use_jit=False``, for tests of the engine's bookkeeping).
     """
 
     def __init__(self, trial, group, batch, mesh, width, common=False, summary=False, flags=True):
@@ -66,7 +67,9 @@ class ChunkFn:
                 on_device = SingleDeviceSharding(device)
                 self.executables[device] = jax.jit(metrics, in_shardings=on_device, out_shardings=on_device)
 
-    def _metrics_args(self, seed, point_ids, traced, first_trial, offset: int) -> tuple:
+    def metrics_args(self, seed, point_ids, traced, first_trial, offset: int) -> tuple:
+        """The trial program's arguments for the device at trial ``offset``: the chunk's, the first
+        trial moved by the offset, and the loop's trip count (rows × micro-batches)."""
         steps = np.int32(len(point_ids) * self.blocks)
         return (seed, point_ids, traced, np.uint32(int(first_trial) + offset), steps)
 
@@ -77,10 +80,10 @@ class ChunkFn:
 
     def __call__(self, seed, point_ids, traced, first_trial, *extra):
         if self.mesh is None:
-            values = self.metrics(*self._metrics_args(seed, point_ids, traced, first_trial, 0))
+            values = self.metrics(*self.metrics_args(seed, point_ids, traced, first_trial, 0))
             return self.finish(values, *extra)
         shares = [
-            self.executables[device](*self._metrics_args(seed, point_ids, traced, first_trial, g * self.local))
+            self.executables[device](*self.metrics_args(seed, point_ids, traced, first_trial, g * self.local))
             for g, device in self.positions
         ]
         sharding = NamedSharding(self.mesh, P(None, "trials"))
@@ -135,11 +138,11 @@ def compile_chunk_fn(fn: ChunkFn, args: tuple, compile_lowered) -> tuple[ChunkFn
     goes to the host), in bytes."""
     figures = {"temp": 0, "output": 0}
     for g, device in fn.positions:
-        lowered = fn.executables[device].lower(*fn._metrics_args(args[0], args[1], args[2], args[3], g * fn.local))
+        lowered = fn.executables[device].lower(*fn.metrics_args(args[0], args[1], args[2], args[3], g * fn.local))
         fn.executables[device] = compile_lowered(lowered)
     first = _memory(fn.executables[fn.positions[0][1]])
     figures["temp"] += first[0] + first[1]
-    shares = jax.eval_shape(fn.metrics, *fn._metrics_args(args[0], args[1], args[2], args[3], 0))
+    shares = jax.eval_shape(fn.metrics, *fn.metrics_args(args[0], args[1], args[2], args[3], 0))
     values = {
         name: jax.ShapeDtypeStruct(
             (s.shape[0], fn.local * fn.mesh.size) + s.shape[2:],
@@ -262,7 +265,7 @@ def chunk_function(
     fn = ChunkFn(trial, group, batch, mesh, width, common, flags=False)
     args = (np.uint32(seed), np.asarray(group.point_ids, np.uint32), traced, np.uint32(0))
     if mesh.size == 1:
-        return jax.jit(fn.metrics), fn._metrics_args(*args, 0)
+        return jax.jit(fn.metrics), fn.metrics_args(*args, 0)
     return fn, args
 
 
