@@ -36,7 +36,7 @@ def section(exp, config, config_json: dict, results: dict, seconds: float) -> st
 
 def write(out_dir: str, sections: list[str], seconds: float) -> str:
     """Writes ``<out_dir>/report.md`` and returns its path."""
-    from jaxfed import __version__
+    from jaxfed import __version__, stats
 
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     head = [
@@ -45,6 +45,19 @@ def write(out_dir: str, sections: list[str], seconds: float) -> str:
         f"jaxfed {__version__}, {stamp}, {seconds:.0f} s in all. Each figure shows the median over trials "
         "and the central 75% band (12.5% and 87.5% quantiles); the data are in each directory's "
         "`metrics.npz` with axes documented in its `config.json`.",
+        "",
+        "**How verdicts are decided** (every section, `jaxfed.stats.paired_verdict`). A claim compares two "
+        "metrics on the same trials (common random numbers): the statistic of the paired differences or "
+        "ratios with its 95% percentile-bootstrap interval, and the exact sign test. *Reproduced*: the "
+        "interval lies on the claimed side of the margin and, for a claim of direction, at least "
+        f"{stats.MIN_UNTIED_PAIRS} pairs differ and the sign test agrees (p < {stats.SIGN_TEST_ALPHA:g}, "
+        "most differing pairs in the claimed direction). *Not reproduced*: the interval lies on the other "
+        "side (the effect is absent or reversed). *Inconclusive*: neither, or the interval and the sign test "
+        "disagree (the reason is given). *Not testable here*: the settings cannot show the effect (the reason "
+        'is given). "≈" and "margin ±x": an equality claim holds when the whole interval lies within ±x '
+        '(for ratios ±5% unless the claim says otherwise). "(n dropped)": pairs left out because a value is '
+        "NaN or infinite. A *check of an explanation* (e.g. a measured cover time against theory) is stated "
+        "as such and decided the same way; it is not one of the paper's claims.",
         "",
     ]
     path = os.path.join(out_dir, "report.md")

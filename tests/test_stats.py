@@ -211,3 +211,12 @@ def test_a_claim_the_settings_cannot_detect_is_not_testable_with_its_reason():
     table = stats.verdict_table([v, stats.paired_verdict(np.ones(50), np.zeros(50), "a > b")])
     assert "| unlearning before retraining | – | – | – | – | **not testable here** (u's data" in table
     assert "[95% interval]" in table
+
+
+def test_the_report_states_the_verdict_policy_once_with_the_engines_constants(tmp_path):
+    from jaxfed import report
+
+    text = open(report.write(str(tmp_path), ["## a", "## b"], 1.0)).read()
+    assert text.count("**How verdicts are decided**") == 1
+    assert f"at least {stats.MIN_UNTIED_PAIRS} pairs differ" in text and f"p < {stats.SIGN_TEST_ALPHA:g}" in text
+    assert "*Not testable here*" in text and "(n dropped)" in text
