@@ -19,6 +19,7 @@ from jaxfed.engine.devices import (
     default_memory_budget,
     make_mesh,
     micro_batch_width,
+    platform,
     raise_on_every_process,
 )
 from jaxfed.engine.memory import check_chunk_outputs, check_host_memory, round_up, size_text, summary_output_bytes
@@ -144,7 +145,6 @@ def run(
     chunk_size = None if chunk_size is None else min(chunk_size, n_trials)
     mesh = make_mesh(devices) if use_jit else None
     width = micro_batch or micro_batch_width(mesh)
-    platform = (mesh.devices.flat[0] if mesh is not None else jax.devices()[0]).platform
     n_shards = mesh.size if mesh is not None else 1
     budget = max_memory if max_memory is not None else default_memory_budget(mesh or make_mesh(1))
     is_main = jax.process_index() == 0
@@ -204,7 +204,7 @@ def run(
             common_random_numbers=bool(common_random_numbers),
             store_format=STORE_FORMAT,
             micro_batch=width,
-            platform=platform,
+            platform=platform(mesh),
             programs=programs,
         )
         if target is not None:  # where each point stops depends on the target

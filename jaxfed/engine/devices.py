@@ -49,11 +49,14 @@ def make_mesh(devices: int | None = None) -> Mesh:
     return Mesh(np.array(chosen), ("trials",))
 
 
+def platform(mesh: Mesh | None) -> str:
+    """The platform ("cpu", "gpu", …) of the mesh's devices, or of the default device without a mesh."""
+    return (mesh.devices.flat[0] if mesh is not None else jax.devices()[0]).platform
+
+
 def micro_batch_width(mesh: Mesh | None) -> int:
-    """The micro-batch width (trials) on the mesh's platform (:data:`MICRO_BATCH`; the default
-    device's without a mesh)."""
-    device = mesh.devices.flat[0] if mesh is not None else jax.devices()[0]
-    return MICRO_BATCH.get(device.platform, MICRO_BATCH["gpu"])
+    """The micro-batch width (trials) on the mesh's platform (:data:`MICRO_BATCH`)."""
+    return MICRO_BATCH.get(platform(mesh), MICRO_BATCH["gpu"])
 
 
 def default_memory_budget(mesh: Mesh) -> int:
