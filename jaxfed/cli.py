@@ -128,7 +128,7 @@ def _cmd_reproduce(args) -> int:
         t0 = time.perf_counter()
         cfg, config_json, results = _run_one(exp, {}, args, os.path.join(args.out, exp.name), n_trials)
         times.append((exp.name, time.perf_counter() - t0))
-        sections.append(report.section(exp, cfg, config_json, results, times[-1][1]))
+        sections.append((exp.name, report.section(exp, cfg, config_json, results, times[-1][1])))
         overall.update(1)
     overall.close()
     if jax.process_index() == 0:

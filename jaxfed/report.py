@@ -1,5 +1,6 @@
-"""``report.md`` for ``jaxfed reproduce``: one section per figure with its plot, parameters,
-the numbers behind the plot and a one-line reading computed from them."""
+"""``report.md`` for ``jaxfed reproduce``: the verdict policy and a summary table of every claim, then
+one section per figure with its plot, parameters, the numbers behind the plot and a reading computed
+from them."""
 
 from __future__ import annotations
 
@@ -10,8 +11,14 @@ import os
 __all__ = ["section", "write"]
 
 
-def section(exp, config, config_json: dict, results: dict, seconds: float) -> str:
-    """Markdown section of one finished experiment (plot path relative to the report)."""
+def section(exp, config, config_json: dict, results: dict, seconds: float):
+    """The :class:`jaxfed.experiments.base.Reading` of one finished experiment: its markdown section
+    (plot path relative to the report) and the verdicts it states."""
+    from jaxfed.experiments.base import Reading
+
+    reading = exp.report(config, config_json["points"], results)
+    if isinstance(reading, str):
+        reading = Reading(reading)
     params = "\n".join(f"| `{k}` | {json.dumps(v)} |" for k, v in config_json["parameters"].items())
     engine = config_json["engine"]
     lines = [
@@ -29,13 +36,22 @@ def section(exp, config, config_json: dict, results: dict, seconds: float) -> st
         "|---|---|",
         params,
         "",
-        exp.report(config, config_json["points"], results),
+        reading.text,
     ]
-    return "\n".join(lines)
+    return Reading("\n".join(lines), tuple(reading.verdicts))
 
 
-def write(out_dir: str, sections: list[str], seconds: float) -> str:
-    """Writes ``<out_dir>/report.md`` and returns its path."""
+def summary(named_sections: list) -> str:
+    """The table of every claim of the report: (section name, Reading) pairs in report order."""
+    from jaxfed import stats
+
+    names = [name for name, reading in named_sections for _ in reading.verdicts]
+    verdicts = [v for _, reading in named_sections for v in reading.verdicts]
+    return stats.verdict_table(verdicts, "paired statistic", sections=[f"[{n}](#{n})" for n in names])
+
+
+def write(out_dir: str, sections: list, seconds: float) -> str:
+    """Writes ``<out_dir>/report.md`` from (experiment name, :func:`section`) pairs and returns its path."""
     from jaxfed import __version__, stats
 
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -54,13 +70,22 @@ def write(out_dir: str, sections: list[str], seconds: float) -> str:
         "most differing pairs in the claimed direction). *Not reproduced*: the interval lies on the other "
         "side (the effect is absent or reversed). *Inconclusive*: neither, or the interval and the sign test "
         "disagree (the reason is given). *Not testable here*: the settings cannot show the effect (the reason "
-        'is given). "≈" and "margin ±x": an equality claim holds when the whole interval lies within ±x '
-        '(for ratios ±5% unless the claim says otherwise). "(n dropped)": pairs left out because a value is '
+        "is given). Margins: a claim of direction takes none (any effect the interval and the sign test "
+        'agree on counts); "≈" and "margin ±x" make an equality claim, which holds when the whole interval lies '
+        f"within ±x (for ratios within [1/{1 + stats.EQUAL_RATIO_MARGIN:g}, {1 + stats.EQUAL_RATIO_MARGIN:g}], for "
+        'slots the claim states x). "(n dropped)": pairs left out because a value is '
         "NaN or infinite. A *check of an explanation* (e.g. a measured cover time against theory) is stated "
         "as such and decided the same way; it is not one of the paper's claims.",
+        "",
+        "## Every claim",
+        "",
+        "Each section's verdicts in one table (the statistic is on each claim's own scale: a slot difference, a "
+        "ratio or a difference in the metric's unit, as the claim says).",
+        "",
+        summary(sections) or "No section states a claim.",
         "",
     ]
     path = os.path.join(out_dir, "report.md")
     with open(path, "w") as f:
-        f.write("\n".join(head + sections) + "\n")
+        f.write("\n".join(head + [reading.text for _, reading in sections]) + "\n")
     return path

@@ -43,6 +43,9 @@ from jaxfed import validation
 __all__ = [
     "Band",
     "Verdict",
+    "EQUAL_RATIO_MARGIN",
+    "MIN_UNTIED_PAIRS",
+    "SIGN_TEST_ALPHA",
     "bootstrap_interval",
     "sign_test",
     "paired_verdict",
@@ -515,6 +518,10 @@ MIN_UNTIED_PAIRS = 10
 """A directional claim is "reproduced" only when at least this many pairs differ (a != b)."""
 SIGN_TEST_ALPHA = 0.05
 """... and the two-sided sign test rejects "no direction" at this level, in the claimed direction."""
+EQUAL_RATIO_MARGIN = 0.05
+"""Every "≈" claim on a ratio holds when the ratio's interval lies within [1/1.05, 1.05] (margin
+log 1.05 on the log scale). Directional claims take no margin: any effect that the interval and the
+sign test agree on counts, so a ratio of 1.01 [1.005, 1.015] is both "a > b" and "a ≈ b"."""
 
 
 def paired_verdict(
@@ -607,24 +614,29 @@ def not_testable(claim: str, reason: str) -> Verdict:
     return Verdict(claim, nan, nan, nan, float("nan"), nan, nan, 0, 0, NOT_TESTABLE, 0, reason)
 
 
-def verdict_table(verdicts: list, what: str = "paired statistic", fmt: str = "{:.3g}") -> str:
-    """Markdown table of verdicts: claim, statistic with interval, sign-test p, pairs, verdict."""
+def verdict_table(
+    verdicts: list, what: str = "paired statistic", fmt: str = "{:.3g}", sections: list | None = None
+) -> str:
+    """Markdown table of verdicts: claim, statistic with interval, sign-test p, pairs, verdict; with
+    ``sections`` (one name per verdict) a first column naming where each claim is stated."""
     if not verdicts:
         return ""
     level = next((v.level for v in verdicts if v.verdict != NOT_TESTABLE), 0.95)
+    first, rule = ("| section ", "|---") if sections is not None else ("", "")
     rows = [
-        f"| claim | {what} [{level:.0%} interval] | a > b in | sign-test p | pairs | verdict |",
-        "|---|---|---|---|---|---|",
+        f"{first}| claim | {what} [{level:.0%} interval] | a > b in | sign-test p | pairs | verdict |",
+        f"{rule}|---|---|---|---|---|---|",
     ]
-    for v in verdicts:
+    for i, v in enumerate(verdicts):
+        where = f"| {sections[i]} " if sections is not None else ""
         dropped = f" ({v.n_dropped} dropped)" if v.n_dropped else ""
         untied = f", {v.n_untied} differ" if v.n_untied < v.n else ""
         why = f" ({v.reason})" if v.reason else ""
         if v.verdict == NOT_TESTABLE:
-            rows.append(f"| {v.claim} | – | – | – | – | **{v.verdict}**{why} |")
+            rows.append(f"{where}| {v.claim} | – | – | – | – | **{v.verdict}**{why} |")
             continue
         rows.append(
-            f"| {v.claim} | {v.interval_text(fmt)} | {v.fraction_greater:.0%} | {v.p_value:.2g} | "
+            f"{where}| {v.claim} | {v.interval_text(fmt)} | {v.fraction_greater:.0%} | {v.p_value:.2g} | "
             f"{v.n}{untied}{dropped} | **{v.verdict}**{why} |"
         )
     return "\n".join(rows)

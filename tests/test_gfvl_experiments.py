@@ -28,7 +28,7 @@ def test_nonconjugate_unlearning_reaches_the_asymptote_before_retraining():
     level = gfvl_unlearning.ASYMPTOTE_TOLERANCE * gfvl_unlearning.asymptote(stats.band(kl).median[1])
     faster = gfvl_unlearning.verdicts(cfg, config_json["points"], results, level, "near")[0]
     assert faster.verdict == stats.REPRODUCED and faster.estimate > 0, faster
-    assert "unlearning within 1.5× of the retrained asymptote" in exp.report(cfg, config_json["points"], results)
+    assert "unlearning within 1.5× of the retrained asymptote" in exp.report(cfg, config_json["points"], results).text
 
 
 @pytest.mark.slow  # ~7 s of the default suite's 7 minutes
@@ -42,7 +42,7 @@ def test_conjugate_unlearning_experiment():
     assert np.all(kl[:, :, -1] < gfvl_unlearning.EXACT)
     faster, at_hit = gfvl_unlearning.verdicts(cfg, config_json["points"], results, gfvl_unlearning.EXACT, "exact")
     assert at_hit.verdict == stats.REPRODUCED and at_hit.lower == at_hit.upper == 0.0
-    assert "**reproduced**" in exp.report(cfg, config_json["points"], results)
+    assert "**reproduced**" in exp.report(cfg, config_json["points"], results).text
 
 
 @pytest.mark.slow  # ~6 s of the default suite's 7 minutes
@@ -54,18 +54,19 @@ def test_local_iterations_experiment_shapes_and_reading():
     assert config_json["metrics"]["kl"]["axes"] == ["point", "trial", "local_iteration"]
     kl = results["kl"]
     assert kl.shape == (1, 16, 10) and np.all(np.isfinite(kl)) and np.all(kl >= 0)
-    assert "Median KL(q ‖ q*)" in exp.report(cfg, config_json["points"], results)
+    assert "Median KL(q ‖ q*)" in exp.report(cfg, config_json["points"], results).text
 
 
 def test_local_iterations_paired_ratio_verdicts():
     """The Fig. 4 verdicts on synthetic KL: L = 5 twice as large in every trial is reproduced (ratio 2),
-    the same distribution drawn independently is inconclusive (its interval straddles the 5% margin),
-    1% larger in every trial is not reproduced (under the margin), and a pair with KL = 0 is dropped."""
+    the same distribution drawn independently is inconclusive (its interval straddles 1), 1% smaller in every
+    trial is not reproduced, and a pair with KL = 0 is dropped. A directional claim takes no margin: 1% larger
+    in every trial is a slowdown the interval and the sign test agree on."""
     cfg = make_config(gfvl_local_iters.Config, {"local_iters": "1,5,10,20", "total_iters": "100"})
     labels = [{"local_iters": n} for n in cfg.local_iters]
     rng = np.random.default_rng(0)
     base = rng.lognormal(size=(1, 200, 5))
-    kl = np.concatenate([base, 2 * base, rng.lognormal(size=(1, 200, 5)), 1.01 * base])
+    kl = np.concatenate([base, 2 * base, rng.lognormal(size=(1, 200, 5)), 0.99 * base])
     kl[1, 0, :] = 0.0
     out = gfvl_local_iters.verdicts(cfg, labels, kl)
     assert len(out) == 3 * len(gfvl_local_iters.checkpoints(cfg))
@@ -73,6 +74,8 @@ def test_local_iterations_paired_ratio_verdicts():
     assert all(v.verdict == stats.REPRODUCED and abs(v.estimate - 2) < 1e-9 and v.n_dropped == 1 for v in doubled)
     assert all(v.verdict == stats.INCONCLUSIVE for v in out if v.claim.startswith("L = 10"))
     assert all(v.verdict == stats.NOT_REPRODUCED for v in out if v.claim.startswith("L = 20"))
+    slightly = gfvl_local_iters.verdicts(cfg, labels[:2], np.concatenate([base, 1.01 * base]))
+    assert all(v.verdict == stats.REPRODUCED and abs(v.estimate - 1.01) < 1e-9 for v in slightly)
 
 
 def test_presets_bundle_settings_and_explicit_values_win():
@@ -139,3 +142,43 @@ def test_cli_refuses_bad_new_parameters_in_one_line(setting, message, capsys, tm
 def test_no_nan_or_inf_in_1000_trials_at_default_settings(exp):
     _, _, results = _run(exp, {}, 1000)
     assert np.all(np.isfinite(results["kl"])) and np.all(results["kl"] >= 0)
+
+
+# --------------------------------------------------------------------------- unlearning verdicts: detectability
+def _unlearning_case(n_trials=40, n_slots=60, seed=0):
+    """Retraining falls from 10 to 1 over the slots; unlearning holds KL 5 until u's visit at slot h_t,
+    then sits at 1 (the exact-forgetting picture)."""
+    rng = np.random.default_rng(seed)
+    hit = rng.integers(2, 15, n_trials)
+    slots = np.arange(1, n_slots + 1)
+    retrain = np.tile(1.0 + 9.0 * np.exp(-slots / 10.0), (n_trials, 1))
+    unlearn = np.where(slots[None, :] >= hit[:, None], 1.0, 5.0)
+    return unlearn, retrain, hit
+
+
+def test_unlearning_verdicts_count_from_us_visit_and_are_real_when_detectable():
+    unlearn, retrain, hit = _unlearning_case()
+    unlearn[:, 0] = 0.5  # a dip below the level before u is forgotten is not unlearning
+    faster, at_hit = gfvl_unlearning.unlearning_verdicts(unlearn, retrain, hit, 1.5, "at the level", shift=3.0)
+    assert faster.verdict == stats.REPRODUCED and at_hit.verdict == stats.REPRODUCED
+    assert at_hit.estimate == 0.0  # unlearning's slot is exactly u's hitting time, not slot 1
+
+
+def test_unlearning_verdicts_are_not_testable_when_nothing_is_left_to_unlearn():
+    """The vacuous case of gfvl-logistic: the learnt model is within the level before u is ever scheduled."""
+    unlearn, retrain, hit = _unlearning_case()
+    unlearn = np.minimum(unlearn, 1.2)
+    verdicts = gfvl_unlearning.unlearning_verdicts(unlearn, retrain, hit, 1.5, "at the level")
+    assert [v.verdict for v in verdicts] == [stats.NOT_TESTABLE] * 2
+    assert "just before u is forgotten the median KL to the target without u is 1.2" in verdicts[0].reason
+    unlearn, retrain, hit = _unlearning_case()
+    small_shift = gfvl_unlearning.unlearning_verdicts(unlearn, retrain, hit, 1.5, "at the level", shift=0.17)
+    assert small_shift[0].verdict == stats.NOT_TESTABLE and "move the target by KL 0.17" in small_shift[0].reason
+
+
+def test_unlearning_that_lags_us_visit_is_not_reproduced_at_the_visit():
+    unlearn, retrain, hit = _unlearning_case()
+    slots = np.arange(1, unlearn.shape[1] + 1)
+    unlearn = np.where(slots[None, :] >= hit[:, None] + 8, 1.0, 5.0)  # gets there 8 slots after the visit
+    faster, at_hit = gfvl_unlearning.unlearning_verdicts(unlearn, retrain, hit, 1.5, "at the level", shift=3.0)
+    assert at_hit.verdict == stats.NOT_REPRODUCED and at_hit.estimate == 8.0

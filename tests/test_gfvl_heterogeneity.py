@@ -37,7 +37,7 @@ def test_every_family_runs_heterogeneous_and_is_exact_at_cover_time(family):
     exact = kl == 0
     assert np.all(exact[..., 1:] >= exact[..., :-1])
     np.testing.assert_array_equal(exact[0], exact[1])
-    text = EXP.report(cfg, config_json["points"], results)
+    text = EXP.report(cfg, config_json["points"], results).text
     assert "KL at slot 10 larger at τ=2 than at τ=0" in text and "**" in text
 
 
@@ -108,11 +108,12 @@ def test_loss_normalisation_weights_each_agents_statistics(family, normalisation
 def test_report_names_the_target_of_the_mean_loss():
     cfg = make_config(EXP.config_cls, {"family": "beta", "n_slots": "12", "loss_normalisation": "mean"})
     config_json, results = run_experiment(EXP, cfg, n_trials=4, quiet=True)
-    text = EXP.report(cfg, config_json["points"], results)
+    text = EXP.report(cfg, config_json["points"], results).text
     assert "mean loss: KL is measured against the generalized posterior" in text and "tempered by 1/N_k" in text
     assert "Median KL(q^(i) ‖ q*)" in text
     cfg = make_config(EXP.config_cls, {"family": "beta", "n_slots": "12"})
     config_json, results = run_experiment(EXP, cfg, n_trials=4, quiet=True)
-    assert "sum loss: KL is measured against the Bayesian posterior p(θ|D)" in EXP.report(
-        cfg, config_json["points"], results
+    assert (
+        "sum loss: KL is measured against the Bayesian posterior p(θ|D)"
+        in EXP.report(cfg, config_json["points"], results).text
     )

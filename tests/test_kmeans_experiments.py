@@ -71,7 +71,7 @@ def test_report_ends_with_verdicts_and_figure_draws(name, tmp_path, monkeypatch)
     cfg = base.make_config(exp.config_cls, {"n_rounds": "3"})
     sweep = exp.build(cfg)
     results = synthetic(sweep, cfg.n_rounds)
-    report = exp.report(cfg, sweep.labels, results)
+    report = exp.report(cfg, sweep.labels, results).text
     assert "**Verdicts**" in report
     assert any(v in report for v in ("**reproduced**", "**not reproduced**", "**inconclusive**"))
     exp.plot(cfg, sweep.labels, results, str(tmp_path / "figure.png"))
@@ -85,4 +85,4 @@ def test_tiny_run_end_to_end(name, tmp_path):
     cfg = base.make_config(exp.config_cls, {"n_rounds": "3", "n_points": "300"})
     cj, results = base.run_experiment(exp, cfg, n_trials=4, out_dir=str(tmp_path), quiet=True)
     assert all(np.isfinite(np.asarray(v)).all() for v in results.values())
-    assert "**Verdicts**" in exp.report(cfg, cj["points"], results)
+    assert "**Verdicts**" in exp.report(cfg, cj["points"], results).text

@@ -143,7 +143,7 @@ def test_small_experiment_runs_with_verdicts():
     )
     config_json, results = run_experiment(gfvl_logistic.EXPERIMENT, cfg, n_trials=4, quiet=True)
     assert np.asarray(results["kl"]).shape == (4, 4, 30)
-    text = gfvl_logistic.EXPERIMENT.report(cfg, config_json["points"], results)
+    text = gfvl_logistic.EXPERIMENT.report(cfg, config_json["points"], results).text
     assert "unlearning within 1.5× the retrained asymptote" in text and "**Reading.**" in text
 
 
@@ -259,7 +259,8 @@ def test_report_names_the_loss(normalisation, phrase):
     rng = np.random.default_rng(0)
     results = {m: rng.uniform(0.1, 1.0, (len(labels), 6, 8)) for m in ("kl", "log_lik", "accuracy", "grad_var")}
     results["hit"] = rng.integers(0, 8, (len(labels), 6))
-    text = gfvl_logistic.report(cfg, labels, results)
+    results["target_shift"] = np.full((len(labels), 6), 0.5)
+    text = gfvl_logistic.report(cfg, labels, results).text
     assert phrase in text and "**Reading.**" in text
 
 

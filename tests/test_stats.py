@@ -213,10 +213,23 @@ def test_a_claim_the_settings_cannot_detect_is_not_testable_with_its_reason():
     assert "[95% interval]" in table
 
 
-def test_the_report_states_the_verdict_policy_once_with_the_engines_constants(tmp_path):
+def test_the_report_states_the_verdict_policy_once_and_tables_every_claim(tmp_path):
     from jaxfed import report
+    from jaxfed.experiments.base import Reading
 
-    text = open(report.write(str(tmp_path), ["## a", "## b"], 1.0)).read()
+    up = stats.paired_verdict(np.arange(1.0, 51.0), np.zeros(50), "a > b")
+    untestable = stats.not_testable("u forgotten", "nothing to unlearn")
+    sections = [
+        ("exp-a", Reading("## exp-a", (up,))),
+        ("exp-b", Reading("## exp-b")),
+        ("exp-c", Reading("## exp-c", (untestable,))),
+    ]
+    text = open(report.write(str(tmp_path), sections, 1.0)).read()
     assert text.count("**How verdicts are decided**") == 1
     assert f"at least {stats.MIN_UNTIED_PAIRS} pairs differ" in text and f"p < {stats.SIGN_TEST_ALPHA:g}" in text
     assert "*Not testable here*" in text and "(n dropped)" in text
+    assert f"[1/{1 + stats.EQUAL_RATIO_MARGIN:g}, {1 + stats.EQUAL_RATIO_MARGIN:g}]" in text
+    table = text[text.index("## Every claim") : text.index("## exp-a")]
+    assert "| [exp-a](#exp-a) | a > b | 25.5 [" in table and "**reproduced**" in table
+    assert "| [exp-c](#exp-c) | u forgotten | – |" in table and "(nothing to unlearn)" in table
+    assert "exp-b" not in table and text.index("## exp-a") < text.index("## exp-b") < text.index("## exp-c")

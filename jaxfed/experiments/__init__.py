@@ -13,10 +13,20 @@ from jaxfed.experiments import (
     kmeans_mall,
     kmeans_studies,
 )
-from jaxfed.experiments.base import Experiment, Sweep, load_results, make_config, run_experiment
+from jaxfed.experiments.base import Experiment, Reading, Sweep, load_results, make_config, run_experiment
 from jaxfed.experiments.catalog import describe, find
 
-__all__ = ["REGISTRY", "get", "describe", "Experiment", "Sweep", "make_config", "run_experiment", "load_results"]
+__all__ = [
+    "REGISTRY",
+    "get",
+    "describe",
+    "Experiment",
+    "Reading",
+    "Sweep",
+    "make_config",
+    "run_experiment",
+    "load_results",
+]
 
 REGISTRY: dict[str, Experiment] = {
     exp.name: exp

@@ -31,6 +31,7 @@ from jaxfed.experiments import catalog
 
 __all__ = [
     "Experiment",
+    "Reading",
     "Sweep",
     "band_table",
     "check",
@@ -54,6 +55,16 @@ class Sweep(NamedTuple):
     metric_axes: dict  # metric -> axis names after (point, trial), e.g. {"kl": ("slot",)}
 
 
+class Reading(NamedTuple):
+    """What an experiment's ``report`` returns: its markdown section and the verdicts on its claims
+    (:class:`jaxfed.stats.Verdict`, in the order the section states them), which ``jaxfed reproduce``
+    gathers into the summary table at the top of report.md. A report may return a plain string
+    instead: a section without claims."""
+
+    text: str
+    verdicts: tuple = ()
+
+
 @dataclasses.dataclass(frozen=True)
 class Experiment:
     name: str
@@ -61,7 +72,7 @@ class Experiment:
     config_cls: type  # frozen dataclass of parameters; validates in __post_init__
     build: Callable[[Any], Sweep]
     plot: Callable[[Any, list, dict, str], None]  # (config, labels, results, png path)
-    report: Callable[[Any, list, dict], str]  # (config, labels, results) -> markdown: numbers + reading
+    report: Callable[[Any, list, dict], Reading | str]  # (config, labels, results) -> markdown + verdicts
     default_trials: int = 1000  # used by `jaxfed run` without --trials and by `jaxfed reproduce`
     common_random_numbers: bool = False  # all points of a trial share its key (same data and draws)
     # Trials per micro-batch by platform ("cpu", "gpu", …) where the engine's default

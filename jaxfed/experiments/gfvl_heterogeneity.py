@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, scenarios, stats, validation
-from jaxfed.experiments.base import Experiment, Sweep, band_table, check_loss_normalisation
+from jaxfed.experiments.base import Experiment, Reading, Sweep, band_table, check_loss_normalisation
 from jaxfed.experiments.gfvl_local_iters import target_text
 from jaxfed.experiments.gfvl_topologies import first_slot_at_or_below
 
@@ -166,7 +166,7 @@ def plot(cfg: Config, labels, metrics, path):
     plotting.save(fig, path)
 
 
-def report(cfg: Config, labels, results) -> str:
+def report(cfg: Config, labels, results) -> Reading:
     names = [_label(lab) for lab in labels]
     b = stats.band(results["kl"])
     slots = sorted({s for s in (1, 10, 25, 50, 100, cfg.n_slots) if s <= cfg.n_slots})
@@ -182,7 +182,7 @@ def report(cfg: Config, labels, results) -> str:
     ]
     if isinstance(results["kl"], stats.Summary):
         text.append("\n**Reading.** Paired verdicts need the raw trials (run with `--keep raw`).")
-        return "\n".join(text) + "\n"
+        return Reading("\n".join(text) + "\n")
     kl = np.asarray(results["kl"])
     rows, verdicts = [], []
     for topology in dict.fromkeys(lab["topology"] for lab in labels):
@@ -247,7 +247,7 @@ def report(cfg: Config, labels, results) -> str:
             f"same at every τ of a topology). The claims tested, that heterogeneity makes the partial posteriors "
             f"before cover worse and delays the slot at which the KL falls below {THRESHOLD:g}: {summary}.",
         ]
-    return "\n".join(text) + "\n"
+    return Reading("\n".join(text) + "\n", tuple(verdicts))
 
 
 EXPERIMENT = Experiment(

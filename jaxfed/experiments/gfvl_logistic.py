@@ -20,7 +20,9 @@ other two), computed once per configuration by a converged float64 natural-gradi
 Gaussian expectations of :func:`jaxfed.logistic.normal_softplus_mean` (:func:`jaxfed.logistic.centralised_optimum`:
 stationary for the exact objective to float64 precision); ``log_lik`` the held-out mean log predictive
 density and ``accuracy`` the held-out accuracy of q^(i); ``hit`` (point, trial): slots from the request until
-u is scheduled (−1 for the learning points and when u is not scheduled within n_slots). The points of a trial
+u is scheduled (−1 for the learning points and when u is not scheduled within n_slots); ``target_shift``
+(point, trial): KL(q* ‖ q*_(−u)) on the i.i.d. split, how far forgetting u has to move q (a constant, kept with
+the results so the report can check that the unlearning claims are detectable). The points of a trial
 share its key (common random numbers: the same walk on the same graph).
 """
 
@@ -34,8 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, logistic, natgrad, plotting, stats, validation
-from jaxfed.experiments.base import Experiment, Sweep, band_table, check_loss_normalisation
-from jaxfed.experiments.gfvl_unlearning import ASYMPTOTE_TOLERANCE, asymptote
+from jaxfed.experiments.base import Experiment, Reading, Sweep, band_table, check_loss_normalisation
+from jaxfed.experiments.gfvl_unlearning import ASYMPTOTE_TOLERANCE, asymptote, unlearning_verdicts
 
 NAME = "gfvl-logistic"
 SPLITS = ("iid", "label-skew")
@@ -56,14 +58,17 @@ class Config:
     skew: float = 1.0  # label skew: per class, the agents' shares ~ Dirichlet(skew · 1_K) (smaller: more skew)
     prior_var: float = 1.0  # prior N(0, prior_var I)
     alpha: float = 1.0  # temperature α
-    rho: float = 0.03  # learning rate ρ of the local natural-gradient steps
+    rho: float = 0.05  # learning rate ρ of the local natural-gradient steps
     local_iters: int = 5  # L
     n_samples: int = 20  # REINFORCE samples S per iteration
     baseline: str = "leave-one-out"  # gradient estimator: REINFORCE with "constant" (c = 0), "leave-one-out" or
     # "control-variate" baseline, or "reparameterisation"
-    n_slots: int = 200  # slots recorded per point
-    learn_slots: int = 200  # unlearning: slots of learning before the request
-    forget_agent: int = 9  # u, numbered from 0
+    n_slots: int = 400  # slots recorded per point
+    learn_slots: int = 400  # unlearning: slots of learning before the request
+    # u, numbered from 0. [choice] Agent 6 is the one whose data move q* most on the default i.i.d.
+    # split: KL(q* ‖ q*_(−u)) = 1.38 nats (agent 9: 0.17, below the learner's noise floor of ~0.4 at
+    # 400 slots, so forgetting it cannot be detected; the report checks this condition).
+    forget_agent: int = 6
     topologies: tuple[str, ...] = ("complete", "ring")
     splits: tuple[str, ...] = ("iid", "label-skew")
     loss_normalisation: str = "sum"  # "sum" (L_k = Σ_n ℓ: q* approximates the posterior at α = 1) or "mean"
@@ -134,6 +139,8 @@ def prepare(cfg: Config) -> dict:
         )
         eta, change = optimum(lik.pool(rest), prior, cfg.alpha)
         out["data"]["rest"], out["target"]["rest"], out["converged"]["rest"] = rest, np.asarray(eta), float(change)
+        family = expfam.mean_field_normal(d, 1.0 / cfg.prior_var)
+        out["target_shift"] = float(expfam.kl(family, jnp.asarray(out["target"]["iid"]), eta))
         out["prior"] = np.asarray(prior)
     return out
 
@@ -155,6 +162,7 @@ def make_trial(cfg: Config, problem: dict):
     data = {k: as_float(v) for k, v in problem["data"].items()}
     target = {k: as_float(v) for k, v in problem["target"].items()}
     test = problem["test"]
+    shift = problem["target_shift"]
 
     def solver(agent_data):
         return gfvl.natgrad_solver(
@@ -187,7 +195,8 @@ def make_trial(cfg: Config, problem: dict):
             walk = gossip.mh_schedule(key_walk, point["adjacency"], cfg.n_slots)
             agent_data = data[point["split"]]
             _, etas = gfvl.learn(key_learn, gfvl.init(prior, cfg.n_agents), walk, solver(agent_data))
-            return {**metrics(key_var, etas, target[point["split"]], walk, agent_data), "hit": jnp.int32(-1)}
+            learnt = metrics(key_var, etas, target[point["split"]], walk, agent_data)
+            return {**learnt, "hit": jnp.int32(-1), "target_shift": jnp.asarray(shift, float)}
         total = cfg.learn_slots + cfg.n_slots
         walk = gossip.mh_schedule(key_walk, jnp.asarray(graphs.complete(cfg.n_agents)), total)
         hit = gossip.hitting_time(walk, cfg.forget_agent, cfg.learn_slots - 1).astype(jnp.int32)
@@ -201,7 +210,8 @@ def make_trial(cfg: Config, problem: dict):
             schedule = gossip.mh_schedule(key_walk, _graph_without(cfg.n_agents, cfg.forget_agent), cfg.n_slots)
             agent_data = data["rest"]
             _, etas = gfvl.learn(key_learn, gfvl.init(prior, cfg.n_agents - 1), schedule, solver(agent_data))
-        return {**metrics(key_var, etas, target["rest"], schedule, agent_data), "hit": hit}
+        unlearnt = metrics(key_var, etas, target["rest"], schedule, agent_data)
+        return {**unlearnt, "hit": hit, "target_shift": jnp.asarray(shift, float)}
 
     return trial
 
@@ -221,7 +231,14 @@ def _points(cfg: Config):
 
 def build(cfg: Config):
     labels, points = _points(cfg)
-    axes = {"kl": ("slot",), "log_lik": ("slot",), "accuracy": ("slot",), "grad_var": ("slot",), "hit": ()}
+    axes = {
+        "kl": ("slot",),
+        "log_lik": ("slot",),
+        "accuracy": ("slot",),
+        "grad_var": ("slot",),
+        "hit": (),
+        "target_shift": (),
+    }
     return Sweep(trial=make_trial(cfg, prepare(cfg)), points=points, labels=labels, metric_axes=axes)
 
 
@@ -250,13 +267,7 @@ def plot(cfg: Config, labels, metrics, path):
     plotting.save(fig, path)
 
 
-def first_slot_within(kl: np.ndarray, level: float) -> np.ndarray:
-    """Per trial, the first slot (1-based) with KL <= level; n_slots + 1 where never (censored)."""
-    below = kl <= level
-    return np.where(below.any(axis=-1), np.argmax(below, axis=-1) + 1, kl.shape[-1] + 1)
-
-
-def report(cfg: Config, labels, results) -> str:
+def report(cfg: Config, labels, results) -> Reading:
     names = [_name(lab) for lab in labels]
     slots = sorted({s for s in (1, 10, 50, 100, cfg.n_slots) if s <= cfg.n_slots})
     index = [s - 1 for s in slots]
@@ -287,7 +298,7 @@ def report(cfg: Config, labels, results) -> str:
         text += ["", f"Median {what} [75% band] by slot:", "", table]
     if isinstance(results["kl"], stats.Summary):
         text.append("\n**Reading.** Paired verdicts need the raw trials (run with `--keep raw`).")
-        return "\n".join(text) + "\n"
+        return Reading("\n".join(text) + "\n")
     kl = np.asarray(results["kl"])
     finite = np.all(np.isfinite(kl), axis=-1) & np.all(np.isfinite(np.asarray(results["log_lik"])), axis=-1)
     text += [
@@ -324,28 +335,17 @@ def report(cfg: Config, labels, results) -> str:
             verdicts.append(ratio(p_r, p_c, f"{split}: KL at slot {at} larger on ring than on complete (ratio)"))
     p_u, p_t = index_of("unlearning"), index_of("retrain")
     level = ASYMPTOTE_TOLERANCE * asymptote(np.median(kl[p_t], axis=0))
-    first_u, first_t = first_slot_within(kl[p_u], level), first_slot_within(kl[p_t], level)
-    hit = np.asarray(results["hit"])[p_u]
-    at_request = float(np.median(kl[p_u, :, 0]))
-    claims = (
-        f"unlearning within {ASYMPTOTE_TOLERANCE:g}× the retrained asymptote before retraining (slots of retrain − unlearning)",
-        "unlearning at the retrained level when u is next scheduled (slot − (hit + 1), ±5 slots)",
-    )
-    if at_request <= level:
-        # Detectability: the model learnt with u must be farther from q*_(−u) than the tolerance
-        # band at the request, else "reaching the band" happens before u is ever scheduled.
-        reason = (
-            f"at the request the median KL to q*_(−u) is already {at_request:.3g}, within "
-            f"{ASYMPTOTE_TOLERANCE:g}× the retrained asymptote ({level / ASYMPTOTE_TOLERANCE:.3g}): u's data moves "
-            "q* less than the learner's own noise floor"
-        )
-        verdicts += [stats.not_testable(claim, reason) for claim in claims]
-    else:
-        verdicts.append(stats.paired_verdict(first_t, first_u, claims[0], expect="greater"))
-        reached = hit >= 0
-        verdicts.append(
-            stats.paired_verdict(first_u[reached], hit[reached] + 1.0, claims[1], expect="equal", margin=5.0)
-        )
+    shift = float(np.asarray(results["target_shift"])[p_u, 0])
+    what = f"within {ASYMPTOTE_TOLERANCE:g}× the retrained asymptote ({level:.3g})"
+    verdicts += unlearning_verdicts(kl[p_u], kl[p_t], np.asarray(results["hit"])[p_u], level, what, shift=shift)
+    text += [
+        "",
+        f"Detectability of the unlearning claims: u = {cfg.forget_agent}'s data move the target by "
+        f"KL(q* ‖ q*_(−u)) = {shift:.3g} nats; the level is {ASYMPTOTE_TOLERANCE:g}× retrain's median KL over the "
+        f"last quarter of the slots (its noise floor), {level:.3g}. The claims are tested only when the shift and "
+        "the learnt model's KL just before u is forgotten both exceed the level; unlearning's slot is counted "
+        "from u's visit.",
+    ]
     text += [
         "",
         "Paired comparisons (common random numbers):",
@@ -357,7 +357,7 @@ def report(cfg: Config, labels, results) -> str:
         for v in verdicts
     )
     text += ["", f"**Reading.** {summary}."]
-    return "\n".join(text) + "\n"
+    return Reading("\n".join(text) + "\n", tuple(verdicts))
 
 
 # A logistic trial (natural-gradient steps on 569 data points) takes ~10 ms on a CPU: 64 trials per

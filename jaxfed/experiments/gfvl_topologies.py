@@ -18,6 +18,7 @@ import numpy as np
 from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, scenarios, stats, validation
 from jaxfed.experiments.base import (
     Experiment,
+    Reading,
     Sweep,
     band_table,
     check_bernoulli_setting,
@@ -130,7 +131,7 @@ def verdicts(cfg: Config, names: list, kl: np.ndarray) -> list:
     return out
 
 
-def report(cfg: Config, labels, results) -> str:
+def report(cfg: Config, labels, results) -> Reading:
     b = stats.band(results["kl"])
     names = [lab["topology"] for lab in labels]
     slots = sorted({s for s in (1, 10, 25, 50, 100, 200, cfg.n_slots) if s <= cfg.n_slots})
@@ -150,7 +151,7 @@ def report(cfg: Config, labels, results) -> str:
     ]
     if isinstance(results["kl"], stats.Summary):
         text.append("\n**Reading.** Paired verdicts need the raw trials (run with `--keep raw`).")
-        return "\n".join(text) + "\n"
+        return Reading("\n".join(text) + "\n")
     kl = np.asarray(results["kl"])
     exact = first_slot_at_or_below(kl, 0.0)  # the cover time: KL = 0 once every agent is visited
     cover_rows = []
@@ -172,10 +173,10 @@ def report(cfg: Config, labels, results) -> str:
         "",
         cover,
     ]
-    reading = []
+    reading, checks = [], []
     if "complete" in names:
         theory = complete_cover_time(cfg.n_agents)
-        claim = f"mean slot of KL = 0 on complete within 5% of 1 + (K−1)H_(K−1) = {theory:.2f}"
+        claim = f"check of an explanation: mean slot of KL = 0 on complete within 5% of 1 + (K−1)H_(K−1) = {theory:.2f}"
         v = stats.paired_verdict(
             exact[names.index("complete")],
             np.full(kl.shape[1], theory),
@@ -189,6 +190,7 @@ def report(cfg: Config, labels, results) -> str:
             f"paper gives its mean on the complete graph): measured − formula = {v.interval_text()} slots "
             f"(95% interval, margin ±{0.05 * theory:.2f}), **{v.verdict}**."
         )
+        checks.append(v)
     paired = verdicts(cfg, names, kl)
     if paired:
         table_v = stats.verdict_table(paired, what="median paired slot difference")
@@ -202,7 +204,7 @@ def report(cfg: Config, labels, results) -> str:
         if claims:
             reading.append(f"Paper's claim (complete converges faster than star): **{claims[0].verdict}**.")
     text += ["", "**Reading.** " + (" ".join(reading) or "The paper's claims concern the complete and star graphs.")]
-    return "\n".join(text) + "\n"
+    return Reading("\n".join(text) + "\n", tuple(paired) + tuple(checks))
 
 
 EXPERIMENT = Experiment(

@@ -43,6 +43,7 @@ from jaxfed import (
 )
 from jaxfed.experiments.base import (
     Experiment,
+    Reading,
     Sweep,
     band_table,
     check_bernoulli_setting,
@@ -51,6 +52,7 @@ from jaxfed.experiments.base import (
     preset_variant,
 )
 from jaxfed.experiments.gfvl_local_iters import PAPER_CONVENTION, preset_differences, target_text
+from jaxfed.experiments.gfvl_topologies import first_slot_at_or_below
 
 NAME = "gfvl-unlearning"
 NAME_CONJUGATE = "gfvl-unlearning-conjugate"
@@ -308,26 +310,72 @@ def _hit(results) -> np.ndarray:
     return np.where(hit > 0, hit, np.nan)
 
 
-def verdicts(cfg, labels, results, level: float, what: str) -> list:
-    """Paired verdicts: (1) unlearning reaches ``level`` before retraining (per-trial first slots,
-    censored at n_slots + 1); (2) unlearning reaches it within one slot of u's hitting time."""
-    from jaxfed.experiments.gfvl_topologies import first_slot_at_or_below
+HIT_MARGIN = 1.0
+"""Claim (2), "unlearnt when u is scheduled", holds when the paired slot difference lies within ±1 slot."""
 
-    methods = [lab["method"] for lab in labels]
-    kl = np.asarray(results["kl"])
-    unl = first_slot_at_or_below(kl[methods.index("unlearning")], level).astype(float)
-    ret = first_slot_at_or_below(kl[methods.index("retrain")], level).astype(float)
-    hit = _hit(results)
+
+def unlearning_verdicts(kl_unlearn, kl_retrain, hit, level: float, what: str, shift: float | None = None) -> list:
+    """Paired verdicts on forgetting u against retraining without u, both measured against the
+    target without u, per trial (pair) of the (trial, slot) arrays ``kl_unlearn`` and ``kl_retrain``:
+
+    1. *unlearning reaches ``level`` before retraining*: slots of retrain − unlearning, where
+       unlearning's slot is the first s >= h_t with KL <= level (h_t = ``hit``, the slot, from 1,
+       at which u is forgotten: before it the model still holds u's data, so a KL already below
+       the level is not unlearning) and retrain's the first slot with KL <= level; both censored
+       at n_slots + 1 (also where u is never scheduled);
+    2. *unlearning reaches it when u is scheduled*: unlearning's slot − h_t within ±:data:`HIT_MARGIN`
+       (trials where u is not scheduled within the slots, ``hit`` < 1, are dropped).
+
+    Detectability: the claims are tested only where forgetting u has something to do, i.e. the
+    median over trials of the KL at slot h_t − 1 (the learnt model just before u is forgotten,
+    trials with h_t >= 2) exceeds ``level``, and, when given, ``shift`` (the KL between the targets
+    with and without u) exceeds it too; otherwise both are "not testable here" with the reason.
+    """
+    kl_unlearn, kl_retrain = np.asarray(kl_unlearn), np.asarray(kl_retrain)
+    hit = np.asarray(hit).astype(int)
+    n_slots = kl_unlearn.shape[-1]
+    claims = (
+        f"unlearning {what} before retraining (slots of retrain − unlearning; unlearning from u's visit)",
+        f"unlearning {what} when u is scheduled (slot − u's hitting time, ±{HIT_MARGIN:g} slot)",
+    )
+    before = hit >= 2
+    held = float(np.median(kl_unlearn[before, hit[before] - 2])) if before.any() else float("nan")
+    reasons = []
+    if not held > level:
+        reasons.append(
+            f"just before u is forgotten the median KL to the target without u is {held:.3g}, not above the "
+            f"level {level:.3g}: there is nothing to unlearn that the level can see"
+        )
+    if shift is not None and not shift > level:
+        reasons.append(
+            f"u's data move the target by KL {shift:.3g}, not more than the level {level:.3g} (the learner's "
+            "own noise floor times the tolerance)"
+        )
+    if reasons:
+        return [stats.not_testable(claim, "; ".join(reasons)) for claim in claims]
+    slots = np.arange(1, n_slots + 1)
+    below = (kl_unlearn <= level) & (slots[None, :] >= hit[:, None]) & (hit[:, None] >= 1)
+    unl = np.where(below.any(axis=-1), np.argmax(below, axis=-1) + 1, n_slots + 1).astype(float)
+    ret = first_slot_at_or_below(kl_retrain, level).astype(float)
+    scheduled = hit >= 1
     return [
-        stats.paired_verdict(ret, unl, f"unlearning {what} before retraining (slots of retrain − unlearning)"),
+        stats.paired_verdict(ret, unl, claims[0]),
         stats.paired_verdict(
-            np.where(unl <= cfg.n_slots, unl, np.nan),
-            hit,
-            f"unlearning {what} when u is scheduled (slot − u's hitting time, ±1 slot)",
+            np.where(scheduled, unl, np.nan),
+            np.where(scheduled, hit, np.nan),
+            claims[1],
             expect="equal",
-            margin=1.0,
+            margin=HIT_MARGIN,
         ),
     ]
+
+
+def verdicts(cfg, labels, results, level: float, what: str) -> list:
+    """:func:`unlearning_verdicts` of this experiment's unlearning and retrain points."""
+    methods = [lab["method"] for lab in labels]
+    kl = np.asarray(results["kl"])
+    hit = np.asarray(results["hit"])[methods.index("unlearning")]
+    return unlearning_verdicts(kl[methods.index("unlearning")], kl[methods.index("retrain")], hit, level, what)
 
 
 def _hit_text(cfg, results) -> str:
@@ -347,6 +395,8 @@ def _target(cfg) -> str:
 
 def _verdict_lines(paired, what: str) -> str:
     faster, at_hit = paired
+    if faster.verdict == stats.NOT_TESTABLE:
+        return f"The paper's claims (unlearning gets {what} before retraining, and when u is scheduled): **not testable here**: {faster.reason}."
     return (
         f"The paper's claims, with per-trial slots to come {what}: unlearning gets there before retraining "
         f"(median {faster.estimate:.3g} slots earlier), **{faster.verdict}**; it gets there when u is scheduled "
@@ -355,7 +405,7 @@ def _verdict_lines(paired, what: str) -> str:
     )
 
 
-def report(cfg: Config, labels, results) -> str:
+def report(cfg: Config, labels, results) -> Reading:
     b = stats.band(results["kl"])
     methods = [lab["method"] for lab in labels]
     level = ASYMPTOTE_TOLERANCE * asymptote(b.median[methods.index("retrain")])
@@ -370,7 +420,7 @@ def report(cfg: Config, labels, results) -> str:
         f"{_HEAD}\n\n{_table(cfg, labels, b)}",
     ]
     if isinstance(results["kl"], stats.Summary):
-        return (
+        return Reading(
             "\n".join(text + ["", "**Reading.** Paired verdicts need the raw trials (run with `--keep raw`)."]) + "\n"
         )
     what = f"within {ASYMPTOTE_TOLERANCE:g}× of the retrained asymptote ({level:.3g})"
@@ -381,25 +431,25 @@ def report(cfg: Config, labels, results) -> str:
     caveat = (
         f" Retraining has not converged within the {cfg.n_slots} slots (its median KL fell from "
         f'{retrain[-quarter]:.3g} to {retrain[-1]:.3g} over the last quarter), so the "asymptote" is only where '
-        "retraining has got to, and the unlearned model, which starts from a partly learned state, may already "
-        "be below it before u is scheduled."
+        "retraining has got to."
         if still_falling
         else ""
     )
     text += [
         "",
-        f"Per trial, the first slot at which the KL is {what}; the asymptote is retrain's median KL over the last "
-        f"quarter of the slots (trials that never get there count as n_slots + 1):",
+        f"Per trial, the first slot at which the KL is {what}, for unlearning from the slot at which u is "
+        "forgotten; the asymptote is retrain's median KL over the last quarter of the slots (trials that never get "
+        "there count as n_slots + 1):",
         "",
         stats.verdict_table(paired, what="median paired slot difference"),
         "",
         f"**Reading.** {_verdict_lines(paired, f'within {ASYMPTOTE_TOLERANCE:g}× of the retrained asymptote')} "
         f"{_hit_text(cfg, results)}{caveat}",
     ]
-    return "\n".join(text) + "\n"
+    return Reading("\n".join(text) + "\n", tuple(paired))
 
 
-def report_conjugate(cfg: ConjugateConfig, labels, results) -> str:
+def report_conjugate(cfg: ConjugateConfig, labels, results) -> Reading:
     b = stats.band(results["kl"])
     text = [
         f"KL is measured against {_target(cfg)} "
@@ -408,19 +458,20 @@ def report_conjugate(cfg: ConjugateConfig, labels, results) -> str:
         f"{_HEAD}\n\n{_table(cfg, labels, b)}",
     ]
     if isinstance(results["kl"], stats.Summary):
-        return (
+        return Reading(
             "\n".join(text + ["", "**Reading.** Paired verdicts need the raw trials (run with `--keep raw`)."]) + "\n"
         )
     paired = verdicts(cfg, labels, results, EXACT, "exact")
     text += [
         "",
-        "Per trial, the first slot at which the KL is exact (trials that never get there count as n_slots + 1):",
+        "Per trial, the first slot at which the KL is exact, for unlearning from the slot at which u is forgotten "
+        "(trials that never get there count as n_slots + 1):",
         "",
         stats.verdict_table(paired, what="median paired slot difference"),
         "",
         f"**Reading.** {_verdict_lines(paired, 'to the exact posterior')} {_hit_text(cfg, results)}",
     ]
-    return "\n".join(text) + "\n"
+    return Reading("\n".join(text) + "\n", tuple(paired))
 
 
 EXPERIMENT = Experiment(

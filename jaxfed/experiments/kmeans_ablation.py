@@ -24,7 +24,7 @@ import dataclasses
 import numpy as np
 
 from jaxfed import kmeans, plotting, stats, validation
-from jaxfed.experiments.base import Experiment, band_table
+from jaxfed.experiments.base import Experiment, Reading, band_table
 from jaxfed.experiments.kmeans_mall import (
     DIFFERENCE_TEXT,
     LOSS_LABEL,
@@ -194,14 +194,14 @@ def _summary_rows(summary: stats.Summary, rows) -> stats.Summary:
     return stats.Summary(*(np.asarray(f)[rows] for f in summary))
 
 
-def _report(cfg: AblationConfig, labels, results) -> str:
+def _report(cfg: AblationConfig, labels, results) -> Reading:
     b = stats.band(results["loss"])
     names = [f"{lab['variant']}, {lab['split']}, init {lab['init']}" for lab in labels]
     table = band_table("round", [cfg.n_rounds], names, b, [cfg.n_rounds - 1])
     text = f"Final loss (1)/|D| (m²), OAC D={cfg.digits} at {cfg.snr_db:g} dB unless named, median [75% band]:\n\n{table}\n\n"
     last = final_values(results)
     if last is None:
-        return text + RAW_NEEDED
+        return Reading(text + RAW_NEEDED)
     inits = list(dict.fromkeys((cfg.init,) + tuple(cfg.inits)))
     reinits = np.asarray(results["reinits"]).sum(-1)  # (point, trial): firings per run
     fire = [
@@ -248,7 +248,7 @@ def _report(cfg: AblationConfig, labels, results) -> str:
         "(changes below −v_max are clamped); the `-previous` readings last round's maxima (changes that grew "
         "since are clamped). E_s = √β lowers the energy per active resource by 2.39 dB at β = 3."
     )
-    return (
+    markdown = (
         text
         + "Re-initialisation firings (mean per run of "
         + f"{cfg.n_rounds} rounds, and the share of runs where it fired at all):\n\n"
@@ -260,6 +260,7 @@ def _report(cfg: AblationConfig, labels, results) -> str:
         + f"\n\n**Reading.** {reading}\n\n"
         + verdict_block(verdicts, DIFFERENCE_TEXT, "mean a − b (m²)")
     )
+    return Reading(markdown, tuple(verdicts))
 
 
 def _changed(labels, last, split: str, init: str, name: str) -> float:

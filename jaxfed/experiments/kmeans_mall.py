@@ -37,10 +37,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import kmeans, oac, plotting, scenarios, stats, validation
-from jaxfed.experiments.base import Experiment, Sweep, band_table
+from jaxfed.experiments.base import Experiment, Reading, Sweep, band_table
 
 SYMBOL_ENERGIES = ("beta", "sqrt-beta")
-EQUAL_MARGIN = 0.05  # "≈": the paired median ratio's interval lies within [1/1.05, 1.05]
+EQUAL_MARGIN = stats.EQUAL_RATIO_MARGIN  # "≈": the paired median ratio's interval lies within [1/1.05, 1.05]
 LOSS_LABEL = "loss per customer, eq. (1) / |D|  (m²)"
 RAW_NEEDED = "Verdicts need every trial's values: rerun with `--keep raw`.\n"
 # A k-means trial takes milliseconds on a CPU: 64 trials per micro-batch run as fast per trial as
@@ -427,7 +427,7 @@ def _plot_convergence(cfg: ConvergenceConfig, labels, results, path):
     plotting.save(fig, path)
 
 
-def _report_convergence(cfg: ConvergenceConfig, labels, results) -> str:
+def _report_convergence(cfg: ConvergenceConfig, labels, results) -> Reading:
     b = stats.band(results["loss"])
     names = [_label(lab) for lab in labels]
     rounds = sorted({r for r in (1, 5, 10, 20, cfg.n_rounds) if r <= cfg.n_rounds})
@@ -446,7 +446,7 @@ def _report_convergence(cfg: ConvergenceConfig, labels, results) -> str:
     )
     last = final_values(results)
     if last is None:
-        return text + RAW_NEEDED
+        return Reading(text + RAW_NEEDED)
     reinits = np.asarray(results["reinits"]).sum(-1)
     hi, lo = oac_rows[-1], oac_rows[0]
     text += (
@@ -476,7 +476,7 @@ def _report_convergence(cfg: ConvergenceConfig, labels, results) -> str:
                 "less",
             )
         )
-    return text + verdict_block(verdicts)
+    return Reading(text + verdict_block(verdicts), tuple(verdicts))
 
 
 CONVERGENCE = Experiment(
@@ -614,7 +614,7 @@ def _gap_explanation(cfg: SnrConfig, labels, results, d_max: int) -> str:
     )
 
 
-def _report_snr(cfg: SnrConfig, labels, results) -> str:
+def _report_snr(cfg: SnrConfig, labels, results) -> Reading:
     b = stats.band(results["loss"])
     final = b.median[:, -1]
     head = (
@@ -648,7 +648,7 @@ def _report_snr(cfg: SnrConfig, labels, results) -> str:
     )
     last = final_values(results)
     if last is None:
-        return text + RAW_NEEDED
+        return Reading(text + RAW_NEEDED)
     text += _gap_explanation(cfg, labels, results, d_max)
     if d_min == 1:
         low = _oac_rows(labels, 1)
@@ -687,7 +687,7 @@ def _report_snr(cfg: SnrConfig, labels, results) -> str:
     )
     free = index_of(labels, method="oac", digits=d_max, noise_free=True)
     verdicts.append(ratio_verdict(last, free, 0, f"OAC D={d_max} without noise ≈ centralized", "equal"))
-    return text + verdict_block(verdicts)
+    return Reading(text + verdict_block(verdicts), tuple(verdicts))
 
 
 SNR = Experiment(

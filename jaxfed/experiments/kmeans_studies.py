@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from jaxfed import kmeans, plotting, stats, validation
-from jaxfed.experiments.base import Experiment, band_table
+from jaxfed.experiments.base import Experiment, Reading, band_table
 from jaxfed.experiments.kmeans_mall import (
     LOSS_LABEL,
     MICRO_BATCH,
@@ -122,7 +122,7 @@ def _plot_devices(cfg: DevicesConfig, labels, results, path):
     plotting.save(fig, path)
 
 
-def _report_devices(cfg: DevicesConfig, labels, results) -> str:
+def _report_devices(cfg: DevicesConfig, labels, results) -> Reading:
     b = stats.band(results["loss"])
     cell = lambda i: f"{b.median[i, -1]:.3g} [{b.lower[i, -1]:.3g}, {b.upper[i, -1]:.3g}]"  # noqa: E731
     rows = [
@@ -152,7 +152,7 @@ def _report_devices(cfg: DevicesConfig, labels, results) -> str:
     )
     last = final_values(results)
     if last is None:
-        return text + resources_line + RAW_NEEDED
+        return Reading(text + resources_line + RAW_NEEDED)
     ks = [n * n for n in cfg.grid_sides]
     verdicts = [
         ratio_verdict(
@@ -174,7 +174,7 @@ def _report_devices(cfg: DevicesConfig, labels, results) -> str:
                 "equal",
             )
         )
-    return text + resources_line + verdict_block(verdicts)
+    return Reading(text + resources_line + verdict_block(verdicts), tuple(verdicts))
 
 
 DEVICES = Experiment(
@@ -258,7 +258,7 @@ def _plot_digits1(cfg: Digits1Config, labels, results, path):
     plotting.save(fig, path)
 
 
-def _report_digits1(cfg: Digits1Config, labels, results) -> str:
+def _report_digits1(cfg: Digits1Config, labels, results) -> Reading:
     b = stats.band(results["loss"])
     names = [
         ("quantisation only" if lab["method"] == "quantized" else f"OAC {lab['snr_db']:g} dB")
@@ -269,7 +269,7 @@ def _report_digits1(cfg: Digits1Config, labels, results) -> str:
     text = f"D = 1, β = {cfg.beta}, init {cfg.init}: final loss (1)/|D| (m²), median [75% band]:\n\n{table}\n\n"
     last = final_values(results)
     if last is None:
-        return text + RAW_NEEDED
+        return Reading(text + RAW_NEEDED)
     reinits = np.asarray(results["reinits"]).sum(-1).mean(1)
     movement = np.asarray(results["movement"]).mean((1, 2))
     dead = np.asarray(results["dead_zone"]).mean((1, 2))
@@ -303,7 +303,7 @@ def _report_digits1(cfg: Digits1Config, labels, results) -> str:
         )
     else:
         reading += "These trials do not single out noise-driven re-initialisation as the cause (see the verdicts)."
-    return (
+    markdown = (
         text
         + "Per round, mean over trials and rounds:\n\n"
         + "\n".join(rows)
@@ -311,6 +311,7 @@ def _report_digits1(cfg: Digits1Config, labels, results) -> str:
         + "Checks of the explanation (not claims of the paper):\n\n"
         + verdict_block(verdicts)
     )
+    return Reading(markdown, tuple(v._replace(claim=f"check of an explanation: {v.claim}") for v in verdicts))
 
 
 DIGITS1 = Experiment(
