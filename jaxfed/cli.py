@@ -16,6 +16,11 @@ from jaxfed import validation
 
 DEFAULT_OUT = "results"
 DEFAULT_MAX_TRIALS = 1_000_000  # trials per point at most in a precision-targeted run
+# --devices at most: checked when the flag is parsed, before XLA creates any device (10,000 host
+# devices took 28 s and 1.2 GB to create, 100,000 never finished). Host devices beyond the CPU
+# cores only add overhead; 64 covers the accelerators of any one host.
+MAX_DEVICES = max(64, 4 * (os.cpu_count() or 1))
+_DEVICES_NOTE = f" (max(64, 4 x the {os.cpu_count() or 1} CPU cores))"
 
 
 def _parse_sets(items: list[str]) -> dict[str, str]:
@@ -76,7 +81,12 @@ def _run_one(exp, overrides, args, out_dir, n_trials):
         target_statistic=getattr(args, "target_statistic", None) or "mean",
     )
     engine = config_json["engine"]
-    if not args.quiet:
+    if not args.quiet and "served_from" in config_json:
+        _say(
+            f"{exp.name}: served the first {n_trials} of the {config_json['stored_trials']} stored trials "
+            "(the stored run's record is left as it is)"
+        )
+    elif not args.quiet:
         _say(
             f"{exp.name}: chunk size(s) {engine['chunk_sizes']} trials over {engine['devices']} device(s) "
             f"in {engine['processes']} process(es), kept {engine['keep']}"
@@ -152,16 +162,57 @@ def _cmd_reproduce(args) -> int:
 
 
 def _cmd_plot(args) -> int:
-    from jaxfed.experiments import get, load_results, make_config
+    from jaxfed.experiments import load_results, make_config
 
     config_json, metrics = load_results(args.dir)
-    exp = get(config_json.get("source") or config_json["experiment"])
+    exp = _plotting_experiment(args.dir, config_json, args.experiment)
     params = {k: ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in config_json["parameters"].items()}
     cfg = make_config(exp.config_cls, params)
+    if args.experiment:
+        _check_code(args.dir, exp, cfg, config_json)
     path = os.path.join(args.dir, f"{exp.name}.png")
     exp.plot(cfg, config_json["points"], metrics, path)
     print(path)
     return 0
+
+
+def _plotting_experiment(out_dir: str, config_json: dict, named: str | None):
+    """The experiment whose plot redraws ``out_dir``: a built-in found by the recorded name, or the
+    one the user names (``--experiment``). A result directory is data: code it names (a user
+    file, a plugin) is never imported on its say-so."""
+    from jaxfed.experiments import REGISTRY, get
+
+    recorded = config_json["experiment"]
+    runs_code = bool(config_json.get("code") or config_json.get("plugin") or config_json.get("source"))
+    if named is None:
+        if runs_code or recorded not in REGISTRY:
+            where = config_json.get("source") or recorded
+            raise ValueError(
+                f"{out_dir} was written by the experiment {where!r}, which is not built in; a result directory never "
+                f"runs the code it names: give the experiment yourself with --experiment path/to/file.py:NAME (or the "
+                "plugin's name), after checking it"
+            )
+        return REGISTRY[recorded]
+    exp = get(named)
+    if exp.name != recorded:
+        raise ValueError(f"--experiment {named}: is the experiment {exp.name!r}, but {out_dir} holds {recorded!r}")
+    return exp
+
+
+def _check_code(out_dir: str, exp, cfg, config_json: dict) -> None:
+    """ValueError unless the named experiment's code is the code that wrote ``out_dir`` (the
+    digests of its files and its plugin's version, as in the run's identity)."""
+    from jaxfed import store
+    from jaxfed.experiments import catalog
+
+    current = catalog.code_identity(exp, cfg)
+    stored = {k: config_json[k] for k in ("code", "plugin") if k in config_json}
+    if current != stored:
+        raise ValueError(
+            f"--experiment {exp.source or exp.plugin or exp.name}: is not the code that wrote {out_dir} (differs in "
+            + "; ".join(store.describe_differences(stored, current))
+            + ")"
+        )
 
 
 def _argument(check: Callable, parse: type = int) -> Callable[[str], object]:
@@ -247,9 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument(
             "--devices",
-            type=_positive_int("devices"),
+            type=_argument(lambda value: validation.integer("devices", value, 1, MAX_DEVICES, note=_DEVICES_NOTE)),
             default=None,
-            help="local devices to shard trials over (on CPU: creates that many host devices)",
+            help=f"local devices to shard trials over, at most {MAX_DEVICES} (on CPU: creates that many host devices)",
         )
         p.add_argument(
             "--coordinator",
@@ -336,6 +387,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     plot = sub.add_parser("plot", help="redraw the figure of a finished run")
     plot.add_argument("dir", help="result directory of a finished run")
+    plot.add_argument(
+        "--experiment",
+        default=None,
+        metavar="FILE.py:NAME",
+        help="the user or plugin experiment that wrote DIR (never taken from DIR itself; its code must match the run's)",
+    )
     plot.set_defaults(func=_cmd_plot)
     return parser
 

@@ -110,5 +110,13 @@ def figure(nrows: int = 1, ncols: int = 1, **kwargs):
 
 
 def save(fig, path: str) -> None:
+    """Writes the figure as PNG to ``path`` atomically (a new file renamed over it, never through
+    a symbolic link: see :func:`jaxfed.store.atomic_write_bytes`)."""
+    import io
+
+    from jaxfed import store
+
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=130, format="png")
+    store.atomic_write_bytes(path, buffer.getvalue())

@@ -30,7 +30,8 @@ def section(exp, config, config_json: dict, results: dict, seconds: float):
         "",
         f"{config_json['n_trials']} trials per point, seed {config_json['seed']}, {config_json['dtype']}, "
         f"{engine['devices']} device(s) ({config_json['device']}), chunk size(s) {engine['chunk_sizes']}, "
-        f"kept {engine['keep']}, {seconds:.1f} s.",
+        f"kept {engine['keep']}; the results took {config_json.get('wall_s', seconds):.1f} s to compute "
+        f"(as recorded), this run spent {seconds:.1f} s on them.",
         "",
         "| parameter | value |",
         "|---|---|",
@@ -52,7 +53,7 @@ def summary(named_sections: list) -> str:
 
 def write(out_dir: str, sections: list, seconds: float) -> str:
     """Writes ``<out_dir>/report.md`` from (experiment name, :func:`section`) pairs and returns its path."""
-    from jaxfed import __version__, stats
+    from jaxfed import __version__, stats, store
 
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     head = [
@@ -86,6 +87,5 @@ def write(out_dir: str, sections: list, seconds: float) -> str:
         "",
     ]
     path = os.path.join(out_dir, "report.md")
-    with open(path, "w") as f:
-        f.write("\n".join(head + [reading.text for _, reading in sections]) + "\n")
+    store.atomic_write_bytes(path, ("\n".join(head + [reading.text for _, reading in sections]) + "\n").encode())
     return path

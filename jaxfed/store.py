@@ -47,6 +47,9 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_savez",
+    "check_no_link",
+    "identity_digest",
+    "verify_record",
     "savez_bytes",
     "describe_differences",
 ]
@@ -68,7 +71,8 @@ _RAW_NAME = re.compile(r"g(\d{3,})_t(\d{10})_(\d{10})\.npz")
 _SUMMARY_NAME = re.compile(r"summary_g\d{3,}\.npz")
 # Temporary files of atomic writes (name.PID.tmp) of the files this package writes, nothing else.
 _TMP_NAME = re.compile(
-    r"(identity\.json|config\.json|metrics\.npz|g\d{3,}_t\d{10}_\d{10}\.npz|summary_g\d{3,}\.npz)\.\d+\.tmp"
+    r"(identity\.json|config\.json|metrics\.npz|report\.md|[A-Za-z0-9][A-Za-z0-9._-]*\.png"
+    r"|g\d{3,}_t\d{10}_\d{10}\.npz|summary_g\d{3,}\.npz)\.\d+\.tmp"
 )
 _HINT = "delete it or use --overwrite (overwrite=True) to recompute it"
 
@@ -93,12 +97,16 @@ def _lock_directory(out_dir: str):
     """An exclusive lock on ``out_dir/.lock`` for this process (``flock``: the kernel releases it
     when the process ends, a kill included), or :class:`StoreError` naming the process that holds
     it: two runs writing one directory would compute the same chunks twice or discard each
-    other's."""
+    other's. The lock file is opened without following a link (a ``.lock`` that is a symbolic
+    link is refused, so no file outside the directory is ever truncated)."""
     path = os.path.join(out_dir, ".lock")
     try:
-        handle = open(path, "a+")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as err:
+        if os.path.islink(path):
+            raise StoreError(f"{path}: is a symbolic link; {_NOT_A_LINK}") from None
         raise StoreError(f"{path}: cannot be opened ({err.strerror or err})") from None
+    handle = os.fdopen(fd, "r+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -115,10 +123,23 @@ def _lock_directory(out_dir: str):
     return handle
 
 
+_NOT_A_LINK = "jaxfed writes only files it creates itself inside the result directory; remove the link"
+_OWN_NAMES = (".lock", "chunks")
+"""What a result directory holds before its identity.json is written (a run killed that early)."""
+
+
+def check_no_link(path: str) -> None:
+    """StoreError if ``path`` is a symbolic link: nothing this package writes follows one."""
+    if os.path.islink(path):
+        raise StoreError(f"{path}: is a symbolic link; {_NOT_A_LINK}")
+
+
 # --------------------------------------------------------------------------- filesystem layer
 def _write_file(path: str, data: bytes) -> None:
-    """Creates ``path`` with ``data`` and flushes it to disk."""
-    with open(path, "wb") as f:
+    """Creates ``path`` (a new file: never through a link or over an existing one) with ``data``
+    and flushes it to disk."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -147,13 +168,18 @@ def _makedirs(path: str) -> None:
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Writes ``data`` to ``path`` via a temporary file and ``os.replace``: never half-written.
+    """Writes ``data`` to ``path`` via a new temporary file beside it and ``os.replace``: never
+    half-written, never through a symbolic link.
 
     Raises:
-        StoreError: the file cannot be written (permissions, full disk, …), naming it.
+        StoreError: ``path`` is a symbolic link, or the file cannot be written (permissions, full
+            disk, …), naming it.
     """
+    check_no_link(path)
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
+        if os.path.lexists(tmp):  # left by a killed process that had this pid (a link is removed, not followed)
+            _remove(tmp)
         _write_file(tmp, data)
         _replace(tmp, path)
     except OSError as err:
@@ -275,6 +301,65 @@ def _read_json(path: str):
         raise StoreError(f"{path}: not readable JSON ({_one_line(err)})") from None
 
 
+# --------------------------------------------------------------------------- a finished run's record
+RECORD_KEYS = ("experiment", "parameters", "points", "seed", "dtype")
+"""What a run's config.json must state exactly as its identity.json does."""
+
+
+def identity_digest(identity: dict) -> str:
+    """SHA-256 of an identity as the store computes it (the ``identity`` of every chunk header)."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def _header(path: str) -> dict | None:
+    """A stored file's ``__meta__`` header alone (the other arrays are not read), or None."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            header = z[_META] if _META in z.files else None
+        return json.loads(header.tobytes().decode()) if header is not None and header.dtype == np.uint8 else None
+    except Exception:  # noqa: BLE001 - unreadable: no header
+        return None
+
+
+def verify_record(out_dir: str, record: dict, record_path: str) -> None:
+    """Checks a finished run's record (its config.json, ``record``) against the store: the record
+    names ``identity.json`` by its digest (``identity_sha256``), states every key of
+    :data:`RECORD_KEYS` and every other key it shares with identity.json exactly as identity.json
+    does, and every stored chunk header carries that digest. Links are refused, not followed.
+
+    Raises:
+        StoreError: one line naming the file that does not agree (an edited points label or
+            parameter, an identity.json from another run, …).
+    """
+    path = os.path.join(out_dir, "identity.json")
+    check_no_link(path)
+    identity = _read_json(path)
+    if not isinstance(identity, dict):
+        raise StoreError(f"{path}: holds a JSON {type(identity).__name__}, expected an object")
+    digest = identity_digest(identity)
+    if record.get("identity_sha256") != digest:
+        raise StoreError(
+            f"{record_path}: does not name {path} (identity digest differs): the two files are not of one run; "
+            "rerun the command to rewrite the record"
+        )
+    edited = [k for k in RECORD_KEYS if k not in identity or record.get(k) != identity[k]]
+    edited += [k for k in identity if k not in RECORD_KEYS and k in record and record[k] != identity[k]]
+    if edited:
+        raise StoreError(
+            f"{record_path}: {', '.join(edited)} differ(s) from {path}: the record was edited after the run; "
+            "rerun the command to rewrite it"
+        )
+    chunks = os.path.join(out_dir, "chunks")
+    check_no_link(chunks)
+    for name in sorted(os.listdir(chunks)) if os.path.isdir(chunks) else []:
+        if _RAW_NAME.fullmatch(name) or _SUMMARY_NAME.fullmatch(name):
+            chunk = os.path.join(chunks, name)
+            check_no_link(chunk)
+            header = _header(chunk)
+            if not isinstance(header, dict) or header.get("identity") != digest:
+                raise StoreError(f"{chunk}: is not a chunk of the run {path} describes; {_HINT}")
+
+
 # --------------------------------------------------------------------------- the store
 class Store:
     """A result directory (see the module docstring); every method is a no-op when ``out_dir`` is None.
@@ -294,10 +379,12 @@ class Store:
 
     def __init__(self, out_dir: str | None, identity: dict, overwrite: bool = False, note=lambda message: None):
         self.dir, self.overwrite, self.note = out_dir or "", overwrite, note  # "": nothing is stored
-        self.digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+        self.digest = identity_digest(identity)
         if out_dir is None:
             return
         self.chunks = os.path.join(out_dir, "chunks")
+        check_no_link(self.chunks)
+        self._check_is_a_result_directory(out_dir, overwrite)
         try:
             _makedirs(self.chunks)
         except OSError as err:
@@ -330,6 +417,26 @@ class Store:
             self.close()
             raise
 
+    @staticmethod
+    def _check_is_a_result_directory(out_dir: str, overwrite: bool) -> None:
+        """StoreError if ``out_dir`` holds files but no ``identity.json``: someone else's files,
+        which a run would replace (config.json, metrics.npz, …) unless ``overwrite``."""
+        try:
+            names = sorted(os.listdir(out_dir))
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            raise StoreError(f"{out_dir}: cannot be used as a result directory ({err.strerror or err})") from None
+        if "identity.json" in names or overwrite:
+            return
+        foreign = [n for n in names if n not in _OWN_NAMES and not _TMP_NAME.fullmatch(n)]
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (", …" if len(foreign) > 5 else "")
+            raise StoreError(
+                f"{out_dir}: holds files that are not a jaxfed run ({shown}) and no identity.json; use a new or "
+                "empty --out directory, or --overwrite to write the run there (its files of the same names are replaced)"
+            )
+
     def close(self) -> None:
         """Releases the directory's lock (also released when the process ends, however it ends)."""
         lock, self._lock = getattr(self, "_lock", None), None
@@ -346,8 +453,9 @@ class Store:
         """Removes temporary files left by writes a kill interrupted (never a committed file)."""
         for folder in (self.dir, self.chunks):
             for name in os.listdir(folder):
-                if _TMP_NAME.fullmatch(name) and os.path.isfile(os.path.join(folder, name)):
-                    _remove(os.path.join(folder, name))
+                path = os.path.join(folder, name)
+                if _TMP_NAME.fullmatch(name) and (os.path.islink(path) or os.path.isfile(path)):
+                    _remove(path)  # a link itself, never its target
 
     def _discard_all(self) -> None:
         self.note(f"{self.dir}: discarding the stored results of another configuration")

@@ -27,7 +27,10 @@ def test_the_documented_example_runs_resumes_grows_and_replots(tmp_path, capsys)
     grown = np.load(tmp_path / "grid" / "metrics.npz")["kl"]
     np.testing.assert_array_equal(grown[:, :6], first)
     (tmp_path / "grid" / "grid-gossip.png").unlink()
-    assert cli.main(["plot", out]) == 0
+    # a result directory never runs the code it names: the user names the file, whose code must match
+    assert cli.main(["plot", out]) == 2
+    assert "never runs the code it names" in capsys.readouterr().err
+    assert cli.main(["plot", out, "--experiment", SPEC]) == 0
     assert (tmp_path / "grid" / "grid-gossip.png").exists()
 
 

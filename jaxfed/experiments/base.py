@@ -17,8 +17,11 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
+import json
 import os
+import re
 import sys
+import time
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -82,29 +85,81 @@ class Experiment:
     source: str = ""  # "path/to/file.py:ATTRIBUTE" of a user experiment (set when loaded from a file)
     plugin: str = ""  # entry-point name of an installed plugin experiment (set when loaded through it)
 
+    def __post_init__(self):
+        # The name becomes a directory and a file name (``<out>/<name>/<name>.png``): nothing that
+        # could climb out of the result directory.
+        validation.check(
+            "name", self.name, isinstance(self.name, str) and _NAME.fullmatch(self.name) is not None, _NAME_TEXT
+        )
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_NAME_TEXT = "letters, digits, '.', '_' and '-', starting with a letter or digit (it names files)"
+
 
 # --------------------------------------------------------------------------- configs
+_SCALAR_TYPES = (bool, int, float, str)
+PARAMETER_TYPES = "bool, int, float, str, or tuple[T, ...] of one of these"
+"""The types a config field may have: ``--set`` and ``jaxfed plot`` parse every parameter from text."""
+
+
+def check_config_class(config_cls) -> dict:
+    """The type hints of ``config_cls``, after checking that it is a dataclass whose every field
+    has one of the :data:`PARAMETER_TYPES`.
+
+    Raises:
+        ValueError: one line naming the class, or the field and its type.
+    """
+    name = getattr(config_cls, "__qualname__", None) or repr(config_cls)
+    if not (isinstance(config_cls, type) and dataclasses.is_dataclass(config_cls)):
+        raise ValueError(
+            f"config_cls must be a dataclass of parameters (@dataclasses.dataclass(frozen=True)), got {name}"
+        )
+    try:
+        hints = typing.get_type_hints(config_cls)
+    except Exception as err:  # an annotation naming something undefined, say
+        raise ValueError(
+            f"config class {name}: its annotations cannot be resolved ({type(err).__name__}: {err})"
+        ) from err
+    for f in dataclasses.fields(config_cls):
+        hint = hints.get(f.name, f.type)
+        if not _is_parameter_type(hint):
+            shown = getattr(hint, "__name__", None) if isinstance(hint, type) else None
+            raise ValueError(
+                f"parameter {f.name} of {name} has type {shown or str(hint).replace('typing.', '')}; a parameter "
+                f"must be {PARAMETER_TYPES} (--set and jaxfed plot parse it from text)"
+            )
+    return hints
+
+
+def _is_parameter_type(annotation) -> bool:
+    if annotation in _SCALAR_TYPES:
+        return True
+    args = typing.get_args(annotation)
+    return (
+        typing.get_origin(annotation) is tuple and len(args) == 2 and args[1] is Ellipsis and args[0] in _SCALAR_TYPES
+    )
+
+
 def _parse_value(name: str, text: str, annotation):
-    type_name = getattr(annotation, "__name__", str(annotation))
-    if annotation is bool:
-        if text.lower() in ("1", "true", "yes", "on"):
-            return True
-        if text.lower() in ("0", "false", "no", "off"):
-            return False
-    elif annotation in (int, float, str):
-        try:
-            return annotation(text)
-        except ValueError:
-            pass
-    elif typing.get_origin(annotation) is tuple:
+    """``text`` as a value of ``annotation``, one of the :data:`PARAMETER_TYPES`."""
+    if typing.get_origin(annotation) is tuple:
         item = typing.get_args(annotation)[0]
         parts = [part.strip() for part in text.split(",")]
         if text.strip() and not all(parts):
             raise ValueError(f"parameter {name}: empty entry in {text!r}")
         return tuple(_parse_value(name, part, item) for part in parts if part)
+    if annotation is bool:
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
     else:
-        raise TypeError(f"parameter {name} has unsupported type {annotation}")
-    raise ValueError(f"parameter {name}: cannot parse {text!r} as {type_name}")
+        try:
+            return annotation(text)
+        except ValueError:
+            pass
+    raise ValueError(f"parameter {name}: cannot parse {text!r} as {annotation.__name__}")
 
 
 def make_config(config_cls: type, overrides: dict[str, str] | None = None):
@@ -114,7 +169,7 @@ def make_config(config_cls: type, overrides: dict[str, str] | None = None):
     takes ``preset=NAME`` as a bundle: the named preset's values first, then the other overrides on
     top (so ``--set preset=paper --set rho=0.01`` is the paper's settings with ρ = 0.01).
     """
-    hints = typing.get_type_hints(config_cls)
+    hints = check_config_class(config_cls)
     fields = {f.name for f in dataclasses.fields(config_cls)}
     values: dict[str, Any] = {}
     overrides = dict(overrides or {})
@@ -155,6 +210,62 @@ def check_finite(config_cls: type, values: dict) -> None:
         for entry in entries:
             if isinstance(entry, float):
                 validation.number(f.name, entry)
+
+
+def check_representable(config, dtype: str) -> None:
+    """Refuses a float parameter (or an entry of a float tuple) that is not 0 but has no normal
+    value in the run's ``dtype`` ("float32" or "float64"): below the smallest normal number the
+    device flushes it to 0 (``variance=1e-45`` passes "> 0" but is 0 in float32, and every trial
+    is NaN), above the largest it is inf."""
+    info = np.finfo(dtype)
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        for entry in value if isinstance(value, tuple) else (value,):
+            if not (isinstance(entry, float) and np.isfinite(entry) and entry != 0):
+                continue
+            if not info.tiny <= abs(entry) <= info.max:
+                wider = "; JAX_ENABLE_X64=1 runs in float64" if dtype == "float32" else ""
+                raise ValueError(
+                    f"{f.name} must be 0 or of magnitude in [{info.tiny:.4g}, {info.max:.4g}] (a normal {dtype}, the "
+                    f"run's dtype: smaller values are flushed to 0, larger ones overflow), got {entry!r}{wider}"
+                )
+
+
+def check_sweep(sweep) -> None:
+    """Refuses a sweep whose labels cannot describe its points: ``labels`` must hold one dict per
+    point, of JSON values (they go into config.json and the store's identity).
+
+    Raises:
+        ValueError: one line naming the label (or the count) and what is wrong.
+    """
+    if not isinstance(sweep, Sweep):
+        raise ValueError(f"build must return a Sweep(trial, points, labels, metric_axes), got {type(sweep).__name__}")
+    points, labels = sweep.points, sweep.labels
+    validation.check("points", type(points).__name__, isinstance(points, list) and bool(points), "a non-empty list")
+    if not isinstance(labels, list) or len(labels) != len(points):
+        count = len(labels) if isinstance(labels, list) else f"a {type(labels).__name__} of"
+        raise ValueError(f"labels must be a list of one label per point: {len(points)} points, got {count} labels")
+    for p, label in enumerate(labels):
+        validation.check(f"labels[{p}]", label, isinstance(label, dict), "a dict (e.g. {'topology': 'ring'})")
+        check_json(f"labels[{p}]", label)
+
+
+JSON_TYPES = "str, int, float, bool, None, and lists and dicts with string keys of these"
+"""What a label or parameter may hold: what config.json and the store's identity can record."""
+
+
+def check_json(name: str, value) -> None:
+    """Refuses a value that JSON cannot record as it is (``JSON_TYPES``; NumPy scalars count as
+    numbers), naming the first offending entry, e.g. ``labels[0]['o']``."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            validation.check(f"{name} key", key, isinstance(key, str), "a string (JSON keys are strings)")
+            check_json(f"{name}[{key!r}]", item)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            check_json(f"{name}[{i}]", item)
+    elif not (value is None or isinstance(value, (str, int, float, bool, np.integer, np.floating))):
+        raise ValueError(f"{name} must be JSON ({JSON_TYPES}), got a {type(value).__name__}: {value!r}")
 
 
 check = validation.check  # kept for experiments written against it: see jaxfed.validation for the rest
@@ -247,18 +358,28 @@ def run_experiment(
         (config_json, results) where results maps metric names to raw arrays (point, trial, …)
         or, with ``keep="summary"``, to :class:`jaxfed.stats.Summary`.
     """
+    started = time.perf_counter()
     n_trials = exp.default_trials if n_trials is None else n_trials
     validation.trial_count(n_trials, "trials")
     validation.seed(seed)
+    check_config_class(type(config))
     check_finite(type(config), {f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
+    dtype = "float64" if jax.config.read("jax_enable_x64") else "float32"
+    check_representable(config, dtype)
+    parameters = dataclasses.asdict(config)
+    check_json("parameters", parameters)
     sweep = exp.build(config)
+    check_sweep(sweep)
+    if out_dir is not None:  # refused before any work: the run would write through these links at its end
+        for name in ("config.json", "metrics.npz", f"{exp.name}.png"):
+            store.check_no_link(os.path.join(out_dir, name))
     identity = _jsonable(
         {
             "experiment": exp.name,
-            "parameters": dataclasses.asdict(config),
+            "parameters": parameters,
             "points": sweep.labels,
             "seed": seed,
-            "dtype": "float64" if jax.config.read("jax_enable_x64") else "float32",
+            "dtype": dtype,
             **catalog.code_identity(exp, config),  # user code: "code" (file digests), "plugin"
         }
     )
@@ -281,12 +402,13 @@ def run_experiment(
         target_se=target_se,
         target_metric=target_metric,
         target_statistic=target_statistic,
+        metric_axes=sweep.metric_axes,
     )
     info = dict(results.info)
     nonfinite = info.pop("nonfinite_trials")
     config_json = dict(identity)
     if exp.source:
-        config_json["source"] = exp.source  # so that `jaxfed plot` finds a user experiment again
+        config_json["source"] = exp.source  # for the reader (never imported from the directory: see `jaxfed plot`)
     config_json.update(
         n_trials=n_trials,
         keep=keep,
@@ -301,13 +423,34 @@ def run_experiment(
     if jax.process_index() == 0:
         for line in nonfinite_lines(nonfinite, sweep.labels, n_trials):
             print(f"jaxfed: warning: {exp.name}: {line}", file=sys.stderr)
-    if out_dir is not None and jax.process_index() == 0:
-        data = store.savez_bytes(_flatten(results))
-        store.atomic_write_bytes(os.path.join(out_dir, "metrics.npz"), data)
-        exp.plot(config, sweep.labels, results, os.path.join(out_dir, f"{exp.name}.png"))
-        config_json["metrics_sha256"] = hashlib.sha256(data).hexdigest()
-        store.atomic_write_json(os.path.join(out_dir, "config.json"), config_json)
+    if out_dir is None or jax.process_index() != 0:
+        return config_json, results
+    computed = any(size is not None for size in info["chunk_sizes"])
+    recorded = None if computed else _stored_record(out_dir)
+    if recorded is not None and (recorded["n_trials"], recorded["keep"]) == (n_trials, keep):
+        return recorded, results  # a rerun that computed nothing leaves the record as it was
+    if recorded is not None and recorded["n_trials"] > n_trials:
+        # fewer trials than stored: served from the store; the record still describes the stored run
+        return dict(config_json, served_from=out_dir, stored_trials=recorded["n_trials"]), results
+    data = store.savez_bytes(_flatten(results))
+    store.atomic_write_bytes(os.path.join(out_dir, "metrics.npz"), data)
+    exp.plot(config, sweep.labels, results, os.path.join(out_dir, f"{exp.name}.png"))
+    with open(os.path.join(out_dir, "identity.json"), "rb") as f:
+        config_json["identity_sha256"] = store.identity_digest(json.loads(f.read().decode()))
+    config_json["metrics_sha256"] = hashlib.sha256(data).hexdigest()
+    config_json["wall_s"] = round(time.perf_counter() - started, 3)  # what producing these results took
+    store.atomic_write_json(os.path.join(out_dir, "config.json"), config_json)
     return config_json, results
+
+
+def _stored_record(out_dir: str) -> dict | None:
+    """The config.json of ``out_dir`` when it and metrics.npz verify (see :func:`load_results`),
+    or None when they cannot be used (absent, damaged, of another run): then the run writes both."""
+    try:
+        record, _ = load_results(out_dir)
+    except ValueError:
+        return None
+    return record
 
 
 def nonfinite_lines(nonfinite: dict, labels: list, n_trials: int) -> list[str]:
@@ -352,17 +495,24 @@ def _flatten(results: dict) -> dict:
     return out
 
 
-def load_results(out_dir: str) -> tuple[dict, dict]:
+def load_results(out_dir: str, read_metrics: bool = True) -> tuple[dict, dict]:
     """Reads ``config.json`` and ``metrics.npz`` of a finished run (raw arrays or Summaries).
 
+    A result directory is data: nothing in it is executed, no link in it is followed, and its
+    record is verified before it is believed: config.json must agree with identity.json and the
+    stored chunk headers (:func:`jaxfed.store.verify_record`), metrics.npz must be the file
+    config.json was written with (SHA-256), and every metric must have the shape config.json
+    gives it, with one row per point and (raw) ``n_trials`` trials. With ``read_metrics=False``
+    only config.json is read and verified (the results are ``{}``).
+
     Raises:
-        ValueError: one line naming the file, when either is missing, unreadable, or
-            ``metrics.npz`` is not the one ``config.json`` was written with.
+        ValueError: one line naming the file, when either is missing, unreadable, a link, or not
+            of one run with the others.
     """
     import io
-    import json
 
     config_path, metrics_path = os.path.join(out_dir, "config.json"), os.path.join(out_dir, "metrics.npz")
+    store.check_no_link(config_path)
     try:
         with open(config_path, "rb") as f:
             config_json = json.loads(f.read().decode())
@@ -370,10 +520,22 @@ def load_results(out_dir: str) -> tuple[dict, dict]:
         raise ValueError(
             f"{config_path}: cannot be read as JSON ({type(err).__name__}); is {out_dir} a finished run?"
         ) from None
-    required = {"experiment": str, "parameters": dict, "points": list, "metrics_sha256": str}
+    required = {
+        "experiment": str,
+        "parameters": dict,
+        "points": list,
+        "n_trials": int,
+        "metrics": dict,
+        "metrics_sha256": str,
+        "identity_sha256": str,
+    }
     if not isinstance(config_json, dict) or not all(isinstance(config_json.get(k), t) for k, t in required.items()):
         needs = ", ".join(f"{k} ({t.__name__})" for k, t in required.items())
         raise ValueError(f"{config_path}: not the config.json of a finished run (needs {needs})")
+    store.verify_record(out_dir, config_json, config_path)
+    if not read_metrics:
+        return config_json, {}
+    store.check_no_link(metrics_path)
     try:
         with open(metrics_path, "rb") as f:
             data = f.read()
@@ -389,7 +551,27 @@ def load_results(out_dir: str) -> tuple[dict, dict]:
                 results.setdefault(name, {})[field] = z[key]
             else:
                 results[key] = z[key]
-    return config_json, {k: stats.Summary(**v) if isinstance(v, dict) else v for k, v in results.items()}
+    results = {k: stats.Summary(**v) if isinstance(v, dict) else v for k, v in results.items()}
+    _check_shapes(config_path, config_json, results)
+    return config_json, results
+
+
+def _check_shapes(config_path: str, config_json: dict, results: dict) -> None:
+    """ValueError unless every metric has the shape config.json gives it, one row per point and,
+    raw, ``n_trials`` trials."""
+    documented = config_json["metrics"]
+    if set(documented) != set(results):
+        raise ValueError(f"{config_path}: lists metrics {sorted(documented)}, metrics.npz holds {sorted(results)}")
+    n_points, n_trials = len(config_json["points"]), config_json["n_trials"]
+    for name, value in results.items():
+        shape = list((value.mean if isinstance(value, stats.Summary) else value).shape)
+        doc = documented[name]
+        expected_lead = [n_points] if isinstance(value, stats.Summary) else [n_points, n_trials]
+        if not isinstance(doc, dict) or doc.get("shape") != shape or shape[: len(expected_lead)] != expected_lead:
+            raise ValueError(
+                f"{config_path}: metric {name!r} is {shape} in metrics.npz, which does not fit the record "
+                f"({n_points} points, {n_trials} trials, shape {doc.get('shape') if isinstance(doc, dict) else doc})"
+            )
 
 
 def _jsonable(obj):

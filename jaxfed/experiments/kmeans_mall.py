@@ -462,7 +462,7 @@ def _report_convergence(cfg: ConvergenceConfig, labels, results) -> Reading:
             last,
             hi,
             1,
-            f"(explanation) OAC {labels[hi]['snr_db']:g} dB above ideal federated: the detector's self-noise",
+            f"check of an explanation: OAC {labels[hi]['snr_db']:g} dB above ideal federated: the detector's self-noise",
             "greater",
         ),
     ]
@@ -681,7 +681,7 @@ def _report_snr(cfg: SnrConfig, labels, results) -> Reading:
             last,
             rows[-1],
             1,
-            f"(explanation) OAC D={d_max} at {top:g} dB above ideal federated: the detector's self-noise",
+            f"check of an explanation: OAC D={d_max} at {top:g} dB above ideal federated: the detector's self-noise",
             "greater",
         )
     )
