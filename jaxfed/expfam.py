@@ -913,13 +913,8 @@ def by_name(name: str, n_categories: int = 3) -> ExpFamily:
         ValueError naming the parameter, the value and the allowed names.
     """
     validation.one_of("family", name, FAMILIES)
-    if name == "beta":
-        return BETA
-    if name == "normal":
-        return NORMAL
-    if name == "gamma":
-        return GAMMA
-    return dirichlet(n_categories)
+    named = {"beta": BETA, "normal": NORMAL, "gamma": GAMMA}
+    return named[name] if name in named else dirichlet(n_categories)
 
 
 def check_natural(family: ExpFamily, eta, name: str = "eta") -> None:

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
-from jaxfed import likelihoods, validation
+from jaxfed import validation
 
 __all__ = [
     "bernoulli_counts",
@@ -58,44 +58,30 @@ def bernoulli_counts(key: jax.Array, n_agents: int, n_per_agent: int, theta) -> 
     return jnp.minimum(count, n_per_agent).astype(theta.dtype)
 
 
-FAMILIES = ("beta", "normal", "gamma", "dirichlet")
+def _model(family):
+    from jaxfed import models
+
+    return family if isinstance(family, models.ConjugateModel) else models.get(family)
 
 
-def _check_family(family: str) -> None:
-    validation.one_of("family", family, FAMILIES)
-
-
-def agent_thetas(key: jax.Array, family: str, theta, n_agents: int, spread) -> jax.Array:
-    """Per-agent data distributions θ_k around a global θ: θ_k = g⁻¹(g(θ) + τ ε_k), ε_k ~ N(0, 1) i.i.d.,
-
-    with the link g natural to the parameter's range: logit for a Bernoulli probability, identity for
-    a Normal mean, log for a Poisson rate, and the log of each category probability followed by a
-    renormalisation (a softmax) for categorical data, where it is a label skew. τ = ``spread`` >= 0
-    (may be traced); τ = 0 gives θ_k = θ for every agent (an i.i.d. federation).
-
-    Args:
-        family: the prior family's name (see :data:`jaxfed.expfam.FAMILIES`), naming the data model.
-        theta: the global θ: a scalar, or the (C,) category probabilities for "dirichlet".
-        n_agents: K (static).
+def agent_thetas(key: jax.Array, family, theta, n_agents: int, spread) -> jax.Array:
+    """Per-agent data distributions θ_k around a global θ, as the conjugate model ``family`` (a
+    registered name or a :class:`jaxfed.models.ConjugateModel`) spreads them: θ_k =
+    g⁻¹(g(θ) + τ ε_k), ε_k ~ N(0, 1) i.i.d., with the link g natural to the parameter's range (logit
+    for a Bernoulli probability, identity for a Normal mean, log for a Poisson rate, the log of each
+    category probability followed by a softmax for categorical data, where it is a label skew).
+    τ = ``spread`` >= 0 (may be traced); τ = 0 gives θ_k = θ for every agent.
 
     Returns:
-        (K,) θ_k, or (K, C) for "dirichlet".
+        (K,) θ_k, or (K, C) for categorical data.
     """
-    _check_family(family)
-    theta = jnp.asarray(theta, dtype=float)
-    eps = jax.random.normal(key, (n_agents,) + theta.shape, theta.dtype)
-    if family == "beta":
-        return jax.nn.sigmoid(jnp.log(theta) - jnp.log1p(-theta) + spread * eps)
-    if family == "normal":
-        return theta + spread * eps
-    if family == "gamma":
-        return theta * jnp.exp(spread * eps)
-    return jax.nn.softmax(jnp.log(theta) + spread * eps, axis=-1)
+    return _model(family).agent_thetas(key, theta, n_agents, spread)
 
 
-def conjugate_stats(key: jax.Array, family: str, thetas: jax.Array, sizes, variance=1.0) -> jax.Array:
+def conjugate_stats(key: jax.Array, family, thetas: jax.Array, sizes, variance=1.0) -> jax.Array:
     """Per-agent sufficient statistics of N_k i.i.d. points from agent k's θ_k, in the family's natural
-    coordinates (the ``agent_stats`` of :func:`jaxfed.gfvl.conjugate_solver`), drawn directly:
+    coordinates (the ``agent_stats`` of :func:`jaxfed.gfvl.conjugate_solver`), drawn directly by the
+    conjugate model ``family`` (a name or a :class:`jaxfed.models.ConjugateModel`); the built-ins:
 
     - "beta" (Bernoulli): n1_k ~ Binomial(N_k, θ_k) → (n1, N_k − n1);
     - "normal" (N(θ_k, σ_k²), σ_k² = ``variance``, scalar or per agent): Σz ~ N(N_k θ_k, N_k σ_k²)
@@ -106,26 +92,15 @@ def conjugate_stats(key: jax.Array, family: str, thetas: jax.Array, sizes, varia
     An agent with N_k = 0 gets statistics 0 (it contributes nothing).
 
     Args:
-        key: PRNG key.
-        family: the prior family's name.
-        thetas: (K,) θ_k, or (K, C) for "dirichlet" (e.g. from :func:`agent_thetas`).
+        thetas: (K,) θ_k, or (K, C) for categorical data (e.g. from :func:`agent_thetas`).
         sizes: (K,) N_k >= 0 (may be traced).
-        variance: Normal noise variance σ² (scalar or (K,)), unused otherwise.
+        variance: noise variance σ² (scalar or (K,)) of models that have one, unused otherwise.
     """
-    _check_family(family)
+    model = _model(family)
     n = jnp.asarray(sizes, dtype=thetas.dtype)
     k = thetas.shape[0]
     validation.shape("sizes", n, (k,), f"({k},) (one entry per agent)")
-    if family == "beta":
-        ones = jax.random.binomial(key, n, thetas).astype(thetas.dtype)
-        return likelihoods.bernoulli_beta_stats(ones, n)
-    if family == "normal":
-        variance = jnp.asarray(variance, thetas.dtype)
-        total = n * thetas + jnp.sqrt(n * variance) * jax.random.normal(key, thetas.shape, thetas.dtype)
-        return likelihoods.normal_normal_stats(total, n, variance)
-    if family == "gamma":
-        return likelihoods.poisson_gamma_stats(jax.random.poisson(key, n * thetas).astype(thetas.dtype), n)
-    return likelihoods.categorical_dirichlet_stats(jax.random.multinomial(key, n, thetas).astype(thetas.dtype))
+    return model.sample_stats(key, thetas, n, variance)
 
 
 # --------------------------------------------------------------------------- the mall (docs/kmeans.md)

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, scenarios, stats, validation
+from jaxfed import gfvl, gossip, graphs, likelihoods, models, plotting, scenarios, stats, validation
 from jaxfed.experiments.base import Experiment, Reading, Sweep, band_table, check_loss_normalisation
 from jaxfed.experiments.gfvl_local_iters import target_text
 from jaxfed.experiments.gfvl_topologies import first_slot_at_or_below
@@ -39,21 +39,6 @@ THRESHOLD = 1e-2
 COMPARE_SLOT = 10
 """Slot at which the KLs of the largest and smallest spread are compared as a paired ratio."""
 
-# Global θ and prior per family (stated in the report): the data model's parameter and a weak prior.
-THETA = {"beta": 0.7, "normal": 1.0, "gamma": 4.0, "dirichlet": (0.2, 0.3, 0.5)}
-PRIOR = {
-    "beta": lambda: expfam.beta_natural(2.0, 2.0),
-    "normal": lambda: expfam.normal_natural(0.0, 100.0),
-    "gamma": lambda: expfam.gamma_natural(1.0, 0.1),
-    "dirichlet": lambda: jnp.ones(3),
-}
-PRIOR_TEXT = {
-    "beta": "Beta(2, 2)",
-    "normal": "N(0, 100)",
-    "gamma": "Gamma(shape 1, rate 0.1)",
-    "dirichlet": "Dir(1, 1, 1)",
-}
-
 
 @dataclasses.dataclass(frozen=True)
 class Config:
@@ -62,7 +47,9 @@ class Config:
     variance, noise_spread, loss_normalisation.
     """
 
-    family: str = "dirichlet"  # one of expfam.FAMILIES (the data model is the conjugate likelihood)
+    family: str = (
+        "dirichlet"  # a conjugate data model registered in jaxfed.models (built in: beta, normal, gamma, dirichlet)
+    )
     n_agents: int = 10  # K
     n_per_agent: int = 100  # N_k of every agent unless `sizes` is given
     sizes: tuple[int, ...] = ()  # per-agent N_k (K entries, each >= 0); empty: n_per_agent each
@@ -75,7 +62,7 @@ class Config:
     loss_normalisation: str = "sum"  # "sum" (target p(θ|D) at α = 1) or "mean" (statistics × 1/N_k: tempered)
 
     def __post_init__(self):
-        validation.one_of("family", self.family, expfam.FAMILIES)
+        validation.one_of("family", self.family, models.names())
         check_loss_normalisation(self.loss_normalisation)
         validation.integer("n_agents", self.n_agents, 2)
         validation.integer("n_per_agent", self.n_per_agent, 0)
@@ -107,21 +94,21 @@ class Config:
 
 
 def make_trial(cfg: Config):
-    family = expfam.by_name(cfg.family)
+    model = models.get(cfg.family)
     sizes = np.asarray(cfg.agent_sizes(), np.float64)
     # w_k = 1 ("sum") or 1/N_k ("mean"; 0 for an agent without data): L_k = w_k Σ_n ℓ, so the statistics scale by w_k
     weight = np.asarray(likelihoods.loss_weight(cfg.loss_normalisation, sizes), np.float64)
 
     def trial(key, point):
         key_theta, key_noise, key_data, key_walk = jax.random.split(key, 4)
-        prior = PRIOR[cfg.family]()
-        thetas = scenarios.agent_thetas(key_theta, cfg.family, THETA[cfg.family], cfg.n_agents, point["spread"])
+        prior = model.prior()
+        thetas = scenarios.agent_thetas(key_theta, model, model.theta, cfg.n_agents, point["spread"])
         variance = cfg.variance * jnp.exp(cfg.noise_spread * jax.random.normal(key_noise, (cfg.n_agents,)))
-        stats_k = scenarios.conjugate_stats(key_data, cfg.family, thetas, jnp.asarray(sizes, thetas.dtype), variance)
+        stats_k = scenarios.conjugate_stats(key_data, model, thetas, jnp.asarray(sizes, thetas.dtype), variance)
         if cfg.loss_normalisation != "sum":
             stats_k = stats_k * jnp.asarray(weight, stats_k.dtype)[:, None]
         walk = gossip.mh_walk(key_walk, point["adjacency"], cfg.n_slots)
-        kl = gfvl.conjugate_kl_trajectory(family, prior, stats_k, cfg.alpha, walk.schedule, walk.n_visited)
+        kl = gfvl.conjugate_kl_trajectory(model.family, prior, stats_k, cfg.alpha, walk.schedule, walk.n_visited)
         return {"kl": kl}
 
     return trial
@@ -167,13 +154,14 @@ def plot(cfg: Config, labels, metrics, path):
 
 
 def report(cfg: Config, labels, results) -> Reading:
+    model = models.get(cfg.family)
     names = [_label(lab) for lab in labels]
     b = stats.band(results["kl"])
     slots = sorted({s for s in (1, 10, 25, 50, 100, cfg.n_slots) if s <= cfg.n_slots})
     table = band_table("slot", slots, names, b, [s - 1 for s in slots], fmt="{:.2e}")
     sizes = cfg.agent_sizes()
     text = [
-        f"Family {cfg.family} (prior {PRIOR_TEXT[cfg.family]}, global θ = {THETA[cfg.family]}), K = {cfg.n_agents}, "
+        f"Family {cfg.family} (prior {model.prior_text}, global θ = {model.theta}, {model.link_text}), K = {cfg.n_agents}, "
         f"N_k = {sizes if cfg.sizes else cfg.n_per_agent}, α = {cfg.alpha:g}, {cfg.loss_normalisation} loss: KL is "
         f"measured against {target_text(cfg.loss_normalisation, cfg.alpha)}. τ is the spread of each agent's "
         "θ_k around θ on the link scale (0: i.i.d. agents).",
