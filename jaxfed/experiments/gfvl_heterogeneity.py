@@ -29,9 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import gfvl, gossip, graphs, likelihoods, models, plotting, scenarios, stats, validation
+from jaxfed.experiments._gfvl_common import first_slot_at_or_below, target_text
 from jaxfed.experiments.base import Experiment, Reading, Sweep, band_table, check_loss_normalisation
-from jaxfed.experiments.gfvl_local_iters import target_text
-from jaxfed.experiments.gfvl_topologies import first_slot_at_or_below
 
 NAME = "gfvl-heterogeneity"
 THRESHOLD = 1e-2
@@ -58,7 +57,7 @@ class Config:
     variance: float = 1.0  # Normal family: noise variance σ²
     noise_spread: float = 0.0  # Normal family: σ_k² = σ² exp(noise_spread ε'_k); 0: equal likelihoods
     n_slots: int = 300  # slots i = 1..n_slots
-    topologies: tuple[str, ...] = ("star", "ring", "complete")
+    topologies: tuple[str, ...] = ("star", "ring", "complete")  # the points' graphs, each one of graphs.TOPOLOGIES
     loss_normalisation: str = "sum"  # "sum" (target p(θ|D) at α = 1) or "mean" (statistics × 1/N_k: tempered)
 
     def __post_init__(self):

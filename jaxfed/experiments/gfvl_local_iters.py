@@ -30,6 +30,7 @@ from jaxfed import (
     stats,
     validation,
 )
+from jaxfed.experiments._gfvl_common import PAPER_CONVENTION, preset_differences, target_text
 from jaxfed.experiments.base import (
     Experiment,
     Reading,
@@ -72,7 +73,7 @@ class Config:
     loss_normalisation: str = "sum"  # "sum" (target p(θ|D)) or "mean" (tempered by 1/N_k); see the docstring
     rho: float = 0.05  # learning rate ρ
     n_samples: int = 30  # REINFORCE samples S
-    baseline: str = "leave-one-out"  # "constant" (value c) or "leave-one-out"
+    baseline: str = "leave-one-out"  # REINFORCE baseline, one of natgrad.BASELINES ("constant": the value c)
     c: float = 0.0  # constant baseline
     local_iters: tuple[int, ...] = (1, 5, 10, 20)  # L, one point each
     total_iters: int = 1000  # local iterations in all (L × number of slots), the same for every L
@@ -165,35 +166,6 @@ def build(cfg: Config):
 def _total_iters(cfg: Config) -> np.ndarray:
     """Abscissa of the local_iteration axis: total local iterations L × i at each record."""
     return np.arange(1, cfg.total_iters // cfg.record_every + 1) * cfg.record_every
-
-
-def target_text(loss_normalisation: str, alpha: float) -> str:
-    """What the KL of a non-conjugate G-FVL experiment is measured against, in words."""
-    if loss_normalisation == "sum":
-        what = "the Bayesian posterior p(θ|D)" if alpha == 1.0 else f"the generalized posterior at α = {alpha:g}"
-        return f"{what} of all agents' data (sum loss: L_k = −Σ_n log p(z_k,n|θ))"
-    return (
-        f"the generalized posterior q* ∝ p_0(θ) exp(−Σ_k L_k(θ)/α) with the mean loss L_k = −(1/N_k) Σ_n log p(z_k,n|θ) "
-        f"(α = {alpha:g}): p(θ|D) tempered by 1/N_k, much wider than p(θ|D)"
-    )
-
-
-PAPER_CONVENTION = (
-    "The paper's eq. (1) defines each agent's loss as a mean over its N_k points, but its statement that α = 1 "
-    "gives the ordinary posterior (and its conjugate update that adds all sufficient statistics) holds only for "
-    'the sum, so its "true global posterior" is ambiguous; `loss_normalisation` selects either.'
-)
-
-
-def preset_differences(cfg) -> str:
-    """One sentence: the fields in which ``cfg`` differs from its class's other preset(s)."""
-    parts = []
-    for name, values in cfg.PRESETS.items():
-        if name == cfg.preset:
-            continue
-        diff = [f"{k} = {getattr(cfg, k)!r} (there {v!r})" for k, v in values.items() if getattr(cfg, k) != v]
-        parts.append(f"Differs from preset `{name}` in " + (", ".join(diff) if diff else "nothing") + ".")
-    return " ".join(parts)
 
 
 def paired_log_ratio(kl: np.ndarray, reference: int = 0) -> np.ndarray:

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, scenarios, stats, validation
+from jaxfed.experiments._gfvl_common import first_slot_at_or_below
 from jaxfed.experiments.base import (
     Experiment,
     Reading,
@@ -46,7 +47,7 @@ class Config:
     alpha: float = 1.0  # temperature α
     theta_true: float = 0.7  # [choice] data z ~ Bernoulli(θ_true)
     n_slots: int = 300  # slots i = 1..n_slots
-    topologies: tuple[str, ...] = ("star", "ring", "complete")
+    topologies: tuple[str, ...] = ("star", "ring", "complete")  # the points' graphs, each one of graphs.TOPOLOGIES
     loss_normalisation: str = "sum"  # "sum" (target p(θ|D) at α = 1) or "mean" (tempered by 1/N_k)
 
     def __post_init__(self):
@@ -100,13 +101,6 @@ def plot(cfg: Config, labels, metrics, path):
 
 THRESHOLD = 1e-2
 """KL level (nats) of the "first below" comparison, besides exact 0 (every agent visited)."""
-
-
-def first_slot_at_or_below(kl: np.ndarray, level: float) -> np.ndarray:
-    """Per trial, the first slot (1-based) with KL <= ``level``; n_slots + 1 where it never is
-    (censored: the true slot is later)."""
-    below = kl <= level
-    return np.where(below.any(axis=-1), np.argmax(below, axis=-1) + 1, kl.shape[-1] + 1)
 
 
 def complete_cover_time(n_agents: int) -> float:

@@ -41,6 +41,14 @@ from jaxfed import (
     stats,
     validation,
 )
+from jaxfed.experiments._gfvl_common import (
+    ASYMPTOTE_TOLERANCE,
+    PAPER_CONVENTION,
+    asymptote,
+    preset_differences,
+    target_text,
+    unlearning_verdicts,
+)
 from jaxfed.experiments.base import (
     Experiment,
     Reading,
@@ -51,15 +59,10 @@ from jaxfed.experiments.base import (
     check_natgrad_setting,
     preset_variant,
 )
-from jaxfed.experiments.gfvl_local_iters import PAPER_CONVENTION, preset_differences, target_text
-from jaxfed.experiments.gfvl_topologies import first_slot_at_or_below
 
 NAME = "gfvl-unlearning"
 NAME_CONJUGATE = "gfvl-unlearning-conjugate"
 METHODS = ("unlearning", "retrain")
-ASYMPTOTE_TOLERANCE = 1.5
-"""A trial has reached the asymptote at the first slot at which its KL is within this factor of it (the
-asymptote: retrain's median KL averaged over the last quarter of the slots)."""
 EXACT = 1e-9
 """Conjugate variant: a KL below this is the exact posterior up to float rounding."""
 
@@ -98,7 +101,7 @@ class Config:
     loss_normalisation: str = "sum"  # "sum" (target p(θ|D_−u)) or "mean" (tempered by 1/N_k)
     rho: float = 0.05  # learning rate ρ
     n_samples: int = 30  # REINFORCE samples S
-    baseline: str = "leave-one-out"  # "constant" (value c) or "leave-one-out"
+    baseline: str = "leave-one-out"  # REINFORCE baseline, one of natgrad.BASELINES ("constant": the value c)
     c: float = 0.0  # constant baseline
     local_iters: int = 5  # L
     forget_agent: int = 9  # u, numbered from 0 (the paper's agent 10)
@@ -232,11 +235,6 @@ def build_conjugate(cfg: ConjugateConfig):
     return _sweep(make_conjugate_trial(cfg))
 
 
-def asymptote(median_retrain: np.ndarray) -> float:
-    """The retrain-from-scratch asymptote: the mean of its median KL over the last quarter of slots."""
-    return float(np.mean(median_retrain[-max(1, len(median_retrain) // 4) :]))
-
-
 def _title(cfg, what: str) -> str:
     return (
         f"Unlearning agent u = {cfg.forget_agent} (numbered from 0; the paper's agent {cfg.forget_agent + 1})\n{what}"
@@ -310,66 +308,6 @@ def _hit(results) -> np.ndarray:
     return np.where(hit > 0, hit, np.nan)
 
 
-HIT_MARGIN = 1.0
-"""Claim (2), "unlearnt when u is scheduled", holds when the paired slot difference lies within ±1 slot."""
-
-
-def unlearning_verdicts(kl_unlearn, kl_retrain, hit, level: float, what: str, shift: float | None = None) -> list:
-    """Paired verdicts on forgetting u against retraining without u, both measured against the
-    target without u, per trial (pair) of the (trial, slot) arrays ``kl_unlearn`` and ``kl_retrain``:
-
-    1. *unlearning reaches ``level`` before retraining*: slots of retrain − unlearning, where
-       unlearning's slot is the first s >= h_t with KL <= level (h_t = ``hit``, the slot, from 1,
-       at which u is forgotten: before it the model still holds u's data, so a KL already below
-       the level is not unlearning) and retrain's the first slot with KL <= level; both censored
-       at n_slots + 1 (also where u is never scheduled);
-    2. *unlearning reaches it when u is scheduled*: unlearning's slot − h_t within ±:data:`HIT_MARGIN`
-       (trials where u is not scheduled within the slots, ``hit`` < 1, are dropped).
-
-    Detectability: the claims are tested only where forgetting u has something to do, i.e. the
-    median over trials of the KL at slot h_t − 1 (the learnt model just before u is forgotten,
-    trials with h_t >= 2) exceeds ``level``, and, when given, ``shift`` (the KL between the targets
-    with and without u) exceeds it too; otherwise both are "not testable here" with the reason.
-    """
-    kl_unlearn, kl_retrain = np.asarray(kl_unlearn), np.asarray(kl_retrain)
-    hit = np.asarray(hit).astype(int)
-    n_slots = kl_unlearn.shape[-1]
-    claims = (
-        f"unlearning {what} before retraining (slots of retrain − unlearning; unlearning from u's visit)",
-        f"unlearning {what} when u is scheduled (slot − u's hitting time, ±{HIT_MARGIN:g} slot)",
-    )
-    before = hit >= 2
-    held = float(np.median(kl_unlearn[before, hit[before] - 2])) if before.any() else float("nan")
-    reasons = []
-    if not held > level:
-        reasons.append(
-            f"just before u is forgotten the median KL to the target without u is {held:.3g}, not above the "
-            f"level {level:.3g}: there is nothing to unlearn that the level can see"
-        )
-    if shift is not None and not shift > level:
-        reasons.append(
-            f"u's data move the target by KL {shift:.3g}, not more than the level {level:.3g} (the learner's "
-            "own noise floor times the tolerance)"
-        )
-    if reasons:
-        return [stats.not_testable(claim, "; ".join(reasons)) for claim in claims]
-    slots = np.arange(1, n_slots + 1)
-    below = (kl_unlearn <= level) & (slots[None, :] >= hit[:, None]) & (hit[:, None] >= 1)
-    unl = np.where(below.any(axis=-1), np.argmax(below, axis=-1) + 1, n_slots + 1).astype(float)
-    ret = first_slot_at_or_below(kl_retrain, level).astype(float)
-    scheduled = hit >= 1
-    return [
-        stats.paired_verdict(ret, unl, claims[0]),
-        stats.paired_verdict(
-            np.where(scheduled, unl, np.nan),
-            np.where(scheduled, hit, np.nan),
-            claims[1],
-            expect="equal",
-            margin=HIT_MARGIN,
-        ),
-    ]
-
-
 def verdicts(cfg, labels, results, level: float, what: str) -> list:
     """:func:`unlearning_verdicts` of this experiment's unlearning and retrain points."""
     methods = [lab["method"] for lab in labels]
@@ -380,9 +318,11 @@ def verdicts(cfg, labels, results, level: float, what: str) -> list:
 
 def _hit_text(cfg, results) -> str:
     hit = _hit(results)
-    est, lo, hi = stats.bootstrap_interval(hit[np.isfinite(hit)], "mean")
     p = graphs.mh_transition_matrix(graphs.complete(cfg.n_agents))
     exact = float(np.mean(np.asarray(gossip.expected_hitting_times(p, cfg.forget_agent))))
+    if not np.isfinite(hit).any():  # (no value to bootstrap: the report raised after the run)
+        return f"u is not scheduled within n_slots after the request in any trial (exact expectation {exact:.2f})."
+    est, lo, hi = stats.bootstrap_interval(hit[np.isfinite(hit)], "mean")
     return (
         f"u is scheduled {est:.2f} [{lo:.2f}, {hi:.2f}] slots after the request on average (95% interval; exact "
         f"expectation {exact:.2f} for a walk at stationarity; the paper says about 10)."

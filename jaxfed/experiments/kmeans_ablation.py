@@ -24,20 +24,20 @@ import dataclasses
 import numpy as np
 
 from jaxfed import kmeans, plotting, stats, validation
-from jaxfed.experiments.base import Experiment, Reading, band_table
-from jaxfed.experiments.kmeans_mall import (
+from jaxfed.experiments._kmeans_common import (
     DIFFERENCE_TEXT,
     LOSS_LABEL,
     MICRO_BATCH,
     RAW_NEEDED,
     SYMBOL_ENERGIES,
     MallConfig,
-    _sweep,
     difference_verdict,
     final_values,
     index_of,
+    mall_sweep,
     verdict_block,
 )
+from jaxfed.experiments.base import Experiment, Reading, band_table
 
 VARIANTS = {  # name -> (adaptive v_max, re-initialisation)
     "full": (True, True),
@@ -50,9 +50,9 @@ EFFECTS = (("re-initialisation", "no re-init"), ("adaptive v_max", "fixed v_max"
 
 @dataclasses.dataclass(frozen=True)
 class AblationConfig(MallConfig):
-    digits: int = 4
-    snr_db: float = 20.0
-    inits: tuple[str, ...] = ("uniform", "forgy", "kmeans++")
+    digits: int = 4  # D for OAC
+    snr_db: float = 20.0  # SNR (dB) of OAC
+    inits: tuple[str, ...] = ("uniform", "forgy", "kmeans++")  # initialisations compared, each one of kmeans.INITS
 
     def __post_init__(self):
         super().__post_init__()
@@ -275,7 +275,7 @@ EXPERIMENT = Experiment(
     name="kmeans-ablation",
     description="OAC k-means paper: paired effect of adaptive v_max and re-initialisation under each init, v_max and E_s readings, tile vs i.i.d. split",
     config_cls=AblationConfig,
-    build=lambda cfg: _sweep(cfg, _labels(cfg)),
+    build=lambda cfg: mall_sweep(cfg, _labels(cfg)),
     plot=_plot,
     report=_report,
     default_trials=500,

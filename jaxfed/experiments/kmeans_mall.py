@@ -9,7 +9,8 @@
   the OAC detector's centroid noise next to what its variance formula predicts.
 
 The ablation is in :mod:`jaxfed.experiments.kmeans_ablation`; the sweep over the number of edge
-devices (EDs) and the study of D = 1 in :mod:`jaxfed.experiments.kmeans_studies`.
+devices (EDs) and the study of D = 1 in :mod:`jaxfed.experiments.kmeans_studies`; what they share
+(the trial, the sweep, the verdict helpers) in :mod:`jaxfed.experiments._kmeans_common`.
 
 Every experiment stores ``loss`` (point, trial, round): the loss of the paper's equation (1), the
 within-cluster squared distance of the partition the centroids induce, divided by the number of
@@ -30,314 +31,35 @@ when that interval lies within ±5% (:data:`EQUAL_MARGIN`).
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import kmeans, oac, plotting, scenarios, stats, validation
-from jaxfed.experiments.base import Experiment, Reading, Sweep, band_table
-
-SYMBOL_ENERGIES = ("beta", "sqrt-beta")
-EQUAL_MARGIN = stats.EQUAL_RATIO_MARGIN  # "≈": the paired median ratio's interval lies within [1/1.05, 1.05]
-LOSS_LABEL = "loss per customer, eq. (1) / |D|  (m²)"
-RAW_NEEDED = "Verdicts need every trial's values: rerun with `--keep raw`.\n"
-# A k-means trial takes milliseconds on a CPU: 64 trials per micro-batch run as fast per trial as
-# 512 (measured 904 vs 784 trials/s, kmeans-snr, 2-core CPU), and pad small runs 8 times less.
-MICRO_BATCH = {"cpu": 64}
-
-
-@dataclasses.dataclass(frozen=True)
-class MallConfig:
-    """Scenario and algorithm parameters shared by the k-means experiments.
-
-    Static: rows, cols, n_points, n_components, n_clusters, n_rounds, beta, digits, channel, init,
-    vmax_rule. Traced per point: SNR, E_s and the enhancement switches. Closure constants: the rest."""
-
-    rows: int = 10  # mall tiles per column; K = rows · cols edge devices (EDs), one per tile
-    cols: int = 10
-    side: float = 100.0  # mall side (m)
-    n_points: int = 2000  # customers per trial
-    n_components: int = 10  # Gaussian mixture components
-    spread: float = 5.0  # component standard deviation (m)
-    n_clusters: int = 10  # C
-    n_rounds: int = 50
-    mu: float = 1.0  # learning rate μ
-    beta: int = 3  # balanced-number base β
-    s_min: float = 1.0  # re-initialise clusters with fewer points
-    sigma_c: float = 1.0  # re-initialisation jitter (m)
-    vmax_fixed: float = 1000.0  # [choice] v_max when adaptive v_max is off (m); first value of the lagged readings
-    channel: str = "aggregate"  # a registered channel (jaxfed.oac.channels()): "aggregate" (fast), "explicit", …
-    init: str = "uniform"  # initial centroids: "uniform" in the mall (server-side), "forgy", "kmeans++"
-    vmax_rule: str = "abs"  # adaptive v_max reading, one of kmeans.VMAX_RULES
-    symbol_energy: str = "beta"  # E_s: "beta" (amplitude √β, unit mean energy per resource) or "sqrt-beta" (E_s = √β)
-
-    def __post_init__(self):
-        for name in ("rows", "cols", "n_points", "n_components", "n_clusters", "n_rounds"):
-            value = getattr(self, name)
-            validation.integer(name, value, 1)
-        validation.check(
-            "n_clusters", self.n_clusters, self.n_clusters <= self.n_points, f"<= n_points = {self.n_points}"
-        )
-        for name in ("side", "spread", "mu", "sigma_c", "vmax_fixed"):
-            value = getattr(self, name)
-            validation.positive(name, value)
-        validation.non_negative("s_min", self.s_min)
-        validation.integer("beta", self.beta, 3)
-        validation.check("beta", self.beta, self.beta % 2 == 1, "an odd integer >= 3")
-        oac.channel_model(self.channel)  # ValueError listing the registered channels
-        validation.one_of("init", self.init, kmeans.INITS)
-        validation.one_of("vmax_rule", self.vmax_rule, kmeans.VMAX_RULES)
-        validation.one_of("symbol_energy", self.symbol_energy, SYMBOL_ENERGIES)
-
-    @property
-    def n_devices(self) -> int:
-        return self.rows * self.cols
-
-
-def symbol_energy_value(reading: str, beta: int) -> float:
-    """E_s of a named reading: ``"beta"`` → β (amplitude √β), ``"sqrt-beta"`` → √β (the paper's
-    E_s ≜ √β taken as an energy); 10·log10(β/√β) = 2.39 dB apart at β = 3."""
-    return float(beta) if reading == "beta" else math.sqrt(beta)
-
-
-def check_snrs(name: str, snrs) -> None:
-    for snr in snrs:
-        validation.check(name, snr, -50 <= snr <= 100, "SNRs in dB within [-50, 100]")
-
-
-# --------------------------------------------------------------------------- points and the trial
-def _point(cfg: MallConfig, lab: dict) -> dict:
-    """Engine point of a label: method, D, split, init, v_max reading and the tiling are static;
-    SNR, E_s and the switches are traced."""
-    return {
-        "method": lab["method"],
-        "digits": lab.get("digits", 4),
-        "snr_db": jnp.float32(lab.get("snr_db", 0.0)),  # unused by non-OAC methods
-        "adaptive": jnp.bool_(lab.get("adaptive", True)),
-        "reinit": jnp.bool_(lab.get("reinit", True)),
-        "iid": lab.get("split", "tiles") == "iid",
-        "init": lab.get("init", cfg.init),
-        "vmax_rule": lab.get("vmax_rule", cfg.vmax_rule),
-        "es": jnp.float32(symbol_energy_value(lab.get("symbol_energy", cfg.symbol_energy), cfg.beta)),
-        "rows": lab.get("rows", cfg.rows),
-        "cols": lab.get("cols", cfg.cols),
-    }
-
-
-def _aggregator(cfg: MallConfig, point: dict) -> oac.aggregators.Aggregator:
-    """The back-end of a federated method: built inside the trial, so SNR and E_s stay traced."""
-    if point["method"] == "ideal":
-        return oac.aggregators.ideal()
-    if point["method"] == "quantized":
-        return oac.aggregators.quantized(cfg.beta, point["digits"])
-    return oac.aggregators.oac(cfg.channel, cfg.beta, point["digits"], point["snr_db"], point["es"])
-
-
-def _settings(cfg: MallConfig, point: dict) -> kmeans.Settings:
-    return kmeans.Settings(
-        aggregator=_aggregator(cfg, point),
-        mu=cfg.mu,
-        adaptive_vmax=point["adaptive"],
-        vmax=cfg.vmax_fixed,
-        vmax_rule=point["vmax_rule"],
-        reinit=point["reinit"],
-        s_min=cfg.s_min,
-        sigma_c=cfg.sigma_c,
-    )
-
-
-ROUND_DIAGNOSTICS = ("movement", "dead_zone")
-LAST_ROUND_DIAGNOSTICS = ("centroid_noise", "centroid_noise_pred", "centroid_noise_floor", "quant_error")
-
-
-def make_trial(cfg: MallConfig, round_diagnostics: bool = False, last_round_diagnostics: bool = False):
-    """trial(key, point) -> {"loss", "ari", "reinits": (n_rounds,)}, and with
-
-    - ``round_diagnostics``: ``movement`` (mean distance the centroids move in each round, m) and
-      ``dead_zone`` (fraction of clusters with points whose changes all quantise to zero);
-    - ``last_round_diagnostics``: in the last round, the RMS error the channel adds to a centroid
-      (``centroid_noise``, m), the RMS predicted by the detector's variance formula given that
-      round's counts (``centroid_noise_pred``) and its noise-free limit (``centroid_noise_floor``),
-      and the RMS error quantisation adds (``quant_error``); 0 where a method has no such error.
-    """
-
-    def trial(key, point):
-        k_scene, k_split, k_init, k_run = jax.random.split(key, 4)
-        rows, cols = point["rows"], point["cols"]
-        scene = scenarios.mall(k_scene, cfg.n_points, cfg.n_components, cfg.spread, cfg.side, rows, cols)
-        owner = scenarios.iid_owner(k_split, cfg.n_points, rows * cols) if point["iid"] else scene.owner
-        init = kmeans.initial_centroids(k_init, scene.points, cfg.n_clusters, point["init"], 0.0, cfg.side)
-        data = kmeans.flat_data(scene.points, owner)
-
-        def rand_index(part):  # inside each round: stacking the rounds' assignments costs as much
-            return kmeans.adjusted_rand_index(part.index, scene.labels, cfg.n_clusters, cfg.n_components)
-
-        if point["method"] == "centralized":
-            history, info = kmeans.lloyd_rounds(scene.points, init, cfg.n_rounds, observe=rand_index)
-        else:
-            history, info = kmeans.federated_rounds(
-                k_run, data, rows * cols, init, cfg.n_rounds, _settings(cfg, point), observe=rand_index
-            )
-        # The rounds report on the centroids they start from; the metric after round n is about
-        # the centroids it ends with, i.e. the next round's, and one more evaluation for the last.
-        weight = data.mask.astype(data.coords.dtype)
-        last = kmeans.partition(data.coords, weight, history[-1])
-        out = {
-            "loss": jnp.concatenate([info.loss[1:], kmeans.partition_loss(last, weight)[None]]),
-            "ari": jnp.concatenate([info.observed[1:], rand_index(last)[None]]),
-            "reinits": jnp.sum(info.reinitialised, axis=-1).astype(jnp.float32),
-        }
-        started = jnp.concatenate([init[None], history[:-1]])  # broadcast centroids of each round
-        if round_diagnostics:
-            out["movement"] = jnp.mean(jnp.linalg.norm(history - started, axis=-1), axis=-1)
-            dead = info.dead_zone if point["method"] != "centralized" else jnp.zeros_like(info.reinitialised)
-            out["dead_zone"] = jnp.sum(dead, -1) / jnp.maximum(jnp.sum(info.cluster_sizes > 0, -1), 1)
-        if last_round_diagnostics:
-            out.update(_last_round_noise(cfg, point, data, rows * cols, started[-1], info))
-        return out
-
-    return trial
-
-
-def _last_round_noise(cfg: MallConfig, point, data, n_devices: int, centroids, info) -> dict:
-    """RMS centroid errors of the last round (see :func:`make_trial`).
-
-    The error the aggregate Σ_k v_{k,q} carries moves centroid c by μ·e_c/|S_c| (e_c its L
-    coordinates); the RMS is over the clusters with points. The channel's part is the ES's sum
-    minus the sum of the quantised values, with variance (v_max/ξ)² Σ_d β^{2d} Σ_j s_j²
-    (K_{q,d,j} + σ²/E_s)² given the round's counts K (:func:`jaxfed.oac.channel.estimate_variance`).
-    """
-    zero = jnp.zeros((), jnp.float32)
-    if point["method"] == "centralized":
-        return dict.fromkeys(LAST_ROUND_DIAGNOSTICS, zero)
-    counts, deltas = kmeans.local_statistics(data, centroids, n_devices)
-    values = deltas.reshape(n_devices, -1)
-    active = jnp.sum(counts, axis=1) > 0
-    sizes = jnp.repeat(jnp.sum(counts, axis=0), data.coords.shape[0])  # |S_c| of each value q = c·L + l
-    vmax = info.vmax[-1]
-    exact = jnp.sum(values, axis=0)
-    if point["method"] == "ideal":
-        quantised = exact
-    else:
-        quantised = jnp.sum(
-            jnp.where(active[:, None], oac.balanced.quantize(values, cfg.beta, point["digits"], vmax), 0), 0
-        )
-    n_clusters = jnp.maximum(jnp.sum(jnp.sum(counts, axis=0) > 0), 1)
-
-    def rms(squared):  # per value → RMS centroid displacement over the clusters with points
-        return jnp.sqrt(jnp.sum(jnp.where(sizes > 0, cfg.mu**2 * squared / jnp.maximum(sizes, 1) ** 2, 0)) / n_clusters)
-
-    out = {
-        "centroid_noise": rms(jnp.square(info.aggregate[-1] - quantised)),
-        "quant_error": rms(jnp.square(quantised - exact)),
-        "centroid_noise_pred": zero,
-        "centroid_noise_floor": zero,
-    }
-    model = oac.channel_model(cfg.channel)
-    if point["method"] == "oac" and model.variance is None:  # a registered channel without a formula
-        out["centroid_noise_pred"] = out["centroid_noise_floor"] = jnp.full((), jnp.nan, jnp.float32)
-    elif point["method"] == "oac":
-        numerals = oac.encode(values, cfg.beta, point["digits"], vmax)
-        resources = oac.channel.resource_counts(numerals, cfg.beta, active)
-        noise_var = oac.channel.noise_variance(point["snr_db"]) if model.noisy else 0.0
-        args = (resources, cfg.beta, point["digits"], vmax)
-        variance = oac.channel.estimate_variance(*args, noise_var, point["es"], cfg.channel)
-        floor = oac.channel.estimate_variance(*args, 0.0, point["es"], cfg.channel)
-        out["centroid_noise_pred"], out["centroid_noise_floor"] = rms(variance), rms(floor)
-    return out
-
-
-def _label(lab: dict) -> str:
-    m = lab["method"]
-    if m == "centralized":
-        return "centralized"
-    if m == "ideal":
-        return "ideal federated"
-    if m == "quantized":
-        return f"quantisation only D={lab['digits']}"
-    return f"OAC D={lab['digits']} {lab['snr_db']:g} dB"
-
-
-def _sweep(cfg, labels: list[dict], round_diagnostics: bool = False, last_round_diagnostics: bool = False) -> Sweep:
-    axes: dict[str, tuple[str, ...]] = {"loss": ("round",), "ari": ("round",), "reinits": ("round",)}
-    if round_diagnostics:
-        axes.update(dict.fromkeys(ROUND_DIAGNOSTICS, ("round",)))
-    if last_round_diagnostics:
-        axes.update(dict.fromkeys(LAST_ROUND_DIAGNOSTICS, ()))
-    trial = make_trial(cfg, round_diagnostics, last_round_diagnostics)
-    return Sweep(trial, [_point(cfg, lab) for lab in labels], labels, axes)
-
-
-def resources_table(cfg: MallConfig, digits_list) -> str:
-    """Markdown table of complex resources per round: OAC (L·C·β·D) vs orthogonal digital
-    (L·C·K·N_bits/r_bits with N_bits = ⌈D log2 β⌉ for the same resolution, QPSK r_bits = 2,
-    uncompressed)."""
-    rows = [f"| D | OAC resources/round | digital resources/round (K = {cfg.n_devices}) | ratio |", "|---|---|---|---|"]
-    for d in digits_list:
-        oac_res = kmeans.oac_resources(2, cfg.n_clusters, cfg.beta, d)
-        bits = math.ceil(d * math.log2(cfg.beta))
-        digital = kmeans.digital_resources(2, cfg.n_clusters, cfg.n_devices, bits)
-        rows.append(f"| {d} | {oac_res} | {digital:g} ({bits} bits/value) | {digital / oac_res:.1f}x |")
-    return "\n".join(rows)
-
-
-# --------------------------------------------------------------------------- verdict helpers
-def final_values(results: dict, name: str = "loss"):
-    """(point, trial) values of the last round (or of a per-trial metric); None for summaries."""
-    value = results[name]
-    if isinstance(value, stats.Summary):
-        return None
-    value = np.asarray(value)
-    return value[..., -1] if value.ndim == 3 else value
-
-
-def index_of(labels: list[dict], **match) -> int:
-    """Index of the first label whose items include ``match``."""
-    for i, lab in enumerate(labels):
-        if all(lab.get(k) == v for k, v in match.items()):
-            return i
-    raise KeyError(match)
-
-
-def ratio_verdict(final, a: int, b: int, claim: str, expect: str):
-    """Paired verdict on the per-trial ratio final[a]/final[b] (expect "less", "greater" or
-    "equal", the last within ±:data:`EQUAL_MARGIN`)."""
-    margin = math.log1p(EQUAL_MARGIN) if expect == "equal" else 0.0
-    return stats.paired_verdict(final[a], final[b], claim, expect=expect, transform="log_ratio", margin=margin)
-
-
-def difference_verdict(final, a: int, b: int, claim: str, expect: str = "less"):
-    """Paired verdict on the mean per-trial difference final[a] − final[b] (m²): the statistic for
-    an effect that shows in a minority of trials (e.g. re-initialisation rescuing a run), where
-    the median of the pairs is 0."""
-    return stats.paired_verdict(final[a], final[b], claim, expect=expect, statistic="mean")
-
-
-RATIO_TEXT = "per-trial ratio a/b of final losses; median with its 95% bootstrap interval"
-DIFFERENCE_TEXT = "per-trial difference a − b of final losses (m²); mean with its 95% bootstrap interval"
-
-
-def verdict_block(verdicts, how: str = RATIO_TEXT, what: str = "median ratio a/b") -> str:
-    equal = f'; "≈" means within ±{EQUAL_MARGIN:.0%}' if any("≈" in v.claim for v in verdicts) else ""
-    return (
-        f"**Verdicts** ({how}, over the same trials{equal}; exact sign test):\n\n"
-        + stats.verdict_table(verdicts, what)
-        + "\n"
-    )
-
-
-def paired_ratio_band(values, reference, mass: float = 0.75):
-    """Median and central band over trials of values/reference (point, trial, …)/(trial, …)."""
-    return stats.band(np.asarray(values) / np.asarray(reference)[None], mass)
+from jaxfed.experiments._kmeans_common import (
+    LAST_ROUND_DIAGNOSTICS,
+    LOSS_LABEL,
+    MICRO_BATCH,
+    RAW_NEEDED,
+    MallConfig,
+    check_snrs,
+    final_values,
+    index_of,
+    mall_sweep,
+    method_label,
+    ratio_verdict,
+    resources_table,
+    symbol_energy_value,
+    verdict_block,
+)
+from jaxfed.experiments.base import Experiment, Reading, band_table
 
 
 # --------------------------------------------------------------------------- kmeans-convergence
 @dataclasses.dataclass(frozen=True)
 class ConvergenceConfig(MallConfig):
     digits: int = 4  # D for quantisation and OAC
-    snrs_db: tuple[float, ...] = (0.0, 10.0, 20.0, 30.0)
+    snrs_db: tuple[float, ...] = (0.0, 10.0, 20.0, 30.0)  # SNRs (dB) of the OAC points
 
     def __post_init__(self):
         super().__post_init__()
@@ -407,7 +129,7 @@ def _plot_convergence(cfg: ConvergenceConfig, labels, results, path):
     fig, (ax0, ax1, ax2) = plotting.figure(1, 3, figsize=(18, 5))
     _scenario_panel(ax0, cfg)
     rounds = np.arange(1, cfg.n_rounds + 1)
-    names = [_label(lab) for lab in labels]
+    names = [method_label(lab) for lab in labels]
     plotting.band_plot(ax1, rounds, results["loss"], names, log_y=True, styles=plotting.LINE_STYLES)
     ax1.set_xlabel("round n")
     ax1.set_ylabel(LOSS_LABEL)
@@ -429,7 +151,7 @@ def _plot_convergence(cfg: ConvergenceConfig, labels, results, path):
 
 def _report_convergence(cfg: ConvergenceConfig, labels, results) -> Reading:
     b = stats.band(results["loss"])
-    names = [_label(lab) for lab in labels]
+    names = [method_label(lab) for lab in labels]
     rounds = sorted({r for r in (1, 5, 10, 20, cfg.n_rounds) if r <= cfg.n_rounds})
     table = band_table("round", rounds, names, b, [r - 1 for r in rounds])
     final = b.median[:, -1]
@@ -483,7 +205,7 @@ CONVERGENCE = Experiment(
     name="kmeans-convergence",
     description="OAC k-means paper: loss vs round on the mall: centralized, ideal, quantized, OAC at several SNRs",
     config_cls=ConvergenceConfig,
-    build=lambda cfg: _sweep(cfg, _convergence_labels(cfg)),
+    build=lambda cfg: mall_sweep(cfg, _convergence_labels(cfg)),
     plot=_plot_convergence,
     report=_report_convergence,
     default_trials=1000,
@@ -498,8 +220,8 @@ NOISE_FREE_DB = 100.0  # σ²/E_s ~ 1e-10: the noise-free limit of the channel
 
 @dataclasses.dataclass(frozen=True)
 class SnrConfig(MallConfig):
-    digits_list: tuple[int, ...] = (1, 2, 3, 4)
-    snrs_db: tuple[float, ...] = (-10.0, -5.0, 0.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0)
+    digits_list: tuple[int, ...] = (1, 2, 3, 4)  # the D compared (quantised and OAC points at each)
+    snrs_db: tuple[float, ...] = (-10.0, -5.0, 0.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0)  # SNRs (dB) of the OAC points
 
     def __post_init__(self):
         super().__post_init__()
@@ -694,7 +416,7 @@ SNR = Experiment(
     name="kmeans-snr",
     description="OAC k-means paper: final loss vs SNR (-10..30 dB, and no noise) for D = 1..4, with quantisation only, centralized and ideal",
     config_cls=SnrConfig,
-    build=lambda cfg: _sweep(cfg, _snr_labels(cfg), last_round_diagnostics=True),
+    build=lambda cfg: mall_sweep(cfg, _snr_labels(cfg), last_round_diagnostics=True),
     plot=_plot_snr,
     report=_report_snr,
     default_trials=1000,

@@ -23,27 +23,27 @@ import math
 import numpy as np
 
 from jaxfed import kmeans, plotting, stats, validation
-from jaxfed.experiments.base import Experiment, Reading, band_table
-from jaxfed.experiments.kmeans_mall import (
+from jaxfed.experiments._kmeans_common import (
     LOSS_LABEL,
     MICRO_BATCH,
     RAW_NEEDED,
     MallConfig,
-    _sweep,
     check_snrs,
     final_values,
     index_of,
+    mall_sweep,
     ratio_verdict,
     verdict_block,
 )
+from jaxfed.experiments.base import Experiment, Reading, band_table
 
 
 # --------------------------------------------------------------------------- kmeans-devices
 @dataclasses.dataclass(frozen=True)
 class DevicesConfig(MallConfig):
     grid_sides: tuple[int, ...] = (3, 10, 32)  # n × n tiles: K = 9, 100, 1024 EDs
-    digits: int = 4
-    snr_db: float = 20.0
+    digits: int = 4  # D for quantisation and OAC
+    snr_db: float = 20.0  # SNR (dB) of OAC
     bits_per_resource: float = 2.0  # r_bits of the digital links (QPSK)
     compression: float = 1.0  # r_compression of the digital links (compressed size / raw size)
 
@@ -181,7 +181,7 @@ DEVICES = Experiment(
     name="kmeans-devices",
     description="OAC k-means: loss and resources per round vs the number of EDs K (9..1024), OAC vs orthogonal digital",
     config_cls=DevicesConfig,
-    build=lambda cfg: _sweep(cfg, _devices_labels(cfg)),
+    build=lambda cfg: mall_sweep(cfg, _devices_labels(cfg)),
     plot=_plot_devices,
     report=_report_devices,
     default_trials=200,
@@ -193,7 +193,7 @@ DEVICES = Experiment(
 # --------------------------------------------------------------------------- kmeans-digits1
 @dataclasses.dataclass(frozen=True)
 class Digits1Config(MallConfig):
-    snrs_db: tuple[float, ...] = (-10.0, 0.0, 5.0, 10.0, 20.0, 30.0)
+    snrs_db: tuple[float, ...] = (-10.0, 0.0, 5.0, 10.0, 20.0, 30.0)  # SNRs (dB) of the OAC points (D = 1)
 
     def __post_init__(self):
         super().__post_init__()
@@ -318,7 +318,7 @@ DIGITS1 = Experiment(
     name="kmeans-digits1",
     description="OAC k-means with D = 1: why the loss rises with SNR (dead zone, noise, re-initialisation)",
     config_cls=Digits1Config,
-    build=lambda cfg: _sweep(cfg, _digits1_labels(cfg), round_diagnostics=True),
+    build=lambda cfg: mall_sweep(cfg, _digits1_labels(cfg), round_diagnostics=True),
     plot=_plot_digits1,
     report=_report_digits1,
     default_trials=200,

@@ -1,0 +1,116 @@
+"""What the G-FVL experiments share (no experiment module imports another): how a report states
+the KL's target and the presets, first-slot statistics, and the unlearning verdicts with their
+detectability rule (used by gfvl-unlearning, its paper preset and conjugate variant, and
+gfvl-logistic)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxfed import stats
+
+
+def target_text(loss_normalisation: str, alpha: float) -> str:
+    """What the KL of a non-conjugate G-FVL experiment is measured against, in words."""
+    if loss_normalisation == "sum":
+        what = "the Bayesian posterior p(θ|D)" if alpha == 1.0 else f"the generalized posterior at α = {alpha:g}"
+        return f"{what} of all agents' data (sum loss: L_k = −Σ_n log p(z_k,n|θ))"
+    return (
+        f"the generalized posterior q* ∝ p_0(θ) exp(−Σ_k L_k(θ)/α) with the mean loss L_k = −(1/N_k) Σ_n log p(z_k,n|θ) "
+        f"(α = {alpha:g}): p(θ|D) tempered by 1/N_k, much wider than p(θ|D)"
+    )
+
+
+PAPER_CONVENTION = (
+    "The paper's eq. (1) defines each agent's loss as a mean over its N_k points, but its statement that α = 1 "
+    "gives the ordinary posterior (and its conjugate update that adds all sufficient statistics) holds only for "
+    'the sum, so its "true global posterior" is ambiguous; `loss_normalisation` selects either.'
+)
+
+
+def preset_differences(cfg) -> str:
+    """One sentence: the fields in which ``cfg`` differs from its class's other preset(s)."""
+    parts = []
+    for name, values in cfg.PRESETS.items():
+        if name == cfg.preset:
+            continue
+        diff = [f"{k} = {getattr(cfg, k)!r} (there {v!r})" for k, v in values.items() if getattr(cfg, k) != v]
+        parts.append(f"Differs from preset `{name}` in " + (", ".join(diff) if diff else "nothing") + ".")
+    return " ".join(parts)
+
+
+def first_slot_at_or_below(kl: np.ndarray, level: float) -> np.ndarray:
+    """Per trial, the first slot (1-based) with KL <= ``level``; n_slots + 1 where it never is
+    (censored: the true slot is later)."""
+    below = kl <= level
+    return np.where(below.any(axis=-1), np.argmax(below, axis=-1) + 1, kl.shape[-1] + 1)
+
+
+ASYMPTOTE_TOLERANCE = 1.5
+"""A trial has reached the asymptote at the first slot at which its KL is within this factor of it (the
+asymptote: retrain's median KL averaged over the last quarter of the slots)."""
+
+
+def asymptote(median_retrain: np.ndarray) -> float:
+    """The retrain-from-scratch asymptote: the mean of its median KL over the last quarter of slots."""
+    return float(np.mean(median_retrain[-max(1, len(median_retrain) // 4) :]))
+
+
+HIT_MARGIN = 1.0
+"""Claim (2), "unlearnt when u is scheduled", holds when the paired slot difference lies within ±1 slot."""
+
+
+def unlearning_verdicts(kl_unlearn, kl_retrain, hit, level: float, what: str, shift: float | None = None) -> list:
+    """Paired verdicts on forgetting u against retraining without u, both measured against the
+    target without u, per trial (pair) of the (trial, slot) arrays ``kl_unlearn`` and ``kl_retrain``:
+
+    1. *unlearning reaches ``level`` before retraining*: slots of retrain − unlearning, where
+       unlearning's slot is the first s >= h_t with KL <= level (h_t = ``hit``, the slot, from 1,
+       at which u is forgotten: before it the model still holds u's data, so a KL already below
+       the level is not unlearning) and retrain's the first slot with KL <= level; both censored
+       at n_slots + 1 (also where u is never scheduled);
+    2. *unlearning reaches it when u is scheduled*: unlearning's slot − h_t within ±:data:`HIT_MARGIN`
+       (trials where u is not scheduled within the slots, ``hit`` < 1, are dropped).
+
+    Detectability: the claims are tested only where forgetting u has something to do, i.e. the
+    median over trials of the KL at slot h_t − 1 (the learnt model just before u is forgotten,
+    trials with h_t >= 2) exceeds ``level``, and, when given, ``shift`` (the KL between the targets
+    with and without u) exceeds it too; otherwise both are "not testable here" with the reason.
+    """
+    kl_unlearn, kl_retrain = np.asarray(kl_unlearn), np.asarray(kl_retrain)
+    hit = np.asarray(hit).astype(int)
+    n_slots = kl_unlearn.shape[-1]
+    claims = (
+        f"unlearning {what} before retraining (slots of retrain − unlearning; unlearning from u's visit)",
+        f"unlearning {what} when u is scheduled (slot − u's hitting time, ±{HIT_MARGIN:g} slot)",
+    )
+    before = hit >= 2
+    held = float(np.median(kl_unlearn[before, hit[before] - 2])) if before.any() else float("nan")
+    reasons = []
+    if not held > level:
+        reasons.append(
+            f"just before u is forgotten the median KL to the target without u is {held:.3g}, not above the "
+            f"level {level:.3g}: there is nothing to unlearn that the level can see"
+        )
+    if shift is not None and not shift > level:
+        reasons.append(
+            f"u's data move the target by KL {shift:.3g}, not more than the level {level:.3g} (the learner's "
+            "own noise floor times the tolerance)"
+        )
+    if reasons:
+        return [stats.not_testable(claim, "; ".join(reasons)) for claim in claims]
+    slots = np.arange(1, n_slots + 1)
+    below = (kl_unlearn <= level) & (slots[None, :] >= hit[:, None]) & (hit[:, None] >= 1)
+    unl = np.where(below.any(axis=-1), np.argmax(below, axis=-1) + 1, n_slots + 1).astype(float)
+    ret = first_slot_at_or_below(kl_retrain, level).astype(float)
+    scheduled = hit >= 1
+    return [
+        stats.paired_verdict(ret, unl, claims[0]),
+        stats.paired_verdict(
+            np.where(scheduled, unl, np.nan),
+            np.where(scheduled, hit, np.nan),
+            claims[1],
+            expect="equal",
+            margin=HIT_MARGIN,
+        ),
+    ]
