@@ -115,31 +115,41 @@ def _cmd_run(args) -> int:
     return 0
 
 
+def _reproduced(only: str | None) -> list:
+    """The experiments ``jaxfed reproduce`` runs: every built-in one, or those ``--only`` names
+    (comma-separated, in that order); ValueError listing the known names for an unknown one."""
+    from jaxfed.experiments import REGISTRY
+
+    if only is None:
+        return list(REGISTRY.values())
+    names = list(dict.fromkeys(name.strip() for name in only.split(",") if name.strip()))
+    unknown = [name for name in names if name not in REGISTRY] or ([] if names else [only])
+    if unknown:
+        raise ValueError(f"--only: unknown experiment(s) {', '.join(map(repr, unknown))}; known: {', '.join(REGISTRY)}")
+    return [REGISTRY[name] for name in names]
+
+
 def _cmd_reproduce(args) -> int:
     import time
 
     import jax
-    import tqdm
 
     from jaxfed import report
-    from jaxfed.experiments import REGISTRY
+    from jaxfed.engine.progress import Overall
 
-    experiments = list(REGISTRY.values())
-    shown = not args.quiet and sys.stderr.isatty() and jax.process_index() == 0
-    # Which experiment of how many, and an overall ETA (by experiments done); the engine's
-    # per-group bars open below it.
-    overall = tqdm.tqdm(
-        total=len(experiments), unit="experiment", file=sys.stderr, disable=not shown, dynamic_ncols=True
-    )
+    experiments = _reproduced(args.only)
+    trials = {exp.name: max(1, round(exp.default_trials * args.scale)) for exp in experiments}
+    # Which experiment of how many, and an overall ETA weighted by trials; the engine's
+    # per-group bars open below it (on a terminal), its lines between its lines (in a log).
+    overall = Overall(not args.quiet and jax.process_index() == 0, trials)
     sections, times, start = [], [], time.perf_counter()
-    for i, exp in enumerate(experiments, 1):
-        overall.set_description(f"experiment {i}/{len(experiments)}: {exp.name}")
-        n_trials = max(1, round(exp.default_trials * args.scale))
+    for exp in experiments:
+        overall.start(exp.name)
         t0 = time.perf_counter()
-        cfg, config_json, results = _run_one(exp, {}, args, os.path.join(args.out, exp.name), n_trials)
+        cfg, config_json, results = _run_one(exp, {}, args, os.path.join(args.out, exp.name), trials[exp.name])
         times.append((exp.name, time.perf_counter() - t0))
         sections.append((exp.name, report.section(exp, cfg, config_json, results, times[-1][1])))
-        overall.update(1)
+        overall.finish()
     overall.close()
     if jax.process_index() == 0:
         path = report.write(args.out, sections, time.perf_counter() - start)
@@ -152,12 +162,11 @@ def _cmd_reproduce(args) -> int:
                         "jaxfed reproduce: time per experiment",
                         *lines,
                         f"  {'total':<{width}}  {time.perf_counter() - start:8.1f} s",
-                        f"report: {path}",
                     ]
                 ),
                 file=sys.stderr,
             )
-        print(path)
+        print(path)  # the report's path, once, on stdout (for scripts)
     return 0
 
 
@@ -382,6 +391,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("reproduce", help="run every paper experiment at its default size")
     rep.add_argument("--out", default=DEFAULT_OUT, help=f"result directory (default {DEFAULT_OUT})")
     rep.add_argument("--scale", type=_positive_float("scale"), default=1.0, help="multiply every default trial count")
+    rep.add_argument(
+        "--only",
+        default=None,
+        metavar="NAME[,NAME...]",
+        help="run these experiments only (see jaxfed list); report.md then holds their sections only",
+    )
     common(rep)
     rep.set_defaults(func=_cmd_reproduce)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
-import sys
 
 import jax
 import numpy as np
@@ -62,7 +61,7 @@ def run(
     out_dir: str | None = None,
     identity: dict | None = None,
     overwrite: bool = False,
-    progress: bool | None = None,
+    progress: bool | Progress | None = None,
     use_jit: bool = True,
     devices: int | None = None,
     max_memory: int | None = None,
@@ -95,7 +94,9 @@ def run(
             should not contain the trial count, so that a run can grow.
         overwrite: discard stored results that cannot be used (another identity, damaged
             files, a summary of more trials than asked for) instead of raising.
-        progress: progress bar on stderr (default: when stderr is a TTY, on process 0).
+        progress: progress on stderr, on process 0 (default True): a bar per group on a terminal,
+            plain lines elsewhere (see :class:`jaxfed.engine.Progress`); or a ``Progress`` to
+            report to (its label, stream and line interval).
         use_jit: ``False`` runs the same vmapped function unjitted on one device (for tests).
         devices: local devices per process to shard trials over (default: all).
         max_memory: bytes per device a chunk may use (default: a quarter of the device's
@@ -148,7 +149,9 @@ def run(
     n_shards = mesh.size if mesh is not None else 1
     budget = max_memory if max_memory is not None else default_memory_budget(mesh or make_mesh(1))
     is_main = jax.process_index() == 0
-    bar = Progress((sys.stderr.isatty() if progress is None else progress) and is_main)
+    bar = progress if isinstance(progress, Progress) else Progress(progress is not False)
+    if not is_main:
+        bar = Progress(False)
     groups = group_points(points)
     info: dict = dict(
         devices=n_shards,
@@ -240,8 +243,7 @@ def run(
                 trial, group, traced, programs[g], sink, g, len(groups), mesh, width, budget, n_trials, chunk_size,
                 seed, common_random_numbers, keep == "summary", target, cache_dir, bar, info,
             )  # fmt: skip
-            bar.group(f"group {g + 1}/{len(groups)}", len(group.point_ids) * n_trials)
-            bar.update(sink.done_trials())
+            bar.group(f"group {g + 1}/{len(groups)}", len(group.point_ids) * n_trials, stored=sink.done_trials())
             if target is None:
                 point_ids = np.asarray(group.point_ids, np.uint32)
 
@@ -259,6 +261,7 @@ def run(
                     target, bar,
                 )  # fmt: skip
                 writer.wait()
+            bar.finish_group()
             parts = sink.finish(nonfinite)
             if keep == "summary":
                 for name, part in parts.items():

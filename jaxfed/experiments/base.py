@@ -351,7 +351,8 @@ def run_experiment(
     count is not part of it, so rerunning with more trials computes only the new ones (see
     :mod:`jaxfed.store`). Trials with a NaN or ±inf metric are
     counted per point in ``config_json["nonfinite_trials"]`` and reported on stderr, in raw and
-    summary modes alike. ``config.json`` is written last and records the SHA-256 of
+    summary modes alike. Progress goes to stderr unless ``quiet`` (:class:`jaxfed.engine.Progress`,
+    its lines prefixed with the experiment's name). ``config.json`` is written last and records the SHA-256 of
     ``metrics.npz``, so :func:`load_results` never pairs one run's config with another's metrics.
 
     Returns:
@@ -392,7 +393,7 @@ def run_experiment(
         out_dir=out_dir,
         identity=identity,
         overwrite=overwrite,
-        progress=False if quiet else None,
+        progress=engine.Progress(not quiet, label=f"{exp.name}: "),  # lines named after the experiment in a log
         devices=devices,
         max_memory=max_memory,
         keep=keep,

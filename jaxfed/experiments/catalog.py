@@ -9,7 +9,10 @@ An experiment is found by name among
   (``[project.entry-points."jaxfed.experiments"] my-exp = "my_pkg.module:EXPERIMENT"``).
 
 :func:`parameters` lists a config class's parameters with default, type and meaning; the meaning
-is the comment that follows the field in the class body (``name: float = 1.0  # meaning``).
+is the comment that follows the field in the class body (``name: float = 1.0  # meaning``, continued
+on comment-only lines below it), where ``one of MODULE.NAME`` (or ``MODULE.FUNCTION()``, or ``NAME``),
+a tuple or dict of names in the class's module, is written out as the values it holds: ``jaxfed
+show`` lists the values the code accepts, never a stale copy.
 
 :func:`code_identity` is the part of a run's store identity that names its code: the SHA-256 of
 every user file the experiment runs (the experiment file, the modules its functions, classes and
@@ -27,11 +30,14 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import inspect
+import io
 import os
+import re
 import site
 import sys
 import sysconfig
 import textwrap
+import tokenize
 import typing
 
 __all__ = ["ENTRY_POINT_GROUP", "find", "from_file", "plugins", "code_identity", "parameters", "describe"]
@@ -317,7 +323,9 @@ def parameters(config_cls: type) -> list[Parameter]:
 
 
 def _field_comments(config_cls: type) -> dict:
-    """Trailing ``# comment`` of each annotated field in the class bodies of ``config_cls``'s MRO."""
+    """The ``# comment`` of each annotated field in the class bodies of ``config_cls``'s MRO: on
+    the field's lines (a long default that the formatter wraps in parentheses carries it inside)
+    and the comment-only lines below, its choice references written out (:func:`_written_out`)."""
     comments: dict = {}
     for cls in reversed(config_cls.__mro__):
         try:
@@ -325,21 +333,57 @@ def _field_comments(config_cls: type) -> dict:
         except (OSError, TypeError):
             continue
         lines = source.splitlines()
+        comment_at = {
+            token.start[0]: token.string[1:].strip()
+            for token in tokenize.generate_tokens(io.StringIO(source).readline)
+            if token.type == tokenize.COMMENT
+        }
+        module = sys.modules.get(cls.__module__)
+        namespace = vars(module) if module is not None else {}
         tree = ast.parse(source)
         body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
         for node in body:
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                # A comment may continue on the following comment-only lines.
                 end = node.end_lineno or node.lineno
-                text = lines[end - 1][node.end_col_offset :]
-                parts = [text.split("#", 1)[1].strip()] if "#" in text else []
-                for line in lines[end:]:
-                    if not line.strip().startswith("#"):
+                parts = [comment_at[row] for row in range(node.lineno, end + 1) if row in comment_at]
+                for row in range(end + 1, len(lines) + 1):
+                    if not lines[row - 1].strip().startswith("#"):
                         break
-                    parts.append(line.strip()[1:].strip())
+                    parts.append(comment_at[row])
                 if parts:
-                    comments[node.target.id] = " ".join(parts)
+                    comments[node.target.id] = _written_out(" ".join(parts), namespace)
     return comments
+
+
+_CHOICE_REFERENCE = re.compile(r"one of ((?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*|[A-Z][A-Z0-9_]+)(\(\))?")
+"""``one of MODULE.NAME``, ``one of MODULE.FUNCTION()`` or ``one of NAME`` (upper case: a constant of
+the class's own module) in a field's comment."""
+
+
+def _written_out(text: str, namespace: dict) -> str:
+    """``text`` with each reference of :data:`_CHOICE_REFERENCE` (a function: its result) that
+    names, from ``namespace``, a non-empty tuple, list or dict (its keys) of strings replaced by
+    ``one of "a", "b", …``; other references stay as they are."""
+
+    def values(match: re.Match) -> str:
+        head, *attributes = match.group(1).split(".")
+        value = namespace.get(head)
+        for attribute in attributes:
+            value = getattr(value, attribute, None)
+        if match.group(2) and callable(value):
+            value = value()
+        if isinstance(value, (tuple, list, dict)) and value and all(isinstance(v, str) for v in value):
+            return "one of " + ", ".join(f'"{v}"' for v in value)
+        return match.group(0)
+
+    return _CHOICE_REFERENCE.sub(values, text)
+
+
+CHOICE_LEGEND = (
+    "[choice]: a value or reading jaxfed chose where the paper is silent or inconsistent "
+    "(each one is documented in docs/gfvl.md or docs/kmeans.md)"
+)
+"""What ``jaxfed show`` says "[choice]" in a parameter's meaning stands for."""
 
 
 def describe(exp) -> str:
@@ -354,6 +398,8 @@ def describe(exp) -> str:
             rows.append(
                 textwrap.fill(p.meaning, 100, initial_indent=" " * (width + 4), subsequent_indent=" " * (width + 4))
             )
+    if any("[choice]" in p.meaning for p in params):
+        rows += ["", CHOICE_LEGEND]
     presets = getattr(exp.config_cls, "PRESETS", None)
     if presets:
         rows += ["", "presets (--set preset=NAME, other --set values apply on top):"]

@@ -64,13 +64,13 @@ class Config:
     baseline: str = "leave-one-out"  # gradient estimator: REINFORCE with "constant" (c = 0), "leave-one-out" or
     # "control-variate" baseline, or "reparameterisation"
     n_slots: int = 400  # slots recorded per point
-    learn_slots: int = 400  # unlearning: slots of learning before the request
-    # u, numbered from 0. [choice] Agent 6 is the one whose data move q* most on the default i.i.d.
-    # split: KL(q* ‖ q*_(−u)) = 1.38 nats (agent 9: 0.17, below the learner's noise floor of ~0.4 at
-    # 400 slots, so forgetting it cannot be detected; the report checks this condition).
-    forget_agent: int = 6
-    topologies: tuple[str, ...] = ("complete", "ring")
-    splits: tuple[str, ...] = ("iid", "label-skew")
+    learn_slots: int = 400  # unlearning: slots of learning before agent u (forget_agent) asks to be forgotten
+    forget_agent: int = 6  # unlearning: the agent u that asks to be forgotten, numbered from 0. [choice] Agent 6
+    # is the one whose data move q* most on the default i.i.d. split: KL(q* ‖ q*_(−u)) = 1.38 nats (agent 9:
+    # 0.17, below the learner's noise floor of ~0.4 at 400 slots, so forgetting it cannot be detected; the
+    # report checks this condition).
+    topologies: tuple[str, ...] = ("complete", "ring")  # the points' graphs, each one of graphs.TOPOLOGIES
+    splits: tuple[str, ...] = ("iid", "label-skew")  # how the training points go to agents, each one of SPLITS
     loss_normalisation: str = "sum"  # "sum" (L_k = Σ_n ℓ: q* approximates the posterior at α = 1) or "mean"
     # (L_k = (1/N_k) Σ_n ℓ: the posterior tempered by 1/N_k); q* is recomputed for either
 
