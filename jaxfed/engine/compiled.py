@@ -285,8 +285,10 @@ def sized_chunk_fn(
     The probe's memory figures are cached in ``cache_dir`` under a digest of ``program`` (one
     trial's jaxpr, digested) and of what the batched program adds (points, devices, mode), so a
     rerun neither lowers nor compiles the probe, only the chunk function (itself from JAX's
-    persistent cache). Figures that no longer fit the program can only mis-size the chunk, which
-    the compiled chunk's own memory analysis then corrects (below).
+    persistent cache). A cached figure is a hint, never a reason to refuse: when it would refuse
+    the smallest chunk, or size the chunk at one micro-batch per device, the probe is compiled
+    and its own figures decide (and replace the cached ones); a larger chunk sized from a stale
+    figure is corrected from the compiled chunk's own memory analysis (below).
 
     A chosen size is corrected from the compiled chunk's own memory analysis when it exceeds
     ``budget``, and shrunk when the device refuses memory while compiling (a GPU allocates while
@@ -317,24 +319,21 @@ def sized_chunk_fn(
         key = probe_key(
             program, mesh, points=len(group.point_ids), lanes=width, common=common, summary=summary, fixed=fixed
         )
-        figures = load_probe(cache_dir, key)
-        record["memory_probe_cached"] = figures is not None
+        cached = load_probe(cache_dir, key)
+        chunk_size = None if cached is None else _probe_chunk(cached, step, width, mesh, budget, fixed, n_trials)
         probe = None
-        if figures is None:
+        # A cached figure is only a hint: a refusal, or a chunk of one micro-batch per device (the
+        # probe's own program, compiled anyway), is decided from this compilation's figures (a
+        # cache file edited to temp = 1e15 refused every later run: "would need 909 TiB").
+        if chunk_size is None or chunk_size <= step:
             probe, figures = compile_batch(step)
-            save_probe(cache_dir, key, figures)
-        # The fixed outputs once: subtracting them twice (as if the scatter copied the histograms)
-        # left nothing of a summary probe's 21 KB per trial, and the whole run became one chunk.
-        per_trial_device = max(figures["temp"] + figures["output"] - fixed, 0) / width
-        per_trial_host = max(figures["output"] - fixed, 0) / width
-        per_trial = per_trial_device / mesh.size + per_trial_host
-        refuse_chunk(step, True, step * per_trial + 3 * fixed, budget)
-        usable = BUDGET_FOR_CHUNKS * budget - 3 * fixed  # the rest: the process itself, summaries, results
-        if mesh.devices.flat[0].platform == "cpu":
-            usable = min(usable, CPU_CHUNK_BYTES)
-        chunk_size = balanced_chunk(n_trials, int(usable // max(per_trial, 1.0)), step)
+            if figures != cached:
+                save_probe(cache_dir, key, figures)
+            chunk_size = _probe_chunk(figures, step, width, mesh, budget, fixed, n_trials, refuse=True)
+            cached = cached if figures == cached else None
+        record["memory_probe_cached"] = cached is not None
         if chunk_size <= step:  # the probe's program is the chunk's
-            return chunk_size, probe if probe is not None else compile_batch(step)[0], record
+            return chunk_size, probe, record
 
     def resized(size: int, need: float) -> int:
         """The chunk size for which ``need`` bytes at ``size`` trials scale to fit, smaller than ``size``."""
@@ -372,6 +371,26 @@ def sized_chunk_fn(
         f"no chunk size fitting the memory budget of {size_text(budget)} was found in {MAX_RESIZES} compilations "
         "(--max-memory / max_memory); give --chunk-size / chunk_size"
     )
+
+
+def _probe_chunk(figures, step, width, mesh, budget, fixed, n_trials, refuse=False) -> int | None:
+    """The chunk size the probe's memory ``figures`` (one micro-batch of ``width`` trials per
+    device, ``step`` trials in all) imply for ``budget``; None when even ``step`` trials would not
+    fit (``refuse``: ValueError instead, the one-line refusal)."""
+    # The fixed outputs once: subtracting them twice (as if the scatter copied the histograms)
+    # left nothing of a summary probe's 21 KB per trial, and the whole run became one chunk.
+    per_trial_device = max(figures["temp"] + figures["output"] - fixed, 0) / width
+    per_trial_host = max(figures["output"] - fixed, 0) / width
+    per_trial = per_trial_device / mesh.size + per_trial_host
+    need = step * per_trial + 3 * fixed
+    if refuse:
+        refuse_chunk(step, True, need, budget)
+    elif need > budget:
+        return None
+    usable = BUDGET_FOR_CHUNKS * budget - 3 * fixed  # the rest: the process itself, summaries, results
+    if mesh.devices.flat[0].platform == "cpu":
+        usable = min(usable, CPU_CHUNK_BYTES)
+    return balanced_chunk(n_trials, int(usable // max(per_trial, 1.0)), step)
 
 
 # On a CPU a chunk's buffers are fresh host memory: the first call of a 6 GiB chunk (262,144

@@ -22,7 +22,7 @@ from jaxfed.engine.devices import (
     raise_on_every_process,
 )
 from jaxfed.engine.memory import check_chunk_outputs, check_host_memory, round_up, size_text, summary_output_bytes
-from jaxfed.engine.points import Trial, group_points, metric_specs, rebuild
+from jaxfed.engine.points import Trial, check_metric_axes, check_summarisable, group_points, metric_specs, rebuild
 from jaxfed.engine.progress import Progress
 from jaxfed.engine.sinks import RawSink, SummarySink, Writer, pipelined
 from jaxfed.engine.target import parse_target, still_running, worst_se
@@ -72,6 +72,7 @@ def run(
     target_metric: str | None = None,
     target_statistic: str = "mean",
     micro_batch: int | None = None,
+    metric_axes: dict | None = None,
 ) -> RunResult:
     """Runs ``trial`` for every point and ``n_trials`` trials per point.
 
@@ -121,6 +122,8 @@ def run(
             per-operation cost of cheap trials; narrow ones pad small runs less. Part of a
             stored run's identity, with the platform: results are bit-identical for equal
             identities.
+        metric_axes: if given, the names of each metric's axes after (point, trial), checked
+            against the trial's shapes before anything runs (every metric named, one name per axis).
         compilation_cache: directory of JAX's persistent compilation cache (and of the memory
             probe's results), ``"off"`` to disable it; default: ``$JAXFED_COMPILATION_CACHE``, else
             a per-user directory (see :func:`compilation_cache_dir`).
@@ -172,6 +175,8 @@ def run(
         for group, traced in groups
     ]
     specs = metric_specs([shapes for _, shapes in traces], groups)
+    if metric_axes is not None:
+        check_metric_axes(metric_axes, specs)
     programs = [hashlib.sha256(str(jaxpr).encode()).hexdigest() for jaxpr, _ in traces]
     target = None
     if target_se is not None or target_metric is not None:
@@ -193,6 +198,8 @@ def run(
         raw_bytes = len(points) * n_trials * sum(math.prod(s) * np.dtype(d).itemsize for s, d in specs.values())
         keep = "raw" if raw_bytes <= RAW_LIMIT_BYTES else "summary"
     info["keep"] = keep
+    if keep == "summary":
+        check_summarisable(specs)
     check_host_memory(keep, len(points), n_trials, specs)
     if mesh is not None:  # the outputs alone of the smallest (or the given) chunk must fit
         for group, _ in groups:

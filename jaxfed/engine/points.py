@@ -93,3 +93,47 @@ def metric_specs(probes: list, groups: list) -> dict:
     if specs is None:
         raise ValueError("points must be a non-empty list")
     return specs
+
+
+def check_metric_axes(metric_axes, specs: dict) -> None:
+    """Refuses axis names that do not describe the trial's metrics (``specs``, from
+    :func:`metric_specs`): ``metric_axes`` must name every metric the trial returns, and no other,
+    with one axis name per axis of its cells (after point and trial).
+
+    Raises:
+        ValueError: one line naming the metric, its shape and the names given.
+    """
+    known = ", ".join(sorted(specs))
+    if not isinstance(metric_axes, dict):
+        raise ValueError(f"metric_axes must be a dict metric -> axis names (metrics: {known}), got {metric_axes!r}")
+    missing, unknown = sorted(set(specs) - set(metric_axes)), sorted(set(metric_axes) - set(specs), key=str)
+    if missing or unknown:
+        raise ValueError(
+            f"metric_axes must name the axes of exactly the metrics the trial returns ({known}), got "
+            f"{sorted(map(str, metric_axes))}: "
+            + "; ".join([f"{m!r} missing" for m in missing] + [f"{m!r} not returned" for m in unknown])
+        )
+    for name, (shape, _) in specs.items():
+        axes = metric_axes[name]
+        names = isinstance(axes, (tuple, list)) and all(isinstance(a, str) for a in axes)
+        if not names or len(axes) != len(shape):
+            raise ValueError(
+                f"metric_axes[{name!r}] must be {len(shape)} axis name(s), one per axis of the metric's cells "
+                f"(shape {list(shape)} after point and trial), got {axes!r}"
+            )
+
+
+def check_summarisable(specs: dict) -> None:
+    """Refuses complex metrics in summary mode: a summary's statistics and histogram are of real
+    values (summarising a complex metric would keep its real part only).
+
+    Raises:
+        ValueError: one line naming the metric and the ways out.
+    """
+    for name, (_, dtype) in specs.items():
+        if np.dtype(dtype).kind == "c":
+            raise ValueError(
+                f"metric {name!r} is {np.dtype(dtype).name}: summaries (keep='summary', --keep summary, a "
+                "precision target or keep='auto' on results over the raw limit) take real values only; return "
+                "its real and imaginary parts (or its magnitude) as real metrics, or keep every trial with keep='raw'"
+            )

@@ -29,7 +29,7 @@ def parse_target(se, metric: str | None, specs: dict, statistic: str = "mean") -
 
     Raises:
         ValueError: one line, for a target that is not a positive finite number, an unknown
-            metric (naming the known ones), an index that does not exist in its shape or a
+            metric (naming the known ones), an empty index, one that does not exist in its shape or a
             statistic other than those in :data:`TARGET_STATISTICS`.
     """
     validation.check("target_se", se, isinstance(se, (int, float)) and not isinstance(se, bool), "a number")
@@ -41,12 +41,17 @@ def parse_target(se, metric: str | None, specs: dict, statistic: str = "mean") -
             metric,
             f"one of {', '.join(sorted(specs))} (optionally NAME@index) with target_se",
         )
-    name, _, index_text = metric.partition("@")
+    name, at, index_text = metric.partition("@")
     if name not in specs:
         raise ValueError(f"target metric {name!r} does not exist; metrics: {', '.join(sorted(specs))}")
     shape = specs[name][0]
-    if not index_text:
+    if not at:
         return Target(float(se), name, None, statistic)
+    if not index_text.strip():  # "kl@" was taken as "kl" (every cell) and recorded as "kl@"
+        raise ValueError(
+            f"target metric {metric!r} has an empty index after '@': give {name}@i for one cell, "
+            f"or {name} alone for the worst cell"
+        )
     try:
         index = tuple(int(part) for part in index_text.split(","))
     except ValueError:
