@@ -1,6 +1,8 @@
 """Command line: jaxfed list | show NAME | run NAME | reproduce | plot DIR.
 
-Errors in names, values or parameters print one line ``jaxfed: error: …`` and exit with status 2.
+Errors in names, values or parameters, and any exception raised in a user experiment's code (with
+the file and line), print one line ``jaxfed: error: …`` and exit with status 2; ``--debug`` (or
+``JAXFED_DEBUG=1``) shows the full traceback instead.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from jaxfed import validation
 
 DEFAULT_OUT = "results"
 DEFAULT_MAX_TRIALS = 1_000_000  # trials per point at most in a precision-targeted run
+DEBUG_ENV = "JAXFED_DEBUG"  # set (to anything but 0/false/no/off): tracebacks instead of one-line errors
 # --devices at most: checked when the flag is parsed, before XLA creates any device (10,000 host
 # devices took 28 s and 1.2 GB to create, 100,000 never finished). Host devices beyond the CPU
 # cores only add overhead; 64 covers the accelerators of any one host.
@@ -409,6 +412,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="the user or plugin experiment that wrote DIR (never taken from DIR itself; its code must match the run's)",
     )
     plot.set_defaults(func=_cmd_plot)
+    debug = f"on an error, the full traceback instead of one line (env {DEBUG_ENV}=1)"
+    parser.add_argument("--debug", action="store_true", help=debug)
+    for command in sub.choices.values():  # after the command too: `jaxfed run NAME --debug`
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug)
     return parser
 
 
@@ -481,25 +488,42 @@ def main(argv: list[str] | None = None) -> int:
     # The CLI only writes figures to files; the library leaves the backend to its caller (a
     # notebook keeps its inline backend).
     matplotlib.use("Agg")
+    debug = args.debug or os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
     try:
         _start_devices(args)
         return args.func(args)
-    except ValueError as err:
-        print(f"jaxfed: error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2
-    except OSError as err:  # a path that is not a directory, a read-only one, a full disk, …
-        where = f"{err.filename}: " if err.filename else ""
-        print(f"jaxfed: error: {where}{err.strerror or err}", file=sys.stderr)
-        return 2
-    except MemoryError as err:
-        print(
-            f"jaxfed: error: out of memory ({' '.join(str(err).split()) or 'allocation failed'}); use smaller shapes",
-            file=sys.stderr,
-        )
-        return 2
     except KeyboardInterrupt:
         print("jaxfed: interrupted; rerun the same command to resume from the finished chunks", file=sys.stderr)
         return 130
+    except Exception as err:
+        line = None if debug else _error_line(err)
+        if line is None:
+            raise  # --debug, or a fault in jaxfed's own code: the traceback is the report
+        print(f"jaxfed: error: {line}", file=sys.stderr)
+        return 2
+
+
+def _error_line(err: Exception) -> str | None:
+    """The one line that reports ``err`` (after ``jaxfed: error:``): a bad value, a path, memory,
+    or any exception raised in user code (an experiment file's import, ``__post_init__``,
+    ``build``, trial, plot), prefixed with the user file and line where it was raised; None for
+    an unexpected exception in jaxfed's own code. A bad value, path or memory need that jaxfed
+    reports (naming the parameter or file) keeps its message alone, wherever it was called from."""
+    from jaxfed.experiments import catalog
+
+    expected = isinstance(err, (ValueError, OSError, MemoryError))
+    where = catalog.user_frame(err, raised_there=expected)
+    at = f"{where[0]}:{where[1]}: " if where is not None else ""
+    if isinstance(err, ValueError):
+        return at + " ".join(str(err).split())
+    if isinstance(err, OSError):  # a path that is not a directory, a read-only one, a full disk, …
+        return at + (f"{err.filename}: " if err.filename else "") + str(err.strerror or err)
+    if isinstance(err, MemoryError):
+        return f"{at}out of memory ({' '.join(str(err).split()) or 'allocation failed'}); use smaller shapes"
+    if where is None:
+        return None
+    first = next((text.strip() for text in str(err).splitlines() if text.strip()), "")  # JAX's run to pages
+    return f"{at}{type(err).__name__}: {first} (the full traceback: --debug or {DEBUG_ENV}=1)"
 
 
 if __name__ == "__main__":

@@ -14,13 +14,17 @@ __all__ = ["section", "write"]
 def section(exp, config, config_json: dict, results: dict, seconds: float):
     """The :class:`jaxfed.experiments.base.Reading` of one finished experiment: its markdown section
     (plot path relative to the report) and the verdicts it states."""
-    from jaxfed.experiments.base import Reading
+    from jaxfed.experiments.base import Reading, nonfinite_lines
 
     reading = exp.report(config, config_json["points"], results)
     if isinstance(reading, str):
         reading = Reading(reading)
     params = "\n".join(f"| `{k}` | {json.dumps(v)} |" for k, v in config_json["parameters"].items())
     engine = config_json["engine"]
+    # Said where the numbers below are NaN: a point whose every trial failed has no band or verdict.
+    counts = config_json.get("nonfinite_trials", {})
+    nonfinite = [f"- {line}" for line in nonfinite_lines(counts, config_json["points"], config_json["n_trials"])]
+    nonfinite += [""] if nonfinite else []
     lines = [
         f"## {exp.name}",
         "",
@@ -33,6 +37,7 @@ def section(exp, config, config_json: dict, results: dict, seconds: float):
         f"kept {engine['keep']}; the results took {config_json.get('wall_s', seconds):.1f} s to compute "
         f"(as recorded), this run spent {seconds:.1f} s on them.",
         "",
+        *nonfinite,
         "| parameter | value |",
         "|---|---|",
         params,

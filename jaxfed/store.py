@@ -271,12 +271,21 @@ def _verify(path: str, meta: dict, arrays: dict, expected: dict, specs: dict) ->
 
 # --------------------------------------------------------------------------- identity
 def describe_differences(stored, given, prefix: str = "") -> list[str]:
-    """``["key: stored X, given Y", …]`` for every differing (nested) key of two JSON values; a
-    SHA-256 digest (64 hex digits, e.g. a file's under ``code``) shows as its first 12 digits."""
+    """``["key: stored X, given Y", …]`` for every differing (nested) key of two JSON values, lists
+    entry by entry (``points[1].topology: stored "line", given "complete"``; lists of different
+    lengths also say both lengths), values whole; a SHA-256 digest (64 hex digits, e.g. a file's
+    under ``code``) shows as its first 12 digits."""
     if isinstance(stored, dict) and isinstance(given, dict):
         out = []
         for key in sorted(set(stored) | set(given), key=str):
             out += describe_differences(stored.get(key, _ABSENT), given.get(key, _ABSENT), f"{prefix}{key}.")
+        return out
+    if isinstance(stored, list) and isinstance(given, list):
+        # (a list's JSON cut at 60 characters hid the difference: `{"topology": "l, given … {"topology": "c`)
+        key = prefix.rstrip(".")
+        out = [] if len(stored) == len(given) else [f"{key}: stored {len(stored)} entries, given {len(given)}"]
+        for i, (a, b) in enumerate(zip(stored, given)):
+            out += describe_differences(a, b, f"{key}[{i}].")
         return out
     if stored == given:
         return []
@@ -284,7 +293,7 @@ def describe_differences(stored, given, prefix: str = "") -> list[str]:
     def show(v):
         if isinstance(v, str) and _SHA256.fullmatch(v):
             return f"sha256 {v[:12]}..."
-        return "(absent)" if v is _ABSENT else json.dumps(v)[:60]
+        return "(absent)" if v is _ABSENT else json.dumps(v)
 
     return [f"{prefix.rstrip('.')}: stored {show(stored)}, given {show(given)}"]
 

@@ -223,7 +223,7 @@ def check_representable(config, dtype: str) -> None:
         for entry in value if isinstance(value, tuple) else (value,):
             if not (isinstance(entry, float) and np.isfinite(entry) and entry != 0):
                 continue
-            if not info.tiny <= abs(entry) <= info.max:
+            if not float(info.tiny) <= abs(entry) <= float(info.max):
                 wider = "; JAX_ENABLE_X64=1 runs in float64" if dtype == "float32" else ""
                 raise ValueError(
                     f"{f.name} must be 0 or of magnitude in [{info.tiny:.4g}, {info.max:.4g}] (a normal {dtype}, the "
@@ -265,7 +265,7 @@ def check_json(name: str, value) -> None:
         for i, item in enumerate(value):
             check_json(f"{name}[{i}]", item)
     elif not (value is None or isinstance(value, (str, int, float, bool, np.integer, np.floating))):
-        raise ValueError(f"{name} must be JSON ({JSON_TYPES}), got a {type(value).__name__}: {value!r}")
+        raise ValueError(f"{name} must be JSON ({JSON_TYPES}), got {value!r} of type {type(value).__name__}")
 
 
 check = validation.check  # kept for experiments written against it: see jaxfed.validation for the rest

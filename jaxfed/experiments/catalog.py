@@ -40,7 +40,16 @@ import textwrap
 import tokenize
 import typing
 
-__all__ = ["ENTRY_POINT_GROUP", "find", "from_file", "plugins", "code_identity", "parameters", "describe"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "find",
+    "from_file",
+    "plugins",
+    "code_identity",
+    "parameters",
+    "describe",
+    "user_frame",
+]
 
 ENTRY_POINT_GROUP = "jaxfed.experiments"
 
@@ -74,6 +83,8 @@ def from_file(path: str, attribute: str):
     from jaxfed.experiments.base import Experiment
 
     path = os.path.abspath(path)
+    if os.path.isdir(path):
+        raise ValueError(f"user experiment file {path} is a directory; give a Python file as path/to/file.py:NAME")
     if not os.path.isfile(path):
         raise ValueError(f"user experiment file {path} does not exist")
     # One module per file path: loading the same file twice reuses it (its classes stay identical)
@@ -97,17 +108,61 @@ def from_file(path: str, attribute: str):
         try:
             # Executes exactly the bytes digested (dont_inherit: not this module's __future__ flags).
             exec(compile(data, path, "exec", dont_inherit=True), module.__dict__)
-        except Exception as err:
+        except BaseException as err:  # SystemExit and KeyboardInterrupt too: a file that exits is an error, not a run
             del sys.modules[module_name]
-            raise ValueError(f"user experiment file {path} failed to import: {type(err).__name__}: {err}") from err
+            line = _line_in(err, path)
+            where = f"{path}:{line}" if line is not None else path
+            hint = (
+                " (the file is imported: it must define experiments, not exit)" if isinstance(err, SystemExit) else ""
+            )
+            raise ValueError(
+                f"user experiment file {where} failed to import: {type(err).__name__}{f': {err}' if str(err) else ''}{hint}"
+            ) from err
     candidates = sorted(k for k, v in vars(module).items() if isinstance(v, Experiment))
-    value = getattr(module, attribute, None)
+    value = getattr(module, attribute, _MISSING)
     if not isinstance(value, Experiment):
-        what = "is not defined" if value is None else f"is a {type(value).__name__}, not an Experiment"
+        what = f"is a {type(value).__name__}, not an Experiment"
+        if value is None or value is _MISSING:  # (`NAME = None` was reported as "is not defined")
+            what = "is not defined" if value is _MISSING else "is None, not an Experiment"
         raise ValueError(
             f"{attribute!r} in {path} {what}; Experiments defined there: {', '.join(candidates) or 'none'}"
         )
     return dataclasses.replace(value, source=f"{path}:{attribute}")
+
+
+_MISSING = object()
+
+
+def _line_in(err: BaseException, path: str) -> int | None:
+    """The line of ``path`` where ``err`` was raised: the innermost frame of its traceback in that
+    file, or the line a SyntaxError names there; None when neither is known."""
+    if isinstance(err, SyntaxError) and err.filename == path:
+        return err.lineno
+    lines = [tb.tb_lineno for tb in _frames(err.__traceback__) if tb.tb_frame.f_code.co_filename == path]
+    return lines[-1] if lines else None
+
+
+def _frames(tb) -> list:
+    """The traceback entries of ``tb``, outermost first."""
+    out = []
+    while tb is not None:
+        out.append(tb)
+        tb = tb.tb_next
+    return out
+
+
+def user_frame(err: BaseException, raised_there: bool = False) -> tuple[str, int] | None:
+    """(file, line) of the innermost frame of ``err``'s traceback in a user file (a Python file
+    outside the jaxfed package, the standard library and site-packages: see :func:`code_identity`),
+    or None when it was raised in jaxfed's or installed code alone. ``raised_there``: only when
+    the innermost frame of all is that user frame (the user's code raised ``err`` itself)."""
+    installed = _installed_dirs()
+    frames = _frames(err.__traceback__)
+    for tb in reversed(frames[-1:] if raised_there else frames):
+        path = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        if os.path.isfile(path) and not _under(path, _JAXFED_DIR) and not any(_under(path, d) for d in installed):
+            return path, tb.tb_lineno
+    return None
 
 
 def plugins() -> dict:
@@ -308,9 +363,12 @@ class Parameter(typing.NamedTuple):
 
 
 def parameters(config_cls: type) -> list[Parameter]:
-    """Every field of a config dataclass: name, type, default and the comment that documents it."""
+    """Every field of a config dataclass: name, type, default and the comment that documents it
+    (ValueError for a class that is not a config dataclass: see :func:`~jaxfed.experiments.base.check_config_class`)."""
+    from jaxfed.experiments.base import check_config_class
+
+    hints = check_config_class(config_cls)
     comments = _field_comments(config_cls)
-    hints = typing.get_type_hints(config_cls)
     out = []
     for f in dataclasses.fields(config_cls):
         hint = hints.get(f.name, f.type)

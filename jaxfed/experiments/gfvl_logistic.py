@@ -78,6 +78,7 @@ class Config:
         validation.integer("n_agents", self.n_agents, 3)
         validation.integer("n_features", self.n_features, 1, 30)
         validation.probability("test_fraction", self.test_fraction, low_open=True, high_open=True)
+        validation.seed(self.split_seed, "split_seed")
         validation.positive("skew", self.skew)
         validation.positive("prior_var", self.prior_var)
         validation.positive("alpha", self.alpha)
