@@ -77,12 +77,17 @@ class WrappedConfig:
     )
     last: int = 1  # first line,
     # and its continuation
+    mid: int = 0  # its own
+    # the comment of the field below, which has none of its own
+    above: int = 2
 
 
-def test_comments_inside_wrapped_defaults_and_continuations_are_read_and_unknown_references_kept():
+def test_comments_inside_wrapped_defaults_continuations_and_above_a_field_are_read_unknown_references_kept():
     meanings = {p.name: p.meaning for p in catalog.parameters(WrappedConfig)}
     assert meanings == {
         "mode": 'one of "a", "b"',
         "other": "one of no_such_module.NAMES (a comment inside a default the formatter keeps on several lines)",
         "last": "first line, and its continuation",
+        "mid": "its own",
+        "above": "the comment of the field below, which has none of its own",
     }

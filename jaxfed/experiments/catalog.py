@@ -10,7 +10,7 @@ An experiment is found by name among
 
 :func:`parameters` lists a config class's parameters with default, type and meaning; the meaning
 is the comment that follows the field in the class body (``name: float = 1.0  # meaning``, continued
-on comment-only lines below it), where ``one of MODULE.NAME`` (or ``MODULE.FUNCTION()``, or ``NAME``),
+on comment-only lines below it; for a field without one, the comment-only lines above it), where ``one of MODULE.NAME`` (or ``MODULE.FUNCTION()``, or ``NAME``),
 a tuple or dict of names in the class's module, is written out as the values it holds: ``jaxfed
 show`` lists the values the code accepts, never a stale copy.
 
@@ -381,9 +381,11 @@ def parameters(config_cls: type) -> list[Parameter]:
 
 
 def _field_comments(config_cls: type) -> dict:
-    """The ``# comment`` of each annotated field in the class bodies of ``config_cls``'s MRO: on
-    the field's lines (a long default that the formatter wraps in parentheses carries it inside)
-    and the comment-only lines below, its choice references written out (:func:`_written_out`)."""
+    """The ``# comment`` of each annotated field in the class bodies of ``config_cls``'s MRO, its
+    choice references written out (:func:`_written_out`): the comment on the field's lines (a long
+    default that the formatter wraps in parentheses carries it inside), continued on the
+    comment-only lines below; for a field without one, the comment-only lines directly above it
+    (then not a continuation of the field before)."""
     comments: dict = {}
     for cls in reversed(config_cls.__mro__):
         try:
@@ -396,20 +398,37 @@ def _field_comments(config_cls: type) -> dict:
             for token in tokenize.generate_tokens(io.StringIO(source).readline)
             if token.type == tokenize.COMMENT
         }
+
+        def block(row: int, step: int) -> tuple[list[str], int]:
+            """The comments of the comment-only lines from ``row`` on (``step`` ±1), and the row after them."""
+            found = []
+            while row in comment_at and lines[row - 1].strip().startswith("#"):
+                found.append(comment_at[row])
+                row += step
+            return (found if step > 0 else found[::-1]), row
+
         module = sys.modules.get(cls.__module__)
         namespace = vars(module) if module is not None else {}
         tree = ast.parse(source)
         body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-        for node in body:
-            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                end = node.end_lineno or node.lineno
-                parts = [comment_at[row] for row in range(node.lineno, end + 1) if row in comment_at]
-                for row in range(end + 1, len(lines) + 1):
-                    if not lines[row - 1].strip().startswith("#"):
-                        break
-                    parts.append(comment_at[row])
-                if parts:
-                    comments[node.target.id] = _written_out(" ".join(parts), namespace)
+        fields = [  # (name, first line, last line)
+            (node.target.id, node.lineno, node.end_lineno or node.lineno)
+            for node in body
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+        ]
+        own = {
+            first: [comment_at[row] for row in range(first, last + 1) if row in comment_at] for _, first, last in fields
+        }
+        bare = {first for first, parts in own.items() if not parts}  # fields that take the comment above them
+        for name, first, last in fields:
+            parts = own[first]
+            if parts:
+                below, after = block(last + 1, 1)
+                parts = parts + (below if after not in bare else [])
+            else:
+                parts = block(first - 1, -1)[0]
+            if parts:
+                comments[name] = _written_out(" ".join(parts), namespace)
     return comments
 
 
