@@ -201,21 +201,24 @@ class Overall:
         self.stream = sys.stderr if stream is None else stream
         self.started, self.current = clock(), ""
         self.done, self.done_trials = 0, 0  # experiments done, and their trials per point
-        self.bar = None
-        if enabled and _is_terminal(self.stream):
+        self.on_terminal = enabled and _is_terminal(self.stream)
+        self.bar = None  # opened by the first start, with its name
+
+    def start(self, name: str) -> None:
+        """Experiment ``name`` starts."""
+        self.current = name
+        description = f"experiment {self.done + 1}/{len(self.trials)}: {name}"
+        if self.on_terminal and self.bar is None:
             self.bar = tqdm.tqdm(
                 total=sum(self.trials.values()),
+                desc=description,
                 file=self.stream,
                 dynamic_ncols=True,
                 smoothing=0,  # the average rate so far: the ETA of the docstring
                 bar_format="{desc} {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]",
             )
-
-    def start(self, name: str) -> None:
-        """Experiment ``name`` starts."""
-        self.current = name
-        if self.bar is not None:
-            self.bar.set_description(f"experiment {self.done + 1}/{len(self.trials)}: {name}")
+        elif self.bar is not None:
+            self.bar.set_description(description)
 
     def finish(self) -> None:
         """The current experiment is done."""
