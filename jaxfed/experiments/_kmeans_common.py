@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -46,7 +47,12 @@ class MallConfig:
     s_min: float = 1.0  # re-initialise clusters with fewer points
     sigma_c: float = 1.0  # re-initialisation jitter (m)
     vmax_fixed: float = 1000.0  # [choice] v_max when adaptive v_max is off (m); first value of the lagged readings
-    channel: str = "aggregate"  # a registered channel, one of oac.channels() ("aggregate" is the fast one)
+    # a registered channel, one of oac.channels() ("aggregate" is the fast one), or "NAME:key=value,…"
+    # for a channel with parameters
+    channel: str = "aggregate"
+    # "key=v1,v2,…": every OAC point once per value of the channel's parameter `key` (traced: one
+    # compiled program for all values, swept like the SNR); "" sweeps nothing
+    channel_sweep: str = ""
     init: str = "uniform"  # initial centroids, one of kmeans.INITS ("uniform": in the mall, server-side)
     vmax_rule: str = "abs"  # adaptive v_max reading, one of kmeans.VMAX_RULES: the EDs' maximum |v| ("abs") or
     # signed v of this round, or of the previous round ("-previous"); see jaxfed/kmeans.py
@@ -65,7 +71,10 @@ class MallConfig:
         validation.non_negative("s_min", self.s_min)
         validation.integer("beta", self.beta, 3)
         validation.check("beta", self.beta, self.beta % 2 == 1, "an odd integer >= 3")
-        oac.channel_model(self.channel)  # ValueError listing the registered channels
+        model = oac.resolve_channel(self.channel)  # ValueError listing the channels, or naming a bad parameter
+        if self.channel_sweep:
+            key, values = parse_channel_sweep(self.channel_sweep)
+            model.with_params(**{key: values[0]})  # ValueError unless `key` is one of the channel's parameters
         validation.one_of("init", self.init, kmeans.INITS)
         validation.one_of("vmax_rule", self.vmax_rule, kmeans.VMAX_RULES)
         validation.one_of("symbol_energy", self.symbol_energy, SYMBOL_ENERGIES)
@@ -79,6 +88,17 @@ def symbol_energy_value(reading: str, beta: int) -> float:
     """E_s of a named reading: ``"beta"`` → β (amplitude √β), ``"sqrt-beta"`` → √β (the paper's
     E_s ≜ √β taken as an energy); 10·log10(β/√β) = 2.39 dB apart at β = 3."""
     return float(beta) if reading == "beta" else math.sqrt(beta)
+
+
+def parse_channel_sweep(text: str) -> tuple[str, tuple[float, ...]]:
+    """("key", (v1, v2, …)) of ``channel_sweep = "key=v1,v2,…"``; ValueError naming the parameter."""
+    key, sep, values = text.partition("=")
+    try:
+        parsed = tuple(float(v) for v in values.split(","))
+    except ValueError:
+        parsed = ()
+    validation.check("channel_sweep", text, bool(sep and key.strip() and parsed), "key=v1,v2,… (numbers)")
+    return key.strip(), parsed
 
 
 def check_snrs(name: str, snrs) -> None:
@@ -102,21 +122,38 @@ def _point(cfg: MallConfig, lab: dict) -> dict:
         "es": jnp.float32(symbol_energy_value(lab.get("symbol_energy", cfg.symbol_energy), cfg.beta)),
         "rows": lab.get("rows", cfg.rows),
         "cols": lab.get("cols", cfg.cols),
+        **({SWEPT: jnp.float32(lab[_swept_key(cfg)])} if cfg.channel_sweep and lab["method"] == "oac" else {}),
     }
 
 
-def _aggregator(cfg: MallConfig, point: dict) -> oac.aggregators.Aggregator:
+SWEPT = "channel_value"
+"""Point key of the swept channel parameter's value (the label holds it under the parameter's name)."""
+
+
+def _swept_key(cfg: MallConfig) -> str:
+    return parse_channel_sweep(cfg.channel_sweep)[0]
+
+
+def point_channel(cfg: MallConfig, point: dict) -> oac.ChannelModel:
+    """The point's channel: ``cfg.channel``, with the swept parameter's (traced) value if any."""
+    model = oac.resolve_channel(cfg.channel)
+    if SWEPT in point:
+        model = model.with_params(**{_swept_key(cfg): point[SWEPT]})
+    return model
+
+
+def _aggregator(cfg: MallConfig, point: dict, channel: oac.ChannelModel) -> oac.aggregators.Aggregator:
     """The back-end of a federated method: built inside the trial, so SNR and E_s stay traced."""
     if point["method"] == "ideal":
         return oac.aggregators.ideal()
     if point["method"] == "quantized":
         return oac.aggregators.quantized(cfg.beta, point["digits"])
-    return oac.aggregators.oac(cfg.channel, cfg.beta, point["digits"], point["snr_db"], point["es"])
+    return oac.aggregators.oac(channel, cfg.beta, point["digits"], point["snr_db"], point["es"])
 
 
-def _settings(cfg: MallConfig, point: dict) -> kmeans.Settings:
+def _settings(cfg: MallConfig, point: dict, channel: oac.ChannelModel) -> kmeans.Settings:
     return kmeans.Settings(
-        aggregator=_aggregator(cfg, point),
+        aggregator=_aggregator(cfg, point, channel),
         mu=cfg.mu,
         adaptive_vmax=point["adaptive"],
         vmax=cfg.vmax_fixed,
@@ -131,7 +168,17 @@ ROUND_DIAGNOSTICS = ("movement", "dead_zone")
 LAST_ROUND_DIAGNOSTICS = ("centroid_noise", "centroid_noise_pred", "centroid_noise_floor", "quant_error")
 
 
-def make_trial(cfg: MallConfig, round_diagnostics: bool = False, last_round_diagnostics: bool = False):
+CHANNEL_STREAM = 0x63686E
+"""``fold_in`` constant of the key a ``channel_for`` hook gets (a stream of its own, so the
+built-in trial's draws are the same with or without the hook)."""
+
+
+def make_trial(
+    cfg: MallConfig,
+    round_diagnostics: bool = False,
+    last_round_diagnostics: bool = False,
+    channel_for: Callable | None = None,
+):
     """trial(key, point) -> {"loss", "ari", "reinits": (n_rounds,)}, and with
 
     - ``round_diagnostics``: ``movement`` (mean distance the centroids move in each round, m) and
@@ -140,7 +187,16 @@ def make_trial(cfg: MallConfig, round_diagnostics: bool = False, last_round_diag
       (``centroid_noise``, m), the RMS predicted by the detector's variance formula given that
       round's counts (``centroid_noise_pred``) and its noise-free limit (``centroid_noise_floor``),
       and the RMS error quantisation adds (``quant_error``); 0 where a method has no such error.
+
+    The hook for a study: ``channel_for(key, point) -> oac.ChannelModel`` builds the trial's channel
+    (the default: :func:`point_channel`), e.g. with per-ED residual power-control gains drawn once
+    per trial from ``key`` and kept for every round (a (K,) parameter of the channel).
     """
+
+    def channel_of(key, point):
+        if channel_for is None:
+            return point_channel(cfg, point)
+        return channel_for(jax.random.fold_in(key, CHANNEL_STREAM), point)
 
     def trial(key, point):
         k_scene, k_split, k_init, k_run = jax.random.split(key, 4)
@@ -149,6 +205,7 @@ def make_trial(cfg: MallConfig, round_diagnostics: bool = False, last_round_diag
         owner = scenarios.iid_owner(k_split, cfg.n_points, rows * cols) if point["iid"] else scene.owner
         init = kmeans.initial_centroids(k_init, scene.points, cfg.n_clusters, point["init"], 0.0, cfg.side)
         data = kmeans.flat_data(scene.points, owner)
+        channel = channel_of(key, point)
 
         def rand_index(part):  # inside each round: stacking the rounds' assignments costs as much
             return kmeans.adjusted_rand_index(part.index, scene.labels, cfg.n_clusters, cfg.n_components)
@@ -157,7 +214,7 @@ def make_trial(cfg: MallConfig, round_diagnostics: bool = False, last_round_diag
             history, info = kmeans.lloyd_rounds(scene.points, init, cfg.n_rounds, observe=rand_index)
         else:
             history, info = kmeans.federated_rounds(
-                k_run, data, rows * cols, init, cfg.n_rounds, _settings(cfg, point), observe=rand_index
+                k_run, data, rows * cols, init, cfg.n_rounds, _settings(cfg, point, channel), observe=rand_index
             )
         # The rounds report on the centroids they start from; the metric after round n is about
         # the centroids it ends with, i.e. the next round's, and one more evaluation for the last.
@@ -174,13 +231,13 @@ def make_trial(cfg: MallConfig, round_diagnostics: bool = False, last_round_diag
             dead = info.dead_zone if point["method"] != "centralized" else jnp.zeros_like(info.reinitialised)
             out["dead_zone"] = jnp.sum(dead, -1) / jnp.maximum(jnp.sum(info.cluster_sizes > 0, -1), 1)
         if last_round_diagnostics:
-            out.update(_last_round_noise(cfg, point, data, rows * cols, started[-1], info))
+            out.update(_last_round_noise(cfg, point, channel, data, rows * cols, started[-1], info))
         return out
 
     return trial
 
 
-def _last_round_noise(cfg: MallConfig, point, data, n_devices: int, centroids, info) -> dict:
+def _last_round_noise(cfg: MallConfig, point, channel, data, n_devices: int, centroids, info) -> dict:
     """RMS centroid errors of the last round (see :func:`make_trial`).
 
     The error the aggregate Σ_k v_{k,q} carries moves centroid c by μ·e_c/|S_c| (e_c its L
@@ -214,16 +271,15 @@ def _last_round_noise(cfg: MallConfig, point, data, n_devices: int, centroids, i
         "centroid_noise_pred": zero,
         "centroid_noise_floor": zero,
     }
-    model = oac.channel_model(cfg.channel)
-    if point["method"] == "oac" and model.variance is None:  # a registered channel without a formula
+    if point["method"] == "oac" and channel.variance is None:  # a registered channel without a formula
         out["centroid_noise_pred"] = out["centroid_noise_floor"] = jnp.full((), jnp.nan, jnp.float32)
     elif point["method"] == "oac":
         numerals = oac.encode(values, cfg.beta, point["digits"], vmax)
         resources = oac.channel.resource_counts(numerals, cfg.beta, active)
-        noise_var = oac.channel.noise_variance(point["snr_db"]) if model.noisy else 0.0
+        noise_var = oac.channel.noise_variance(point["snr_db"]) if channel.noisy else 0.0
         args = (resources, cfg.beta, point["digits"], vmax)
-        variance = oac.channel.estimate_variance(*args, noise_var, point["es"], cfg.channel)
-        floor = oac.channel.estimate_variance(*args, 0.0, point["es"], cfg.channel)
+        variance = oac.channel.estimate_variance(*args, noise_var, point["es"], channel)
+        floor = oac.channel.estimate_variance(*args, 0.0, point["es"], channel)
         out["centroid_noise_pred"], out["centroid_noise_floor"] = rms(variance), rms(floor)
     return out
 
@@ -239,13 +295,28 @@ def method_label(lab: dict) -> str:
     return f"OAC D={lab['digits']} {lab['snr_db']:g} dB"
 
 
-def mall_sweep(cfg, labels: list[dict], round_diagnostics: bool = False, last_round_diagnostics: bool = False) -> Sweep:
+def mall_sweep(
+    cfg,
+    labels: list[dict],
+    round_diagnostics: bool = False,
+    last_round_diagnostics: bool = False,
+    channel_for: Callable | None = None,
+) -> Sweep:
+    """The sweep of ``labels`` (each OAC label once per value of ``cfg.channel_sweep``); see
+    :func:`make_trial` for the diagnostics and the ``channel_for`` hook."""
+    if cfg.channel_sweep:
+        key, values = parse_channel_sweep(cfg.channel_sweep)
+        labels = [
+            {**lab, key: v} if lab["method"] == "oac" else lab
+            for lab in labels
+            for v in (values if lab["method"] == "oac" else (None,))
+        ]
     axes: dict[str, tuple[str, ...]] = {"loss": ("round",), "ari": ("round",), "reinits": ("round",)}
     if round_diagnostics:
         axes.update(dict.fromkeys(ROUND_DIAGNOSTICS, ("round",)))
     if last_round_diagnostics:
         axes.update(dict.fromkeys(LAST_ROUND_DIAGNOSTICS, ()))
-    trial = make_trial(cfg, round_diagnostics, last_round_diagnostics)
+    trial = make_trial(cfg, round_diagnostics, last_round_diagnostics, channel_for)
     return Sweep(trial, [_point(cfg, lab) for lab in labels], labels, axes)
 
 

@@ -227,11 +227,13 @@ def code_identity(exp, config) -> dict:
                 owned.append(os.path.dirname(top_file) if package else top_file)
                 base = os.path.dirname(os.path.dirname(top_file) if package else top_file)
         out["plugin"] = plugin
-    channels = getattr(sys.modules.get("jaxfed.oac.channel"), "_CHANNELS", {})  # not imported: none registered
+    channel_module = sys.modules.get("jaxfed.oac.channel")  # not imported: no channel registered
     values = dataclasses.asdict(config) if dataclasses.is_dataclass(config) and not isinstance(config, type) else {}
-    for name in _strings(values):
-        if name in channels:
-            roots.append(channels[name])
+    if channel_module is not None:
+        for text in _strings(values):
+            name = channel_module.channel_name(text)  # "NAME" or "NAME:key=value"
+            if name in channel_module.channels():
+                roots.append(channel_module.channel_model(name))
     files = _user_files(roots, forced, owned)
     if base is None:
         base = os.path.dirname(_source_file(exp.build) or "") or None

@@ -36,8 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, logistic, natgrad, plotting, stats, validation
+from jaxfed.experiments._gfvl_common import ASYMPTOTE_TOLERANCE, asymptote, unlearning_verdicts
 from jaxfed.experiments.base import Experiment, Reading, Sweep, band_table, check_loss_normalisation
-from jaxfed.experiments.gfvl_unlearning import ASYMPTOTE_TOLERANCE, asymptote, unlearning_verdicts
 
 NAME = "gfvl-logistic"
 SPLITS = ("iid", "label-skew")

@@ -47,6 +47,7 @@ from jaxfed.experiments._kmeans_common import (
     index_of,
     mall_sweep,
     method_label,
+    parse_channel_sweep,
     ratio_verdict,
     resources_table,
     symbol_energy_value,
@@ -241,11 +242,27 @@ def _snr_labels(cfg: SnrConfig) -> list[dict]:
     )
 
 
-def _oac_rows(labels, d) -> list[int]:
-    """Rows of OAC with D = d over the SNR grid (without the noise-free point)."""
-    return [
-        i for i, lab in enumerate(labels) if lab["method"] == "oac" and lab["digits"] == d and not lab.get("noise_free")
-    ]
+def _oac_rows(labels, d, where: tuple | None = None) -> list[int]:
+    """Rows of OAC with D = d over the SNR grid (without the noise-free point). With a swept channel
+    parameter (``channel_sweep``) the rows of ``where`` = (parameter, value), by default of its
+    first value (the one the report's verdicts use)."""
+    rows, seen = [], set()
+    for i, lab in enumerate(labels):
+        if lab["method"] != "oac" or lab["digits"] != d or lab.get("noise_free"):
+            continue
+        if (where is not None and lab.get(where[0]) != where[1]) or lab["snr_db"] in seen:
+            continue
+        rows.append(i)
+        seen.add(lab["snr_db"])
+    return rows
+
+
+def _series(cfg: SnrConfig) -> list:
+    """(parameter, value) of each value of a swept channel parameter, or [None] without a sweep."""
+    if not cfg.channel_sweep:
+        return [None]
+    key, values = parse_channel_sweep(cfg.channel_sweep)
+    return [(key, v) for v in values]
 
 
 def _plot_snr(cfg: SnrConfig, labels, results, path):
@@ -263,10 +280,12 @@ def _plot_snr(cfg: SnrConfig, labels, results, path):
         ms=7,
         label="ideal federated (median)",
     )
-    for k, d in enumerate(cfg.digits_list):
-        rows = _oac_rows(labels, d)
+    series = [(d, where) for d in cfg.digits_list for where in _series(cfg)]
+    for k, (d, where) in enumerate(series):
+        rows = _oac_rows(labels, d, where)
         style = plotting.LINE_STYLES[k % len(plotting.LINE_STYLES)]
-        (line,) = ax.plot(snrs, b.median[rows, -1], marker=style["marker"], ms=4, label=f"OAC D={d}")
+        name = f"OAC D={d}" + (f", {where[0]}={where[1]:g}" if where else "")
+        (line,) = ax.plot(snrs, b.median[rows, -1], marker=style["marker"], ms=4, label=name)
         ax.fill_between(snrs, b.lower[rows, -1], b.upper[rows, -1], color=line.get_color(), alpha=0.15, lw=0)
         q = index_of(labels, method="quantized", digits=d)
         ax.axhline(b.median[q, -1], color=line.get_color(), ls=":", lw=1.2, label=f"quantisation only D={d}")
@@ -282,11 +301,12 @@ def _plot_snr(cfg: SnrConfig, labels, results, path):
     if last is None:
         ax2.text(0.5, 0.5, "paired ratios need raw trials", ha="center", transform=ax2.transAxes)
     else:
-        for k, d in enumerate(cfg.digits_list):
-            rows = _oac_rows(labels, d)
+        for k, (d, where) in enumerate(series):
+            rows = _oac_rows(labels, d, where)
             est, lo, hi = stats.bootstrap_interval(np.log(last[rows] / last[0][None]), "median")
             style = plotting.LINE_STYLES[k % len(plotting.LINE_STYLES)]
-            (line,) = ax2.plot(snrs, np.exp(est), marker=style["marker"], ms=4, label=f"OAC D={d}")
+            name = f"OAC D={d}" + (f", {where[0]}={where[1]:g}" if where else "")
+            (line,) = ax2.plot(snrs, np.exp(est), marker=style["marker"], ms=4, label=name)
             ax2.fill_between(snrs, np.exp(lo), np.exp(hi), color=line.get_color(), alpha=0.25, lw=0)
             q = index_of(labels, method="quantized", digits=d)
             ax2.axhline(np.exp(np.median(np.log(last[q] / last[0]))), color=line.get_color(), ls=":", lw=1.2)

@@ -20,6 +20,7 @@ from jaxfed.oac.channel import (
     n_resources,
     over_the_air_sum,
     register_channel,
+    resolve_channel,
     resource_index,
 )
 
@@ -32,6 +33,7 @@ __all__ = [
     "channel_model",
     "channels",
     "register_channel",
+    "resolve_channel",
     "encode",
     "decode",
     "max_level",

@@ -74,12 +74,13 @@ def quantized(beta: int, digits: int) -> Aggregator:
     return Aggregator(aggregate, quantize)
 
 
-def oac(channel: str, beta: int, digits: int, snr_db, symbol_energy=None) -> Aggregator:
+def oac(channel, beta: int, digits: int, snr_db, symbol_energy=None) -> Aggregator:
     """Over-the-air computation: v̂_q = (v_max/ξ) Σ_d β^d Σ_j s_j K̂_{q,d,j} through the channel model
     ``channel`` (:func:`jaxfed.oac.over_the_air_sum`).
 
     Args:
-        channel: a registered channel (static; :func:`jaxfed.oac.channels`).
+        channel: a registered channel's name (:func:`jaxfed.oac.channels`), ``"NAME:key=value,…"``
+            or a :class:`~jaxfed.oac.channel.ChannelModel` (its parameters may be traced or per ED).
         beta: base β, odd int >= 3 (static).
         digits: D >= 1 (static).
         snr_db: SNR of one ED at the ES in dB (traced scalar; ignored by a noise-free channel).
@@ -90,7 +91,8 @@ def oac(channel: str, beta: int, digits: int, snr_db, symbol_energy=None) -> Agg
             :func:`jaxfed.oac.over_the_air_sum` would reject.
     """
     quantize = _quantizer(beta, digits)
-    if _channel.channel_model(channel).noisy:
+    channel = _channel.resolve_channel(channel)
+    if channel.noisy:
         _channel._check_snr_db(snr_db)
     if symbol_energy is not None:
         validation.positive("symbol_energy", symbol_energy)

@@ -39,8 +39,9 @@ Static: β, D, the channel and the shapes (K, Q). Traced: the key, the values, v
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -55,6 +56,8 @@ __all__ = [
     "ChannelModel",
     "register_channel",
     "channel_model",
+    "resolve_channel",
+    "channel_name",
     "channels",
     "rayleigh_count_variance",
     "SNR_DB_RANGE",
@@ -330,7 +333,8 @@ def estimate_variance(
         vmax: v_max, scalar or (Q,).
         noise_var: σ² (0 for the noise-free limit).
         symbol_energy: E_s.
-        mode: a registered channel (static) whose model states its detector's variance.
+        mode: a channel (:func:`resolve_channel`: a name, ``"NAME:key=value"`` or a
+            :class:`ChannelModel`) whose model states its detector's variance.
 
     Returns:
         (..., Q) variances.
@@ -339,14 +343,13 @@ def estimate_variance(
         ValueError: for a channel that is not registered or registered without a variance.
     """
     beta, digits = check_base(beta, digits)
-    model = channel_model(mode)
-    variance = model.variance
-    if variance is None:
+    model = resolve_channel(mode)
+    if model.variance is None:
         validation.fail("channel", mode, "a channel registered with a variance formula")
     counts = jnp.asarray(counts)
     dtype = jnp.result_type(counts, vmax, noise_var, symbol_energy, jnp.float32)
     grid = counts.astype(dtype).reshape(counts.shape[:-1] + (-1, digits, beta))
-    per_count = variance(grid, jnp.asarray(noise_var, dtype), jnp.asarray(symbol_energy, dtype))
+    per_count = model.count_variance(grid, jnp.asarray(noise_var, dtype), jnp.asarray(symbol_energy, dtype))
     per_digit = jnp.sum(per_count * jnp.square(_numeral_values(beta, dtype)), axis=-1)  # (..., Q, D)
     xi = (beta**digits - 1) // 2
     powers = jnp.asarray(float(beta) ** (2 * np.arange(digits)), dtype)
@@ -371,13 +374,35 @@ class ChannelModel(NamedTuple):
     detect: Callable[..., jax.Array] = detect
     variance: Callable[..., jax.Array] | None = rayleigh_count_variance
     noisy: bool = True
+    # The model's parameters with their values, passed to energy, and to detect and variance unless
+    # they are the built-in ones, as keyword arguments (a model without parameters gets none). Values may be traced, and arrays: a (K,)
+    # array is per ED (e.g. residual power-control gains), so a sweep over a parameter is a vmap.
+    params: Mapping[str, Any] = MappingProxyType({})
+
+    def with_params(self, **values) -> ChannelModel:
+        """The same model with some parameters set (each must be one of ``params``)."""
+        for key in values:
+            validation.check("channel parameter", key, key in self.params, f"one of {sorted(self.params)}")
+        return self._replace(params=MappingProxyType({**self.params, **values}))
+
+    def received_energy(self, key, numerals, beta, noise_var, symbol_energy, active) -> jax.Array:
+        return self.energy(key, numerals, beta, noise_var, symbol_energy, active, **self.params)
+
+    def detected_counts(self, energy, noise_var, symbol_energy) -> jax.Array:
+        params = {} if self.detect is detect else self.params  # the built-in detector takes none
+        return self.detect(energy, noise_var, symbol_energy, **params)
+
+    def count_variance(self, counts, noise_var, symbol_energy) -> jax.Array:
+        assert self.variance is not None
+        params = {} if self.variance is rayleigh_count_variance else self.params  # (as the detector)
+        return self.variance(counts, noise_var, symbol_energy, **params)
 
 
 _CHANNELS: dict[str, ChannelModel] = {}
 
 
 def register_channel(
-    name: str, energy, detect=detect, variance=rayleigh_count_variance, noisy: bool = True
+    name: str, energy, detect=detect, variance=rayleigh_count_variance, noisy: bool = True, params=None
 ) -> ChannelModel:
     """Registers a channel model under ``name`` (see :class:`ChannelModel` for the signatures) and
     returns it; the name then works wherever a channel is named (:func:`over_the_air_sum`,
@@ -385,6 +410,10 @@ def register_channel(
 
     The defaults are the Rayleigh energy detector and its variance: a model that changes the law
     of |y_l|² passes its own ``variance`` (or None). Registering a name again replaces its model.
+    ``params`` ({name: default}) makes a family of channels: the functions take the parameters as
+    keyword arguments, and ``"NAME:key=value,…"`` (:func:`resolve_channel`) or
+    ``channel_model(NAME).with_params(key=value)`` sets them; a parameter may be traced, so it can
+    be swept like the SNR.
 
     >>> import jax, jax.numpy as jnp
     >>> from jaxfed import oac
@@ -401,7 +430,8 @@ def register_channel(
     validation.check("energy", energy, callable(energy), "a function")
     validation.check("detect", detect, callable(detect), "a function")
     validation.check("variance", variance, variance is None or callable(variance), "a function or None")
-    model = ChannelModel(energy, detect, variance, bool(noisy))
+    validation.check("params", params, params is None or isinstance(params, Mapping), "a dict {name: default}")
+    model = ChannelModel(energy, detect, variance, bool(noisy), MappingProxyType(dict(params or {})))
     _CHANNELS[name] = model
     return model
 
@@ -412,6 +442,36 @@ def channel_model(name: str) -> ChannelModel:
     ok = isinstance(name, str) and name in _CHANNELS
     validation.check("channel", name, ok, f"one of the registered channels {channels()}")
     return _CHANNELS[name]
+
+
+def resolve_channel(channel) -> ChannelModel:
+    """A channel given as a :class:`ChannelModel` (returned as it is), a registered name, or
+    ``"NAME:key=value,key=value"`` (a registered model with those parameters, as floats).
+
+    >>> resolve_channel("aggregate").params
+    mappingproxy({})
+    """
+    if isinstance(channel, ChannelModel):
+        return channel
+    validation.check(
+        "channel", channel, isinstance(channel, str), "a registered name, 'NAME:key=value' or a ChannelModel"
+    )
+    name, _, settings = channel.partition(":")
+    model = channel_model(name)
+    values = {}
+    for item in filter(None, settings.split(",")):
+        key, sep, text = item.partition("=")
+        validation.check("channel", channel, bool(sep and key), "NAME:key=value[,key=value…]")
+        try:
+            values[key.strip()] = float(text)
+        except ValueError:
+            validation.fail(f"channel parameter {key.strip()}", text, "a number")
+    return model.with_params(**values)
+
+
+def channel_name(channel) -> str | None:
+    """The registered name a channel spec starts with (None for a ChannelModel value)."""
+    return channel.partition(":")[0] if isinstance(channel, str) else None
 
 
 def channels() -> tuple[str, ...]:
@@ -481,8 +541,9 @@ def over_the_air_sum(
         digits: number of digits D, static int >= 1.
         vmax: v_max > 0, scalar or (Q,), shared by all EDs (traced).
         snr_db: SNR = 1/σ² of one ED at the ES, **in dB** (traced scalar; +inf: no noise).
-        mode: the name of a registered channel model (static): ``"explicit"``, ``"aggregate"``,
-            ``"ideal"`` (see the module docstring) or one added by :func:`register_channel`.
+        mode: the channel (static structure): a registered name, ``"explicit"``, ``"aggregate"``,
+            ``"ideal"`` (see the module docstring) or one added by :func:`register_channel`;
+            ``"NAME:key=value,…"``; or a :class:`ChannelModel` whose ``params`` may be traced.
         active: optional (K,) bool mask; inactive EDs transmit nothing (traced).
         symbol_energy: E_s, energy on an active resource (traced); default β (docs/kmeans.md §B4 [choice]).
 
@@ -501,7 +562,7 @@ def over_the_air_sum(
             or a ``mode`` that is not a registered channel.
     """
     beta, digits = check_base(beta, digits)
-    model = channel_model(mode)
+    model = resolve_channel(mode)
     if model.noisy:
         _check_snr_db(snr_db)
     values = jnp.asarray(values)
@@ -521,8 +582,8 @@ def over_the_air_sum(
     numerals = encode(values, beta, digits, vmax)
     e_s = jnp.asarray(beta if symbol_energy is None else symbol_energy, dtype)
     noise_var = noise_variance(snr_db, dtype) if model.noisy else jnp.zeros((), dtype)
-    energy = model.energy(key, numerals, beta, noise_var, e_s, active)
-    estimate = estimate_sum(model.detect(energy, noise_var, e_s), beta, digits, vmax)
+    energy = model.received_energy(key, numerals, beta, noise_var, e_s, active)
+    estimate = estimate_sum(model.detected_counts(energy, noise_var, e_s), beta, digits, vmax)
     return OverTheAirSum(_poison(estimate, values, vmax, snr_db, e_s, active, model.noisy), energy)
 
 
