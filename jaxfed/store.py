@@ -183,6 +183,11 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
         _write_file(tmp, data)
         _replace(tmp, path)
     except OSError as err:
+        try:  # a full disk leaves no half-written temporary behind
+            if os.path.lexists(tmp):
+                _remove(tmp)
+        except OSError:
+            pass
         raise StoreError(f"cannot write {path}: {err.strerror or err}") from None
 
 
@@ -253,8 +258,9 @@ def _verify(path: str, meta: dict, arrays: dict, expected: dict, specs: dict) ->
         raise StoreError(f"{path}: belongs to another configuration (its identity digest differs); {_HINT}")
     for key, want in expected.items():
         if meta.get(key) != want:
-            got = json.dumps(meta.get(key))[:60]
-            raise StoreError(f"{path}: header says {key} = {got}, expected {json.dumps(want)[:60]}; {_HINT}")
+            raise StoreError(
+                f"{path}: header says {key} = {json.dumps(meta.get(key))}, expected {json.dumps(want)}; {_HINT}"
+            )
     if set(arrays) != set(specs):
         raise StoreError(f"{path}: holds arrays {sorted(arrays)}, expected {sorted(specs)}; {_HINT}")
     for name, (shape, dtype) in specs.items():

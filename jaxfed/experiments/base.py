@@ -5,7 +5,7 @@ An :class:`Experiment` is run by :func:`run_experiment`, which hands the sweep t
 
 - ``config.json``: every parameter, the points (``"points"``, in point-axis order), seed, trials,
   each metric's axes, per point the trials with non-finite metrics, versions, device and the
-  SHA-256 of ``metrics.npz`` (written last);
+  SHA-256 of ``metrics.npz`` (written after it; the figure comes last);
 - ``metrics.npz``: one array per metric with axes (point, trial, …) as listed in config.json;
 - ``<name>.png``: the figure;
 - ``chunks/``, ``identity.json``: the store (see :mod:`jaxfed.store`), so an interrupted run resumes
@@ -352,7 +352,7 @@ def run_experiment(
     :mod:`jaxfed.store`). Trials with a NaN or ±inf metric are
     counted per point in ``config_json["nonfinite_trials"]`` and reported on stderr, in raw and
     summary modes alike. Progress goes to stderr unless ``quiet`` (:class:`jaxfed.engine.Progress`,
-    its lines prefixed with the experiment's name). ``config.json`` is written last and records the SHA-256 of
+    its lines prefixed with the experiment's name). ``config.json`` is written after ``metrics.npz`` (the figure last) and records the SHA-256 of
     ``metrics.npz``, so :func:`load_results` never pairs one run's config with another's metrics.
 
     Returns:
@@ -429,18 +429,23 @@ def run_experiment(
     computed = any(size is not None for size in info["chunk_sizes"])
     recorded = None if computed else _stored_record(out_dir)
     if recorded is not None and (recorded["n_trials"], recorded["keep"]) == (n_trials, keep):
+        figure = os.path.join(out_dir, f"{exp.name}.png")
+        if not os.path.lexists(figure):  # (a plot that failed after the record was written)
+            exp.plot(config, sweep.labels, results, figure)
         return recorded, results  # a rerun that computed nothing leaves the record as it was
     if recorded is not None and recorded["n_trials"] > n_trials:
         # fewer trials than stored: served from the store; the record still describes the stored run
         return dict(config_json, served_from=out_dir, stored_trials=recorded["n_trials"]), results
     data = store.savez_bytes(_flatten(results))
     store.atomic_write_bytes(os.path.join(out_dir, "metrics.npz"), data)
-    exp.plot(config, sweep.labels, results, os.path.join(out_dir, f"{exp.name}.png"))
     with open(os.path.join(out_dir, "identity.json"), "rb") as f:
         config_json["identity_sha256"] = store.identity_digest(json.loads(f.read().decode()))
     config_json["metrics_sha256"] = hashlib.sha256(data).hexdigest()
     config_json["wall_s"] = round(time.perf_counter() - started, 3)  # what producing these results took
     store.atomic_write_json(os.path.join(out_dir, "config.json"), config_json)
+    # The figure last: a plot that fails (a bug in a user's plot) loses no result; `jaxfed plot`
+    # or the same command again draws it.
+    exp.plot(config, sweep.labels, results, os.path.join(out_dir, f"{exp.name}.png"))
     return config_json, results
 
 
