@@ -47,20 +47,32 @@ def test_the_parameter_is_traced_and_the_detector_unbiased(rician):
     assert not np.array_equal(out[0], out[1])  # κ reaches the channel (the draws are the same)
 
 
-def test_a_swept_user_channel_runs_grows_and_replots_through_the_plain_cli(tmp_path, rician):
+def _run_swept(tmp_path, trials_list):
     spec = f"{EXAMPLE}:EXPERIMENT"
     out = str(tmp_path / "rician")
     args = ["run", spec, "--out", out, "--quiet", "--set", "channel=rician", "--set", "channel_sweep=k_factor=0,30"]
-    assert cli.main([*args, *SMALL, "--trials", "4"]) == 0
-    assert cli.main([*args, *SMALL, "--trials", "8"]) == 0  # grown
+    for n_trials in trials_list:
+        assert cli.main([*args, *SMALL, "--trials", str(n_trials)]) == 0
     config = json.loads((tmp_path / "rician" / "config.json").read_text())
     swept = [lab.get("k_factor") for lab in config["points"] if lab["method"] == "oac"]
     assert sorted(swept) == [0.0, 0.0, 30.0, 30.0]  # OAC at 20 dB and noise-free, each at both κ
     loss = np.load(tmp_path / "rician" / "metrics.npz")["loss"]
-    assert loss.shape[1:] == (8, 3) and np.all(np.isfinite(loss))
+    assert loss.shape[1:] == (trials_list[-1], 3) and np.all(np.isfinite(loss))
     assert cli.main(["plot", out, "--experiment", spec]) == 0
+    return loss
 
 
+def test_a_swept_user_channel_runs_and_replots_through_the_plain_cli(tmp_path, rician):
+    _run_swept(tmp_path, [4])
+
+
+@pytest.mark.slow
+def test_a_swept_user_channel_run_grows_to_the_fresh_run(tmp_path, rician):
+    grown = _run_swept(tmp_path / "grown", [4, 8])
+    np.testing.assert_array_equal(grown, _run_swept(tmp_path / "fresh", [8]))
+
+
+@pytest.mark.slow  # three compiled k-means programs (~10 s)
 def test_per_device_state_reaches_the_channel_through_the_trial_hook():
     """Residual power-control gains g_k, drawn once per trial from the hook's key and kept for every
     round (a (K,) channel parameter): |y_l|² ~ (E_s Σ_k g_k 1[k on l] + σ²)·Exp(1). With g = 1 it is the
