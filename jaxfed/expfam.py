@@ -910,7 +910,7 @@ def by_name(name: str, n_categories: int = 3) -> ExpFamily:
     """The family called ``name`` (one of :data:`FAMILIES`); ``n_categories`` is the Dirichlet's C.
 
     Raises:
-        ValueError naming the parameter, the value and the allowed names.
+        ValueError: naming the parameter, the value and the allowed names.
     """
     validation.one_of("family", name, FAMILIES)
     named = {"beta": BETA, "normal": NORMAL, "gamma": GAMMA}

@@ -285,8 +285,8 @@ def conjugate_kl_trajectory(
         (n_slots,) KL(q^(i) ‖ p(θ|D)), i = 1..n_slots.
 
     Raises:
-        ValueError for a concrete ``prior_eta`` of the wrong length or outside the family's domain (where
-        its Fisher matrix is not positive definite), and for ``agent_stats`` not of shape (K, P).
+        ValueError: for a concrete ``prior_eta`` of the wrong length or outside the family's domain
+            (where its Fisher matrix is not positive definite), and for ``agent_stats`` not of shape (K, P).
     """
     expfam.check_natural(family, prior_eta, "prior_eta")
     validation.shape("agent_stats", agent_stats, (None, family.dim), f"(K, {family.dim}) for family {family.name!r}")

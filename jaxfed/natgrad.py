@@ -281,7 +281,7 @@ def rho_schedule(spec: str, rho: float, n_slots: int):
       halves the rate after t0 slots; t0 > 0.
 
     Raises:
-        ValueError naming the parameter, the value and the allowed forms.
+        ValueError: naming the parameter, the value and the allowed forms.
     """
     allowed = f"one of {', '.join(RHO_SCHEDULES)} (t0 > 0)"
     if spec == "constant":
