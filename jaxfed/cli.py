@@ -1,4 +1,4 @@
-"""Command line: jaxfed list | show NAME | run NAME | reproduce | plot DIR.
+"""Command line: jaxfed list | show NAME | run NAME | reproduce | plot DIR | report DIR.
 
 Errors in names, values or parameters, and any exception raised in a user experiment's code (with
 the file and line), print one line ``jaxfed: error: …`` and exit with status 2; ``--debug`` (or
@@ -12,6 +12,7 @@ import math
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 from jaxfed import validation
@@ -82,6 +83,7 @@ def _run_one(exp, overrides, args, out_dir, n_trials):
         target_se=getattr(args, "target_se", None),
         target_metric=getattr(args, "target_metric", None),
         target_statistic=getattr(args, "target_statistic", None) or "mean",
+        imports=args.imported,
     )
     engine = config_json["engine"]
     if not args.quiet and "served_from" in config_json:
@@ -112,10 +114,24 @@ def _cmd_run(args) -> int:
         if args.target_metric is None:
             raise ValueError("--target-se needs --target-metric NAME[@index]")
         n_trials = args.max_trials or DEFAULT_MAX_TRIALS
+    import jax
+
     out_dir = args.out or os.path.join(DEFAULT_OUT, exp.name)
-    _run_one(exp, _parse_sets(args.set), args, out_dir, n_trials)
+    start = time.perf_counter()
+    cfg, config_json, results = _run_one(exp, _parse_sets(args.set), args, out_dir, n_trials)
+    if jax.process_index() == 0 and "served_from" not in config_json:
+        path = _write_report(out_dir, exp, cfg, config_json, results, time.perf_counter() - start)
+        if not args.quiet:
+            _say(f"{exp.name}: report {path}")
     print(out_dir)
     return 0
+
+
+def _write_report(out_dir: str, exp, cfg, config_json: dict, results: dict, seconds: float) -> str:
+    """``out_dir/report.md``: the verdict policy, the table of claims and the experiment's section."""
+    from jaxfed import report
+
+    return report.write(out_dir, [(exp.name, report.section(exp, cfg, config_json, results, seconds))], seconds)
 
 
 def _reproduced(only: str | None) -> list:
@@ -133,7 +149,6 @@ def _reproduced(only: str | None) -> list:
 
 
 def _cmd_reproduce(args) -> int:
-    import time
 
     import jax
 
@@ -173,18 +188,40 @@ def _cmd_reproduce(args) -> int:
     return 0
 
 
-def _cmd_plot(args) -> int:
+def _finished_run(args):
+    """(experiment, config, config_json, results) of the verified run in ``args.dir``, with the code
+    the user names (``--experiment``, ``--import``), never code the directory names."""
+    from jaxfed import store
     from jaxfed.experiments import load_results, make_config
 
-    config_json, metrics = load_results(args.dir)
+    config_json, results = load_results(args.dir)
+    if config_json.get("imports", {}) != (args.imported or {}):
+        raise ValueError(
+            f"{args.dir} was run with --import {', '.join(sorted(config_json.get('imports', {}))) or '(nothing)'}: "
+            "give the same files (a result directory never runs the code it names), unchanged (differs in "
+            + "; ".join(store.describe_differences(config_json.get("imports", {}), args.imported or {}))
+            + ")"
+        )
     exp = _plotting_experiment(args.dir, config_json, args.experiment)
     params = {k: ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in config_json["parameters"].items()}
     cfg = make_config(exp.config_cls, params)
-    if args.experiment:
+    if args.experiment or config_json.get("code"):
         _check_code(args.dir, exp, cfg, config_json)
+    return exp, cfg, config_json, results
+
+
+def _cmd_plot(args) -> int:
+    exp, cfg, config_json, results = _finished_run(args)
     path = os.path.join(args.dir, f"{exp.name}.png")
-    exp.plot(cfg, config_json["points"], metrics, path)
+    exp.plot(cfg, config_json["points"], results, path)
     print(path)
+    return 0
+
+
+def _cmd_report(args) -> int:
+    start = time.perf_counter()
+    exp, cfg, config_json, results = _finished_run(args)
+    print(_write_report(args.dir, exp, cfg, config_json, results, time.perf_counter() - start))
     return 0
 
 
@@ -195,7 +232,9 @@ def _plotting_experiment(out_dir: str, config_json: dict, named: str | None):
     from jaxfed.experiments import REGISTRY, get
 
     recorded = config_json["experiment"]
-    runs_code = bool(config_json.get("code") or config_json.get("plugin") or config_json.get("source"))
+    # (a built-in run with user code, e.g. an --import'ed channel, is read with that code named
+    # again: its digests are checked below)
+    runs_code = bool(config_json.get("plugin") or config_json.get("source"))
     if named is None:
         if runs_code or recorded not in REGISTRY:
             where = config_json.get("source") or recorded
@@ -221,7 +260,7 @@ def _check_code(out_dir: str, exp, cfg, config_json: dict) -> None:
     stored = {k: config_json[k] for k in ("code", "plugin") if k in config_json}
     if current != stored:
         raise ValueError(
-            f"--experiment {exp.source or exp.plugin or exp.name}: is not the code that wrote {out_dir} (differs in "
+            f"{exp.source or exp.plugin or exp.name}: is not the code that wrote {out_dir} (differs in "
             + "; ".join(store.describe_differences(stored, current))
             + ")"
         )
@@ -403,15 +442,29 @@ def build_parser() -> argparse.ArgumentParser:
     common(rep)
     rep.set_defaults(func=_cmd_reproduce)
 
-    plot = sub.add_parser("plot", help="redraw the figure of a finished run")
-    plot.add_argument("dir", help="result directory of a finished run")
-    plot.add_argument(
-        "--experiment",
-        default=None,
-        metavar="FILE.py:NAME",
-        help="the user or plugin experiment that wrote DIR (never taken from DIR itself; its code must match the run's)",
-    )
-    plot.set_defaults(func=_cmd_plot)
+    for name, func, what in (
+        ("plot", _cmd_plot, "redraw the figure of a finished run"),
+        ("report", _cmd_report, "write DIR/report.md of a finished run (its verdicts; nothing is computed)"),
+    ):
+        reader = sub.add_parser(name, help=what)
+        reader.add_argument("dir", help="result directory of a finished run")
+        reader.add_argument(
+            "--experiment",
+            default=None,
+            metavar="FILE.py:NAME",
+            help="the user or plugin experiment that wrote DIR (never taken from DIR itself; its code must match the run's)",
+        )
+        reader.set_defaults(func=func)
+    for command in sub.choices.values():
+        command.add_argument(
+            "--import",
+            dest="imports",
+            action="append",
+            default=[],
+            metavar="FILE.py",
+            help="execute this Python file first (it registers channels, conjugate models, …); recorded with "
+            "its SHA-256, so growth, resume, plot and report need the same file (repeatable)",
+        )
     debug = f"on an error, the full traceback instead of one line (env {DEBUG_ENV}=1)"
     parser.add_argument("--debug", action="store_true", help=debug)
     for command in sub.choices.values():  # after the command too: `jaxfed run NAME --debug`
@@ -491,6 +544,9 @@ def main(argv: list[str] | None = None) -> int:
     debug = args.debug or os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
     try:
         _start_devices(args)
+        from jaxfed.experiments import catalog
+
+        args.imported = catalog.import_extensions(args.imports)  # before any name is resolved
         return args.func(args)
     except KeyboardInterrupt:
         print("jaxfed: interrupted; rerun the same command to resume from the finished chunks", file=sys.stderr)

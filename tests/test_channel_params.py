@@ -106,3 +106,33 @@ def test_per_device_state_reaches_the_channel_through_the_trial_hook():
 
 def _small(cfg):
     return {"n_points": "200", "n_rounds": "4", "rows": "2", "cols": "2"}
+
+
+@pytest.mark.slow  # compiles the k-means programs (~20 s); tests/test_models.py checks --import in the default suite
+def test_a_channel_file_loaded_with_import_runs_a_built_in_experiment_and_must_be_given_to_read_it(tmp_path, capsys):
+    """`jaxfed run kmeans-snr --import FILE --set channel=NAME`: the plain command loads a user's channel;
+    the file's digest joins the run's identity and record; plot and report need the same file."""
+    channel_file = tmp_path / "flat.py"
+    channel_file.write_text(
+        "import jax.numpy as jnp\nfrom jaxfed import oac\n\n\n"
+        "def flat(key, numerals, beta, noise_var, symbol_energy, active, level):\n"
+        "    counts = oac.channel.resource_counts(numerals, beta, active).astype(jnp.float32)\n"
+        "    return symbol_energy * counts * level + noise_var\n\n\n"
+        "oac.register_channel('flat-test', flat, variance=None, params={'level': 1.0})\n"
+    )
+    out = str(tmp_path / "flat")
+    args = ["run", "kmeans-convergence", "--import", str(channel_file), "--out", out, "--quiet", "--trials", "2"]
+    args += ["--set", "channel=flat-test:level=1", "--set", "snrs_db=20", *SMALL[:8]]
+    assert cli.main(args) == 0
+    config = json.loads((tmp_path / "flat" / "config.json").read_text())
+    assert list(config["imports"]) == ["flat.py"] and len(config["imports"]["flat.py"]) == 64
+    assert (tmp_path / "flat" / "report.md").exists()  # `jaxfed run` writes the experiment's report
+    capsys.readouterr()
+    assert cli.main(["report", out]) == 2  # the channel file is not taken from the directory
+    assert "was run with --import flat.py" in capsys.readouterr().err
+    assert cli.main(["report", out, "--import", str(channel_file)]) == 0
+    assert cli.main(["plot", out, "--import", str(channel_file)]) == 0
+    channel_file.write_text(channel_file.read_text() + "# edited\n")
+    capsys.readouterr()
+    assert cli.main(["plot", out, "--import", str(channel_file)]) == 2
+    assert "differs in flat.py: stored sha256" in capsys.readouterr().err

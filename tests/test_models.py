@@ -49,3 +49,27 @@ def test_a_user_model_is_used_through_the_data_generators():
     )
     assert np.all(np.asarray(rates) == np.float32(0.5))
     assert stats[1].tolist() == [0.0, 0.0] and stats[0, 0] == 5.0 and stats[0, 1] < 0  # (N_k, −Σz)
+
+
+def test_a_model_loaded_with_import_runs_the_built_in_experiment_and_must_be_given_to_read_it(tmp_path, capsys):
+    """`jaxfed run gfvl-heterogeneity --import FILE --set family=NAME`: the plain command, no wrapper;
+    the file's digest is in the identity and record, and report/plot need the same file again."""
+    model_file = tmp_path / "my_model.py"
+    model_file.write_text(open(USER_FILE).read().replace("gamma-exponential", "imported-exponential"))
+    out = str(tmp_path / "run")
+    args = ["run", "gfvl-heterogeneity", "--import", str(model_file), "--out", out, "--quiet", "--trials", "4"]
+    args += ["--set", "family=imported-exponential", "--set", "topologies=complete", "--set", "n_slots=20"]
+    assert cli.main(args) == 0
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert list(config["imports"]) == ["my_model.py"] and (tmp_path / "run" / "report.md").exists()
+    capsys.readouterr()
+    assert cli.main(["report", out]) == 2
+    assert "was run with --import my_model.py" in capsys.readouterr().err
+    assert cli.main(["report", out, "--import", str(model_file)]) == 0
+    assert cli.main(["plot", out, "--import", str(model_file)]) == 0
+    grown = [("8" if a == "4" else a) for a in args]
+    assert cli.main(grown) == 0  # grown with the same file
+    model_file.write_text(model_file.read_text() + "# edited\n")
+    capsys.readouterr()
+    assert cli.main(args) == 2  # growth or resume with an edited file is refused
+    assert "imports.my_model.py: stored sha256" in capsys.readouterr().err

@@ -342,8 +342,12 @@ def run_experiment(
     target_se: float | None = None,
     target_metric: str | None = None,
     target_statistic: str = "mean",
+    imports: Mapping[str, str] | None = None,
 ) -> tuple[dict, dict]:
     """Runs an experiment through the engine and writes its result directory.
+
+    ``imports`` ({file name: SHA-256}, from :func:`catalog.import_extensions`): the user files
+    loaded for the run (``--import FILE``: channels, conjugate models, …), held in its identity.
 
     The run's identity (what a rerun on ``out_dir`` must match) is the experiment, parameters,
     points, seed and dtype, and for an experiment that runs user code the SHA-256 of every user
@@ -382,6 +386,7 @@ def run_experiment(
             "seed": seed,
             "dtype": dtype,
             **catalog.code_identity(exp, config),  # user code: "code" (file digests), "plugin"
+            **({"imports": dict(imports)} if imports else {}),
         }
     )
     results = engine.run(

@@ -40,6 +40,8 @@ import textwrap
 import tokenize
 import typing
 
+from jaxfed import validation
+
 __all__ = [
     "ENTRY_POINT_GROUP",
     "find",
@@ -83,6 +85,39 @@ def from_file(path: str, attribute: str):
     from jaxfed.experiments.base import Experiment
 
     path = os.path.abspath(path)
+    module = load_file(path)
+    candidates = sorted(k for k, v in vars(module).items() if isinstance(v, Experiment))
+    value = getattr(module, attribute, _MISSING)
+    if not isinstance(value, Experiment):
+        what = f"is a {type(value).__name__}, not an Experiment"
+        if value is None or value is _MISSING:  # (`NAME = None` was reported as "is not defined")
+            what = "is not defined" if value is _MISSING else "is None, not an Experiment"
+        raise ValueError(
+            f"{attribute!r} in {path} {what}; Experiments defined there: {', '.join(candidates) or 'none'}"
+        )
+    return dataclasses.replace(value, source=f"{path}:{attribute}")
+
+
+def import_extensions(paths) -> dict[str, str]:
+    """Executes the user files ``paths`` (``jaxfed … --import FILE``: channels, conjugate models or
+    anything else they register) and returns ``{file name: SHA-256}``, which a run's identity and
+    record hold (``imports``), so that growth, resume and ``jaxfed plot`` need the same files.
+
+    Raises:
+        ValueError: a file that cannot be loaded (naming it and the line), or two files of one name.
+    """
+    out: dict[str, str] = {}
+    for path in paths:
+        module = load_file(os.path.abspath(path))
+        name = os.path.basename(path)
+        validation.check("import", path, name not in out, f"files of distinct names ({name} is imported twice)")
+        out[name] = getattr(module, _DIGEST_ATTRIBUTE)
+    return out
+
+
+def load_file(path: str):
+    """The module of the Python file ``path`` (absolute), executed once per content; ValueError
+    naming the file and the line of what went wrong."""
     if os.path.isdir(path):
         raise ValueError(f"user experiment file {path} is a directory; give a Python file as path/to/file.py:NAME")
     if not os.path.isfile(path):
@@ -118,16 +153,7 @@ def from_file(path: str, attribute: str):
             raise ValueError(
                 f"user experiment file {where} failed to import: {type(err).__name__}{f': {err}' if str(err) else ''}{hint}"
             ) from err
-    candidates = sorted(k for k, v in vars(module).items() if isinstance(v, Experiment))
-    value = getattr(module, attribute, _MISSING)
-    if not isinstance(value, Experiment):
-        what = f"is a {type(value).__name__}, not an Experiment"
-        if value is None or value is _MISSING:  # (`NAME = None` was reported as "is not defined")
-            what = "is not defined" if value is _MISSING else "is None, not an Experiment"
-        raise ValueError(
-            f"{attribute!r} in {path} {what}; Experiments defined there: {', '.join(candidates) or 'none'}"
-        )
-    return dataclasses.replace(value, source=f"{path}:{attribute}")
+    return module
 
 
 _MISSING = object()
