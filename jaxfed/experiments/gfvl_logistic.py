@@ -52,8 +52,8 @@ class Config:
     """
 
     n_agents: int = 10  # K
-    n_features: int = 10  # features used (the first n of the 30), d = n_features + 1 with the intercept
-    test_fraction: float = 0.2  # held-out share of the 569 points
+    n_features: int = 10  # features used (the first n of the data set's 30), d = n_features + 1 with the intercept
+    test_fraction: float = 0.2  # held-out share of the data set's points
     split_seed: int = 0  # seed of the train/test split and of the assignment of points to agents
     skew: float = 1.0  # label skew: per class, the agents' shares ~ Dirichlet(skew · 1_K) (smaller: more skew)
     prior_var: float = 1.0  # prior N(0, prior_var I)
@@ -272,9 +272,12 @@ def report(cfg: Config, labels, results) -> Reading:
     names = [_name(lab) for lab in labels]
     slots = sorted({s for s in (1, 10, 50, 100, cfg.n_slots) if s <= cfg.n_slots})
     index = [s - 1 for s in slots]
+    x, y = logistic.load_breast_cancer()
+    train, test = logistic.train_test_split(x, y, cfg.test_fraction, cfg.split_seed, cfg.n_features)
     text = [
-        f"Breast-cancer data (569 points, {cfg.n_features} standardised features + intercept, d = {cfg.n_features + 1}), "
-        f"{1 - cfg.test_fraction:.0%} training points over K = {cfg.n_agents} agents (split seed {cfg.split_seed}: the "
+        f"Breast-cancer data ({len(y)} points, {cfg.n_features} of its {x.shape[1]} features standardised + intercept, "
+        f"d = {cfg.n_features + 1}), {len(train.y)} training points over K = {cfg.n_agents} agents and "
+        f"{len(test.y)} held out (split seed {cfg.split_seed}: the "
         "split is fixed, trials repeat the walk and the REINFORCE draws), "
         + (
             "sum loss (L_k = Σ_n softplus(−(2y − 1) xᵀθ): at α = 1 q* approximates the Bayesian posterior)"
