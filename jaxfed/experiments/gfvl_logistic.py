@@ -29,7 +29,7 @@ share its key (common random numbers: the same walk on the same graph).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -268,26 +268,28 @@ def plot(cfg: Config, labels, metrics, path):
     plotting.save(fig, path)
 
 
-def report(cfg: Config, labels, results) -> Reading:
-    names = [_name(lab) for lab in labels]
-    slots = sorted({s for s in (1, 10, 50, 100, cfg.n_slots) if s <= cfg.n_slots})
-    index = [s - 1 for s in slots]
+def _setting_text(cfg: Config) -> str:
+    """The data, split, loss and target of a run, in words (sizes from the data)."""
     x, y = logistic.load_breast_cancer()
     train, test = logistic.train_test_split(x, y, cfg.test_fraction, cfg.split_seed, cfg.n_features)
-    text = [
+    loss = (
+        "sum loss (L_k = Σ_n softplus(−(2y − 1) xᵀθ): at α = 1 q* approximates the Bayesian posterior)"
+        if cfg.loss_normalisation == "sum"
+        else "mean loss (L_k = (1/N_k) Σ_n softplus(−(2y − 1) xᵀθ): q* approximates the posterior tempered by 1/N_k)"
+    )
+    return (
         f"Breast-cancer data ({len(y)} points, {cfg.n_features} of its {x.shape[1]} features standardised + intercept, "
         f"d = {cfg.n_features + 1}), {len(train.y)} training points over K = {cfg.n_agents} agents and "
-        f"{len(test.y)} held out (split seed {cfg.split_seed}: the "
-        "split is fixed, trials repeat the walk and the REINFORCE draws), "
-        + (
-            "sum loss (L_k = Σ_n softplus(−(2y − 1) xᵀθ): at α = 1 q* approximates the Bayesian posterior)"
-            if cfg.loss_normalisation == "sum"
-            else "mean loss (L_k = (1/N_k) Σ_n softplus(−(2y − 1) xᵀθ): q* approximates the posterior tempered by 1/N_k)"
-        )
-        + f", α = {cfg.alpha:g}, prior N(0, {cfg.prior_var:g} I). KL is measured against the centralised optimum q* of the "
-        "mean-field Gaussian family for this loss (float64 natural-gradient run with closed-form Gaussian expectations; for "
-        "unlearning and retrain the optimum without agent u's data).",
-    ]
+        f"{len(test.y)} held out (split seed {cfg.split_seed}: the split is fixed, trials repeat the walk and the "
+        f"REINFORCE draws), {loss}, α = {cfg.alpha:g}, prior N(0, {cfg.prior_var:g} I). KL is measured against the "
+        "centralised optimum q* of the mean-field Gaussian family for this loss (float64 natural-gradient run with "
+        "closed-form Gaussian expectations; for unlearning and retrain the optimum without agent u's data)."
+    )
+
+
+def _band_tables(cfg: Config, names: list, results) -> list[str]:
+    slots = sorted({s for s in (1, 10, 50, 100, cfg.n_slots) if s <= cfg.n_slots})
+    out = []
     for metric, what, fmt in (
         ("kl", "KL(q^(i) ‖ q*)", "{:.2e}"),
         ("log_lik", "held-out mean log predictive", "{:.4f}"),
@@ -298,73 +300,84 @@ def report(cfg: Config, labels, results) -> Reading:
             "{:.3g}",
         ),
     ):
-        table = band_table("slot", slots, names, stats.band(results[metric]), index, fmt=fmt)
-        text += ["", f"Median {what} [75% band] by slot:", "", table]
+        table = band_table("slot", slots, names, stats.band(results[metric]), [s - 1 for s in slots], fmt=fmt)
+        out += ["", f"Median {what} [75% band] by slot:", "", table]
+    return out
+
+
+class Claims(NamedTuple):
+    """The verdicts of a run and what decided the unlearning claims' detectability."""
+
+    verdicts: list
+    level: float  # 1.5× retrain's asymptote
+    shift: float  # KL(q* ‖ q*_(−u))
+
+
+def claims(cfg: Config, labels, results) -> Claims:
+    """Paired verdicts: KL at a quarter of the slots larger with label skew than i.i.d. and on ring
+    than on complete (log-ratios), and the unlearning claims (:func:`unlearning_verdicts`)."""
+    kl = np.asarray(results["kl"])
+    at = max(1, int(round(COMPARE_FRACTION * cfg.n_slots)))
+    where = {(lab["mode"], lab["topology"], lab["split"]): p for p, lab in enumerate(labels)}
+
+    def ratio(a, b, claim):
+        if a not in where or b not in where:
+            return []
+        x, y = kl[where[a], :, at - 1], kl[where[b], :, at - 1]
+        ok = (x > 0) & (y > 0)
+        return [stats.paired_verdict(np.where(ok, x, np.nan), np.where(ok, y, np.nan), claim, transform="log_ratio")]
+
+    verdicts = []
+    for topology in cfg.topologies:
+        claim = f"{topology}: KL at slot {at} larger with label skew than i.i.d. (ratio)"
+        verdicts += ratio(("learn", topology, "label-skew"), ("learn", topology, "iid"), claim)
+    for split in cfg.splits:
+        claim = f"{split}: KL at slot {at} larger on ring than on complete (ratio)"
+        verdicts += ratio(("learn", "ring", split), ("learn", "complete", split), claim)
+    p_u, p_t = where[("unlearning", "complete", "iid")], where[("retrain", "complete", "iid")]
+    level = ASYMPTOTE_TOLERANCE * asymptote(np.median(kl[p_t], axis=0))
+    shift = float(np.asarray(results["target_shift"])[p_u, 0])
+    what = f"within {ASYMPTOTE_TOLERANCE:g}× the retrained asymptote ({level:.3g})"
+    verdicts += unlearning_verdicts(kl[p_u], kl[p_t], np.asarray(results["hit"])[p_u], level, what, shift=shift)
+    return Claims(verdicts, level, shift)
+
+
+def report(cfg: Config, labels, results) -> Reading:
+    names = [_name(lab) for lab in labels]
+    text = [_setting_text(cfg), *_band_tables(cfg, names, results)]
     if isinstance(results["kl"], stats.Summary):
         text.append("\n**Reading.** Paired verdicts need the raw trials (run with `--keep raw`).")
         return Reading("\n".join(text) + "\n")
-    kl = np.asarray(results["kl"])
-    finite = np.all(np.isfinite(kl), axis=-1) & np.all(np.isfinite(np.asarray(results["log_lik"])), axis=-1)
+    finite = np.all(np.isfinite(np.asarray(results["kl"])), axis=-1) & np.all(
+        np.isfinite(np.asarray(results["log_lik"])), axis=-1
+    )
+    found = claims(cfg, labels, results)
+    summary = "; ".join(
+        f"{v.claim.split(' (')[0]}: **{v.verdict}**" + (f" ({v.interval_text()})" if v.n else f" ({v.reason})")
+        for v in found.verdicts
+    )
     text += [
         "",
         "Trials with a non-finite metric (diverged), per point: "
         + ", ".join(f"{n} {int(np.sum(~finite[p]))}" for p, n in enumerate(names))
         + ".",
-    ]
-    at = max(1, int(round(COMPARE_FRACTION * cfg.n_slots)))
-    verdicts = []
-
-    def index_of(mode, topology="complete", split="iid"):
-        for p, lab in enumerate(labels):
-            if (lab["mode"], lab["topology"], lab["split"]) == (mode, topology, split):
-                return p
-        return None
-
-    def ratio(p_a, p_b, claim):
-        a, b = kl[p_a, :, at - 1], kl[p_b, :, at - 1]
-        ok = (a > 0) & (b > 0)
-        return stats.paired_verdict(
-            np.where(ok, a, np.nan), np.where(ok, b, np.nan), claim, expect="greater", transform="log_ratio"
-        )
-
-    for topology in cfg.topologies:
-        p_iid, p_skew = index_of("learn", topology, "iid"), index_of("learn", topology, "label-skew")
-        if p_iid is not None and p_skew is not None:
-            verdicts.append(
-                ratio(p_skew, p_iid, f"{topology}: KL at slot {at} larger with label skew than i.i.d. (ratio)")
-            )
-    for split in cfg.splits:
-        p_c, p_r = index_of("learn", "complete", split), index_of("learn", "ring", split)
-        if p_c is not None and p_r is not None:
-            verdicts.append(ratio(p_r, p_c, f"{split}: KL at slot {at} larger on ring than on complete (ratio)"))
-    p_u, p_t = index_of("unlearning"), index_of("retrain")
-    level = ASYMPTOTE_TOLERANCE * asymptote(np.median(kl[p_t], axis=0))
-    shift = float(np.asarray(results["target_shift"])[p_u, 0])
-    what = f"within {ASYMPTOTE_TOLERANCE:g}× the retrained asymptote ({level:.3g})"
-    verdicts += unlearning_verdicts(kl[p_u], kl[p_t], np.asarray(results["hit"])[p_u], level, what, shift=shift)
-    text += [
         "",
         f"Detectability of the unlearning claims: u = {cfg.forget_agent}'s data move the target by "
-        f"KL(q* ‖ q*_(−u)) = {shift:.3g} nats; the level is {ASYMPTOTE_TOLERANCE:g}× retrain's median KL over the "
-        f"last quarter of the slots (its noise floor), {level:.3g}. The claims are tested only when the shift and "
-        "the learnt model's KL just before u is forgotten both exceed the level; unlearning's slot is counted "
-        "from u's visit.",
-    ]
-    text += [
+        f"KL(q* ‖ q*_(−u)) = {found.shift:.3g} nats; the level is {ASYMPTOTE_TOLERANCE:g}× retrain's median KL over "
+        f"the last quarter of the slots (its noise floor), {found.level:.3g}. The claims are tested only when the "
+        "shift and the learnt model's KL just before u is forgotten both exceed the level; unlearning's slot is "
+        "counted from u's visit.",
         "",
         "Paired comparisons (common random numbers):",
         "",
-        stats.verdict_table(verdicts, "median paired statistic"),
+        stats.verdict_table(found.verdicts, "median paired statistic"),
+        "",
+        f"**Reading.** {summary}.",
     ]
-    summary = "; ".join(
-        f"{v.claim.split(' (')[0]}: **{v.verdict}**" + (f" ({v.interval_text()})" if v.n else f" ({v.reason})")
-        for v in verdicts
-    )
-    text += ["", f"**Reading.** {summary}."]
-    return Reading("\n".join(text) + "\n", tuple(verdicts))
+    return Reading("\n".join(text) + "\n", tuple(found.verdicts))
 
 
-# A logistic trial (natural-gradient steps on 569 data points) takes ~10 ms on a CPU: 64 trials per
+# A logistic trial (natural-gradient steps on the 455 training points) takes ~10 ms on a CPU: 64 trials per
 # micro-batch ran faster per trial than 512 (115 vs 101 trials/s, 2-core CPU) and pad small runs less.
 MICRO_BATCH = {"cpu": 64}
 
