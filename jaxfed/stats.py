@@ -594,18 +594,25 @@ def paired_verdict(
         inside = -margin <= lo and hi <= margin
         outside = lo > margin or hi < -margin
         verdict = REPRODUCED if inside else NOT_REPRODUCED if outside else INCONCLUSIVE
-    p_value, untied, reason = sign_test(d), int((d != 0).sum()), ""
-    if verdict == REPRODUCED and expect != "equal":
-        n_claimed = int((d > 0).sum() if expect == "greater" else (d < 0).sum())
-        if untied < MIN_UNTIED_PAIRS:
-            reason = f"only {untied} of {n} pairs differ (at least {MIN_UNTIED_PAIRS} needed)"
-        elif p_value >= SIGN_TEST_ALPHA or 2 * n_claimed <= untied:
-            reason = f"sign test p = {p_value:.2g} ({n_claimed} of {untied} differing pairs in the claimed direction)"
-        verdict = INCONCLUSIVE if reason else verdict
+    p_value, untied = sign_test(d), int((d != 0).sum())
+    reason = _not_carried(d, expect, p_value) if verdict == REPRODUCED and expect != "equal" else ""
+    verdict = INCONCLUSIVE if reason else verdict
     if transform == "log_ratio":
         est, lo, hi = np.exp(est), np.exp(lo), np.exp(hi)
     frac = float((d > 0).mean())
     return Verdict(claim, float(est), float(lo), float(hi), level, p_value, frac, n, dropped, verdict, untied, reason)
+
+
+def _not_carried(d: np.ndarray, expect: str, p_value: float) -> str:
+    """Why the trials do not carry a directional effect the interval shows ("" when they do): too
+    few pairs differ, or the sign test does not reject "no direction" in the claimed direction."""
+    untied = int((d != 0).sum())
+    n_claimed = int((d > 0).sum() if expect == "greater" else (d < 0).sum())
+    if untied < MIN_UNTIED_PAIRS:
+        return f"only {untied} of {d.size} pairs differ (at least {MIN_UNTIED_PAIRS} needed)"
+    if p_value >= SIGN_TEST_ALPHA or 2 * n_claimed <= untied:
+        return f"sign test p = {p_value:.2g} ({n_claimed} of {untied} differing pairs in the claimed direction)"
+    return ""
 
 
 def not_testable(claim: str, reason: str) -> Verdict:
