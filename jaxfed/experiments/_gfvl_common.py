@@ -1,13 +1,15 @@
 """What the G-FVL experiments share (no experiment module imports another): how a report states
-the KL's target and the presets, first-slot statistics, and the unlearning verdicts with their
+the KL's target and the presets, first-slot statistics, the unlearning verdicts with their
 detectability rule (used by gfvl-unlearning, its paper preset and conjugate variant, and
-gfvl-logistic)."""
+gfvl-logistic), and the trial of Fig. 4 (gfvl-local-iters and gfvl-wallclock)."""
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import stats
+from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, natgrad, quadrature, scenarios, stats
 
 
 def target_text(loss_normalisation: str, alpha: float) -> str:
@@ -114,3 +116,44 @@ def unlearning_verdicts(kl_unlearn, kl_retrain, hit, level: float, what: str, sh
             margin=HIT_MARGIN,
         ),
     ]
+
+
+def noisy_data(key, cfg) -> jax.Array:
+    """Weighted counts (K, 2) of z ~ Bernoulli(ε + (1 − 2ε) θ_true), N_k per agent (the model's own law)."""
+    p_one = cfg.epsilon + (1.0 - 2.0 * cfg.epsilon) * cfg.theta_true
+    ones = scenarios.bernoulli_counts(key, cfg.n_agents, cfg.n_per_agent, p_one)
+    weight = likelihoods.loss_weight(cfg.loss_normalisation, cfg.n_per_agent)
+    return likelihoods.bernoulli_beta_stats(ones, cfg.n_per_agent) * weight
+
+
+def local_iters_trial(cfg):
+    """The trial of Fig. 4 (gfvl-local-iters, and gfvl-wallclock's non-conjugate points): noisy Bernoulli
+    data (:func:`noisy_data`) on the complete graph, an MH schedule of total_iters / L slots, L natural-gradient
+    iterations per slot with S-sample REINFORCE gradients; ``kl`` (record,) = KL(q ‖ q*) by quadrature after
+    every ``record_every`` local iterations. ``point["local_iters"]`` is L (static). ``cfg`` has the fields of
+    gfvl-local-iters' Config (n_agents, n_per_agent, prior_a/b, alpha, theta_true, epsilon,
+    loss_normalisation, rho, rho_schedule, n_samples, baseline, c, total_iters, record_every)."""
+    prior = expfam.beta_natural(cfg.prior_a, cfg.prior_b)
+    lik = likelihoods.noisy_bernoulli(cfg.epsilon)
+    adjacency = jnp.asarray(graphs.complete(cfg.n_agents))
+
+    def trial(key, point):
+        n_iters = point["local_iters"]
+        n_slots = cfg.total_iters // n_iters
+        every = cfg.record_every // n_iters  # slots between records
+        key_data, key_schedule, key_learn = jax.random.split(key, 3)
+        data = noisy_data(key_data, cfg)
+        schedule = gossip.mh_schedule(key_schedule, adjacency, n_slots)
+        rho = natgrad.rho_schedule(cfg.rho_schedule, cfg.rho, n_slots)
+        solve = gfvl.natgrad_solver(expfam.BETA, lik, data, cfg.alpha, rho, n_iters, cfg.n_samples, cfg.baseline, cfg.c)
+        _, etas = gfvl.learn(key_learn, gfvl.init(prior, cfg.n_agents), schedule, solve)
+        pooled = lik.pool(data)
+
+        def loss_change(theta_ref, t):
+            return lik.loss_change(pooled, theta_ref, t)
+
+        target = quadrature.make_target(prior, loss_change, cfg.alpha)
+        recorded = etas[every - 1 :: every]
+        return {"kl": jax.vmap(lambda eta: quadrature.kl_to_target(eta, target, loss_change, cfg.alpha))(recorded)}
+
+    return trial

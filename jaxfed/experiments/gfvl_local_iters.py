@@ -13,24 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import (
-    expfam,
-    gfvl,
-    gossip,
-    graphs,
-    likelihoods,
-    natgrad,
-    plotting,
-    quadrature,
-    scenarios,
-    stats,
-    validation,
-)
-from jaxfed.experiments._gfvl_common import PAPER_CONVENTION, preset_differences, target_text
+from jaxfed import natgrad, plotting, stats, validation
+from jaxfed.experiments._gfvl_common import PAPER_CONVENTION, local_iters_trial, preset_differences, target_text
 from jaxfed.experiments.base import (
     Experiment,
     Reading,
@@ -122,45 +108,10 @@ class Config:
         )
 
 
-def noisy_data(key, cfg) -> jax.Array:
-    """Weighted counts (K, 2) of z ~ Bernoulli(ε + (1 − 2ε) θ_true), N_k per agent (the model's own law)."""
-    p_one = cfg.epsilon + (1.0 - 2.0 * cfg.epsilon) * cfg.theta_true
-    ones = scenarios.bernoulli_counts(key, cfg.n_agents, cfg.n_per_agent, p_one)
-    weight = likelihoods.loss_weight(cfg.loss_normalisation, cfg.n_per_agent)
-    return likelihoods.bernoulli_beta_stats(ones, cfg.n_per_agent) * weight
-
-
-def make_trial(cfg: Config):
-    prior = expfam.beta_natural(cfg.prior_a, cfg.prior_b)
-    lik = likelihoods.noisy_bernoulli(cfg.epsilon)
-    adjacency = jnp.asarray(graphs.complete(cfg.n_agents))
-
-    def trial(key, point):
-        n_iters = point["local_iters"]
-        n_slots = cfg.total_iters // n_iters
-        every = cfg.record_every // n_iters  # slots between records
-        key_data, key_schedule, key_learn = jax.random.split(key, 3)
-        data = noisy_data(key_data, cfg)
-        schedule = gossip.mh_schedule(key_schedule, adjacency, n_slots)
-        rho = natgrad.rho_schedule(cfg.rho_schedule, cfg.rho, n_slots)
-        solve = gfvl.natgrad_solver(expfam.BETA, lik, data, cfg.alpha, rho, n_iters, cfg.n_samples, cfg.baseline, cfg.c)
-        _, etas = gfvl.learn(key_learn, gfvl.init(prior, cfg.n_agents), schedule, solve)
-        pooled = lik.pool(data)
-
-        def loss_change(theta_ref, t):
-            return lik.loss_change(pooled, theta_ref, t)
-
-        target = quadrature.make_target(prior, loss_change, cfg.alpha)
-        recorded = etas[every - 1 :: every]
-        return {"kl": jax.vmap(lambda eta: quadrature.kl_to_target(eta, target, loss_change, cfg.alpha))(recorded)}
-
-    return trial
-
-
 def build(cfg: Config):
     labels = [{"local_iters": n_iters} for n_iters in cfg.local_iters]
     points = [{"local_iters": n_iters} for n_iters in cfg.local_iters]
-    return Sweep(trial=make_trial(cfg), points=points, labels=labels, metric_axes={"kl": ("local_iteration",)})
+    return Sweep(trial=local_iters_trial(cfg), points=points, labels=labels, metric_axes={"kl": ("local_iteration",)})
 
 
 def _total_iters(cfg: Config) -> np.ndarray:
