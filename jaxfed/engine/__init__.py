@@ -44,24 +44,41 @@ trials in raw mode and refused in summary mode (a summary cannot be cut down). A
 holding a different configuration, or a damaged file, is refused with one line naming it (or
 discarded with ``overwrite``).
 
-Layout: :mod:`~jaxfed.engine.points` (grouping), :mod:`~jaxfed.engine.devices` (mesh, processes),
-:mod:`~jaxfed.engine.memory` (budgets, chunk size), :mod:`~jaxfed.engine.cache` (compilation cache),
-:mod:`~jaxfed.engine.compiled` (the chunk function), :mod:`~jaxfed.engine.sinks` (raw and summary
-results, pipelining), :mod:`~jaxfed.engine.target` (precision targets),
-:mod:`~jaxfed.engine.progress` and :mod:`~jaxfed.engine.core` (:func:`run`).
+A run in two steps: ``run(trial, points, n_trials, **options)`` is
+``execute(plan(trial, points, n_trials, RunOptions(**options)))``. :class:`RunOptions` is one
+frozen value for how a run is done (seed, chunk size, keep, devices, memory budget, common random
+numbers, compilation cache, a precision target, the store, progress), checked when it is made;
+:func:`plan` checks everything else that can be checked before work (the trial's metric shapes,
+``keep="auto"``, host and device memory, the store's identity) and restores the store into each
+group's sink (a :class:`Plan`); :func:`execute` compiles each group's chunk function and drives its
+chunks, a fixed count or until a precision target holds, into a :class:`RunResult` whose ``info``
+is a :class:`RunInfo`.
+
+Layout: :mod:`~jaxfed.engine.options` (:class:`RunOptions`), :mod:`~jaxfed.engine.points`
+(grouping), :mod:`~jaxfed.engine.devices` (mesh, processes), :mod:`~jaxfed.engine.memory`
+(budgets, chunk size), :mod:`~jaxfed.engine.cache` (compilation cache),
+:mod:`~jaxfed.engine.compiled` (the chunk function and its size), :mod:`~jaxfed.engine.sinks` (raw
+and summary results, resume, pipelining), :mod:`~jaxfed.engine.target` (precision targets),
+:mod:`~jaxfed.engine.progress` and :mod:`~jaxfed.engine.core` (:func:`plan`, :func:`execute`, :func:`run`).
 """
 
 from jaxfed.engine.cache import CACHE_ENV, compilation_cache_dir, use_compilation_cache
 from jaxfed.engine.compiled import chunk_function
-from jaxfed.engine.core import MAX_TRIALS, RAW_LIMIT_BYTES, RunResult, run
+from jaxfed.engine.core import MAX_TRIALS, RAW_LIMIT_BYTES, Plan, RunInfo, RunResult, execute, plan, run
 from jaxfed.engine.devices import MICRO_BATCH, default_memory_budget, make_mesh, micro_batch_width
+from jaxfed.engine.options import RunOptions
 from jaxfed.engine.progress import Progress
 from jaxfed.engine.target import TARGET_STATISTICS, Target, parse_target
 from jaxfed.store import ConfigMismatch, StoreError, atomic_savez, atomic_write_json
 
 __all__ = [
     "run",
+    "plan",
+    "execute",
+    "RunOptions",
+    "Plan",
     "RunResult",
+    "RunInfo",
     "chunk_function",
     "compilation_cache_dir",
     "use_compilation_cache",

@@ -220,7 +220,13 @@ def batched_metrics(trial: Trial, group: Group, local: int, width: int, common: 
 
         return jax.lax.fori_loop(jnp.int32(0), steps, step, out)
 
-    def op_by_op(seed, point_ids, traced, first_trial, steps):
+    return _op_by_op(micro_batch, blocks, width) if eager else on_device
+
+
+def _op_by_op(micro_batch, blocks: int, width: int):
+    """The device program of :func:`batched_metrics` as a Python loop over its micro-batches, op by op."""
+
+    def metrics(seed, point_ids, traced, first_trial, steps):
         rows = []
         for row in range(len(point_ids)):
             point = [jnp.asarray(x[row]) for x in traced]
@@ -230,7 +236,7 @@ def batched_metrics(trial: Trial, group: Group, local: int, width: int, common: 
             rows.append({name: np.concatenate([np.asarray(p[name]) for p in parts]) for name in parts[0]})
         return {name: np.stack([r[name] for r in rows]) for name in rows[0]}
 
-    return op_by_op if eager else on_device
+    return metrics
 
 
 def nonfinite_per_trial(values):
@@ -269,75 +275,119 @@ def chunk_function(
     return fn, args
 
 
-def sized_chunk_fn(
-    trial, group, program, mesh, width, budget, n_trials, chunk_size, args, common, summary, fixed, cache_dir
-):
-    """(chunk size, compiled chunk function, compile record): the given size, or the largest that fits ``budget``.
+class ChunkJob(NamedTuple):
+    """What a group's chunk function is built and sized from (:func:`sized_chunk_fn`)."""
+
+    trial: Trial
+    group: Group
+    program: str  # digest of one trial's jaxpr: keys the cached memory probe
+    mesh: Mesh
+    width: int  # trials per micro-batch
+    budget: int  # bytes per device
+    n_trials: int
+    args: tuple  # example arguments of the chunk function: (seed, point ids, traced leaves, first trial[, n_valid])
+    common: bool  # common random numbers
+    summary: bool  # device summaries instead of raw metrics
+    fixed: int  # bytes of outputs that do not grow with the batch (a summary's histograms and counts)
+    cache_dir: str | None  # where the probe's memory figures are cached
+
+    @property
+    def step(self) -> int:
+        """Trials of one micro-batch on every device: chunk sizes are multiples of it."""
+        return self.width * self.mesh.size
+
+
+def sized_chunk_fn(job: ChunkJob, chunk_size: int | None) -> tuple[int, ChunkFn, dict]:
+    """(chunk size, compiled chunk function, compile record): ``chunk_size``, or the largest that
+    fits ``job.budget``.
 
     Without a given size, compiles for a probe batch of one micro-batch per device and reads the
     memory analysis: temporaries and outputs scale linearly with the batch (arguments do not),
     plus the host copy of the outputs; a chunk may take 75% of the budget (on a CPU at most
     ``CPU_CHUNK_BYTES``), the rest is left to the process itself and to the summaries or result
     arrays. The probe's executable is reused when the size it implies needs no larger batch.
-    ``fixed``: bytes of outputs that do not grow with the batch (a summary's histograms and
-    counts): not extrapolated, but reserved three times (device output, scatter, host copy).
+    ``job.fixed`` bytes of outputs are not extrapolated, but reserved three times (device output,
+    scatter, host copy). The probe's figures are cached (:func:`_probed_size`).
 
-    The probe's memory figures are cached in ``cache_dir`` under a digest of ``program`` (one
-    trial's jaxpr, digested) and of what the batched program adds (points, devices, mode), so a
-    rerun neither lowers nor compiles the probe, only the chunk function (itself from JAX's
-    persistent cache). A cached figure is a hint, never a reason to refuse: when it would refuse
-    the smallest chunk, or size the chunk at one micro-batch per device, the probe is compiled
-    and its own figures decide (and replace the cached ones); a larger chunk sized from a stale
-    figure is corrected from the compiled chunk's own memory analysis (below).
-
-    A chosen size is corrected from the compiled chunk's own memory analysis when it exceeds
-    ``budget``, and shrunk when the device refuses memory while compiling (a GPU allocates while
-    it autotunes; the refused size scales the chunk down), at most ``MAX_RESIZES`` times.
+    A chosen size is corrected from the compiled chunk's own memory analysis when it exceeds the
+    budget, and shrunk when the device refuses memory while compiling (a GPU allocates while it
+    autotunes; the refused size scales the chunk down), at most ``MAX_RESIZES`` times.
 
     The record holds ``compile_s`` (seconds spent compiling), ``compile_cached`` (every
     executable came from the persistent cache) and ``memory_probe_cached``.
 
     Raises:
-        ValueError: the smallest possible chunk (or the given one) needs more than ``budget``,
+        ValueError: the smallest possible chunk (or the given one) needs more than the budget,
             checked from the output shapes before compiling and from the memory analysis after,
             or the device refused it while compiling.
     """
-    step = width * mesh.size
-    record: dict[str, Any] = {"compile_s": 0.0, "compile_cached": True, "memory_probe_cached": None}
+    compile_batch = _Compiler(job)
+    chosen = chunk_size is None
+    if chunk_size is None:
+        chunk_size, probe = _probed_size(job, compile_batch)
+        if probe is not None and chunk_size <= job.step:  # the probe's program is the chunk's
+            return chunk_size, probe, compile_batch.record
+    return _fitted(job, compile_batch, chunk_size, chosen)
 
-    def compile_lowered(lowered):
+
+class _Compiler:
+    """``compile_batch(batch)``: a job's chunk function compiled for ``batch`` trials, with its
+    memory figures (:func:`compile_chunk_fn`); the compile times and cache hits add up in ``record``."""
+
+    def __init__(self, job: ChunkJob):
+        self.job = job
+        self.record: dict[str, Any] = {"compile_s": 0.0, "compile_cached": True, "memory_probe_cached": None}
+
+    def _compile(self, lowered):
         executable, seconds, cached = timed_compile(lowered)
-        record["compile_s"] += seconds
-        record["compile_cached"] &= cached
+        self.record["compile_s"] += seconds
+        self.record["compile_cached"] &= cached
         return executable
 
-    def compile_batch(batch):
-        return compile_chunk_fn(make_chunk_fn(trial, group, batch, mesh, width, common, summary), args, compile_lowered)
+    def __call__(self, batch: int) -> tuple[ChunkFn, dict]:
+        j = self.job
+        fn = make_chunk_fn(j.trial, j.group, batch, j.mesh, j.width, j.common, j.summary)
+        return compile_chunk_fn(fn, j.args, self._compile)
 
-    chosen = chunk_size is None
-    if chosen:
-        key = probe_key(
-            program, mesh, points=len(group.point_ids), lanes=width, common=common, summary=summary, fixed=fixed
-        )
-        cached = load_probe(cache_dir, key)
-        chunk_size = None if cached is None else _probe_chunk(cached, step, width, mesh, budget, fixed, n_trials)
-        probe = None
-        # A cached figure is only a hint: a refusal, or a chunk of one micro-batch per device (the
-        # probe's own program, compiled anyway), is decided from this compilation's figures (a
-        # cache file edited to temp = 1e15 refused every later run: "would need 909 TiB").
-        if chunk_size is None or chunk_size <= step:
-            probe, figures = compile_batch(step)
-            if figures != cached:
-                save_probe(cache_dir, key, figures)
-            chunk_size = _probe_chunk(figures, step, width, mesh, budget, fixed, n_trials, refuse=True)
-            cached = cached if figures == cached else None
-        record["memory_probe_cached"] = cached is not None
-        if chunk_size <= step:  # the probe's program is the chunk's
-            return chunk_size, probe, record
+
+def _probed_size(job: ChunkJob, compile_batch: _Compiler) -> tuple[int, ChunkFn | None]:
+    """(chunk size, the probe's compiled function or None) from the memory probe's figures.
+
+    The figures are cached in ``job.cache_dir`` under a digest of ``job.program`` (one trial's
+    jaxpr, digested) and of what the batched program adds (points, devices, mode), so a rerun
+    neither lowers nor compiles the probe, only the chunk function (itself from JAX's persistent
+    cache). A cached figure is a hint, never a reason to refuse: when it would refuse the smallest
+    chunk, or size the chunk at one micro-batch per device, the probe is compiled and its own
+    figures decide (and replace the cached ones); a larger chunk sized from a stale figure is
+    corrected from the compiled chunk's own memory analysis (:func:`_fitted`).
+    """
+    points = len(job.group.point_ids)
+    key = probe_key(
+        job.program, job.mesh, points=points, lanes=job.width, common=job.common, summary=job.summary, fixed=job.fixed
+    )
+    cached = load_probe(job.cache_dir, key)
+    chunk_size = None if cached is None else _probe_chunk(cached, job)
+    probe = None
+    # (a cache file edited to temp = 1e15 refused every later run: "would need 909 TiB")
+    if chunk_size is None or chunk_size <= job.step:
+        probe, figures = compile_batch(job.step)
+        if figures != cached:
+            save_probe(job.cache_dir, key, figures)
+        chunk_size = _probe_chunk(figures, job, refuse=True)
+        cached = cached if figures == cached else None
+    compile_batch.record["memory_probe_cached"] = cached is not None
+    assert chunk_size is not None  # (refused otherwise)
+    return chunk_size, probe
+
+
+def _fitted(job: ChunkJob, compile_batch: _Compiler, chunk_size: int, chosen: bool) -> tuple[int, ChunkFn, dict]:
+    """The chunk function compiled for ``chunk_size`` (given, or ``chosen`` from the probe),
+    resized while it does not fit (see :func:`sized_chunk_fn`)."""
+    step, budget = job.step, job.budget
 
     def resized(size: int, need: float) -> int:
         """The chunk size for which ``need`` bytes at ``size`` trials scale to fit, smaller than ``size``."""
-        fits = balanced_chunk(n_trials, int(BUDGET_FOR_CHUNKS * budget * round_up(size, step) / need), step)
+        fits = balanced_chunk(job.n_trials, int(BUDGET_FOR_CHUNKS * budget * round_up(size, step) / need), step)
         return min(fits, max(step, round_up(size // 2, step)))
 
     for _ in range(MAX_RESIZES):
@@ -366,17 +416,18 @@ def sized_chunk_fn(
             chunk_size = resized(chunk_size, need)
             continue
         refuse_chunk(chunk_size, False, need, budget)
-        return chunk_size, compiled, record
+        return chunk_size, compiled, compile_batch.record
     raise ValueError(
         f"no chunk size fitting the memory budget of {size_text(budget)} was found in {MAX_RESIZES} compilations "
         "(--max-memory / max_memory); give --chunk-size / chunk_size"
     )
 
 
-def _probe_chunk(figures, step, width, mesh, budget, fixed, n_trials, refuse=False) -> int | None:
-    """The chunk size the probe's memory ``figures`` (one micro-batch of ``width`` trials per
-    device, ``step`` trials in all) imply for ``budget``; None when even ``step`` trials would not
-    fit (``refuse``: ValueError instead, the one-line refusal)."""
+def _probe_chunk(figures: dict, job: ChunkJob, refuse: bool = False) -> int | None:
+    """The chunk size the probe's memory ``figures`` (one micro-batch of ``job.width`` trials per
+    device, ``job.step`` trials in all) imply for the budget; None when even ``step`` trials would
+    not fit (``refuse``: ValueError instead, the one-line refusal)."""
+    step, width, mesh, budget, fixed = job.step, job.width, job.mesh, job.budget, job.fixed
     # The fixed outputs once: subtracting them twice (as if the scatter copied the histograms)
     # left nothing of a summary probe's 21 KB per trial, and the whole run became one chunk.
     per_trial_device = max(figures["temp"] + figures["output"] - fixed, 0) / width
@@ -390,7 +441,7 @@ def _probe_chunk(figures, step, width, mesh, budget, fixed, n_trials, refuse=Fal
     usable = BUDGET_FOR_CHUNKS * budget - 3 * fixed  # the rest: the process itself, summaries, results
     if mesh.devices.flat[0].platform == "cpu":
         usable = min(usable, CPU_CHUNK_BYTES)
-    return balanced_chunk(n_trials, int(usable // max(per_trial, 1.0)), step)
+    return balanced_chunk(job.n_trials, int(usable // max(per_trial, 1.0)), step)
 
 
 # On a CPU a chunk's buffers are fresh host memory: the first call of a 6 GiB chunk (262,144

@@ -1,20 +1,27 @@
-""":func:`run`: checks everything that can be checked, restores the store, then per group compiles
-the chunk function and feeds its chunks to a result sink."""
+"""A run in two steps: :func:`plan` checks everything that can be checked before work and restores
+the store (a :class:`Plan`), :func:`execute` compiles each group's chunk function and feeds its
+chunks to the group's sink (a :class:`RunResult`, with a :class:`RunInfo`); :func:`run` is both.
+
+``run(trial, points, n_trials, **options) == execute(plan(trial, points, n_trials, RunOptions(**options)))``
+"""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import math
+from collections.abc import Iterator, Mapping
+from typing import NamedTuple
 
 import jax
 import numpy as np
+from jax.sharding import Mesh
 
 from jaxfed import stats, validation
 from jaxfed.engine import cache
-from jaxfed.engine.compiled import make_chunk_fn, sized_chunk_fn
+from jaxfed.engine.compiled import ChunkFn, ChunkJob, make_chunk_fn, sized_chunk_fn
 from jaxfed.engine.devices import (
-    broadcast_from_0,
     default_memory_budget,
     make_mesh,
     micro_batch_width,
@@ -22,10 +29,19 @@ from jaxfed.engine.devices import (
     raise_on_every_process,
 )
 from jaxfed.engine.memory import check_chunk_outputs, check_host_memory, round_up, size_text, summary_output_bytes
-from jaxfed.engine.points import Trial, check_metric_axes, check_summarisable, group_points, metric_specs, rebuild
+from jaxfed.engine.options import RunOptions
+from jaxfed.engine.points import (
+    Group,
+    Trial,
+    check_metric_axes,
+    check_summarisable,
+    group_points,
+    metric_specs,
+    rebuild,
+)
 from jaxfed.engine.progress import Progress
 from jaxfed.engine.sinks import RawSink, SummarySink, Writer, pipelined
-from jaxfed.engine.target import parse_target, still_running, worst_se
+from jaxfed.engine.target import Target, parse_target, worst_se
 from jaxfed.store import STORE_FORMAT, GroupSpec, Store, StoreError
 
 RAW_LIMIT_BYTES = 2 * 2**30
@@ -35,48 +51,141 @@ MAX_TRIALS = validation.MAX_TRIALS
 """Trials per point at most: trial indices are folded into the keys as uint32, so more would repeat keys."""
 
 
-class RunResult(dict):
-    """What :func:`run` returns: a dict metric -> raw array (point, trial, …) or
-    :class:`jaxfed.stats.Summary`, plus ``info``, what the engine chose and measured:
+# --------------------------------------------------------------------------- what a run returns
+class GroupInfo(NamedTuple):
+    """What the engine chose and measured for one group; all None when the store already held
+    every trial and nothing was compiled."""
 
-    ``devices``, ``processes``, ``keep``, ``budget_bytes``, ``compilation_cache`` (directory or
-    None); per group ``chunk_sizes`` (None when the store already held every trial and nothing
-    was compiled), ``compile_s``, ``compile_cached`` (from the persistent cache) and
-    ``memory_probe_cached``; ``nonfinite_trials``: metric -> per point, the trials with a NaN
-    or ±inf value; with a precision target, ``target`` (per point the trials run and the
-    standard error reached).
+    chunk_size: int | None = None
+    compile_s: float | None = None  # seconds spent compiling (with a device mesh)
+    compile_cached: bool | None = None  # every executable came from the persistent cache
+    memory_probe_cached: bool | None = None  # the memory probe's figures came from the cache
+
+
+class TargetInfo(NamedTuple):
+    """A precision-targeted run's outcome: per point the trials run and the standard error reached."""
+
+    se: float
+    metric: str  # as given ("NAME", "NAME@i", …)
+    statistic: str
+    max_trials: int
+    trials_per_point: list
+    se_reached: list
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo(Mapping):
+    """What the engine chose and measured. Also read as the dict config.json's ``"engine"``
+    records (:meth:`record`): ``info["chunk_sizes"]`` is ``[g.chunk_size for g in info.groups]``.
+
+    Keys of the record: ``devices``, ``processes``, ``keep``, ``budget_bytes``,
+    ``compilation_cache`` (directory or None); per group ``chunk_sizes``, ``compile_s``,
+    ``compile_cached`` and ``memory_probe_cached`` (:class:`GroupInfo`); ``nonfinite_trials``:
+    metric -> per point, the trials with a NaN or ±inf value; with a precision target,
+    ``target`` (:class:`TargetInfo`).
     """
 
-    def __init__(self, metrics: dict, info: dict):
+    devices: int
+    processes: int
+    budget_bytes: int
+    keep: str  # "raw" or "summary"
+    compilation_cache: str | None
+    groups: tuple[GroupInfo, ...]
+    nonfinite_trials: dict
+    target: TargetInfo | None = None
+
+    def record(self) -> dict:
+        """The JSON dict of this info, with the keys config.json's ``"engine"`` has always had."""
+        out: dict = dict(
+            devices=self.devices, processes=self.processes, chunk_sizes=[g.chunk_size for g in self.groups]
+        )
+        out.update(budget_bytes=self.budget_bytes)
+        for field in ("compile_s", "compile_cached", "memory_probe_cached"):
+            out[field] = [getattr(g, field) for g in self.groups]
+        if self.target is not None:
+            out["target"] = self.target._asdict()
+        out.update(keep=self.keep, compilation_cache=self.compilation_cache, nonfinite_trials=self.nonfinite_trials)
+        return out
+
+    def __getitem__(self, key: str):
+        return self.record()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.record())
+
+    def __len__(self) -> int:
+        return len(self.record())
+
+
+class RunResult(dict):
+    """What :func:`run` returns: a dict metric -> raw array (point, trial, …) or
+    :class:`jaxfed.stats.Summary`, plus ``info``, a :class:`RunInfo`."""
+
+    def __init__(self, metrics: dict, info: RunInfo):
         super().__init__(metrics)
         self.info = info
 
 
-def run(
-    trial: Trial,
-    points: list,
-    n_trials: int,
-    seed: int = 0,
-    chunk_size: int | None = None,
-    out_dir: str | None = None,
-    identity: dict | None = None,
-    overwrite: bool = False,
-    progress: bool | Progress | None = None,
-    use_jit: bool = True,
-    devices: int | None = None,
-    max_memory: int | None = None,
-    keep: str = "raw",
-    common_random_numbers: bool = False,
-    compilation_cache: str | None = None,
-    target_se: float | None = None,
-    target_metric: str | None = None,
-    target_statistic: str = "mean",
-    micro_batch: int | None = None,
-    metric_axes: dict | None = None,
-) -> RunResult:
-    """Runs ``trial`` for every point and ``n_trials`` trials per point.
+# --------------------------------------------------------------------------- the plan
+class Machine(NamedTuple):
+    """Where a run computes: the device mesh (None: unjitted on one device), the micro-batch width
+    and each device's memory budget."""
 
-    Everything that can be checked before work starts is checked first: arguments, the metrics a
+    mesh: Mesh | None
+    width: int
+    budget: int
+
+    @property
+    def n_shards(self) -> int:
+        return self.mesh.size if self.mesh is not None else 1
+
+
+class GroupPlan(NamedTuple):
+    """One group of points with equal static parts: its stacked array leaves, the digest of one
+    trial's program, its sink (restored from the store) and the chunk size asked for (None:
+    from the memory budget)."""
+
+    number: int  # the group's, in the order of first appearance among the points
+    group: Group
+    traced: list
+    program: str
+    sink: RawSink | SummarySink
+    chunk_size: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A run checked and restored, ready for :func:`execute`; it holds the store's lock and a
+    writer thread until executed (or closed: a plan is a context manager)."""
+
+    trial: Trial
+    n_trials: int
+    n_points: int
+    options: RunOptions
+    machine: Machine
+    specs: dict  # metric -> (shape, dtype string) of one trial
+    keep: str  # "raw" or "summary" ("auto" decided)
+    target: Target | None
+    groups: tuple[GroupPlan, ...]
+    results: dict  # raw: metric -> array (point, trial, …) the sinks fill; summary: {}
+    bar: Progress
+    writer: Writer
+    resources: contextlib.ExitStack  # closes the writer, the progress display and the store
+
+    def close(self) -> None:
+        self.resources.close()
+
+    def __enter__(self) -> Plan:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def run(trial: Trial, points: list, n_trials: int, *, options: RunOptions | None = None, **kw) -> RunResult:
+    """Runs ``trial`` for every point and ``n_trials`` trials per point: :func:`plan`, then :func:`execute`.
+
+    Everything that can be checked before work starts is checked first: the options, the metrics a
     trial returns (by ``jax.eval_shape``), the host memory of the results and the device memory of
     a chunk; each failure is one ``ValueError`` line.
 
@@ -84,90 +193,89 @@ def run(
         trial: pure function ``trial(key, point) -> dict of arrays``; never jitted by the caller.
             Every point must return the same metric names, shapes and dtypes.
         points: list of point pytrees (array leaves traced, other leaves static).
-        n_trials: trials per point, in [1, :data:`MAX_TRIALS`].
-        seed: root seed in [0, 2**32); the key of (p, t) is fold_in(fold_in(key(seed), p), t).
-        chunk_size: trials per chunk (capped at ``n_trials``; in summary mode rounded up to a
-            multiple of ``stats.SUMMARY_BLOCK``); default: as many as ``max_memory`` allows (on a CPU
-            at most ``compiled.CPU_CHUNK_BYTES`` of buffers), in equal chunks.
-        out_dir: if given (process 0), finished chunks are stored there and a rerun resumes or
-            grows the run (see :mod:`jaxfed.store`).
-        identity: JSON dict that identifies the run for resume (required with ``out_dir``); it
-            should not contain the trial count, so that a run can grow.
-        overwrite: discard stored results that cannot be used (another identity, damaged
-            files, a summary of more trials than asked for) instead of raising.
-        progress: progress on stderr, on process 0 (default True): a bar per group on a terminal,
-            plain lines elsewhere (see :class:`jaxfed.engine.Progress`); or a ``Progress`` to
-            report to (its label, stream and line interval).
-        use_jit: ``False`` runs the same vmapped function unjitted on one device (for tests).
-        devices: local devices per process to shard trials over (default: all).
-        max_memory: bytes per device a chunk may use (default: a quarter of the device's
-            memory); the chunk size follows from the compiled function's memory analysis.
-        keep: ``"raw"`` (every trial), ``"summary"`` (:class:`jaxfed.stats.Summary`, computed on the device)
-            or ``"auto"`` (raw when it fits in ``RAW_LIMIT_BYTES``).
-        common_random_numbers: every point of trial t gets the key fold_in(key(seed), t), so
-            points differ only by their parameters (variance reduction for comparisons).
-        target_se, target_metric: a precision target (summary mode; ``n_trials`` is then the
-            most per point): chunks run until, for each point on its own, the standard error of
-            ``target_statistic`` of ``target_metric`` (``"NAME"``: its worst cell, ``"NAME@i"`` or
-            ``"NAME@i,j"``: one cell) is at most ``target_se``; a point stops at the first chunk
-            boundary where it is (decided from completed chunks only, so a rerun with the same
-            seed and chunk size gives identical results) and is not computed again.
-            ``result.info["target"]`` records per point the trials run and the standard error reached.
-        target_statistic: ``"mean"`` (default) or ``"median"``: whose standard error
-            ``target_se`` bounds (the median's from the histogram, :func:`jaxfed.stats.median_se`).
-        micro_batch: trials per micro-batch (default :data:`jaxfed.engine.MICRO_BATCH` of the
-            platform): every trial is computed in a fixed-shape program of one point × this many
-            trials, whatever the chunk (see :func:`jaxfed.engine.compiled.batched_metrics`), and
-            a device's share of a chunk is a multiple of it. Wide micro-batches amortise the
-            per-operation cost of cheap trials; narrow ones pad small runs less. Part of a
-            stored run's identity, with the platform: results are bit-identical for equal
-            identities.
-        metric_axes: if given, the names of each metric's axes after (point, trial), checked
-            against the trial's shapes before anything runs (every metric named, one name per axis).
-        compilation_cache: directory of JAX's persistent compilation cache (and of the memory
-            probe's results), ``"off"`` to disable it; default: ``$JAXFED_COMPILATION_CACHE``, else
-            a per-user directory (see :func:`compilation_cache_dir`).
+        n_trials: trials per point, in [1, :data:`MAX_TRIALS`]; with a precision target the most.
+        options: a :class:`RunOptions` (default: its defaults).
+        **kw: fields of :class:`RunOptions` (``seed``, ``chunk_size``, ``keep``, ``out_dir`` and
+            ``identity``, ``target_se`` …), over those of ``options``.
 
     Returns:
         :class:`RunResult`: a dict metric -> NumPy array (n_points, n_trials, *metric_shape) for
         ``keep="raw"``, or metric -> :class:`jaxfed.stats.Summary` for ``keep="summary"``, with
-        ``.info``, what the engine chose (see :class:`RunResult`). Non-finite values stay in raw
-        arrays; summaries leave them out of every statistic and count them.
+        ``.info`` (:class:`RunInfo`). Non-finite values stay in raw arrays; summaries leave them
+        out of every statistic and count them.
 
     Raises:
         ValueError: a bad argument, trial output or memory need (before any work);
             :class:`jaxfed.store.StoreError` (a ValueError): an unusable ``out_dir`` or stored file.
     """
-    _check_arguments(n_trials, chunk_size, max_memory, keep, seed, points, out_dir, identity)
-    if micro_batch is not None:
-        validation.check(
-            "micro_batch",
-            micro_batch,
-            type(micro_batch) is int and micro_batch > 0 and micro_batch % stats.SUMMARY_BLOCK == 0,
-            f"a positive multiple of {stats.SUMMARY_BLOCK} (trials)",
-        )
-    chunk_size = None if chunk_size is None else min(chunk_size, n_trials)
-    mesh = make_mesh(devices) if use_jit else None
-    width = micro_batch or micro_batch_width(mesh)
-    n_shards = mesh.size if mesh is not None else 1
-    budget = max_memory if max_memory is not None else default_memory_budget(mesh or make_mesh(1))
-    is_main = jax.process_index() == 0
-    bar = progress if isinstance(progress, Progress) else Progress(progress is not False)
-    if not is_main:
-        bar = Progress(False)
-    groups = group_points(points)
-    info: dict = dict(
-        devices=n_shards,
-        processes=jax.process_count(),
-        chunk_sizes=[],
-        budget_bytes=budget,
-        compile_s=[],
-        compile_cached=[],
-        memory_probe_cached=[],
-    )
+    options = RunOptions(**kw) if options is None else dataclasses.replace(options, **kw)
+    return execute(plan(trial, points, n_trials, options))
 
-    # Shapes of one trial's metrics, per group, without running anything; the trial's program (its
-    # jaxpr's digest) keys the cached memory probe, so that a rerun need not lower the probe's.
+
+def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None = None) -> Plan:
+    """Everything checked and restored before any work (see :func:`run`): the points grouped and one
+    trial of each group traced (metric shapes and programs), the metric axes, ``keep="auto"`` and a
+    precision target decided, host and device memory checked, the store's identity made, the store
+    opened and verified and each group's sink restored from it.
+
+    Raises:
+        ValueError: as :func:`run`, before anything is compiled or computed.
+    """
+    options = RunOptions() if options is None else options
+    validation.check("options", options, isinstance(options, RunOptions), "a jaxfed.engine.RunOptions")
+    validation.trial_count(n_trials)
+    validation.check("points", points, bool(points), "a non-empty list")
+    if options.out_dir is not None:
+        identity_ok = isinstance(options.identity, dict)
+        validation.check("identity", options.identity, identity_ok, "a JSON dict when out_dir is given")
+    machine = _machine(options)
+    is_main = jax.process_index() == 0
+    bar = options.progress if isinstance(options.progress, Progress) else Progress(options.progress is not False)
+    bar = bar if is_main else Progress(False)
+    groups = group_points(points)
+    specs, programs = _trace(trial, groups, options.metric_axes)
+    keep, target = _mode(options, specs, len(points), n_trials)
+    chunk_size = None if options.chunk_size is None else min(options.chunk_size, n_trials)
+    if machine.mesh is not None:  # the outputs alone of the smallest (or the given) chunk must fit
+        for group, _ in groups:
+            check_chunk_outputs(
+                len(group.point_ids), specs, chunk_size, machine.n_shards, machine.width, machine.budget
+            )
+    identity = _store_identity(options, machine, programs, target) if options.out_dir is not None else None
+    results = {}
+    if keep == "raw":
+        results = {name: np.zeros((len(points), n_trials) + shape, dtype) for name, (shape, dtype) in specs.items()}
+    resources, writer = contextlib.ExitStack(), Writer()
+    try:
+        store = _open_store(options, identity, bar, is_main, resources)
+        resources.callback(bar.close)
+        resources.callback(writer.close)
+        sinks = _open_sinks(store, groups, specs, n_trials, keep == "summary", target is not None, results, writer)
+    except BaseException:
+        resources.close()
+        raise
+    plans = tuple(
+        GroupPlan(g, group, traced, programs[g], sink, _chunk_request(chunk_size, sink, keep, n_trials))
+        for g, ((group, traced), sink) in enumerate(zip(groups, sinks))
+    )
+    return Plan(
+        trial=trial, n_trials=n_trials, n_points=len(points), options=options, machine=machine, specs=specs,
+        keep=keep, target=target, groups=plans, results=results, bar=bar, writer=writer, resources=resources,
+    )  # fmt: skip
+
+
+def _machine(options: RunOptions) -> Machine:
+    """The mesh over ``options.devices`` (none without jit), the micro-batch width and the budget."""
+    mesh = make_mesh(options.devices) if options.use_jit else None
+    width = options.micro_batch or micro_batch_width(mesh)
+    budget = options.max_memory if options.max_memory is not None else default_memory_budget(mesh or make_mesh(1))
+    return Machine(mesh, width, budget)
+
+
+def _trace(trial: Trial, groups: list, metric_axes: dict | None) -> tuple[dict, list[str]]:
+    """(metric specs, per group the SHA-256 of one trial's jaxpr): the shapes of one trial's
+    metrics per group, without running anything, checked against ``metric_axes``. The program's
+    digest keys the cached memory probe (a rerun need not lower the probe's) and the store."""
     traces = [
         jax.make_jaxpr(lambda k, t, g=group: trial(k, rebuild(g, t)), return_shape=True)(
             jax.random.key(0), [x[0] for x in traced]
@@ -177,179 +285,193 @@ def run(
     specs = metric_specs([shapes for _, shapes in traces], groups)
     if metric_axes is not None:
         check_metric_axes(metric_axes, specs)
-    programs = [hashlib.sha256(str(jaxpr).encode()).hexdigest() for jaxpr, _ in traces]
-    target = None
-    if target_se is not None or target_metric is not None:
-        if keep == "raw":
-            raise ValueError(
-                "a precision target (target_se) needs keep='summary' (--keep summary): raw runs have a fixed trial count"
-            )
-        target = parse_target(target_se, target_metric, specs, target_statistic)
+    return specs, [hashlib.sha256(str(jaxpr).encode()).hexdigest() for jaxpr, _ in traces]
+
+
+def _mode(options: RunOptions, specs: dict, n_points: int, n_trials: int) -> tuple[str, Target | None]:
+    """(keep, target): a precision target parsed against the metrics (it implies summaries),
+    ``keep="auto"`` decided; summaries and the host memory of the results checked."""
+    keep, target = options.keep, None
+    if options.targeted:
+        target = parse_target(options.target_se, options.target_metric, specs, options.target_statistic)
         keep = "summary"
-        info["target"] = {
-            "se": target.se,
-            "metric": target_metric,
-            "statistic": target.statistic,
-            "max_trials": n_trials,
-            "trials_per_point": [None] * len(points),
-            "se_reached": [None] * len(points),
-        }
     if keep == "auto":
-        raw_bytes = len(points) * n_trials * sum(math.prod(s) * np.dtype(d).itemsize for s, d in specs.values())
+        raw_bytes = n_points * n_trials * sum(math.prod(s) * np.dtype(d).itemsize for s, d in specs.values())
         keep = "raw" if raw_bytes <= RAW_LIMIT_BYTES else "summary"
-    info["keep"] = keep
     if keep == "summary":
         check_summarisable(specs)
-    check_host_memory(keep, len(points), n_trials, specs)
-    if mesh is not None:  # the outputs alone of the smallest (or the given) chunk must fit
-        for group, _ in groups:
-            check_chunk_outputs(len(group.point_ids), specs, chunk_size, mesh.size, width, budget)
-    full_identity = None
-    if out_dir is not None:
-        # What a trial's compiled program depends on besides the identity given: a trial computed
-        # at another micro-batch width, on another platform or by another program is not mixed in.
-        full_identity = dict(
-            identity or {},
-            seed=seed,
-            common_random_numbers=bool(common_random_numbers),
-            store_format=STORE_FORMAT,
-            micro_batch=width,
-            platform=platform(mesh),
-            programs=programs,
-        )
-        if target is not None:  # where each point stops depends on the target
-            full_identity["target"] = {"se": target.se, "metric": target_metric}
-            if target.statistic != "mean":  # (stores of mean-targeted runs keep their identity)
-                full_identity["target"]["statistic"] = target.statistic
+    check_host_memory(keep, n_points, n_trials, specs)
+    return keep, target
 
-    results: dict = {}
-    nonfinite = {name: np.zeros(len(points), np.int64) for name in specs}
-    if keep == "raw":
-        results = {name: np.zeros((len(points), n_trials) + shape, dtype) for name, (shape, dtype) in specs.items()}
-    writer, scope, store = Writer(), contextlib.ExitStack(), None
+
+def _store_identity(options: RunOptions, machine: Machine, programs: list, target: Target | None) -> dict:
+    """The identity the store keeps: the caller's plus what a trial's compiled program depends on,
+    so that a trial computed at another micro-batch width, on another platform or by another
+    program is not mixed in (and where each point stops, with a target)."""
+    identity = dict(
+        options.identity or {},
+        seed=options.seed,
+        common_random_numbers=bool(options.common_random_numbers),
+        store_format=STORE_FORMAT,
+        micro_batch=machine.width,
+        platform=platform(machine.mesh),
+        programs=programs,
+    )
+    if target is not None:
+        identity["target"] = {"se": target.se, "metric": options.target_metric}
+        if target.statistic != "mean":  # (stores of mean-targeted runs keep their identity)
+            identity["target"]["statistic"] = target.statistic
+    return identity
+
+
+def _open_store(options: RunOptions, identity: dict | None, bar: Progress, is_main: bool, resources) -> Store:
+    """The store (process 0 reads and verifies every stored file before anything is compiled or
+    computed), closed with ``resources``; a refusal is raised on every process."""
+    refusal: StoreError | None = None
+    store = None
     try:
-        cache_dir = scope.enter_context(cache.compilation_cache(compilation_cache, bar.note)) if use_jit else None
-        info["compilation_cache"] = cache_dir
-        # Every stored file is read and verified (by process 0) before anything is compiled or computed.
-        refusal: StoreError | None = None
-        sinks: list[RawSink | SummarySink] = []
-        try:
-            store = Store(out_dir if is_main else None, full_identity or {}, overwrite, note=bar.note)
-            for g, (group, _) in enumerate(groups):
-                spec = GroupSpec(g, group.point_ids, specs)
-                sinks.append(
-                    RawSink(store, spec, n_trials, results, writer)
-                    if keep == "raw"
-                    else SummarySink(store, spec, n_trials, writer, is_main)
-                )
-        except StoreError as err:
-            refusal = err
-        raise_on_every_process(refusal)
-        for g, ((group, traced), sink) in enumerate(zip(groups, sinks)):
-            size, chunk_fn = _compile_group(
-                trial, group, traced, programs[g], sink, g, len(groups), mesh, width, budget, n_trials, chunk_size,
-                seed, common_random_numbers, keep == "summary", target, cache_dir, bar, info,
-            )  # fmt: skip
-            bar.group(f"group {g + 1}/{len(groups)}", len(group.point_ids) * n_trials, stored=sink.done_trials())
-            if target is None:
-                point_ids = np.asarray(group.point_ids, np.uint32)
-
-                def dispatch(chunk):  # (used within this iteration only)
-                    return chunk_fn(np.uint32(seed), point_ids, traced, np.uint32(chunk[0]), *sink.extra_args(chunk))
-
-                def handle(chunk, device_out):
-                    sink.handle(chunk, device_out)
-                    bar.update(len(point_ids) * (chunk[1] - chunk[0]))
-
-                pipelined(sink.plan(size or n_trials), dispatch, handle, writer)
-            else:
-                _run_to_target(
-                    sink, chunk_fn, trial, group, traced, mesh, width, size, seed, n_trials, common_random_numbers,
-                    target, bar,
-                )  # fmt: skip
-                writer.wait()
-            bar.finish_group()
-            parts = sink.finish(nonfinite)
-            if keep == "summary":
-                for name, part in parts.items():
-                    results.setdefault(name, []).append(part)
-            if target is not None:
-                assert isinstance(sink, SummarySink)
-                for p, n, se in zip(sink.rows, sink.counts, worst_se(parts[target.metric][1], target)):
-                    info["target"]["trials_per_point"][p] = int(n)
-                    info["target"]["se_reached"][p] = float(se)
-    finally:
-        writer.close()
-        bar.close()
-        scope.close()  # JAX's cache settings as they were
-        if store is not None:
-            store.close()
-    info["nonfinite_trials"] = {name: counts.tolist() for name, counts in nonfinite.items()}
-    if keep == "summary":
-        results = {name: stats.merge_point_groups(parts, len(points)) for name, parts in results.items()}
-    return RunResult(results, info)
+        store = Store(options.out_dir if is_main else None, identity or {}, options.overwrite, note=bar.note)
+        resources.callback(store.close)
+    except StoreError as err:
+        refusal = err
+    raise_on_every_process(refusal)
+    assert store is not None
+    return store
 
 
-def _check_arguments(n_trials, chunk_size, max_memory, keep, seed, points, out_dir, identity) -> None:
-    """One ``ValueError`` line for the first bad argument of :func:`run` (:mod:`jaxfed.validation`)."""
-    validation.trial_count(n_trials)
-    if chunk_size is not None:
-        validation.integer("chunk_size", chunk_size, 1)
-    if max_memory is not None:
-        validation.integer("max_memory", max_memory, 1, note=" (bytes)")
-    validation.one_of("keep", keep, ("raw", "summary", "auto"))
-    validation.seed(seed)
-    validation.check("points", points, bool(points), "a non-empty list")
-    if out_dir is not None:
-        validation.check("identity", identity, isinstance(identity, dict), "a JSON dict when out_dir is given")
-
-
-def _compile_group(
-    trial, group, traced, program, sink, g, n_groups, mesh, width, budget, n_trials, chunk_size, seed, common,
-    summary, target, cache_dir, bar, info,
-):  # fmt: skip
-    """(chunk size, chunk function) of a group, recorded in ``info``; (None, None) when its sink
-    is already complete (nothing compiled). ``program``: the digest of one trial's jaxpr."""
-    point_ids = np.asarray(group.point_ids, np.uint32)
-    extra = (np.uint32(0),) if summary else ()
-    wanted = chunk_size
-    if target is not None and sink.stored_chunk_size is not None:  # a targeted run resumes on its own chunk boundaries
-        wanted = sink.stored_chunk_size
-    if summary and wanted is not None:  # chunks start on sum blocks (see stats.SUMMARY_BLOCK)
-        wanted = min(round_up(wanted, stats.SUMMARY_BLOCK), n_trials)
-    compiled: dict = {}
-    if not int(broadcast_from_0(np.asarray([not sink.complete], np.int64))[0]):  # verified complete
-        size, chunk_fn = None, None
-    elif mesh is None:
-        size = wanted or min(n_trials, 4096)
-        chunk_fn = make_chunk_fn(trial, group, round_up(size, width), None, width, common, summary)
-    else:
-        bar.note(f"group {g + 1}/{n_groups}: compiling …")
-        size, chunk_fn, compiled = sized_chunk_fn(
-            trial, group, program, mesh, width, budget, n_trials, wanted,
-            (np.uint32(seed), point_ids, traced, np.uint32(0)) + extra, common, summary,
-            summary_output_bytes(len(point_ids), sink.spec.metrics) if summary else 0, cache_dir,
-        )  # fmt: skip
-    info["chunk_sizes"].append(size)
-    for key in ("compile_s", "compile_cached", "memory_probe_cached"):
-        info[key].append(compiled.get(key))
-    if size is not None:
-        n_shards = mesh.size if mesh is not None else 1
-        compile_note = ""
-        if compiled:
-            compile_note = (
-                f", compiled in {compiled['compile_s']:.1f} s{' (cache)' if compiled['compile_cached'] else ''}"
+def _open_sinks(store, groups, specs, n_trials, summary, targeted, results, writer) -> list[RawSink | SummarySink]:
+    """Each group's sink, restored from ``store`` (a refusal of a stored file is raised on every process)."""
+    refusal: StoreError | None = None
+    sinks: list[RawSink | SummarySink] = []
+    try:
+        for g, (group, _) in enumerate(groups):
+            spec = GroupSpec(g, group.point_ids, specs)
+            sinks.append(
+                SummarySink(store, spec, n_trials, writer, jax.process_index() == 0, targeted)
+                if summary
+                else RawSink(store, spec, n_trials, results, writer)
             )
-        bar.note(
-            f"group {g + 1}/{n_groups}: {len(point_ids)} point(s), chunk size {size} trials over {n_shards} device(s), "
-            f"memory budget {size_text(budget)} per device{compile_note}"
-        )
-    return size, chunk_fn
+    except StoreError as err:
+        refusal = err
+    raise_on_every_process(refusal)
+    return sinks
 
 
-def _run_to_target(
-    sink, chunk_fn, trial, group, traced, mesh, width, size, seed, n_trials, common, target, bar
-) -> None:
+def _chunk_request(chunk_size: int | None, sink, keep: str, n_trials: int) -> int | None:
+    """The chunk size a group asks for: the given one, or the one a continued run must keep; in
+    summary mode on whole sum blocks (see ``stats.SUMMARY_BLOCK``). None: from the memory budget."""
+    wanted = sink.resume().chunk_size or chunk_size
+    if keep == "summary" and wanted is not None:
+        wanted = min(round_up(wanted, stats.SUMMARY_BLOCK), n_trials)
+    return wanted
+
+
+# --------------------------------------------------------------------------- execution
+def execute(plan: Plan) -> RunResult:
+    """Runs a :func:`plan`: per group, compiles the chunk function (none when the store holds every
+    trial) and computes the chunks left, a fixed count or until a precision target holds; then
+    closes the plan (the store's lock, the writer thread, the progress display) and returns the
+    :class:`RunResult`. JAX's compilation cache is the run's while it executes, then as it was."""
+    nonfinite = {name: np.zeros(plan.n_points, np.int64) for name in plan.specs}
+    with plan:
+        with _compilation_cache(plan) as cache_dir:
+            done = [_run_group(plan, gp, cache_dir, nonfinite) for gp in plan.groups]
+    infos, parts = [info for info, _ in done], [part for _, part in done]
+    info = RunInfo(
+        devices=plan.machine.n_shards,
+        processes=jax.process_count(),
+        budget_bytes=plan.machine.budget,
+        keep=plan.keep,
+        compilation_cache=cache_dir,
+        groups=tuple(infos),
+        nonfinite_trials={name: counts.tolist() for name, counts in nonfinite.items()},
+        target=_target_info(plan, parts),
+    )
+    if plan.keep == "raw":
+        return RunResult(plan.results, info)
+    summaries = {name: stats.merge_point_groups([p[name] for p in parts], plan.n_points) for name in plan.specs}
+    return RunResult(summaries, info)
+
+
+def _compilation_cache(plan: Plan):
+    """JAX's persistent compilation cache for the run (a context; its value: the directory or None)."""
+    if not plan.options.use_jit:
+        return contextlib.nullcontext(None)
+    return cache.compilation_cache(plan.options.compilation_cache, plan.bar.note)
+
+
+def _run_group(plan: Plan, gp: GroupPlan, cache_dir: str | None, nonfinite: dict) -> tuple[GroupInfo, dict]:
+    """(what was chosen, the group's results: see ``Sink.finish``) of one group's chunks."""
+    info, chunk_fn = _compile_group(plan, gp, cache_dir)
+    n_groups, size = len(plan.groups), info.chunk_size
+    plan.bar.group(f"group {gp.number + 1}/{n_groups}", len(gp.group.point_ids) * plan.n_trials, gp.sink.resume().done)
+    if plan.target is None:
+        _run_fixed(plan, gp, size or plan.n_trials, chunk_fn)
+    else:
+        assert isinstance(gp.sink, SummarySink)
+        _run_to_target(plan, gp, gp.sink, size, chunk_fn)
+        plan.writer.wait()
+    plan.bar.finish_group()
+    return info, gp.sink.finish(nonfinite)
+
+
+def _compile_group(plan: Plan, gp: GroupPlan, cache_dir: str | None) -> tuple[GroupInfo, ChunkFn | None]:
+    """(what was chosen and measured, the chunk function) of a group; (GroupInfo(), None) when its
+    sink is already complete (nothing compiled)."""
+    if gp.sink.resume().complete:
+        return GroupInfo(), None
+    m, options, summary = plan.machine, plan.options, plan.keep == "summary"
+    where = f"group {gp.number + 1}/{len(plan.groups)}"
+    if m.mesh is None:
+        size = gp.chunk_size or min(plan.n_trials, 4096)
+        batch = round_up(size, m.width)
+        fn = make_chunk_fn(plan.trial, gp.group, batch, None, m.width, options.common_random_numbers, summary)
+        info = GroupInfo(size)
+    else:
+        plan.bar.note(f"{where}: compiling …")
+        size, fn, compiled = sized_chunk_fn(_chunk_job(plan, gp, cache_dir), gp.chunk_size)
+        info = GroupInfo(size, compiled["compile_s"], compiled["compile_cached"], compiled["memory_probe_cached"])
+    compile_note = ""
+    if info.compile_s is not None:
+        compile_note = f", compiled in {info.compile_s:.1f} s{' (cache)' if info.compile_cached else ''}"
+    plan.bar.note(
+        f"{where}: {len(gp.group.point_ids)} point(s), chunk size {size} trials over {m.n_shards} device(s), "
+        f"memory budget {size_text(m.budget)} per device{compile_note}"
+    )
+    return info, fn
+
+
+def _chunk_job(plan: Plan, gp: GroupPlan, cache_dir: str | None) -> ChunkJob:
+    """What :func:`jaxfed.engine.compiled.sized_chunk_fn` builds and sizes a group's chunk function from."""
+    m, summary = plan.machine, plan.keep == "summary"
+    point_ids = np.asarray(gp.group.point_ids, np.uint32)
+    args = (np.uint32(plan.options.seed), point_ids, gp.traced, np.uint32(0)) + ((np.uint32(0),) if summary else ())
+    fixed = summary_output_bytes(len(point_ids), plan.specs) if summary else 0
+    assert m.mesh is not None
+    return ChunkJob(
+        trial=plan.trial, group=gp.group, program=gp.program, mesh=m.mesh, width=m.width, budget=m.budget,
+        n_trials=plan.n_trials, args=args, common=plan.options.common_random_numbers, summary=summary, fixed=fixed,
+        cache_dir=cache_dir,
+    )  # fmt: skip
+
+
+def _run_fixed(plan: Plan, gp: GroupPlan, size: int, chunk_fn) -> None:
+    """The chunks a group's sink has left, ``size`` trials each at most, chunk i + 1 dispatched
+    before chunk i is handled (:func:`jaxfed.engine.sinks.pipelined`)."""
+    sink, seed = gp.sink, np.uint32(plan.options.seed)
+    point_ids = np.asarray(gp.group.point_ids, np.uint32)
+
+    def dispatch(chunk):
+        return chunk_fn(seed, point_ids, gp.traced, np.uint32(chunk[0]), *sink.extra_args(chunk))
+
+    def handle(chunk, device_out):
+        sink.handle(chunk, device_out)
+        plan.bar.update(len(point_ids) * (chunk[1] - chunk[0]))
+
+    pipelined(sink.chunks(size), dispatch, handle, plan.writer)
+
+
+def _run_to_target(plan: Plan, gp: GroupPlan, sink: SummarySink, size, chunk_fn) -> None:
     """Chunks of the points still short of the target until none is (sequential: each decision
     needs the chunk before it, and only chunks before it).
 
@@ -357,24 +479,37 @@ def _run_to_target(
     group's size, and the padding's results dropped: at most log2(points) shapes are compiled,
     not one per number of points left (46 kmeans-snr points stopping one by one compiled ~10 times).
     """
-    point_ids = np.asarray(group.point_ids, np.uint32)
-    sink.size = size
+    assert plan.target is not None
+    m, options = plan.machine, plan.options
+    point_ids = np.asarray(gp.group.point_ids, np.uint32)
     subset_fn = None  # jitted for fewer rows (it compiles once per row count)
-    while True:
-        go = broadcast_from_0(still_running(sink.states, sink.counts, n_trials, target).astype(np.int64))
-        active = np.flatnonzero(go)
-        if active.size == 0:
-            return
-        start = int(sink.counts[active[0]])  # every running point has done the same trials
-        chunk = (start, min(start + size, n_trials))
+    for chunk, active in sink.targeted_chunks(size, plan.target):
         n_rows = min(len(point_ids), 1 << (int(active.size) - 1).bit_length())
         rows = np.concatenate([active, np.full(n_rows - active.size, active[0])])
-        if n_rows < len(point_ids) and mesh is not None and subset_fn is None:
-            subset_fn = make_chunk_fn(trial, group, round_up(size, width * mesh.size), mesh, width, common, True)
+        if n_rows < len(point_ids) and m.mesh is not None and subset_fn is None:
+            batch = round_up(size, m.width * m.mesh.size)
+            subset_fn = make_chunk_fn(plan.trial, gp.group, batch, m.mesh, m.width, options.common_random_numbers, True)
         fn = chunk_fn if n_rows == len(point_ids) or subset_fn is None else subset_fn
-        sub_args = (np.uint32(seed), point_ids[rows], [x[rows] for x in traced], np.uint32(start))
+        sub_args = (np.uint32(options.seed), point_ids[rows], [x[rows] for x in gp.traced], np.uint32(chunk[0]))
         out = fn(*sub_args, *sink.extra_args(chunk))
         if n_rows > active.size:
             out = jax.tree.map(lambda x: x[: active.size], out)
         sink.handle(chunk, out, active)
-        bar.update(active.size * (chunk[1] - chunk[0]))
+        plan.bar.update(active.size * (chunk[1] - chunk[0]))
+
+
+def _target_info(plan: Plan, parts: list) -> TargetInfo | None:
+    """Per point, the trials a precision-targeted run ran and the standard error it reached."""
+    target = plan.target
+    if target is None:
+        return None
+    trials: list = [None] * plan.n_points
+    reached: list = [None] * plan.n_points
+    for gp, part in zip(plan.groups, parts):
+        assert isinstance(gp.sink, SummarySink)
+        rows, counts = gp.sink.trials_per_point()
+        for p, n, se in zip(rows, counts, worst_se(part[target.metric][1], target)):
+            trials[p], reached[p] = int(n), float(se)
+    metric = plan.options.target_metric
+    assert metric is not None
+    return TargetInfo(target.se, metric, target.statistic, plan.n_trials, trials, reached)

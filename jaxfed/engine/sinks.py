@@ -6,11 +6,13 @@ each finished chunk off the critical path (:class:`Writer`) and take chunks thro
 from __future__ import annotations
 
 import concurrent.futures
+from typing import NamedTuple
 
 import numpy as np
 
 from jaxfed import stats
 from jaxfed.engine.devices import broadcast_from_0, to_host
+from jaxfed.engine.target import Target, still_running
 from jaxfed.store import GroupSpec, Store
 
 
@@ -67,19 +69,31 @@ def missing_ranges(n_trials: int, done: list[tuple[int, int]], chunk_size: int) 
     return ranges
 
 
-class Sink:
-    """What a group's chunks are handed to: the interface :func:`jaxfed.engine.run` drives in raw
-    and summary modes alike.
+class Resume(NamedTuple):
+    """What a group's store holds, decided once when its sink is opened (on every process: process
+    0's reading of the store)."""
 
-    - ``complete``: the verified store already holds every trial asked for (nothing to compile);
-    - ``done_trials()``: point-trials already done (restored from the store);
-    - ``plan(size)``: the chunks (start, stop) left to compute, ``size`` trials at most each;
+    complete: bool  # the verified store holds every trial asked for: nothing to compile
+    done: int  # point-trials already done (restored)
+    chunk_size: int | None  # the chunk size a continued run must keep (a targeted run's), else None
+
+
+class Sink:
+    """What a group's chunks are handed to: the interface :func:`jaxfed.engine.execute` drives in
+    raw and summary modes alike. A sink restores what the store holds when it is opened (the only
+    place a group's resume is decided) and then takes the chunks left.
+
+    - ``resume()``: the :class:`Resume` of the group;
+    - ``chunks(size)``: the chunks (start, stop) left to compute, ``size`` trials at most each;
     - ``extra_args(chunk)``: the chunk function's arguments after (seed, points, leaves, start);
     - ``handle(chunk, device_out)``: takes a finished chunk (host conversion, results, store);
     - ``finish(nonfinite)``: the group's results, after its last chunk.
     """
 
-    complete: bool
+    _resume: Resume
+
+    def resume(self) -> Resume:
+        return self._resume
 
 
 class RawSink(Sink):
@@ -104,13 +118,12 @@ class RawSink(Sink):
             self.done.append((start, stop_used))
         # per point, the non-finite trials of the computed chunks (counted on the device)
         self.computed_nonfinite = {name: np.zeros(len(self.rows), np.int64) for name in spec.metrics}
-        self.complete = not missing_ranges(n_trials, self.done, n_trials)
+        missing = missing_ranges(n_trials, self.done, n_trials)
+        complete = int(broadcast_from_0(np.asarray([not missing], np.int64))[0])  # only process 0 reads the store
+        done = len(self.rows) * (n_trials - sum(stop - start for start, stop in missing))
+        self._resume = Resume(bool(complete), done, None)
 
-    def done_trials(self) -> int:
-        missing = missing_ranges(self.n_trials, self.done, self.n_trials)
-        return len(self.rows) * (self.n_trials - sum(stop - start for start, stop in missing))
-
-    def plan(self, size: int) -> list:
+    def chunks(self, size: int) -> list:
         plan = broadcast_from_0(np.asarray(missing_ranges(self.n_trials, self.done, size), np.int64).reshape(-1, 2))
         return [(int(start), int(stop)) for start, stop in plan]
 
@@ -158,27 +171,44 @@ def _whole(stop):
 class SummarySink(Sink):
     """Per point, a :class:`jaxfed.stats.SummaryState` of whole sum blocks plus the raw tail of the
     last partial block, folded in trial order from the device's per-chunk summaries and stored
-    after every chunk. Points may advance separately (a precision target stops some): ``counts``
-    holds each point's trials done, the next chunk's start. A stored summary resumes at its last
-    whole block (see :func:`resume_point`)."""
+    after every chunk. Points may advance separately (a precision target stops some): each
+    point's trials done are the next chunk's start. A stored summary resumes at its last whole
+    block (see :func:`resume_point`); a targeted one (``targeted``) on its stored chunk size,
+    whose boundaries are where its points stopped."""
 
-    def __init__(self, store: Store, spec: GroupSpec, n_trials: int, writer: Writer, is_main: bool):
+    def __init__(self, store: Store, spec: GroupSpec, n_trials: int, writer: Writer, is_main: bool, targeted=False):
         self.store, self.spec, self.n_trials, self.writer, self.is_main = store, spec, n_trials, writer, is_main
         self.rows = np.asarray(spec.point_ids)
         stored = store.load_summary(spec, n_trials)  # (stop, states, per-point trials, chunk size)
-        self.stored_chunk_size = stored[3]
-        self.complete = stored[1] is not None and stored[0] == n_trials
+        complete = stored[1] is not None and stored[0] == n_trials
         first, self.states, self.tails, counts = resume_point(stored, n_trials, len(self.rows), spec.metrics)
-        self.first = int(broadcast_from_0(np.asarray([first], np.int64))[0])
-        self.counts = broadcast_from_0(counts)  # only process 0 reads the store
+        kept = (stored[3] or 0) if targeted else 0
+        # Process 0's reading on every process (only process 0 reads the store).
+        decided = broadcast_from_0(np.asarray([first, complete, kept, *counts], np.int64))
+        self.first, self.counts = int(decided[0]), decided[3:]
+        self._resume = Resume(bool(decided[1]), int(self.counts.sum()), int(decided[2]) or None)
         self.size: int | None = None  # the chunk size, recorded in the store (a targeted run resumes on it)
 
-    def done_trials(self) -> int:
-        return int(self.counts.sum())
-
-    def plan(self, size: int) -> list:
+    def chunks(self, size: int) -> list:
         self.size = size
         return [(start, min(start + size, self.n_trials)) for start in range(self.first, self.n_trials, size)]
+
+    def targeted_chunks(self, size: int, target: Target):
+        """Yields (chunk, active): the next chunk of the points ``active`` (an index array) still
+        short of ``target``, decided after the previous chunk was handled and from completed chunks
+        only, until no point is (every running point has done the same trials)."""
+        self.size = size
+        while True:
+            running = still_running(self.states, self.counts, self.n_trials, target)
+            active = np.flatnonzero(broadcast_from_0(running.astype(np.int64)))  # process 0 folds the states
+            if active.size == 0:
+                return
+            start = int(self.counts[active[0]])
+            yield (start, min(start + size, self.n_trials)), active
+
+    def trials_per_point(self) -> tuple[np.ndarray, np.ndarray]:
+        """(point ids, trials done by each)."""
+        return self.rows, self.counts.copy()
 
     def extra_args(self, chunk) -> tuple:
         return (np.uint32(_whole(chunk[1]) - chunk[0]),)
