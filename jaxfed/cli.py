@@ -8,23 +8,21 @@ the file and line), print one line ``jaxfed: error: …`` and exit with status 2
 from __future__ import annotations
 
 import argparse
-import math
+import dataclasses
 import os
 import sys
 import threading
 import time
+import typing
 from collections.abc import Callable
 
 from jaxfed import validation
+from jaxfed.engine.options import MAX_DEVICES as MAX_DEVICES  # (--devices at most; re-exported)
+from jaxfed.engine.options import RunOptions
 
 DEFAULT_OUT = "results"
 DEFAULT_MAX_TRIALS = 1_000_000  # trials per point at most in a precision-targeted run
 DEBUG_ENV = "JAXFED_DEBUG"  # set (to anything but 0/false/no/off): tracebacks instead of one-line errors
-# --devices at most: checked when the flag is parsed, before XLA creates any device (10,000 host
-# devices took 28 s and 1.2 GB to create, 100,000 never finished). Host devices beyond the CPU
-# cores only add overhead; 64 covers the accelerators of any one host.
-MAX_DEVICES = max(64, 4 * (os.cpu_count() or 1))
-_DEVICES_NOTE = f" (max(64, 4 x the {os.cpu_count() or 1} CPU cores))"
 
 
 def _parse_sets(items: list[str]) -> dict[str, str]:
@@ -60,38 +58,26 @@ def _say(line: str) -> None:
     tqdm.tqdm.write(line, file=sys.stderr)
 
 
+def _quiet(args) -> bool:
+    return args.progress is False  # (--quiet)
+
+
 def _run_one(exp, overrides, args, out_dir, n_trials):
-    """Runs one experiment; returns (config, config_json, results)."""
+    """Runs one experiment with the command's run options into ``out_dir``; returns (config, config_json, results)."""
     from jaxfed.experiments import make_config, run_experiment
 
     cfg = make_config(exp.config_cls, overrides)
-    if not args.quiet:
+    options = dataclasses.replace(_run_options(args), out_dir=out_dir)
+    if not _quiet(args):
         _say(f"{exp.name}: {n_trials} trials -> {out_dir}")
-    config_json, results = run_experiment(
-        exp,
-        cfg,
-        n_trials=n_trials,
-        seed=args.seed,
-        out_dir=out_dir,
-        chunk_size=args.chunk_size,
-        quiet=args.quiet,
-        overwrite=args.overwrite,
-        devices=args.devices,
-        max_memory=args.max_memory,
-        keep=args.keep,
-        compilation_cache=args.compilation_cache,
-        target_se=getattr(args, "target_se", None),
-        target_metric=getattr(args, "target_metric", None),
-        target_statistic=getattr(args, "target_statistic", None) or "mean",
-        imports=args.imported,
-    )
+    config_json, results = run_experiment(exp, cfg, n_trials, options, imports=args.imported)
     engine = config_json["engine"]
-    if not args.quiet and "served_from" in config_json:
+    if not _quiet(args) and "served_from" in config_json:
         _say(
             f"{exp.name}: served the first {n_trials} of the {config_json['stored_trials']} stored trials "
             "(the stored run's record is left as it is)"
         )
-    elif not args.quiet:
+    elif not _quiet(args):
         _say(
             f"{exp.name}: chunk size(s) {engine['chunk_sizes']} trials over {engine['devices']} device(s) "
             f"in {engine['processes']} process(es), kept {engine['keep']}"
@@ -121,7 +107,7 @@ def _cmd_run(args) -> int:
     cfg, config_json, results = _run_one(exp, _parse_sets(args.set), args, out_dir, n_trials)
     if jax.process_index() == 0 and "served_from" not in config_json:
         path = _write_report(out_dir, exp, cfg, config_json, results, time.perf_counter() - start)
-        if not args.quiet:
+        if not _quiet(args):
             _say(f"{exp.name}: report {path}")
     print(out_dir)
     return 0
@@ -159,7 +145,7 @@ def _cmd_reproduce(args) -> int:
     trials = {exp.name: max(1, round(exp.default_trials * args.scale)) for exp in experiments}
     # Which experiment of how many, and an overall ETA weighted by trials; the engine's
     # per-group bars open below it (on a terminal), its lines between its lines (in a log).
-    overall = Overall(not args.quiet and jax.process_index() == 0, trials)
+    overall = Overall(not _quiet(args) and jax.process_index() == 0, trials)
     sections, times, start = [], [], time.perf_counter()
     for exp in experiments:
         overall.start(exp.name)
@@ -171,7 +157,7 @@ def _cmd_reproduce(args) -> int:
     overall.close()
     if jax.process_index() == 0:
         path = report.write(args.out, sections, time.perf_counter() - start)
-        if not args.quiet:
+        if not _quiet(args):
             width = max(len(name) for name, _ in times)
             lines = [f"  {name:<{width}}  {seconds:8.1f} s" for name, seconds in times]
             print(
@@ -297,20 +283,6 @@ def _trials(name: str) -> Callable[[str], object]:
     return _argument(lambda value: validation.trial_count(value, name))
 
 
-def _bytes(text: str) -> int:
-    """'512M', '2G', '1.5GiB' or a plain number of bytes; finite and at least one byte."""
-    units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-    t = text.strip().upper().removesuffix("IB").removesuffix("B")
-    unit = t[-1] if t and t[-1] in "KMGT" else ""
-    try:
-        value = float(t[: len(t) - len(unit)]) * units[unit]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a size such as 512M or 2G, got {text!r}") from None
-    if not (math.isfinite(value) and value >= 1):
-        raise argparse.ArgumentTypeError(f"expected a finite positive size such as 512M or 2G, got {text!r}")
-    return int(value)
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (``jaxfed: error: …``, exit status 2) instead of usage dumps."""
 
@@ -327,32 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("name", help="experiment name, or path/to/file.py:NAME for a user experiment")
     show.set_defaults(func=_cmd_show)
 
-    def common(p):
-        p.add_argument("--seed", type=_argument(validation.seed), default=0, help="root seed (default 0)")
-        p.add_argument(
-            "--chunk-size",
-            type=_positive_int("chunk_size"),
-            default=None,
-            help="trials per chunk (default: from --max-memory)",
-        )
-        p.add_argument(
-            "--max-memory",
-            type=_bytes,
-            default=None,
-            help="memory budget per chunk, e.g. 2G (default: 1/4 of the device's)",
-        )
-        p.add_argument(
-            "--keep",
-            choices=("auto", "raw", "summary"),
-            default="auto",
-            help="keep every trial, or streaming summaries (mean, s.e., quantile histograms); auto: raw below 2 GiB",
-        )
-        p.add_argument(
-            "--devices",
-            type=_argument(lambda value: validation.integer("devices", value, 1, MAX_DEVICES, note=_DEVICES_NOTE)),
-            default=None,
-            help=f"local devices to shard trials over, at most {MAX_DEVICES} (on CPU: creates that many host devices)",
-        )
+    def common(p, command: str):
+        _add_run_options(p, command)
         p.add_argument(
             "--coordinator",
             default=os.environ.get("JAXFED_COORDINATOR"),
@@ -377,19 +325,6 @@ def build_parser() -> argparse.ArgumentParser:
             default=os.environ.get("JAXFED_COORDINATOR_TIMEOUT") or "120",
             help="seconds to wait for every process to reach the coordinator (default 120; env JAXFED_COORDINATOR_TIMEOUT)",
         )
-        p.add_argument(
-            "--compilation-cache",
-            default=None,
-            metavar="DIR|off",
-            help="persistent compilation cache directory, or off (default: $JAXFED_COMPILATION_CACHE, "
-            "else ~/.cache/jaxfed/xla); reruns of the same experiment and shapes skip compiling",
-        )
-        p.add_argument("--quiet", action="store_true", help="no progress output")
-        p.add_argument(
-            "--overwrite",
-            action="store_true",
-            help="discard stored results that cannot be used (another config, damaged files) instead of refusing",
-        )
 
     run = sub.add_parser("run", help="run one experiment")
     run.add_argument("name", help="experiment name (see jaxfed list), or path/to/file.py:NAME for a user experiment")
@@ -402,32 +337,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default=None, help=f"result directory (default {DEFAULT_OUT}/NAME)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter")
     run.add_argument(
-        "--target-se",
-        type=_positive_float("target_se"),
-        default=None,
-        metavar="X",
-        help="run each point until the standard error of the mean (or --target-statistic) of --target-metric "
-        "is <= X (implies --keep summary)",
-    )
-    run.add_argument(
-        "--target-statistic",
-        choices=("mean", "median"),
-        default=None,
-        help="with --target-se: whose standard error X bounds (default mean; median: from the histogram)",
-    )
-    run.add_argument(
-        "--target-metric",
-        default=None,
-        metavar="NAME[@index]",
-        help="the metric (and cell, e.g. loss@49) whose standard error --target-se bounds; without @index every cell",
-    )
-    run.add_argument(
         "--max-trials",
         type=_trials("max_trials"),
         default=None,
         help=f"with --target-se: the most trials per point (default {DEFAULT_MAX_TRIALS:,})",
     )
-    common(run)
+    common(run, "run")
     run.set_defaults(func=_cmd_run)
 
     rep = sub.add_parser("reproduce", help="run every paper experiment at its default size")
@@ -439,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME[,NAME...]",
         help="run these experiments only (see jaxfed list); report.md then holds their sections only",
     )
-    common(rep)
+    common(rep, "reproduce")
     rep.set_defaults(func=_cmd_reproduce)
 
     for name, func, what in (
@@ -470,6 +385,57 @@ def build_parser() -> argparse.ArgumentParser:
     for command in sub.choices.values():  # after the command too: `jaxfed run NAME --debug`
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug)
     return parser
+
+
+def _cli_fields(command: str) -> list:
+    """The :class:`jaxfed.engine.RunOptions` fields ``command`` offers (see :func:`jaxfed.engine.options.option`)."""
+    return [
+        f for f in dataclasses.fields(RunOptions) if f.metadata.get("cli", True) and command in f.metadata["commands"]
+    ]
+
+
+def _add_run_options(parser: argparse.ArgumentParser, command: str) -> None:
+    """An argument per run option of ``command``, generated from its RunOptions field: the flag
+    ``--name-with-dashes``, the type, the check, choices and help. Every argument's default is None
+    (not given: the option's own default, see :func:`_run_options`)."""
+    hints = typing.get_type_hints(RunOptions)
+    for f in _cli_fields(command):
+        meta = f.metadata
+        flag = meta["flag"] or "--" + f.name.replace("_", "-")
+        kinds = [t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None)]
+        if bool in kinds:  # a switch: to True (``--overwrite``), or off for a default that is on (``--quiet``)
+            const = f.default is False
+            parser.add_argument(flag, dest=f.name, action="store_const", const=const, default=None, help=meta["help"])
+        elif meta["choices"] is not None:
+            parser.add_argument(flag, dest=f.name, default=None, choices=meta["choices"], help=meta["help"])
+        else:
+            convert = _option_type(meta, kinds[0])
+            parser.add_argument(
+                flag, dest=f.name, type=convert, default=None, metavar=meta["metavar"], help=meta["help"]
+            )
+
+
+def _option_type(meta, kind: type) -> Callable[[str], object]:
+    """An argparse ``type`` of a run option: its ``parse`` (which names the problem itself), or its
+    type with the text given to the check when it does not parse; then its check (``cli_check``)."""
+    check = meta["cli_check"] or meta["check"] or (lambda value: value)
+    if meta["parse"] is None:
+        return _argument(check, kind)
+
+    def convert(text: str):
+        try:
+            return check(meta["parse"](text))
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return convert
+
+
+def _run_options(args) -> RunOptions:
+    """The run options of the command line: the arguments given over the experiments' defaults
+    (:meth:`jaxfed.engine.RunOptions.for_experiments`)."""
+    given = {f.name: getattr(args, f.name) for f in _cli_fields(args.command)}
+    return RunOptions.for_experiments(**{name: value for name, value in given.items() if value is not None})
 
 
 def _env_int(name: str):

@@ -186,8 +186,8 @@ class RunOptions:
     )
     progress: bool | Progress | None = option(
         None,
-        "progress on stderr (process 0): a bar per group on a terminal, plain lines elsewhere, or a "
-        "jaxfed.engine.Progress to report to (default: on); --quiet: no progress output",
+        "no progress output (--quiet, progress=False); by default progress goes to stderr on process 0, a bar "
+        "per group on a terminal and plain lines elsewhere, or to the jaxfed.engine.Progress given",
         check=_is("progress", (bool, Progress), "True, False, None or a jaxfed.engine.Progress"),
         flag="--quiet",
         record=False,
