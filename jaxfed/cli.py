@@ -298,65 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="an experiment's parameters: default, type and meaning")
     show.add_argument("name", help="experiment name, or path/to/file.py:NAME for a user experiment")
     show.set_defaults(func=_cmd_show)
-
-    def common(p, command: str):
-        _add_run_options(p, command)
-        p.add_argument(
-            "--coordinator",
-            default=os.environ.get("JAXFED_COORDINATOR"),
-            help="host:port of process 0 for a multi-process run (env JAXFED_COORDINATOR)",
-        )
-        p.add_argument(
-            "--num-processes",
-            type=_positive_int("num_processes"),
-            default=_env_int("JAXFED_NUM_PROCESSES"),
-            help="processes in a multi-process run (env JAXFED_NUM_PROCESSES)",
-        )
-        p.add_argument(
-            "--process-id",
-            type=_argument(lambda value: validation.integer("process_id", value, 0)),
-            default=_env_int("JAXFED_PROCESS_ID"),
-            help="this process's index in [0, num-processes) (env JAXFED_PROCESS_ID)",
-        )
-        # A string default goes through `type` too, so a bad environment value is a one-line error.
-        p.add_argument(
-            "--coordinator-timeout",
-            type=_positive_float("coordinator_timeout"),
-            default=os.environ.get("JAXFED_COORDINATOR_TIMEOUT") or "120",
-            help="seconds to wait for every process to reach the coordinator (default 120; env JAXFED_COORDINATOR_TIMEOUT)",
-        )
-
-    run = sub.add_parser("run", help="run one experiment")
-    run.add_argument("name", help="experiment name (see jaxfed list), or path/to/file.py:NAME for a user experiment")
-    run.add_argument(
-        "--trials",
-        type=_trials("trials"),
-        default=None,
-        help="trials per point, at most 2**32; more than a stored run's computes only the new ones",
-    )
-    run.add_argument("--out", default=None, help=f"result directory (default {DEFAULT_OUT}/NAME)")
-    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter")
-    run.add_argument(
-        "--max-trials",
-        type=_trials("max_trials"),
-        default=None,
-        help=f"with --target-se: the most trials per point (default {DEFAULT_MAX_TRIALS:,})",
-    )
-    common(run, "run")
-    run.set_defaults(func=_cmd_run)
-
-    rep = sub.add_parser("reproduce", help="run every paper experiment at its default size")
-    rep.add_argument("--out", default=DEFAULT_OUT, help=f"result directory (default {DEFAULT_OUT})")
-    rep.add_argument("--scale", type=_positive_float("scale"), default=1.0, help="multiply every default trial count")
-    rep.add_argument(
-        "--only",
-        default=None,
-        metavar="NAME[,NAME...]",
-        help="run these experiments only (see jaxfed list); report.md then holds their sections only",
-    )
-    common(rep, "reproduce")
-    rep.set_defaults(func=_cmd_reproduce)
-
+    _add_run_command(sub.add_parser("run", help="run one experiment"))
+    _add_reproduce_command(sub.add_parser("reproduce", help="run every paper experiment at its default size"))
     for name, func, what in (
         ("plot", _cmd_plot, "redraw the figure of a finished run"),
         ("report", _cmd_report, "write DIR/report.md of a finished run (its verdicts; nothing is computed)"),
@@ -385,6 +328,69 @@ def build_parser() -> argparse.ArgumentParser:
     for command in sub.choices.values():  # after the command too: `jaxfed run NAME --debug`
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug)
     return parser
+
+
+def _add_run_command(run: argparse.ArgumentParser) -> None:
+    run.add_argument("name", help="experiment name (see jaxfed list), or path/to/file.py:NAME for a user experiment")
+    run.add_argument(
+        "--trials",
+        type=_trials("trials"),
+        default=None,
+        help="trials per point, at most 2**32; more than a stored run's computes only the new ones",
+    )
+    run.add_argument("--out", default=None, help=f"result directory (default {DEFAULT_OUT}/NAME)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter")
+    run.add_argument(
+        "--max-trials",
+        type=_trials("max_trials"),
+        default=None,
+        help=f"with --target-se: the most trials per point (default {DEFAULT_MAX_TRIALS:,})",
+    )
+    _add_run_options(run, "run")
+    _add_process_options(run)
+    run.set_defaults(func=_cmd_run)
+
+
+def _add_reproduce_command(rep: argparse.ArgumentParser) -> None:
+    rep.add_argument("--out", default=DEFAULT_OUT, help=f"result directory (default {DEFAULT_OUT})")
+    rep.add_argument("--scale", type=_positive_float("scale"), default=1.0, help="multiply every default trial count")
+    rep.add_argument(
+        "--only",
+        default=None,
+        metavar="NAME[,NAME...]",
+        help="run these experiments only (see jaxfed list); report.md then holds their sections only",
+    )
+    _add_run_options(rep, "reproduce")
+    _add_process_options(rep)
+    rep.set_defaults(func=_cmd_reproduce)
+
+
+def _add_process_options(p: argparse.ArgumentParser) -> None:
+    """A multi-process run's set-up (``jax.distributed``): not run options, they start the processes."""
+    p.add_argument(
+        "--coordinator",
+        default=os.environ.get("JAXFED_COORDINATOR"),
+        help="host:port of process 0 for a multi-process run (env JAXFED_COORDINATOR)",
+    )
+    p.add_argument(
+        "--num-processes",
+        type=_positive_int("num_processes"),
+        default=_env_int("JAXFED_NUM_PROCESSES"),
+        help="processes in a multi-process run (env JAXFED_NUM_PROCESSES)",
+    )
+    p.add_argument(
+        "--process-id",
+        type=_argument(lambda value: validation.integer("process_id", value, 0)),
+        default=_env_int("JAXFED_PROCESS_ID"),
+        help="this process's index in [0, num-processes) (env JAXFED_PROCESS_ID)",
+    )
+    # A string default goes through `type` too, so a bad environment value is a one-line error.
+    p.add_argument(
+        "--coordinator-timeout",
+        type=_positive_float("coordinator_timeout"),
+        default=os.environ.get("JAXFED_COORDINATOR_TIMEOUT") or "120",
+        help="seconds to wait for every process to reach the coordinator (default 120; env JAXFED_COORDINATOR_TIMEOUT)",
+    )
 
 
 def _cli_fields(command: str) -> list:
