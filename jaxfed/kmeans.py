@@ -2,7 +2,8 @@
 
 Round n of federated k-means: the edge server (ES) broadcasts centroids c_1..c_C; edge device
 (ED) k assigns its points to the nearest centroid, S_{k,c}, reports the counts |S_{k,c}| over an
-error-free orthogonal channel and the changes Δc_{k,c} = Σ_{d∈S_{k,c}} (d − c_c) through an
+error-free orthogonal channel (or through a back-end of their own, ``Settings.count_aggregator``:
+docs/kmeans.md §B9) and the changes Δc_{k,c} = Σ_{d∈S_{k,c}} (d − c_c) through an
 *aggregation back-end*; the ES updates, for |S_c| = Σ_k |S_{k,c}| > 0,
 
     c_c ← c_c + μ · (Σ_k Δc_{k,c}) / |S_c|          (μ = 1 is Lloyd's k-means).
@@ -38,8 +39,8 @@ Initial centroids (:func:`initial_centroids`, :data:`INITS`): ``"uniform"`` in t
 box (all a server that does not see the data knows, e.g. the mall's floor plan), ``"forgy"`` (C
 distinct data points) or ``"kmeans++"`` (D² sampling over all the data: a centralized reference).
 
-Static (shape- or code-changing): C, L, K, N, n_rounds, the back-end and what its factory fixes
-(β, D, the channel), the v_max reading. Traced: μ, fixed v_max, S_min, σ_c, the on/off switches of
+Static (shape- or code-changing): C, L, K, N, n_rounds, the back-ends (changes and counts) and
+what their factories fix (β, D, the channel), the v_max reading. Traced: μ, fixed v_max, S_min, σ_c, the on/off switches of
 the enhancements and the back-end's SNR (dB) and E_s, so a sweep over them (or an ablation) is a
 ``vmap``.
 
@@ -162,6 +163,10 @@ class Settings(NamedTuple):
     reinit: bool = True  # re-initialise centroids of clusters below S_min
     s_min: float = 1.0  # S_min
     sigma_c: float = 1.0  # σ_c, std of the re-initialisation jitter
+    # the back-end for the partition sizes Σ_k |S_{k,c}| (static); None: exact counts over the
+    # error-free orthogonal channel (the paper). With a quantising back-end the counts' v_max is the
+    # round's largest per-ED count (docs/kmeans.md §B9)
+    count_aggregator: Aggregator | None = None
 
 
 class RoundInfo(NamedTuple):
@@ -182,6 +187,7 @@ class RoundInfo(NamedTuple):
     next_vmax: jax.Array | None = None  # () the adaptive v_max carried to the next round (federated only)
     aggregate: jax.Array | None = None  # (C·L,) the ES's sum Σ_k Δc_{k,c} as the back-end delivered it
     dead_zone: jax.Array | None = None  # (C,) bool, clusters with points whose changes all quantise to 0
+    estimated_sizes: jax.Array | None = None  # (C,) the ES's |Ŝ_c| from Settings.count_aggregator (None: exact)
 
 
 def _check_settings(s: Settings) -> None:
@@ -190,6 +196,8 @@ def _check_settings(s: Settings) -> None:
     own arguments were checked when its factory built it."""
     allowed = "an Aggregator (jaxfed.oac.aggregators: ideal(), quantized(β, D), oac(...))"
     validation.check("aggregator", s.aggregator, isinstance(s.aggregator, Aggregator), allowed)
+    ok = s.count_aggregator is None or isinstance(s.count_aggregator, Aggregator)
+    validation.check("count_aggregator", s.count_aggregator, ok, "None (exact counts) or " + allowed)
     validation.one_of("vmax_rule", s.vmax_rule, VMAX_RULES)
     for name in ("mu", "vmax", "sigma_c", "s_min"):
         value = getattr(s, name)
@@ -312,6 +320,19 @@ def _aggregate(key, values, active, s: Settings, carried_vmax):
     return s.aggregator.aggregate(key, values, active, vmax), vmax, carried
 
 
+COUNT_STREAM = 0x636E74
+"""``fold_in`` constant of the round key whose draws aggregate the counts (a stream of its own: the
+changes' draws are the same with or without a count back-end)."""
+
+
+def _aggregate_counts(key, counts, active, aggregator: Aggregator):
+    """|Ŝ_c| = the back-end's estimate of Σ_k |S_{k,c}| from the per-ED counts (K, C). A quantising
+    back-end gets v_max = max_{k,c} |S_{k,c}| (at least 1), which each ED reports with its maximum
+    change over the orthogonal channel (docs/kmeans.md §B9)."""
+    vmax = jnp.zeros((), counts.dtype) if aggregator.quantize is None else jnp.maximum(jnp.max(counts), 1.0)
+    return aggregator.aggregate(key, counts, active, vmax)
+
+
 def _reinitialise(key, centroids, new_centroids, sizes, s: Settings):
     """c″ ← c_{c′} + n for clusters below S_min (docs/kmeans.md §B5); returns (centroids, moved mask).
 
@@ -347,6 +368,11 @@ def _dead_zone(values, active, sizes, vmax, s: Settings):
 def federated_round(key, centroids, data: FlatData, n_devices: int, s: Settings, observe=None, carried_vmax=None):
     """One round of federated k-means (docs/kmeans.md §B2 + B5). Returns (new centroids, :class:`RoundInfo`).
 
+    With ``s.count_aggregator`` the ES knows |Ŝ_c|, that back-end's estimate of the sizes, and uses
+    it wherever it used |S_c| (the step's divisor, the test |S_c| > 0 and re-initialisation's
+    |S_c| < S_min); its draws come from ``fold_in(key, COUNT_STREAM)``. ``RoundInfo.cluster_sizes``
+    stays the true |S_c| and ``estimated_sizes`` holds |Ŝ_c|.
+
     ``observe``: optional function of the round's :class:`Partition` (of the broadcast
     centroids), its result stored in ``RoundInfo.observed``. ``carried_vmax``: the adaptive v_max
     carried from the previous round (``RoundInfo.next_vmax``; default the fixed ``s.vmax``).
@@ -359,9 +385,14 @@ def federated_round(key, centroids, data: FlatData, n_devices: int, s: Settings,
     carried_vmax = s.vmax if carried_vmax is None else carried_vmax
     total, vmax, next_vmax = _aggregate(k_channel, values, active, s, carried_vmax)
     sizes = jnp.sum(counts, axis=0)
-    step = s.mu * total.reshape(n_clusters, dim) / jnp.maximum(sizes, 1.0)[:, None]
-    updated = jnp.where(sizes[:, None] > 0, centroids + step, centroids)
-    updated, moved = _reinitialise(k_reinit, centroids, updated, sizes, s)
+    estimated = None  # exact counts: the ES uses |S_c| itself
+    if s.count_aggregator is not None:
+        k_counts = jax.random.fold_in(key, COUNT_STREAM)
+        estimated = _aggregate_counts(k_counts, counts, active, s.count_aggregator).astype(sizes.dtype)
+    used = sizes if estimated is None else estimated  # what the ES knows of |S_c|
+    step = s.mu * total.reshape(n_clusters, dim) / jnp.maximum(used, 1.0)[:, None]
+    updated = jnp.where(used[:, None] > 0, centroids + step, centroids)
+    updated, moved = _reinitialise(k_reinit, centroids, updated, used, s)
     info = RoundInfo(
         cluster_sizes=sizes,
         loss=partition_loss(part, data.mask.astype(part.distance.dtype)),
@@ -372,6 +403,7 @@ def federated_round(key, centroids, data: FlatData, n_devices: int, s: Settings,
         next_vmax=next_vmax,
         aggregate=total,
         dead_zone=_dead_zone(values, active, sizes, vmax, s),
+        estimated_sizes=estimated,
     )
     return updated, info
 

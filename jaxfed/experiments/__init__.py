@@ -10,6 +10,8 @@ from jaxfed.experiments import (
     gfvl_topologies,
     gfvl_unlearning,
     kmeans_ablation,
+    kmeans_channels,
+    kmeans_counts,
     kmeans_mall,
     kmeans_studies,
 )
@@ -44,6 +46,8 @@ REGISTRY: dict[str, Experiment] = {
         kmeans_ablation.EXPERIMENT,
         kmeans_studies.DEVICES,
         kmeans_studies.DIGITS1,
+        kmeans_counts.EXPERIMENT,
+        kmeans_channels.EXPERIMENT,
     )
 }
 

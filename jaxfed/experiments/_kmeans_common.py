@@ -74,7 +74,8 @@ class MallConfig:
         model = oac.resolve_channel(self.channel)  # ValueError listing the channels, or naming a bad parameter
         if self.channel_sweep:
             key, values = parse_channel_sweep(self.channel_sweep)
-            model.with_params(**{key: values[0]})  # ValueError unless `key` is one of the channel's parameters
+            for value in values:  # ValueError unless `key` is one of the channel's parameters and allows the value
+                model.with_params(**{key: value})
         validation.one_of("init", self.init, kmeans.INITS)
         validation.one_of("vmax_rule", self.vmax_rule, kmeans.VMAX_RULES)
         validation.one_of("symbol_energy", self.symbol_energy, SYMBOL_ENERGIES)
@@ -109,7 +110,11 @@ def check_snrs(name: str, snrs) -> None:
 # --------------------------------------------------------------------------- points and the trial
 def _point(cfg: MallConfig, lab: dict) -> dict:
     """Engine point of a label: method, D, split, init, v_max reading and the tiling are static;
-    SNR, E_s and the switches are traced."""
+    SNR, E_s and the switches are traced. Optional label keys (absent from the built-in figures'
+    labels, whose points they leave as they were): ``channel``, a channel of the point's own (static)
+    whose parameters the label may set by name (traced, e.g. ``{"channel": "rician-fading",
+    "k_factor": 3.0}``), and ``count_digits``, the counts |S_{k,c}| sent over the point's channel
+    with that many digits (static) instead of exactly."""
     return {
         "method": lab["method"],
         "digits": lab.get("digits", 4),
@@ -123,7 +128,16 @@ def _point(cfg: MallConfig, lab: dict) -> dict:
         "rows": lab.get("rows", cfg.rows),
         "cols": lab.get("cols", cfg.cols),
         **({SWEPT: jnp.float32(lab[_swept_key(cfg)])} if cfg.channel_sweep and lab["method"] == "oac" else {}),
+        **(_own_channel(lab) if "channel" in lab else {}),
+        **({"count_digits": lab["count_digits"]} if "count_digits" in lab else {}),
     }
+
+
+def _own_channel(lab: dict) -> dict:
+    """Point entries of a label with a channel of its own: the spec (static) and the parameters the
+    label sets (traced)."""
+    model = oac.resolve_channel(lab["channel"])
+    return {"channel": lab["channel"], "channel_params": {k: jnp.float32(lab[k]) for k in model.params if k in lab}}
 
 
 SWEPT = "channel_value"
@@ -135,8 +149,11 @@ def _swept_key(cfg: MallConfig) -> str:
 
 
 def point_channel(cfg: MallConfig, point: dict) -> oac.ChannelModel:
-    """The point's channel: ``cfg.channel``, with the swept parameter's (traced) value if any."""
-    model = oac.resolve_channel(cfg.channel)
+    """The point's channel: its own (a label's ``channel``, with the parameters the label sets) or
+    ``cfg.channel``, with the swept parameter's (traced) value if any."""
+    model = oac.resolve_channel(point.get("channel", cfg.channel))
+    if point.get("channel_params"):
+        model = model.with_params(**point["channel_params"])
     if SWEPT in point:
         model = model.with_params(**{_swept_key(cfg): point[SWEPT]})
     return model
@@ -151,6 +168,14 @@ def _aggregator(cfg: MallConfig, point: dict, channel: oac.ChannelModel) -> oac.
     return oac.aggregators.oac(channel, cfg.beta, point["digits"], point["snr_db"], point["es"])
 
 
+def _count_aggregator(cfg: MallConfig, point: dict, channel: oac.ChannelModel):
+    """None (exact counts), or OAC of the counts over the point's channel, SNR and E_s with the
+    label's ``count_digits``."""
+    if "count_digits" not in point:
+        return None
+    return oac.aggregators.oac(channel, cfg.beta, point["count_digits"], point["snr_db"], point["es"])
+
+
 def _settings(cfg: MallConfig, point: dict, channel: oac.ChannelModel) -> kmeans.Settings:
     return kmeans.Settings(
         aggregator=_aggregator(cfg, point, channel),
@@ -161,11 +186,13 @@ def _settings(cfg: MallConfig, point: dict, channel: oac.ChannelModel) -> kmeans
         reinit=point["reinit"],
         s_min=cfg.s_min,
         sigma_c=cfg.sigma_c,
+        count_aggregator=_count_aggregator(cfg, point, channel),
     )
 
 
 ROUND_DIAGNOSTICS = ("movement", "dead_zone")
 LAST_ROUND_DIAGNOSTICS = ("centroid_noise", "centroid_noise_pred", "centroid_noise_floor", "quant_error")
+COUNT_DIAGNOSTICS = ("count_error", "small_clusters", "spurious_reinits", "missed_reinits")
 
 
 CHANNEL_STREAM = 0x63686E
@@ -178,6 +205,7 @@ def make_trial(
     round_diagnostics: bool = False,
     last_round_diagnostics: bool = False,
     channel_for: Callable | None = None,
+    count_diagnostics: bool = False,
 ):
     """trial(key, point) -> {"loss", "ari", "reinits": (n_rounds,)}, and with
 
@@ -186,7 +214,12 @@ def make_trial(
     - ``last_round_diagnostics``: in the last round, the RMS error the channel adds to a centroid
       (``centroid_noise``, m), the RMS predicted by the detector's variance formula given that
       round's counts (``centroid_noise_pred``) and its noise-free limit (``centroid_noise_floor``),
-      and the RMS error quantisation adds (``quant_error``); 0 where a method has no such error.
+      and the RMS error quantisation adds (``quant_error``); 0 where a method has no such error;
+    - ``count_diagnostics``: per round (n_rounds,), the RMS error of the ES's partition sizes over the
+      clusters, (Σ_c (|Ŝ_c| − |S_c|)²/C)^(1/2) (``count_error``; 0 for exact counts), the clusters
+      truly below S_min (``small_clusters``), the clusters re-initialisation moved although they
+      held at least S_min points (``spurious_reinits``) and those below S_min it left in place
+      (``missed_reinits``).
 
     The hook for a study: ``channel_for(key, point) -> oac.ChannelModel`` builds the trial's channel
     (the default: :func:`point_channel`), e.g. with per-ED residual power-control gains drawn once
@@ -232,9 +265,26 @@ def make_trial(
             out["dead_zone"] = jnp.sum(dead, -1) / jnp.maximum(jnp.sum(info.cluster_sizes > 0, -1), 1)
         if last_round_diagnostics:
             out.update(_last_round_noise(cfg, point, channel, data, rows * cols, started[-1], info))
+        if count_diagnostics:
+            out.update(_count_diagnostics(cfg, info))
         return out
 
     return trial
+
+
+def _count_diagnostics(cfg: MallConfig, info) -> dict:
+    """Per-round count diagnostics of :func:`make_trial` (``count_diagnostics``)."""
+    sizes = info.cluster_sizes  # (n_rounds, C), true
+    estimated = sizes if info.estimated_sizes is None else info.estimated_sizes
+    small = sizes < cfg.s_min
+    moved = info.reinitialised
+    count = lambda mask: jnp.sum(mask, axis=-1).astype(jnp.float32)  # noqa: E731
+    return {
+        "count_error": jnp.sqrt(jnp.mean(jnp.square(estimated - sizes), axis=-1)),
+        "small_clusters": count(small),
+        "spurious_reinits": count(moved & ~small),
+        "missed_reinits": count(~moved & small),
+    }
 
 
 def _last_round_noise(cfg: MallConfig, point, channel, data, n_devices: int, centroids, info) -> dict:
@@ -301,9 +351,11 @@ def mall_sweep(
     round_diagnostics: bool = False,
     last_round_diagnostics: bool = False,
     channel_for: Callable | None = None,
+    count_diagnostics: bool = False,
 ) -> Sweep:
     """The sweep of ``labels`` (each OAC label once per value of ``cfg.channel_sweep``); see
-    :func:`make_trial` for the diagnostics and the ``channel_for`` hook."""
+    :func:`make_trial` for the diagnostics and the ``channel_for`` hook, :func:`_point` for the
+    optional label keys ``channel`` and ``count_digits``."""
     if cfg.channel_sweep:
         key, values = parse_channel_sweep(cfg.channel_sweep)
         labels = [
@@ -316,7 +368,9 @@ def mall_sweep(
         axes.update(dict.fromkeys(ROUND_DIAGNOSTICS, ("round",)))
     if last_round_diagnostics:
         axes.update(dict.fromkeys(LAST_ROUND_DIAGNOSTICS, ()))
-    trial = make_trial(cfg, round_diagnostics, last_round_diagnostics, channel_for)
+    if count_diagnostics:
+        axes.update(dict.fromkeys(COUNT_DIAGNOSTICS, ("round",)))
+    trial = make_trial(cfg, round_diagnostics, last_round_diagnostics, channel_for, count_diagnostics)
     return Sweep(trial, [_point(cfg, lab) for lab in labels], labels, axes)
 
 

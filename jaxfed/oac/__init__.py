@@ -6,10 +6,12 @@
   point :func:`over_the_air_sum`;
 - :mod:`jaxfed.oac.antennas`: M receive antennas with energy combining (``combining-2``,
   ``combining-4``), a model added through the registry;
+- :mod:`jaxfed.oac.impairments`: channels the paper assumes away (``power-control``,
+  ``rician-fading``, ``block-fading``), with the detector's derived mean and variance;
 - :mod:`jaxfed.oac.aggregators`: aggregation back-ends as values (``ideal``, ``quantized``, ``oac``).
 """
 
-from jaxfed.oac import aggregators, antennas, balanced, channel
+from jaxfed.oac import aggregators, antennas, balanced, channel, impairments
 from jaxfed.oac.balanced import decode, encode, max_level
 from jaxfed.oac.channel import (
     MODES,
@@ -29,6 +31,7 @@ __all__ = [
     "antennas",
     "balanced",
     "channel",
+    "impairments",
     "ChannelModel",
     "channel_model",
     "channels",

@@ -378,12 +378,20 @@ class ChannelModel(NamedTuple):
     # they are the built-in ones, as keyword arguments (a model without parameters gets none). Values may be traced, and arrays: a (K,)
     # array is per ED (e.g. residual power-control gains), so a sweep over a parameter is a vmap.
     params: Mapping[str, Any] = MappingProxyType({})
+    # check(**params): raises a one-line ValueError naming a parameter whose value is not allowed
+    # (e.g. validation.non_negative("k_factor", k_factor)); called by with_params with every
+    # parameter, traced ones included (the validation functions pass those through). None: no check.
+    check: Callable[..., Any] | None = None
 
     def with_params(self, **values) -> ChannelModel:
-        """The same model with some parameters set (each must be one of ``params``)."""
+        """The same model with some parameters set (each must be one of ``params``; the model's
+        ``check`` refuses a value it does not allow)."""
         for key in values:
             validation.check("channel parameter", key, key in self.params, f"one of {sorted(self.params)}")
-        return self._replace(params=MappingProxyType({**self.params, **values}))
+        params = {**self.params, **values}
+        if self.check is not None:
+            self.check(**params)
+        return self._replace(params=MappingProxyType(params))
 
     def received_energy(self, key, numerals, beta, noise_var, symbol_energy, active) -> jax.Array:
         return self.energy(key, numerals, beta, noise_var, symbol_energy, active, **self.params)
@@ -402,7 +410,7 @@ _CHANNELS: dict[str, ChannelModel] = {}
 
 
 def register_channel(
-    name: str, energy, detect=detect, variance=rayleigh_count_variance, noisy: bool = True, params=None
+    name: str, energy, detect=detect, variance=rayleigh_count_variance, noisy: bool = True, params=None, check=None
 ) -> ChannelModel:
     """Registers a channel model under ``name`` (see :class:`ChannelModel` for the signatures) and
     returns it; the name then works wherever a channel is named (:func:`over_the_air_sum`,
@@ -413,7 +421,8 @@ def register_channel(
     ``params`` ({name: default}) makes a family of channels: the functions take the parameters as
     keyword arguments, and ``"NAME:key=value,…"`` (:func:`resolve_channel`) or
     ``channel_model(NAME).with_params(key=value)`` sets them; a parameter may be traced, so it can
-    be swept like the SNR.
+    be swept like the SNR. ``check(**params)`` (optional) raises a ValueError for a value a
+    parameter may not take; it runs whenever parameters are set, and once on the defaults.
 
     >>> import jax, jax.numpy as jnp
     >>> from jaxfed import oac
@@ -431,7 +440,10 @@ def register_channel(
     validation.check("detect", detect, callable(detect), "a function")
     validation.check("variance", variance, variance is None or callable(variance), "a function or None")
     validation.check("params", params, params is None or isinstance(params, Mapping), "a dict {name: default}")
-    model = ChannelModel(energy, detect, variance, bool(noisy), MappingProxyType(dict(params or {})))
+    validation.check("check", check, check is None or callable(check), "a function or None")
+    model = ChannelModel(energy, detect, variance, bool(noisy), MappingProxyType(dict(params or {})), check)
+    if check is not None:
+        check(**model.params)
     _CHANNELS[name] = model
     return model
 

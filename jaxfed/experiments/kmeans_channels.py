@@ -1,0 +1,338 @@
+"""``kmeans-channels``: OAC k-means through the channels the paper assumes away (docs/kmeans.md §B10),
+the registered models of :mod:`jaxfed.oac.impairments`.
+
+- imperfect power control (``power-control``): ED k's residual energy gain g_k² = 10^(s ε_k/10),
+  ε_k ~ N(0, 1), drawn once per trial (a calibration error that persists over the rounds) through
+  the mall trial's ``channel_for`` hook and kept for every round; Rayleigh fading on top. The
+  energy detector estimates Σ_k g_k² v_k instead of Σ_k v_k: its mean is biased by
+  m₁ = exp(σ_g²/2), σ_g = s ln(10)/10, and for a given trial the sum is a weighted one. Swept over s
+  (``spreads_db``, traced: one program per D), with the remedies the paper offers, adaptive v_max
+  (against the fixed ``vmax_fixed``) and more digits (``more_digits``), judged at
+  ``remedy_spread_db``;
+- Rician fading (``rician-fading``) with K-factor κ and a uniform random phase per ED and resource
+  (non-coherent), swept over κ (``k_factors``);
+- block fading (``block-fading``): one coefficient per ED over each coherence block of B
+  consecutive resources, swept over B (``blocks``; B = 1 is i.i.d. Rayleigh).
+
+Every point is OAC with D digits at ``snr_db`` unless named; all share each trial's customers and
+initial centroids, and the points of one channel its channel draws (the gains of every s are the
+same ε_k scaled), so the comparisons within a channel are paired trial by trial.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from jaxfed import oac, plotting, stats, validation
+from jaxfed.experiments._kmeans_common import (
+    DIFFERENCE_TEXT,
+    LOSS_LABEL,
+    MICRO_BATCH,
+    RAW_NEEDED,
+    MallConfig,
+    check_snrs,
+    final_values,
+    index_of,
+    mall_sweep,
+    point_channel,
+    ratio_verdict,
+    symbol_energy_value,
+    verdict_block,
+)
+from jaxfed.experiments.base import Experiment, Reading, band_table
+from jaxfed.oac import impairments
+
+POWER, RICIAN, BLOCK = "power-control", "rician-fading", "block-fading"
+
+
+@dataclasses.dataclass(frozen=True)
+class ChannelsConfig(MallConfig):
+    digits: int = 4  # D of OAC at every point but the 'more digits' remedy's
+    more_digits: int = 6  # D of the 'more digits' remedy (power control, at s = 0 and remedy_spread_db)
+    snr_db: float = 20.0  # SNR (dB) of one ED at the ES
+    spreads_db: tuple[float, ...] = (0.0, 1.0, 2.0, 3.0, 6.0)  # s (dB) of the residual power-control gains; first 0
+    remedy_spread_db: float = 3.0  # s (dB) at which adaptive v_max and more digits are judged; one of spreads_db
+    k_factors: tuple[float, ...] = (0.0, 1.0, 10.0, 100.0)  # Rician K-factors κ >= 0; first 0 (Rayleigh)
+    # coherence blocks B (resources, each dividing the L = 2·C·β·D resources of a round); first 1 (i.i.d.)
+    blocks: tuple[int, ...] = (1, 12, 240)
+
+    def __post_init__(self):
+        super().__post_init__()
+        validation.integer("digits", self.digits, 1)
+        validation.integer("more_digits", self.more_digits, 1)
+        check_snrs("snr_db", (self.snr_db,))
+        validation.check(
+            "channel_sweep", self.channel_sweep, not self.channel_sweep, "empty (this study sets its channels)"
+        )
+        for name, values, first in (("spreads_db", self.spreads_db, 0.0), ("k_factors", self.k_factors, 0.0)):
+            validation.check(
+                name, values, len(values) >= 2 and values[0] == first, f"at least two values, the first {first:g}"
+            )
+        for s in self.spreads_db:
+            validation.non_negative("spreads_db", s)
+        for kappa in self.k_factors:
+            validation.non_negative("k_factors", kappa)
+        ok = self.remedy_spread_db in self.spreads_db and self.remedy_spread_db > 0
+        validation.check(
+            "remedy_spread_db", self.remedy_spread_db, ok, f"one of spreads_db {self.spreads_db} other than 0"
+        )
+        validation.check(
+            "blocks", self.blocks, len(self.blocks) >= 1 and self.blocks[0] == 1, "block sizes, the first 1"
+        )
+        resources = oac.n_resources(2 * self.n_clusters, self.beta, self.digits)
+        for block in self.blocks:
+            impairments.check_block(block, resources)
+
+
+def _labels(cfg: ChannelsConfig) -> list[dict]:
+    oac_point = {"method": "oac", "snr_db": cfg.snr_db}
+    labels = []
+    for s in cfg.spreads_db:
+        labels.append({**oac_point, "digits": cfg.digits, "channel": POWER, "spread_db": s, "remedy": "none"})
+        labels.append(
+            {
+                **oac_point,
+                "digits": cfg.digits,
+                "channel": POWER,
+                "spread_db": s,
+                "adaptive": False,
+                "remedy": "fixed v_max",
+            }
+        )
+    for s in (0.0, cfg.remedy_spread_db):
+        labels.append(
+            {**oac_point, "digits": cfg.more_digits, "channel": POWER, "spread_db": s, "remedy": "more digits"}
+        )
+    labels += [{**oac_point, "digits": cfg.digits, "channel": RICIAN, "k_factor": k} for k in cfg.k_factors]
+    labels += [{**oac_point, "digits": cfg.digits, "channel": BLOCK, "block": float(b)} for b in cfg.blocks]
+    return labels
+
+
+def _channel_for(cfg: ChannelsConfig):
+    """The trial hook: the point's channel, with per-trial residual gains for power control."""
+
+    def channel_for(key, point):
+        model = point_channel(cfg, point)
+        if point.get("channel") != POWER:
+            return model
+        n_devices = point["rows"] * point["cols"]
+        gains = impairments.power_control_gains(key, n_devices, point["channel_params"]["spread_db"])
+        return model.with_params(gain=gains)
+
+    return channel_for
+
+
+def _build(cfg: ChannelsConfig):
+    return mall_sweep(cfg, _labels(cfg), channel_for=_channel_for(cfg))
+
+
+def _name(lab: dict) -> str:
+    if lab["channel"] == POWER:
+        remedy = {"none": "", "fixed v_max": ", fixed v_max"}.get(lab["remedy"], "")
+        return f"power control s = {lab['spread_db']:g} dB, D={lab['digits']}{remedy}"
+    if lab["channel"] == RICIAN:
+        return f"Rician κ = {lab['k_factor']:g}"
+    return f"block fading B = {lab['block']:g}"
+
+
+def _rows(labels, channel: str, **match) -> list[int]:
+    return [
+        i
+        for i, lab in enumerate(labels)
+        if lab["channel"] == channel and all(lab.get(k) == v for k, v in match.items())
+    ]
+
+
+def _bias(spread_db: float) -> float:
+    """m₁ = E g² = exp(σ_g²/2): the detector's mean over the gains, per active ED."""
+    return float(impairments.power_control_mean(1.0, spread_db))
+
+
+def _plot(cfg: ChannelsConfig, labels, results, path):
+    b = stats.band(results["loss"])
+    fig, axes = plotting.figure(1, 4, figsize=(21, 4.6))
+
+    def curve(ax, x, rows, name, k):
+        (line,) = ax.plot(x, b.median[rows, -1], label=name, **plotting.LINE_STYLES[k])
+        ax.fill_between(x, b.lower[rows, -1], b.upper[rows, -1], color=line.get_color(), alpha=0.15, lw=0)
+
+    ax = axes[0]
+    spreads = np.asarray(cfg.spreads_db)
+    curve(ax, spreads, _rows(labels, POWER, remedy="none"), f"D={cfg.digits}, adaptive v_max", 0)
+    curve(
+        ax, spreads, _rows(labels, POWER, remedy="fixed v_max"), f"D={cfg.digits}, fixed v_max = {cfg.vmax_fixed:g}", 1
+    )
+    curve(
+        ax, [0.0, cfg.remedy_spread_db], _rows(labels, POWER, remedy="more digits"), f"D={cfg.more_digits}, adaptive", 2
+    )
+    twin = ax.twinx()
+    fine = np.linspace(0, max(spreads), 50)
+    twin.plot(fine, [_bias(s) for s in fine], color="0.5", lw=1, ls=":")
+    twin.set_ylabel("detector's mean E K̂_l / K_l = exp(σ_g²/2) (dotted)", fontsize=8, color="0.4")
+    ax.set_xlabel("spread s of the residual power-control gains (dB)")
+    ax.set_title("imperfect power control (gains per ED, fixed per trial)", fontsize=9)
+    panels = [
+        (axes[1], RICIAN, "k_factor", cfg.k_factors, "Rician K-factor κ (random phase)", "symlog"),
+        (axes[2], BLOCK, "block", tuple(float(x) for x in cfg.blocks), "coherence block B (resources)", "log"),
+    ]
+    for ax2, channel, key, values, xlabel, scale in panels:
+        curve(
+            ax2,
+            np.asarray(values),
+            [index_of(labels, channel=channel, **{key: v}) for v in values],
+            f"D={cfg.digits}",
+            0,
+        )
+        ax2.set_xscale(scale)
+        ax2.set_xlabel(xlabel)
+        ax2.set_title(f"{channel} ({'κ = 0' if channel == RICIAN else 'B = 1'} is Rayleigh)", fontsize=9)
+    for ax2 in axes[:3]:
+        ax2.set_ylabel(f"{LOSS_LABEL}\nafter {cfg.n_rounds} rounds (median, 75% band)", fontsize=8)
+        ax2.grid(True, which="both", alpha=0.25)
+        ax2.legend(fontsize=7, loc="upper left")
+    ax3 = axes[3]
+    counts = np.arange(0, 31)
+    a = float(oac.channel.noise_variance(cfg.snr_db)) / symbol_energy_value(cfg.symbol_energy, cfg.beta)  # σ²/E_s
+    for k, kappa in enumerate(cfg.k_factors):
+        ratio = np.asarray(impairments.rician_variance(counts, a, 1.0, kappa)) / np.square(counts + float(a))
+        ax3.plot(counts, ratio, label=f"Rician κ = {kappa:g}", **plotting.LINE_STYLES[k] | {"markevery": 5})
+    ax3.set_xlabel("EDs active on the resource K_l")
+    ax3.set_ylabel("Var K̂_l / Rayleigh's (K_l + σ²/E_s)²", fontsize=8)
+    ax3.set_title(f"derived detector variance at {cfg.snr_db:g} dB: (K_l + σ²/E_s)² − p² K_l", fontsize=9)
+    ax3.set_ylim(0, 1.05)
+    ax3.grid(True, alpha=0.25)
+    ax3.legend(fontsize=7)
+    plotting.save(fig, path)
+
+
+def _recovery(last, labels, cfg: ChannelsConfig, remedy: str, claim: str):
+    """Paired verdict: the remedy's extra loss at s* (over its own s = 0) below the default's."""
+    s = cfg.remedy_spread_db
+
+    def extra(r):  # per-trial final loss at s* minus at s = 0, same points otherwise
+        return (
+            last[index_of(labels, channel=POWER, remedy=r, spread_db=s)]
+            - last[index_of(labels, channel=POWER, remedy=r, spread_db=0.0)]
+        )
+
+    # adaptive v_max is the default ("none"), so its remedy's contrast is fixed v_max
+    a, b = ("none", "fixed v_max") if remedy == "adaptive v_max" else (remedy, "none")
+    return stats.paired_verdict(extra(a), extra(b), claim, expect="less", statistic="mean")
+
+
+def _report(cfg: ChannelsConfig, labels, results) -> Reading:
+    b = stats.band(results["loss"])
+    table = band_table("round", [cfg.n_rounds], [_name(lab) for lab in labels], b, [cfg.n_rounds - 1])
+    bias_rows = ["| s (dB) | σ_g | E K̂_l / K_l = m₁ | Var K̂_l at K_l = 10 (Rayleigh: 100) |", "|---|---|---|---|"]
+    a = float(oac.channel.noise_variance(cfg.snr_db)) / symbol_energy_value(cfg.symbol_energy, cfg.beta)
+    for s in cfg.spreads_db:
+        var = float(impairments.power_control_variance(10.0, a, 1.0, s))
+        bias_rows.append(f"| {s:g} | {s * math.log(10) / 10:.3f} | {_bias(s):.3f} | {var:.4g} |")
+    text = (
+        f"OAC D = {cfg.digits}, β = {cfg.beta} at {cfg.snr_db:g} dB through each channel. Final loss (1)/|D| (m²), median "
+        f"[75% band]:\n\n{table}\n\nWhat the energy detector estimates under imperfect power control (derived, "
+        f"docs/kmeans.md §B10; σ²/E_s = {a:.3g}): with gains g_k² it estimates G_l = Σ_(k on l) g_k², on average "
+        "m₁ K_l:\n\n" + "\n".join(bias_rows) + "\n\n"
+    )
+    last = final_values(results)
+    if last is None:
+        return Reading(text + RAW_NEEDED)
+    ref = index_of(labels, channel=POWER, remedy="none", spread_db=0.0)
+    ratios = [
+        ratio_verdict(
+            last,
+            index_of(labels, channel=POWER, remedy="none", spread_db=s),
+            ref,
+            f"power control: final loss with s = {s:g} dB above s = 0",
+            "greater",
+        )
+        for s in cfg.spreads_db[1:]
+    ]
+    rayleigh = index_of(labels, channel=RICIAN, k_factor=0.0)
+    ratios += [
+        ratio_verdict(
+            last,
+            index_of(labels, channel=RICIAN, k_factor=k),
+            rayleigh,
+            f"Rician κ = {k:g} ≈ Rayleigh (κ = 0)",
+            "equal",
+        )
+        for k in cfg.k_factors[1:]
+    ]
+    ratios.append(
+        ratio_verdict(
+            last,
+            index_of(labels, channel=RICIAN, k_factor=cfg.k_factors[-1]),
+            rayleigh,
+            f"Rician κ = {cfg.k_factors[-1]:g} below Rayleigh (κ = 0)",
+            "less",
+        )
+    )
+    iid = index_of(labels, channel=BLOCK, block=1.0)
+    ratios += [
+        ratio_verdict(
+            last,
+            index_of(labels, channel=BLOCK, block=float(x)),
+            iid,
+            f"block fading B = {x} ≈ i.i.d. (B = 1)",
+            "equal",
+        )
+        for x in cfg.blocks[1:]
+    ]
+    s = cfg.remedy_spread_db
+    recovery = [
+        _recovery(
+            last,
+            labels,
+            cfg,
+            "adaptive v_max",
+            f"adaptive v_max recovers loss at s = {s:g} dB (extra loss over s = 0 below fixed v_max's)",
+        ),
+        _recovery(
+            last,
+            labels,
+            cfg,
+            "more digits",
+            f"D = {cfg.more_digits} recovers loss at s = {s:g} dB (extra loss over s = 0 below D = {cfg.digits}'s)",
+        ),
+    ]
+    median = lambda i: float(np.median(last[i]))  # noqa: E731
+    top = max(cfg.spreads_db)
+    reading = (
+        f"Power control: the median final loss goes from {median(ref):.3g} m² at s = 0 to "
+        f"{median(index_of(labels, channel=POWER, remedy='none', spread_db=top)):.3g} m² at s = {top:g} dB. The detector "
+        "sums the changes weighted by the gains, Σ_k g_k² Δc_{k,c}, and the ES divides by the exact |S_c|: the step "
+        f"overshoots by m₁ on average ({_bias(top):.3g} at {top:g} dB) and, gains being fixed per trial, the fixed point is "
+        "the gain-weighted mean of each cluster, not its mean; centroids thrown out of their clusters call on "
+        "re-initialisation. Neither remedy addresses a bias: adaptive v_max and more digits refine the quantiser, "
+        "and the error is in the channel's weights. Rician fading keeps the detector unbiased and removes only p² K_l "
+        "of the self-noise K_l² (non-coherent: the K_l direct paths add up with random phases), and block fading "
+        "leaves each resource's law as it was (it correlates resources, Cov(K̂_l, K̂_l′) = n_ll′)."
+    )
+    markdown = (
+        text
+        + f"**Reading.** {reading}\n\n"
+        + verdict_block(ratios)
+        + "\nThe remedies (the per-trial difference of extra losses, s = "
+        + f"{s:g} dB minus s = 0, with the remedy − without it):\n\n"
+        + verdict_block(
+            recovery, DIFFERENCE_TEXT.replace("of final losses", "of extra final losses"), "mean a − b (m²)"
+        )
+    )
+    return Reading(markdown, (*ratios, *recovery))
+
+
+EXPERIMENT = Experiment(
+    name="kmeans-channels",
+    description="OAC k-means beyond the paper: imperfect power control, Rician and block fading; do adaptive v_max or more digits recover",
+    config_cls=ChannelsConfig,
+    build=_build,
+    plot=_plot,
+    report=_report,
+    default_trials=200,
+    common_random_numbers=True,
+    micro_batch=MICRO_BATCH,
+)
