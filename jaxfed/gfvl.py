@@ -40,7 +40,12 @@ __all__ = [
     "init",
     "step",
     "learn",
+    "LocalIteration",
+    "learn_by_iteration",
+    "natgrad_iteration",
+    "conjugate_natgrad_iteration",
     "conjugate_solver",
+    "conjugate_natgrad_solver",
     "natgrad_solver",
     "forget",
     "unlearning_step",
@@ -93,6 +98,67 @@ def learn(key: jax.Array, state: GFVLState, schedule: jax.Array, solve: LocalSol
     return lax.scan(body, state, (keys, schedule))
 
 
+LocalIteration = Callable[[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
+"""``iterate(key, agent, eta, cavity, slot) -> eta``: one local iteration of the scheduled agent from the
+iterate ``eta`` with its cavity η_{−k}; ``slot`` is the number of slots taken before this one (for a
+learning-rate schedule). :func:`learn_by_iteration` runs L of them per slot."""
+
+
+def learn_by_iteration(
+    key: jax.Array, state: GFVLState, schedule: jax.Array, n_iters, iterate: LocalIteration, n_total: int
+):
+    """G-FVL (:func:`learn`) run one local iteration at a time, for ``n_total`` local iterations: slot s holds
+    iterations s·L … s·L + L − 1 of agent ``schedule[s]``, which forms its cavity at the first, runs ``iterate``
+    from the incoming η, and at the last adds the change Δ = η^[L] − η to η and λ_k (as :func:`step` does).
+
+    The scan has ``n_total`` steps whatever L, so L (``n_iters``) may be traced: points that differ only in L
+    share one compiled program (and a ``vmap``), where :func:`learn` with a solver of L iterations needs a
+    static L and ``n_total/L`` slots. Iteration l of slot s uses the key ``fold_in(split(key, n_slots)[s], l)``,
+    the keys of :func:`learn` with :func:`natgrad_solver` (``jax.random.split`` gives the same first keys for
+    any count), so with :func:`natgrad_iteration` and a schedule whose first n_total/L slots are the same
+    this runs the same computation as ``learn(key, state, schedule[:n_total // L], natgrad_solver(…, L, …))``
+    (tests/test_gfvl_studies.py).
+
+    Args:
+        key: PRNG key.
+        state: the state before the first slot.
+        schedule: (n_slots,) scheduled agents, n_slots >= ceil(n_total / L).
+        n_iters: L >= 1 local iterations per slot (int or traced integer).
+        iterate: one local iteration (:data:`LocalIteration`, e.g. :func:`natgrad_iteration`).
+        n_total: local iterations in all (static), >= 1.
+
+    Returns:
+        (final state, η after each local iteration of shape (n_total, P): the protocol's η, which changes at
+        the last iteration of each slot; a slot ends after iteration m when L divides m).
+    """
+    validation.integer("n_total", n_total, 1)
+    if not validation.is_traced(n_iters):
+        validation.integer("n_iters", n_iters, 1)
+        validation.check(
+            "schedule", schedule.shape[0], schedule.shape[0] * int(n_iters) >= n_total, ">= n_total/L slots"
+        )
+    keys = jax.random.split(key, schedule.shape[0])
+
+    def body(carry, t):
+        s, eta_run, cavity = carry
+        slot, l = t // n_iters, t % n_iters
+        agent = schedule[slot]
+        first = l == 0
+        cavity = jnp.where(first, s.eta - s.lam[agent], cavity)
+        eta_run = iterate(jax.random.fold_in(keys[slot], l), agent, jnp.where(first, s.eta, eta_run), cavity, s.slot)
+        delta = eta_run - s.eta
+        last = l == n_iters - 1
+        s = GFVLState(
+            eta=jnp.where(last, s.eta + delta, s.eta),
+            lam=jnp.where(last, s.lam.at[agent].add(delta), s.lam),
+            slot=s.slot + last.astype(s.slot.dtype),
+        )
+        return (s, eta_run, cavity), s.eta
+
+    (final, _, _), etas = lax.scan(body, (state, state.eta, state.eta), jnp.arange(n_total))
+    return final, etas
+
+
 def conjugate_solver(agent_stats: jax.Array, alpha) -> LocalSolver:
     """Exact local update of the conjugate case: η_new = η_{−k} + s_k/α, i.e. Δ = s_k/α − λ_k.
 
@@ -116,6 +182,45 @@ def conjugate_solver(agent_stats: jax.Array, alpha) -> LocalSolver:
         del key
         target, lam = agent_stats[agent] / alpha, state.lam[agent]
         return jnp.where(lam == target, -0.0, target - lam)
+
+    return solve
+
+
+def conjugate_natgrad_solver(agent_stats: jax.Array, alpha, rho, n_iters: int) -> LocalSolver:
+    """Conjugate case, solved by L natural-gradient iterations with the *exact* gradient instead of the
+    closed form: the local update of :func:`natgrad_solver` with FIM⁻¹∇_η E_q[L_k] known (no sampling).
+
+    For a conjugate L_k(θ) = −s_kᵀT(θ) + const, E_q[L_k] = −s_kᵀμ(η) and FIM(η)⁻¹∇_η E_q[L_k] = −s_k, so one
+    iteration η ← η − ρ(−s_k + α(η − η_{−k})) moves η a fraction ρα of the way to the exact update
+    η* = η_{−k} + s_k/α, and L iterations leave (1 − ρα)^L of the gap:
+
+        Δ = (1 − (1 − ρα)^L) (η* − η) = (1 − (1 − ρα)^L) (s_k/α − λ_k)
+
+    (docs/gfvl.md §A10). ρα = 1 is :func:`conjugate_solver` in one iteration; for 0 < ρα <= 1 every λ_k
+    stays between 0 and s_k/α, so η stays in the family's domain without a projection.
+
+    Args:
+        agent_stats: (K, P) per-agent statistics, as for :func:`conjugate_solver`.
+        alpha: temperature α > 0 (may be traced).
+        rho: learning rate ρ with 0 < ρα <= 1 (may be traced; a concrete value is validated), or a
+            schedule ρ_i evaluated at the slots taken before this one, as for :func:`natgrad_solver`.
+        n_iters: local iterations L per scheduled slot (static), >= 1.
+
+    Raises:
+        ValueError: for L < 1, α <= 0, or a concrete ρ outside (0, 1/α].
+    """
+    validation.integer("n_iters", n_iters, 1)
+    validation.positive("alpha", alpha)
+    if not callable(rho):
+        validation.positive("rho", rho)
+        if not (validation.is_traced(rho) or validation.is_traced(alpha)):
+            validation.check("rho", rho, float(rho) * float(alpha) <= 1.0, f"<= 1/alpha = {1.0 / float(alpha):g}")
+
+    def solve(key, agent, state):
+        del key
+        rate = rho(state.slot) if callable(rho) else rho
+        remaining = (1.0 - rate * alpha) ** n_iters
+        return (1.0 - remaining) * (agent_stats[agent] / alpha - state.lam[agent])
 
     return solve
 
@@ -180,6 +285,53 @@ def natgrad_solver(
         return lax.fori_loop(0, n_iters, iteration, state.eta) - state.eta
 
     return solve
+
+
+def natgrad_iteration(
+    family: expfam.ExpFamily,
+    likelihood: likelihoods.Likelihood,
+    agent_data,
+    alpha,
+    rho,
+    n_samples: int,
+    baseline: str = "constant",
+    c=0.0,
+) -> LocalIteration:
+    """One local iteration of :func:`natgrad_solver`, η ← Π(η − ρ (FIM(η)⁻¹ ĝ + α (η − η_{−k}))), as a
+    :data:`LocalIteration` for :func:`learn_by_iteration` (the same estimator and step; the arguments are
+    those of :func:`natgrad_solver` without L)."""
+    validation.one_of("baseline", baseline, natgrad.ESTIMATORS)
+    validation.integer("n_samples", n_samples, 2 if baseline in ("leave-one-out", "control-variate") else 1)
+    if not callable(rho):
+        validation.positive("rho", rho)
+    validation.positive("alpha", alpha)
+
+    def iterate(key, agent, eta, cavity, slot):
+        data = likelihoods.agent_data(agent_data, agent)
+        rate = rho(slot) if callable(rho) else rho
+
+        def loss(theta):
+            return likelihood.loss(data, theta)
+
+        natural = natgrad.natural_gradient_estimate(key, family, eta, loss, n_samples, baseline, c)
+        return natgrad.natural_step(family, eta, natural, cavity, rate, alpha)
+
+    return iterate
+
+
+def conjugate_natgrad_iteration(agent_stats: jax.Array, alpha, rho) -> LocalIteration:
+    """One exact-gradient natural-gradient iteration of the conjugate case, η ← η − ρ(−s_k + α(η − η_{−k}))
+    (:func:`conjugate_natgrad_solver` runs L of them in closed form), as a :data:`LocalIteration`; ρ as there."""
+    validation.positive("alpha", alpha)
+    if not callable(rho):
+        validation.positive("rho", rho)
+
+    def iterate(key, agent, eta, cavity, slot):
+        del key
+        rate = rho(slot) if callable(rho) else rho
+        return eta - rate * (alpha * (eta - cavity) - agent_stats[agent])
+
+    return iterate
 
 
 def forget(state: GFVLState, agent) -> GFVLState:

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxfed import validation
@@ -26,6 +27,10 @@ __all__ = [
     "cover_time",
     "hitting_time",
     "expected_hitting_times",
+    "hitting_time_matrix",
+    "expected_cover_time",
+    "cover_time_bounds",
+    "EXACT_COVER_MAX_AGENTS",
 ]
 
 
@@ -150,3 +155,88 @@ def expected_hitting_times(transition, target: int) -> jax.Array:
     n = p.shape[0]
     p_avoid = p.at[:, target].set(0.0)
     return jnp.linalg.solve(jnp.eye(n) - p_avoid, jnp.ones(n))
+
+
+# --------------------------------------------------------------------------- exact references (host, float64)
+EXACT_COVER_MAX_AGENTS = 16
+"""Largest K for which :func:`expected_cover_time` solves the chain on (visited set, position): K·2^(K−1)
+states, 2^K small linear systems (K = 16: under a second)."""
+
+
+def _transition64(transition) -> np.ndarray:
+    p = np.asarray(transition, np.float64)
+    validation.check("transition", p.shape, p.ndim == 2 and p.shape[0] == p.shape[1], "a square (K, K) matrix")
+    return p
+
+
+def hitting_time_matrix(transition) -> np.ndarray:
+    """H[i, j] = E[min{m >= 1 : X_m = j} | X_0 = i] for every pair, in float64 on the host (the
+    diagonal holds the mean return times, K for a doubly stochastic P). :func:`expected_hitting_times`
+    is the same per target, in JAX."""
+    p = _transition64(transition)
+    n = p.shape[0]
+    h = np.empty((n, n))
+    for j in range(n):
+        avoid = p.copy()
+        avoid[:, j] = 0.0
+        h[:, j] = np.linalg.solve(np.eye(n) - avoid, np.ones(n))
+    return h
+
+
+def expected_cover_time(transition, start=None) -> float:
+    """Exact expected cover time of a Markov chain in slots, counting the first: E[min{i : {X_1 … X_i}
+    = every state}], X_1 = ``start`` or, when None, uniform on the K states (as :func:`mh_walk` starts).
+
+    The chain on (visited set S, position v ∈ S) is solved set by set, from the full set down: with
+    E(S, v) the expected moves still needed, E(full, ·) = 0 and
+
+        E(S, v) = 1 + Σ_{u ∈ S} P_vu E(S, u) + Σ_{u ∉ S} P_vu E(S ∪ {u}, u),
+
+    a |S| × |S| linear system per S whose right side involves larger sets only; the sets of one size
+    are solved together. The cover time is 1 + E({X_1}, X_1). On the complete graph it is
+    1 + (K − 1) H_{K−1}:
+
+    >>> round(expected_cover_time(np.full((10, 10), 1 / 9) - np.eye(10) / 9), 4)
+    26.4607
+
+    Raises:
+        ValueError: for K above :data:`EXACT_COVER_MAX_AGENTS` (memory and time grow as K·2^K; use
+            :func:`cover_time_bounds`), a matrix that is not square, or a bad ``start``.
+    """
+    p = _transition64(transition)
+    n = p.shape[0]
+    validation.integer("K (states of transition)", n, 1, EXACT_COVER_MAX_AGENTS)
+    if start is not None:
+        validation.index("start", start, n, "a state index")
+    # value[S, v]: expected moves still needed from position v with visited set S (0 where v ∉ S)
+    value = np.zeros((1 << n, n))
+    masks = np.arange(1 << n)
+    bits = (masks[:, None] >> np.arange(n)[None, :]) & 1  # (2^K, K) membership
+    size = bits.sum(1)
+    for c in range(n - 1, 0, -1):
+        sets = masks[size == c]
+        member = bits[sets].astype(bool)  # (m, K)
+        idx = np.nonzero(member)[1].reshape(len(sets), c)  # (m, c) the members of each set, ascending
+        # right side: 1 + Σ_{u ∉ S} P[v, u] value[S | u, u]
+        outside = ~member
+        grown = sets[:, None] | (1 << np.arange(n))[None, :]  # (m, K) S ∪ {u}
+        next_value = np.where(outside, value[grown, np.arange(n)[None, :]], 0.0)  # (m, K)
+        p_rows = p[idx]  # (m, c, K) rows P[v, ·] for v ∈ S
+        rhs = 1.0 + np.einsum("mck,mk->mc", p_rows, next_value)
+        inner = np.take_along_axis(p_rows, idx[:, None, :], axis=2)  # (m, c, c) P[v, u], u ∈ S
+        sol = np.linalg.solve(np.eye(c)[None] - inner, rhs[..., None])[..., 0]
+        value[sets[:, None], idx] = sol
+    singles = value[1 << np.arange(n), np.arange(n)]  # E({v}, v)
+    return float(1.0 + (singles.mean() if start is None else singles[int(start)]))
+
+
+def cover_time_bounds(transition) -> tuple[float, float]:
+    """Matthews' bounds on the expected cover time in slots (counting the first) for any start:
+    1 + H_{K−1} min_{i≠j} H[i, j] <= cover time <= 1 + H_{K−1} max_{i≠j} H[i, j], with H the hitting
+    times (:func:`hitting_time_matrix`) and H_{K−1} the harmonic number; for any K (the exact
+    value, :func:`expected_cover_time`, needs K <= :data:`EXACT_COVER_MAX_AGENTS`)."""
+    h = hitting_time_matrix(transition)
+    n = h.shape[0]
+    off = h[~np.eye(n, dtype=bool)]
+    harmonic = float(np.sum(1.0 / np.arange(1, n)))
+    return 1.0 + harmonic * float(off.min()), 1.0 + harmonic * float(off.max())

@@ -21,16 +21,27 @@ __all__ = [
     "line",
     "grid",
     "erdos_renyi",
+    "random_geometric",
+    "barbell",
+    "lollipop",
     "from_adjacency",
+    "as_adjacency",
+    "load",
     "validate_adjacency",
     "degrees",
     "mh_transition_matrix",
+    "spectrum",
+    "spectral_gap",
     "TOPOLOGIES",
     "by_name",
+    "FAMILIES",
+    "SPEC_FORMS",
+    "from_spec",
 ]
 
 
-def _connected(adjacency: np.ndarray) -> bool:
+def _reached(adjacency: np.ndarray) -> np.ndarray:
+    """The agents reachable from agent 0 (boolean (K,))."""
     n = adjacency.shape[0]
     seen = np.zeros(n, dtype=bool)
     seen[0] = True
@@ -41,31 +52,43 @@ def _connected(adjacency: np.ndarray) -> bool:
             if not seen[j]:
                 seen[j] = True
                 frontier.append(int(j))
-    return bool(seen.all())
+    return seen
 
 
-def validate_adjacency(adjacency) -> np.ndarray:
+def _connected(adjacency: np.ndarray) -> bool:
+    return bool(_reached(adjacency).all())
+
+
+def validate_adjacency(adjacency, name: str = "adjacency") -> np.ndarray:
     """Checks that ``adjacency`` is a valid gossip graph and returns it as int32 NumPy.
+
+    ``name`` is the parameter the messages name (e.g. ``"graph"`` for a user's file).
 
     Raises:
         ValueError: naming what is wrong (shape, K < 2, entries not 0/1, asymmetry,
             self-loops, or a disconnected graph with the unreachable agents).
     """
     a = np.asarray(adjacency)
-    validation.check("adjacency", a.shape, a.ndim == 2 and a.shape[0] == a.shape[1], "a square (K, K) matrix")
-    validation.check("adjacency", a.shape, a.shape[0] >= 2, "a (K, K) matrix with K >= 2 agents")
+    validation.check(name, a.shape, a.ndim == 2 and a.shape[0] == a.shape[1], "a square (K, K) matrix")
+    validation.check(name, a.shape, a.shape[0] >= 2, "a (K, K) matrix with K >= 2 agents")
+    if not np.issubdtype(a.dtype, np.number) and a.dtype != bool:
+        raise ValueError(f"{name} entries must be 0 or 1, got an array of {a.dtype}")
     if not np.all((a == 0) | (a == 1)):
         bad = np.unique(a[(a != 0) & (a != 1)])[:5]
-        raise ValueError(f"adjacency entries must be 0 or 1, got values {bad.tolist()}")
+        raise ValueError(f"{name} entries must be 0 or 1, got values {bad.tolist()}")
     a = a.astype(np.int32)
     if not np.array_equal(a, a.T):
         k, j = np.argwhere(a != a.T)[0]
-        raise ValueError(f"adjacency must be symmetric (undirected graph): A[{k},{j}] != A[{j},{k}]")
+        raise ValueError(f"{name} must be symmetric (undirected graph): A[{k},{j}] != A[{j},{k}]")
     loops = np.flatnonzero(np.diag(a))
     if loops.size:
-        raise ValueError(f"adjacency must have no self-loops, got A[k,k] = 1 for k in {loops.tolist()}")
+        raise ValueError(f"{name} must have no self-loops, got A[k,k] = 1 for k in {loops.tolist()}")
     if not _connected(a):
-        raise ValueError("adjacency must describe a connected graph; it has more than one component")
+        unreached = np.flatnonzero(~_reached(a))
+        raise ValueError(
+            f"{name} must describe a connected graph; it has more than one component (agents "
+            f"{unreached[:10].tolist()}{' …' if unreached.size > 10 else ''} cannot be reached from agent 0)"
+        )
     return a
 
 
@@ -140,7 +163,7 @@ def erdos_renyi(key_or_seed, n_agents: int, p: float, max_tries: int = 1000) -> 
     """
     k = validation.integer("n_agents", n_agents, 2)
     validation.probability("p", p, low_open=True)
-    key = jax.random.key(key_or_seed) if isinstance(key_or_seed, (int, np.integer)) else key_or_seed
+    key = _key(key_or_seed)
     iu = np.triu_indices(k, 1)
     for attempt in range(max_tries):
         u = np.asarray(jax.random.uniform(jax.random.fold_in(key, attempt), (iu[0].size,)))
@@ -150,6 +173,168 @@ def erdos_renyi(key_or_seed, n_agents: int, p: float, max_tries: int = 1000) -> 
         if _connected(a):
             return validate_adjacency(a)
     raise ValueError(f"erdos_renyi: no connected G(K={k}, p={p}) graph in {max_tries} draws; increase p or max_tries")
+
+
+def _key(key_or_seed):
+    return jax.random.key(key_or_seed) if isinstance(key_or_seed, (int, np.integer)) else key_or_seed
+
+
+def random_geometric(key_or_seed, n_agents: int, radius: float, max_tries: int = 1000) -> np.ndarray:
+    """Random geometric graph conditioned on being connected: K agents placed uniformly in the unit
+    square, neighbours when their Euclidean distance is at most ``radius`` (a wireless ad-hoc network
+    whose radios reach ``radius``).
+
+    Draws that are not connected are rejected and redrawn (from ``fold_in(key, attempt)``), at most
+    ``max_tries`` times; the connectivity threshold is near sqrt(log K / (π K)).
+
+    Args:
+        key_or_seed: a ``jax.random.key`` or an integer seed.
+        n_agents: K >= 2.
+        radius: radio range in (0, sqrt(2)] (sqrt(2) gives the complete graph).
+        max_tries: rejection budget before giving up with a ValueError.
+
+    Raises:
+        ValueError: for bad arguments, or when no draw is connected within ``max_tries``.
+    """
+    k = validation.integer("n_agents", n_agents, 2)
+    validation.number("radius", radius, 0.0, float(np.sqrt(2.0)), low_open=True)
+    key = _key(key_or_seed)
+    for attempt in range(max_tries):
+        xy = np.asarray(jax.random.uniform(jax.random.fold_in(key, attempt), (k, 2)), np.float64)
+        dist = np.sqrt(((xy[:, None, :] - xy[None, :, :]) ** 2).sum(-1))
+        a = (dist <= radius).astype(np.int32)
+        np.fill_diagonal(a, 0)
+        if _connected(a):
+            return validate_adjacency(a)
+    raise ValueError(
+        f"random_geometric: no connected graph of K={k} agents with radius={radius} in {max_tries} draws; "
+        "increase radius or max_tries"
+    )
+
+
+def barbell(n_agents: int, path: int = 0) -> np.ndarray:
+    """Two cliques joined through a path of ``path`` agents (``path = 0``: one bridge edge between them),
+    the classic slowly mixing graph: the walk stays in one clique for long before it crosses.
+
+    The cliques have ⌈(K − path)/2⌉ and ⌊(K − path)/2⌋ agents (0 … m₁−1 and the last m₂), each at
+    least 2; the path agents lie between them in order.
+
+    >>> barbell(6).sum(axis=1).tolist()   # cliques {0, 1, 2} and {3, 4, 5}, bridge 2 – 3
+    [2, 2, 3, 3, 2, 2]
+    """
+    k = validation.integer("n_agents", n_agents, 4)
+    n_path = validation.integer("path", path, 0, k - 4)
+    m1 = (k - n_path + 1) // 2
+    a = np.zeros((k, k), np.int32)
+    a[:m1, :m1] = 1
+    a[m1 + n_path :, m1 + n_path :] = 1
+    chain = [m1 - 1, *range(m1, m1 + n_path), m1 + n_path]  # last agent of clique 1 … first of clique 2
+    for u, v in zip(chain, chain[1:]):
+        a[u, v] = a[v, u] = 1
+    np.fill_diagonal(a, 0)
+    return validate_adjacency(a)
+
+
+def lollipop(n_agents: int, clique: int | None = None) -> np.ndarray:
+    """A clique of ``clique`` agents (default ⌈K/2⌉; agents 0 … m−1) with a path of the other K − m
+    attached to agent m − 1: the graph on which a simple random walk's cover time is largest
+    (order K³); the MH walk, uniform in its stationary law, is slowed by the path instead.
+
+    >>> lollipop(6).sum(axis=1).tolist()   # clique {0, 1, 2}, path 2 – 3 – 4 – 5
+    [2, 2, 3, 2, 2, 1]
+    """
+    k = validation.integer("n_agents", n_agents, 3)
+    m = validation.integer("clique", (k + 1) // 2 if clique is None else clique, 2, k - 1)
+    a = np.zeros((k, k), np.int32)
+    a[:m, :m] = 1
+    for u in range(m - 1, k - 1):
+        a[u, u + 1] = a[u + 1, u] = 1
+    np.fill_diagonal(a, 0)
+    return validate_adjacency(a)
+
+
+def as_adjacency(graph, name: str = "graph") -> np.ndarray:
+    """A user's graph as a validated int32 adjacency matrix: a (K, K) array or nested list of 0/1, or a
+    networkx graph (its nodes in ``graph.nodes`` order become agents 0 … K−1; networkx is an optional
+    dependency, imported only here).
+
+    Raises:
+        ValueError: naming ``name`` when the graph is not a valid gossip graph (not square, not 0/1,
+            asymmetric, with self-loops, disconnected), or when a networkx graph is given and
+            networkx cannot be imported.
+    """
+    if hasattr(graph, "nodes") and hasattr(graph, "edges") and hasattr(graph, "is_directed"):
+        try:
+            import networkx
+        except ImportError:
+            raise ValueError(
+                f"{name}: a networkx graph needs networkx, which is not installed (python -m pip install "
+                "networkx, or pass the adjacency matrix)"
+            ) from None
+        validation.check(name, "a directed graph", not graph.is_directed(), "an undirected graph")
+        nodes = list(graph.nodes)
+        graph = networkx.to_numpy_array(graph, nodelist=nodes, weight=None, dtype=np.int64)
+    return validate_adjacency(np.array(graph), name)
+
+
+def load(path: str, name: str = "graph") -> np.ndarray:
+    """A user's graph from a file: ``.npy``, a (K, K) 0/1 adjacency matrix; any other file, an edge list
+    of text lines ``i j`` (agents numbered from 0, K = the largest number + 1; blank lines and text after
+    ``#`` ignored; a pair may be listed in either order or both).
+
+    Raises:
+        ValueError: naming ``name`` and the file when it cannot be read or parsed, or when the graph
+            is not a valid gossip graph (asymmetric, disconnected, …: :func:`validate_adjacency`).
+    """
+    try:
+        if str(path).endswith(".npy"):
+            a = np.load(path, allow_pickle=False)
+        else:
+            with open(path, encoding="utf-8") as f:
+                lines = [(n, line.split("#", 1)[0].split()) for n, line in enumerate(f, 1)]
+            edges = []
+            for n, parts in lines:
+                if not parts:
+                    continue
+                if len(parts) != 2 or not all(p.isdigit() for p in parts):
+                    raise ValueError(f"line {n} is not an edge 'i j' of two agent numbers >= 0: {' '.join(parts)!r}")
+                edges.append((int(parts[0]), int(parts[1])))
+            if not edges:
+                raise ValueError("no edge in the file")
+            e = np.asarray(edges)
+            if (e[:, 0] == e[:, 1]).any():
+                i = int(e[e[:, 0] == e[:, 1]][0, 0])
+                raise ValueError(f"edge {i} {i} is a self-loop")
+            a = np.zeros((int(e.max()) + 1,) * 2, np.int32)
+            a[e[:, 0], e[:, 1]] = 1
+            a[e[:, 1], e[:, 0]] = 1
+    except (OSError, ValueError, UnicodeDecodeError) as err:
+        detail = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise ValueError(f"{name} = {path!r}: cannot be read as a graph ({detail})") from None
+    try:
+        return validate_adjacency(a, name)
+    except ValueError as err:
+        raise ValueError(f"{err} (in {path})") from None
+
+
+def spectrum(adjacency) -> np.ndarray:
+    """Eigenvalues of the MH transition matrix P (:func:`mh_transition_matrix`, symmetric), in float64,
+    largest first: 1 = λ_1 > λ_2 ≥ … ≥ λ_K ≥ −1 on a connected graph."""
+    a = validate_adjacency(adjacency)
+    deg = a.sum(-1).astype(np.float64)
+    off = a * np.minimum(1.0 / deg[:, None], 1.0 / deg[None, :])
+    p = off + np.diag(1.0 - off.sum(-1))
+    return np.linalg.eigvalsh(p)[::-1]
+
+
+def spectral_gap(adjacency) -> float:
+    """1 − λ_2 of the MH transition matrix: its inverse, the relaxation time, bounds how fast the walk
+    forgets where it started (and, up to log factors, its hitting and cover times).
+
+    >>> round(spectral_gap(complete(10)), 4)   # λ_2 = −1/(K − 1) on the complete graph
+    1.1111
+    """
+    return float(1.0 - spectrum(adjacency)[1])
 
 
 TOPOLOGIES = {"complete": complete, "ring": ring, "star": star, "line": line}
@@ -166,6 +351,60 @@ def by_name(name: str, n_agents: int) -> np.ndarray:
     """
     validation.one_of("topology", name, sorted(TOPOLOGIES))
     return TOPOLOGIES[name](n_agents)
+
+
+FAMILIES = {
+    "rgg": ("radius", float),
+    "er": ("p", float),
+    "barbell": ("path", int),
+    "lollipop": ("clique", int),
+}
+"""Graph families of :func:`from_spec` beyond :data:`TOPOLOGIES`, with their one parameter:
+``rgg:radius=R`` (:func:`random_geometric`), ``er:p=P`` (:func:`erdos_renyi`), ``barbell[:path=N]``
+(:func:`barbell`), ``lollipop[:clique=M]`` (:func:`lollipop`)."""
+
+SPEC_FORMS = ("complete", "ring", "star", "line", "rgg:radius=R", "er:p=P", "barbell[:path=N]", "lollipop[:clique=M]")
+"""The forms a graph specification takes (for messages and ``jaxfed show``)."""
+
+
+def from_spec(spec: str, n_agents: int, seed: int = 0, name: str = "graphs") -> np.ndarray:
+    """The graph a short specification names, on ``n_agents`` agents: a topology of :data:`TOPOLOGIES`
+    or ``FAMILY[:KEY=VALUE]`` of :data:`FAMILIES`. Random families are drawn from ``jax.random.key(seed)``
+    (the same key for every specification, so ``rgg:radius=0.4`` and ``rgg:radius=0.6`` place the agents
+    at the same points whenever their first draw is connected).
+
+    >>> int(from_spec("barbell", 6).sum()) // 2   # two triangles and their bridge
+    7
+
+    Raises:
+        ValueError: naming ``name`` and the forms allowed, or the family's parameter.
+    """
+    allowed = "one of " + ", ".join(SPEC_FORMS)
+    text = str(spec).strip()
+    family, _, arg = text.partition(":")
+    if family in TOPOLOGIES and not arg:
+        return TOPOLOGIES[family](n_agents)
+    validation.check(name, spec, family in FAMILIES, allowed)
+    key_name, kind = FAMILIES[family]
+    raw = None
+    if arg:
+        key, eq, raw = arg.partition("=")
+        validation.check(name, spec, eq == "=" and key.strip() == key_name, f"{family}:{key_name}=VALUE ({allowed})")
+        try:
+            kind(raw.strip())
+        except ValueError:
+            raise ValueError(f"{name}: {spec!r}: {key_name} must be a{'n int' if kind is int else ' number'}") from None
+    if family in ("rgg", "er"):
+        what = "a radius R" if family == "rgg" else "an edge probability P"
+        validation.check(
+            name, spec, raw is not None, f"{family}:{key_name}={key_name[0].upper()} with {what} ({allowed})"
+        )
+        value = float(str(raw).strip())
+        return random_geometric(seed, n_agents, value) if family == "rgg" else erdos_renyi(seed, n_agents, value)
+    count = None if raw is None else int(raw.strip())
+    if family == "barbell":
+        return barbell(n_agents, 0 if count is None else count)
+    return lollipop(n_agents, count)
 
 
 def degrees(adjacency) -> jax.Array:

@@ -4,11 +4,13 @@ points) and a plot; :mod:`jaxfed.experiments.base` runs them and writes the resu
 from __future__ import annotations
 
 from jaxfed.experiments import (
+    gfvl_graphs,
     gfvl_heterogeneity,
     gfvl_local_iters,
     gfvl_logistic,
     gfvl_topologies,
     gfvl_unlearning,
+    gfvl_wallclock,
     kmeans_ablation,
     kmeans_channels,
     kmeans_counts,
@@ -41,6 +43,8 @@ REGISTRY: dict[str, Experiment] = {
         gfvl_unlearning.EXPERIMENT_CONJUGATE,
         gfvl_heterogeneity.EXPERIMENT,
         gfvl_logistic.EXPERIMENT,
+        gfvl_wallclock.EXPERIMENT,
+        gfvl_graphs.EXPERIMENT,
         kmeans_mall.CONVERGENCE,
         kmeans_mall.SNR,
         kmeans_ablation.EXPERIMENT,
