@@ -262,12 +262,14 @@ def test_graphs_run_and_report_with_a_user_graph_file(tmp_path):
     edges = tmp_path / "path10.txt"
     edges.write_text("".join(f"{k} {k + 1}\n" for k in range(9)))  # K = 10 like the built-in graphs: one program
     exp = gfvl_graphs.EXPERIMENT
-    overrides = {"graphs": "complete,barbell", "graph": str(edges), "n_slots": "200", "record_every": "20"}
+    overrides = {"graphs": "complete,barbell", "graph": str(edges), "n_slots": "200", "records": "10"}
     cfg = make_config(exp.config_cls, overrides)
     config_json, results = run_experiment(exp, cfg, n_trials=64, quiet=True)
     labels = config_json["points"]
     assert [lab["graph"] for lab in labels] == ["complete", "barbell", "path10.txt"] and "sha256" in labels[2]
-    assert results["kl"].shape == (3, 64, 10) and results["cover"].shape == (3, 64)
+    n_records = len(gfvl_graphs.record_slots(cfg))
+    assert gfvl_graphs.record_slots(cfg)[[0, -1]].tolist() == [1, 200] and n_records <= 10
+    assert results["kl"].shape == (3, 64, n_records) and results["cover"].shape == (3, 64)
     # the first slot with KL <= level is never after the cover time (KL = 0 from there)
     assert np.all(results["slots_to_level"] <= results["cover"])
     reading = exp.report(cfg, labels, results)
@@ -297,7 +299,7 @@ def test_graphs_from_python_adjacency_and_networkx():
         ({"graphs": "complete,complete"}, "distinct"),
         ({"graphs": ""}, "at least one graph"),
         ({"exact_max_agents": "17"}, "exact_max_agents"),
-        ({"n_slots": "205"}, "multiple of record_every"),
+        ({"records": "0"}, "records"),
         ({"graph": "/no/such/file.npy"}, "graph = '/no/such/file.npy': cannot be read"),
     ],
 )
