@@ -50,62 +50,50 @@ POWER, RICIAN, BLOCK = "power-control", "rician-fading", "block-fading"
 
 @dataclasses.dataclass(frozen=True)
 class ChannelsConfig(MallConfig):
+    # not used here: each point names its own (power-control, rician-fading, block-fading); elsewhere one of
+    # oac.channels()
+    channel: str = "aggregate"
     digits: int = 4  # D of OAC at every point but the 'more digits' remedy's
     more_digits: int = 6  # D of the 'more digits' remedy (power control, at s = 0 and remedy_spread_db)
     snr_db: float = 20.0  # SNR (dB) of one ED at the ES
-    spreads_db: tuple[float, ...] = (0.0, 1.0, 2.0, 3.0, 6.0)  # s (dB) of the residual power-control gains; first 0
-    remedy_spread_db: float = 3.0  # s (dB) at which adaptive v_max and more digits are judged; one of spreads_db
+    spreads_db: tuple[float, ...] = (0.0, 1.0, 3.0, 6.0)  # s (dB) of the residual power-control gains; first 0
+    # s (dB) at which the remedies, fixed v_max against adaptive and more_digits, are run and judged (one of spreads_db)
+    remedy_spread_db: float = 3.0
     k_factors: tuple[float, ...] = (0.0, 1.0, 10.0, 100.0)  # Rician K-factors κ >= 0; first 0 (Rayleigh)
-    # coherence blocks B (resources, each dividing the L = 2·C·β·D resources of a round); first 1 (i.i.d.)
-    blocks: tuple[int, ...] = (1, 12, 240)
+    # coherence blocks B of block fading (resources, each dividing the L = 2·C·β·D resources of a round), first 1
+    # (i.i.d.), e.g. 1,12,240; empty (the default, to keep the run short): no block-fading points
+    blocks: tuple[int, ...] = ()
 
     def __post_init__(self):
         super().__post_init__()
         validation.integer("digits", self.digits, 1)
         validation.integer("more_digits", self.more_digits, 1)
         check_snrs("snr_db", (self.snr_db,))
-        validation.check(
-            "channel_sweep", self.channel_sweep, not self.channel_sweep, "empty (this study sets its channels)"
-        )
-        for name, values, first in (("spreads_db", self.spreads_db, 0.0), ("k_factors", self.k_factors, 0.0)):
-            validation.check(
-                name, values, len(values) >= 2 and values[0] == first, f"at least two values, the first {first:g}"
-            )
-        for s in self.spreads_db:
-            validation.non_negative("spreads_db", s)
-        for kappa in self.k_factors:
-            validation.non_negative("k_factors", kappa)
+        empty = "empty (this study sets its channels)"
+        validation.check("channel_sweep", self.channel_sweep, not self.channel_sweep, empty)
+        for name, values in (("spreads_db", self.spreads_db), ("k_factors", self.k_factors)):
+            validation.check(name, values, len(values) >= 2 and values[0] == 0, "at least two values, the first 0")
+            for value in values:
+                validation.non_negative(name, value)
         ok = self.remedy_spread_db in self.spreads_db and self.remedy_spread_db > 0
-        validation.check(
-            "remedy_spread_db", self.remedy_spread_db, ok, f"one of spreads_db {self.spreads_db} other than 0"
-        )
-        validation.check(
-            "blocks", self.blocks, len(self.blocks) >= 1 and self.blocks[0] == 1, "block sizes, the first 1"
-        )
+        allowed = f"one of spreads_db {self.spreads_db} other than 0"
+        validation.check("remedy_spread_db", self.remedy_spread_db, ok, allowed)
+        if self.blocks:
+            validation.check("blocks", self.blocks, self.blocks[0] == 1, "block sizes, the first 1 (i.i.d.)")
         resources = oac.n_resources(2 * self.n_clusters, self.beta, self.digits)
         for block in self.blocks:
-            impairments.check_block(block, resources)
+            allowed = f"integers >= 1 dividing the {resources} resources of a round (L = 2·C·β·D)"
+            validation.check("blocks", block, block >= 1 and resources % block == 0, allowed)
 
 
 def _labels(cfg: ChannelsConfig) -> list[dict]:
     oac_point = {"method": "oac", "snr_db": cfg.snr_db}
-    labels = []
-    for s in cfg.spreads_db:
-        labels.append({**oac_point, "digits": cfg.digits, "channel": POWER, "spread_db": s, "remedy": "none"})
-        labels.append(
-            {
-                **oac_point,
-                "digits": cfg.digits,
-                "channel": POWER,
-                "spread_db": s,
-                "adaptive": False,
-                "remedy": "fixed v_max",
-            }
-        )
+    power = {**oac_point, "channel": POWER}
+    labels = [{**power, "digits": cfg.digits, "spread_db": s, "remedy": "none"} for s in cfg.spreads_db]
     for s in (0.0, cfg.remedy_spread_db):
-        labels.append(
-            {**oac_point, "digits": cfg.more_digits, "channel": POWER, "spread_db": s, "remedy": "more digits"}
-        )
+        labels.append({**power, "digits": cfg.digits, "spread_db": s, "adaptive": False, "remedy": "fixed v_max"})
+    for s in (0.0, cfg.remedy_spread_db):
+        labels.append({**power, "digits": cfg.more_digits, "spread_db": s, "remedy": "more digits"})
     labels += [{**oac_point, "digits": cfg.digits, "channel": RICIAN, "k_factor": k} for k in cfg.k_factors]
     labels += [{**oac_point, "digits": cfg.digits, "channel": BLOCK, "block": float(b)} for b in cfg.blocks]
     return labels
@@ -153,51 +141,56 @@ def _bias(spread_db: float) -> float:
 
 def _plot(cfg: ChannelsConfig, labels, results, path):
     b = stats.band(results["loss"])
-    fig, axes = plotting.figure(1, 4, figsize=(21, 4.6))
+    n_panels = 4 if cfg.blocks else 3
+    fig, axes = plotting.figure(1, n_panels, figsize=(5.3 * n_panels, 4.6))
 
     def curve(ax, x, rows, name, k):
         (line,) = ax.plot(x, b.median[rows, -1], label=name, **plotting.LINE_STYLES[k])
         ax.fill_between(x, b.lower[rows, -1], b.upper[rows, -1], color=line.get_color(), alpha=0.15, lw=0)
 
+    def marks(ax, x, rows, name, k):
+        med = b.median[rows, -1]
+        bars = [med - b.lower[rows, -1], b.upper[rows, -1] - med]
+        style = plotting.LINE_STYLES[k]
+        ax.errorbar(x, med, yerr=bars, label=name, capsize=3, ls="none", marker=style["marker"], ms=5)
+
     ax = axes[0]
     spreads = np.asarray(cfg.spreads_db)
     curve(ax, spreads, _rows(labels, POWER, remedy="none"), f"D={cfg.digits}, adaptive v_max", 0)
-    curve(
-        ax, spreads, _rows(labels, POWER, remedy="fixed v_max"), f"D={cfg.digits}, fixed v_max = {cfg.vmax_fixed:g}", 1
+    pair = np.asarray([0.0, cfg.remedy_spread_db])
+    marks(
+        ax,
+        pair - 0.08,
+        _rows(labels, POWER, remedy="fixed v_max"),
+        f"D={cfg.digits}, fixed v_max {cfg.vmax_fixed:g}",
+        1,
     )
-    curve(
-        ax, [0.0, cfg.remedy_spread_db], _rows(labels, POWER, remedy="more digits"), f"D={cfg.more_digits}, adaptive", 2
-    )
+    marks(ax, pair + 0.08, _rows(labels, POWER, remedy="more digits"), f"D={cfg.more_digits}, adaptive v_max", 2)
     twin = ax.twinx()
     fine = np.linspace(0, max(spreads), 50)
     twin.plot(fine, [_bias(s) for s in fine], color="0.5", lw=1, ls=":")
     twin.set_ylabel("detector's mean E K̂_l / K_l = exp(σ_g²/2) (dotted)", fontsize=8, color="0.4")
     ax.set_xlabel("spread s of the residual power-control gains (dB)")
     ax.set_title("imperfect power control (gains per ED, fixed per trial)", fontsize=9)
-    panels = [
-        (axes[1], RICIAN, "k_factor", cfg.k_factors, "Rician K-factor κ (random phase)", "symlog"),
-        (axes[2], BLOCK, "block", tuple(float(x) for x in cfg.blocks), "coherence block B (resources)", "log"),
-    ]
+    panels = [(axes[1], RICIAN, "k_factor", cfg.k_factors, "Rician K-factor κ (random phase)", "symlog")]
+    if cfg.blocks:
+        blocks = tuple(float(x) for x in cfg.blocks)
+        panels.append((axes[2], BLOCK, "block", blocks, "coherence block B (resources)", "log"))
     for ax2, channel, key, values, xlabel, scale in panels:
-        curve(
-            ax2,
-            np.asarray(values),
-            [index_of(labels, channel=channel, **{key: v}) for v in values],
-            f"D={cfg.digits}",
-            0,
-        )
+        rows = [index_of(labels, channel=channel, **{key: v}) for v in values]
+        curve(ax2, np.asarray(values), rows, f"D={cfg.digits}", 0)
         ax2.set_xscale(scale)
         ax2.set_xlabel(xlabel)
         ax2.set_title(f"{channel} ({'κ = 0' if channel == RICIAN else 'B = 1'} is Rayleigh)", fontsize=9)
-    for ax2 in axes[:3]:
+    for ax2 in axes[:-1]:
         ax2.set_ylabel(f"{LOSS_LABEL}\nafter {cfg.n_rounds} rounds (median, 75% band)", fontsize=8)
         ax2.grid(True, which="both", alpha=0.25)
         ax2.legend(fontsize=7, loc="upper left")
-    ax3 = axes[3]
+    ax3 = axes[-1]
     counts = np.arange(0, 31)
     a = float(oac.channel.noise_variance(cfg.snr_db)) / symbol_energy_value(cfg.symbol_energy, cfg.beta)  # σ²/E_s
     for k, kappa in enumerate(cfg.k_factors):
-        ratio = np.asarray(impairments.rician_variance(counts, a, 1.0, kappa)) / np.square(counts + float(a))
+        ratio = np.asarray(impairments.rician_variance(counts, a, 1.0, kappa)) / np.square(counts + a)
         ax3.plot(counts, ratio, label=f"Rician κ = {kappa:g}", **plotting.LINE_STYLES[k] | {"markevery": 5})
     ax3.set_xlabel("EDs active on the resource K_l")
     ax3.set_ylabel("Var K̂_l / Rayleigh's (K_l + σ²/E_s)²", fontsize=8)
@@ -209,18 +202,24 @@ def _plot(cfg: ChannelsConfig, labels, results, path):
 
 
 def _recovery(last, labels, cfg: ChannelsConfig, remedy: str, claim: str):
-    """Paired verdict: the remedy's extra loss at s* (over its own s = 0) below the default's."""
+    """Paired verdict: the extra loss at s* over s = 0 with the remedy below that without it (mean)."""
     s = cfg.remedy_spread_db
 
     def extra(r):  # per-trial final loss at s* minus at s = 0, same points otherwise
-        return (
-            last[index_of(labels, channel=POWER, remedy=r, spread_db=s)]
-            - last[index_of(labels, channel=POWER, remedy=r, spread_db=0.0)]
-        )
+        at = lambda x: last[index_of(labels, channel=POWER, remedy=r, spread_db=x)]  # noqa: E731
+        return at(s) - at(0.0)
 
-    # adaptive v_max is the default ("none"), so its remedy's contrast is fixed v_max
+    # adaptive v_max is the default ("none"): its contrast is fixed v_max
     a, b = ("none", "fixed v_max") if remedy == "adaptive v_max" else (remedy, "none")
     return stats.paired_verdict(extra(a), extra(b), claim, expect="less", statistic="mean")
+
+
+def _remedy_text(name: str, v: stats.Verdict) -> str:
+    if v.verdict == stats.REPRODUCED:
+        return f"{name} lowers the extra loss by {-v.estimate:.3g} m² on average"
+    if v.verdict == stats.NOT_REPRODUCED:
+        return f"{name} does not lower it (the extra loss changes by {v.estimate:+.3g} m² on average)"
+    return f"{name} has no effect these trials can tell (the extra loss changes by {v.estimate:+.3g} m² on average)"
 
 
 def _report(cfg: ChannelsConfig, labels, results) -> Reading:
@@ -241,7 +240,7 @@ def _report(cfg: ChannelsConfig, labels, results) -> Reading:
     if last is None:
         return Reading(text + RAW_NEEDED)
     ref = index_of(labels, channel=POWER, remedy="none", spread_db=0.0)
-    ratios = [
+    power = [
         ratio_verdict(
             last,
             index_of(labels, channel=POWER, remedy="none", spread_db=s),
@@ -252,7 +251,7 @@ def _report(cfg: ChannelsConfig, labels, results) -> Reading:
         for s in cfg.spreads_db[1:]
     ]
     rayleigh = index_of(labels, channel=RICIAN, k_factor=0.0)
-    ratios += [
+    rician = [
         ratio_verdict(
             last,
             index_of(labels, channel=RICIAN, k_factor=k),
@@ -262,67 +261,66 @@ def _report(cfg: ChannelsConfig, labels, results) -> Reading:
         )
         for k in cfg.k_factors[1:]
     ]
-    ratios.append(
-        ratio_verdict(
-            last,
-            index_of(labels, channel=RICIAN, k_factor=cfg.k_factors[-1]),
-            rayleigh,
-            f"Rician κ = {cfg.k_factors[-1]:g} below Rayleigh (κ = 0)",
-            "less",
-        )
-    )
-    iid = index_of(labels, channel=BLOCK, block=1.0)
-    ratios += [
-        ratio_verdict(
-            last,
-            index_of(labels, channel=BLOCK, block=float(x)),
-            iid,
-            f"block fading B = {x} ≈ i.i.d. (B = 1)",
-            "equal",
-        )
-        for x in cfg.blocks[1:]
-    ]
+    top_k = cfg.k_factors[-1]
+    below = f"Rician κ = {top_k:g} below Rayleigh (κ = 0)"
+    rician.append(ratio_verdict(last, index_of(labels, channel=RICIAN, k_factor=top_k), rayleigh, below, "less"))
+    block = []
+    if cfg.blocks:
+        iid = index_of(labels, channel=BLOCK, block=1.0)
+        block = [
+            ratio_verdict(
+                last,
+                index_of(labels, channel=BLOCK, block=float(x)),
+                iid,
+                f"block fading B = {x} ≈ i.i.d. (B = 1)",
+                "equal",
+            )
+            for x in cfg.blocks[1:]
+        ]
     s = cfg.remedy_spread_db
+    extra = f"recovers loss at s = {s:g} dB: extra loss over s = 0 below"
     recovery = [
-        _recovery(
-            last,
-            labels,
-            cfg,
-            "adaptive v_max",
-            f"adaptive v_max recovers loss at s = {s:g} dB (extra loss over s = 0 below fixed v_max's)",
-        ),
-        _recovery(
-            last,
-            labels,
-            cfg,
-            "more digits",
-            f"D = {cfg.more_digits} recovers loss at s = {s:g} dB (extra loss over s = 0 below D = {cfg.digits}'s)",
-        ),
+        _recovery(last, labels, cfg, "adaptive v_max", f"adaptive v_max {extra} fixed v_max's"),
+        _recovery(last, labels, cfg, "more digits", f"D = {cfg.more_digits} {extra} D = {cfg.digits}'s"),
     ]
     median = lambda i: float(np.median(last[i]))  # noqa: E731
     top = max(cfg.spreads_db)
+    extra_loss = median(index_of(labels, channel=POWER, remedy="none", spread_db=s)) - median(ref)
     reading = (
         f"Power control: the median final loss goes from {median(ref):.3g} m² at s = 0 to "
-        f"{median(index_of(labels, channel=POWER, remedy='none', spread_db=top)):.3g} m² at s = {top:g} dB. The detector "
-        "sums the changes weighted by the gains, Σ_k g_k² Δc_{k,c}, and the ES divides by the exact |S_c|: the step "
-        f"overshoots by m₁ on average ({_bias(top):.3g} at {top:g} dB) and, gains being fixed per trial, the fixed point is "
-        "the gain-weighted mean of each cluster, not its mean; centroids thrown out of their clusters call on "
-        "re-initialisation. Neither remedy addresses a bias: adaptive v_max and more digits refine the quantiser, "
-        "and the error is in the channel's weights. Rician fading keeps the detector unbiased and removes only p² K_l "
-        "of the self-noise K_l² (non-coherent: the K_l direct paths add up with random phases), and block fading "
-        "leaves each resource's law as it was (it correlates resources, Cov(K̂_l, K̂_l′) = n_ll′)."
+        f"{median(index_of(labels, channel=POWER, remedy='none', spread_db=top)):.3g} m² at s = {top:g} dB. The "
+        "detector sums the changes weighted by the gains, Σ_k g_k² Δc_(k,c), and the ES divides by the exact |S_c|: "
+        f"the step is m₁ times too long on average ({_bias(top):.3g} at {top:g} dB) and, the gains being fixed in a "
+        "trial, its fixed point is each cluster's gain-weighted mean rather than its mean; centroids thrown out of "
+        f"their clusters call on re-initialisation. At s = {s:g} dB (the medians {extra_loss:.3g} m² above s = 0), "
+        + _remedy_text("adaptive v_max (against the fixed v_max)", recovery[0])
+        + "; "
+        + _remedy_text(f"D = {cfg.more_digits}", recovery[1])
+        + (
+            ": both refine the quantiser, while the error is in the channel's weights."
+            if all(v.verdict != stats.REPRODUCED for v in recovery)
+            else "."
+        )
+        + " Rician fading keeps the "
+        "detector unbiased and takes only p² K_l off the self-noise K_l² (non-coherent: the K_l direct paths add up "
+        f"with random phases); its median loss ratio to Rayleigh at κ = {top_k:g} is {rician[-1].estimate:.3g}."
     )
+    if block:
+        reading += (
+            " Block fading leaves each resource's law as it was and correlates the resources of a block "
+            "(Cov(K̂_l, K̂_l′) = n_ll′)."
+        )
     markdown = (
         text
         + f"**Reading.** {reading}\n\n"
-        + verdict_block(ratios)
-        + "\nThe remedies (the per-trial difference of extra losses, s = "
-        + f"{s:g} dB minus s = 0, with the remedy − without it):\n\n"
+        + verdict_block([*power, *rician, *block])
+        + f"\nThe remedies (per trial: the final loss at s = {s:g} dB minus that at s = 0, with the remedy "
+        "against without it):\n\n"
         + verdict_block(
             recovery, DIFFERENCE_TEXT.replace("of final losses", "of extra final losses"), "mean a − b (m²)"
         )
     )
-    return Reading(markdown, (*ratios, *recovery))
+    return Reading(markdown, (*power, *rician, *block, *recovery))
 
 
 EXPERIMENT = Experiment(
@@ -332,7 +330,7 @@ EXPERIMENT = Experiment(
     build=_build,
     plot=_plot,
     report=_report,
-    default_trials=200,
+    default_trials=120,
     common_random_numbers=True,
     micro_batch=MICRO_BATCH,
 )

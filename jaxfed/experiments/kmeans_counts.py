@@ -162,7 +162,7 @@ def _report(cfg: CountsConfig, labels, results) -> Reading:
     total_orth = res["changes"] + res["orthogonal counts"]
     total_oac = res["changes"] + res["OAC counts"] + res["count v_max reports"]
     resource_rows = [
-        "| counts | changes (OAC, L·C·β·D) | counts | count v_max reports | total | counts' share saved |",
+        "| counts | changes (OAC, L·C·β·D) | counts | count v_max reports | total | saved on the counts |",
         "|---|---|---|---|---|---|",
         f"| orthogonal, exact (C·K·{cfg.count_bits} bits / r_bits) | {res['changes']} | {res['orthogonal counts']:g} | 0 | "
         f"{total_orth:g} | – |",
@@ -218,18 +218,21 @@ def _report(cfg: CountsConfig, labels, results) -> Reading:
             "less",
         )
     )
+    snr_effect = ""
     if len(cfg.snrs_db) > 1:
         lo, hi = min(cfg.snrs_db), max(cfg.snrs_db)
         penalty = lambda s: last[at("oac", s)] / last[at("exact", s)]  # noqa: E731
-        ratios.append(
-            stats.paired_verdict(
-                penalty(hi),
-                penalty(lo),
-                f"the OAC-count penalty (loss ratio to exact counts) at {hi:g} dB ≈ at {lo:g} dB",
-                expect="equal",
-                transform="log_ratio",
-                margin=math.log(1.05),
-            )
+        shrink = stats.paired_verdict(
+            penalty(hi),
+            penalty(lo),
+            f"the OAC-count penalty (loss ratio to exact counts) is smaller at {hi:g} dB than at {lo:g} dB",
+            expect="less",
+            transform="log_ratio",
+        )
+        ratios.append(shrink)
+        snr_effect = (
+            f" Raising the SNR from {lo:g} to {hi:g} dB multiplies the penalty by {shrink.estimate:.3g} (median per "
+            f"trial): the noise's share of the error goes, the self-noise stays."
         )
     spurious = stats.paired_verdict(
         fires["spurious_reinits"][at("oac")],
@@ -248,14 +251,14 @@ def _report(cfg: CountsConfig, labels, results) -> Reading:
     i_oac, i_exact = at("oac"), at("exact")
     reading = (
         f"At {cfg.snr_db:g} dB the ES's counts are off by {error[i_oac]:.3g} points RMS per cluster and round, against a "
-        f"mean cluster size of {cfg.n_points / cfg.n_clusters:g}: the energy detector's variance (K_l + σ²/E_s)² keeps "
+        f"mean cluster size of {cfg.n_points / cfg.n_clusters:g}: under Rayleigh fading the energy detector's variance (K_l + σ²/E_s)² keeps "
         "the fading's self-noise K_l² at every SNR, and unlike the changes, which shrink as the centroids settle (and "
         "v_max with them), the counts do not shrink, so their relative error stays of order one. The ES then divides "
         "the summed changes by a wrong |Ŝ_c| (a small |Ŝ_c| throws a centroid far away) and re-initialisation reads "
         f"|Ŝ_c| < S_min: it moved {fires['spurious_reinits'][i_oac].mean():.2f} clusters per run that held points "
         f"(exact counts: {fires['spurious_reinits'][i_exact].mean():.2f}) and left "
         f"{fires['missed_reinits'][i_oac].mean():.2f} empty ones in place. Without re-initialisation nothing brings the "
-        "thrown centroids back."
+        "thrown centroids back." + snr_effect
     )
     markdown = (
         text
