@@ -12,7 +12,15 @@ import numpy as np
 import pytest
 
 from jaxfed import cli, expfam, gfvl, gossip, graphs, likelihoods, stats
-from jaxfed.experiments import REGISTRY, _gfvl_common, gfvl_graphs, gfvl_wallclock, make_config, run_experiment
+from jaxfed.experiments import (
+    REGISTRY,
+    _gfvl_common,
+    gfvl_graphs,
+    gfvl_wallclock,
+    load_results,
+    make_config,
+    run_experiment,
+)
 
 
 def _mh(a):
@@ -258,13 +266,15 @@ def test_wallclock_conjugate_run_and_report():
 
 
 # --------------------------------------------------------------------------- gfvl-graphs
-def test_graphs_run_and_report_with_a_user_graph_file(tmp_path):
+def test_graphs_run_from_the_cli_with_a_user_graph_file(tmp_path):
     edges = tmp_path / "path10.txt"
     edges.write_text("".join(f"{k} {k + 1}\n" for k in range(9)))  # K = 10 like the built-in graphs: one program
-    exp = gfvl_graphs.EXPERIMENT
-    overrides = {"graphs": "complete,barbell", "graph": str(edges), "n_slots": "200", "records": "10"}
-    cfg = make_config(exp.config_cls, overrides)
-    config_json, results = run_experiment(exp, cfg, n_trials=64, quiet=True)
+    out = tmp_path / "run"
+    settings = ["graphs=complete,barbell", f"graph={edges}", "n_slots=200", "records=10"]
+    argv = ["run", "gfvl-graphs", "--trials", "64", "--out", str(out), "--quiet"]
+    assert cli.main(argv + [a for s in settings for a in ("--set", s)]) == 0
+    config_json, results = load_results(str(out))
+    cfg = make_config(gfvl_graphs.Config, dict(s.split("=", 1) for s in settings))
     labels = config_json["points"]
     assert [lab["graph"] for lab in labels] == ["complete", "barbell", "path10.txt"] and "sha256" in labels[2]
     n_records = len(gfvl_graphs.record_slots(cfg))
@@ -272,11 +282,12 @@ def test_graphs_run_and_report_with_a_user_graph_file(tmp_path):
     assert results["kl"].shape == (3, 64, n_records) and results["cover"].shape == (3, 64)
     # the first slot with KL <= level is never after the cover time (KL = 0 from there)
     assert np.all(results["slots_to_level"] <= results["cover"])
-    reading = exp.report(cfg, labels, results)
+    reading = gfvl_graphs.EXPERIMENT.report(cfg, labels, results)
     assert len(reading.verdicts) == 3 + 3 + 2 and "exact cover time" in reading.text
+    assert "Monte Carlo cover time agrees" in (out / "report.md").read_text() and (out / "gfvl-graphs.png").exists()
     edges.write_text("".join(f"{k} {(k + 1) % 10}\n" for k in range(10)))  # the file changed since the run: a ring
     with pytest.raises(ValueError, match="its file changed"):
-        exp.report(cfg, labels, results)
+        gfvl_graphs.EXPERIMENT.report(cfg, labels, results)
 
 
 def test_graphs_from_python_adjacency_and_networkx():

@@ -258,7 +258,8 @@ def claims(cfg: Config, labels, results, props: list[dict]) -> tuple[list, list,
     cover_checks = []
     for p, lab in enumerate(labels):
         exact = props[p]["cover_exact"]
-        claim = f"{lab['graph']}: measured mean cover time = exact {exact:.2f} slots (±{COVER_MARGIN:.0%})"
+        value = f"{exact:.2f} slots" if np.isfinite(exact) else "expected cover time"
+        claim = f"{lab['graph']}: measured mean cover time = exact {value} (±{COVER_MARGIN:.0%})"
         if np.isnan(exact):
             cover_checks.append(
                 stats.not_testable(claim, f"K = {props[p]['agents']} > exact_max_agents = {cfg.exact_max_agents}")
