@@ -55,8 +55,8 @@ def option(
     Args:
         check: called with a given (not None) value; raises a one-line ValueError or returns it.
         cli: offered by ``commands`` as ``--name-with-dashes`` (or ``flag``); False for what the
-            caller (an experiment, a test) decides. A bool field is a switch; one whose ``flag``
-            is given and whose default is None or True (``progress``: ``--quiet``) sets False.
+            caller (an experiment, a test) decides. A bool field is a switch: to True when its
+            default is False (``--overwrite``), else to False (``progress``: ``--quiet``).
         parse: the argument's text -> value, raising ValueError with its own one-line message
             (default: the field's type, and text that does not parse goes to ``check`` as it is).
         cli_check: the check at parse time instead of ``check`` (``--devices`` is bounded
