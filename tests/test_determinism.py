@@ -42,6 +42,8 @@ SMALL = {
     "kmeans-ablation": {"n_points": "300", "n_rounds": "4", "inits": "uniform,forgy"},
     "kmeans-devices": {"n_points": "300", "n_rounds": "4", "grid_sides": "3,10"},
     "kmeans-digits1": {"n_points": "300", "n_rounds": "4", "snrs_db": "0,20"},
+    "kmeans-oac-counts": {"n_points": "300", "n_rounds": "4", "snrs_db": "10,20"},
+    "kmeans-channels": {"n_points": "300", "n_rounds": "4", "spreads_db": "0,3", "k_factors": "0,10"},
 }
 DEFAULT_SUITE = ("gfvl-local-iters", "kmeans-snr")  # the two the issue reproduced
 SEED = 11
