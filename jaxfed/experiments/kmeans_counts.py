@@ -232,7 +232,7 @@ def _report(cfg: CountsConfig, labels, results) -> Reading:
         ratios.append(shrink)
         snr_effect = (
             f" Raising the SNR from {lo:g} to {hi:g} dB multiplies the penalty by {shrink.estimate:.3g} (median per "
-            f"trial): the noise's share of the error goes, the self-noise stays."
+            f"trial): the detector's noise term σ²/E_s falls with the SNR, its self-noise term K_l does not."
         )
     spurious = stats.paired_verdict(
         fires["spurious_reinits"][at("oac")],
