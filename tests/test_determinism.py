@@ -37,6 +37,8 @@ SMALL = {
         "topologies": "ring",
         "splits": "iid,label-skew",
     },
+    "gfvl-wallclock": {"local_iters": "1,5", "total_iters": "20", "record_every": "10", "n_samples": "4"},
+    "gfvl-graphs": {"graphs": "ring,rgg:radius=0.55", "n_slots": "40", "records": "8"},
     "kmeans-convergence": {"n_points": "300", "n_rounds": "4", "snrs_db": "0,20"},
     "kmeans-snr": {"n_points": "300", "n_rounds": "4", "digits_list": "2", "snrs_db": "0,10,20"},
     "kmeans-ablation": {"n_points": "300", "n_rounds": "4", "inits": "uniform,forgy"},
