@@ -155,7 +155,8 @@ def _plot(cfg: CountsConfig, labels, results, path):
     plotting.save(fig, path)
 
 
-def _report(cfg: CountsConfig, labels, results) -> Reading:
+def _setting_text(cfg: CountsConfig, labels, results) -> str:
+    """The points' final losses and the resources per round, in markdown."""
     b = stats.band(results["loss"])
     table = band_table("round", [cfg.n_rounds], [_name(lab) for lab in labels], b, [cfg.n_rounds - 1])
     res = resources(cfg)
@@ -178,22 +179,12 @@ def _report(cfg: CountsConfig, labels, results) -> Reading:
         f"both and left out). Over the air the round saves {total_orth - total_oac:g} resources, "
         f"{1 - total_oac / total_orth:.0%} of the total:\n\n" + "\n".join(resource_rows) + "\n\n"
     )
-    last = final_values(results)
-    if last is None:
-        return Reading(text + RAW_NEEDED)
+    return text
+
+
+def _claims(cfg: CountsConfig, labels, last, fires) -> tuple[list, str, object, object]:
+    """(ratio verdicts, the SNR sentence, the spurious and the firing verdicts) of the counts study."""
     at = lambda counts, snr=cfg.snr_db, reinit=True: index_of(labels, counts=counts, snr_db=snr, reinit=reinit)  # noqa: E731
-    fires = {m: _per_run(results, m) for m in ("reinits", "spurious_reinits", "missed_reinits", "small_clusters")}
-    rows = [
-        "| point | re-initialised per run | of them with >= S_min points | left below S_min | RMS count error (points) |"
-    ]
-    rows.append("|---|---|---|---|---|")
-    error = np.asarray(results["count_error"]).mean(axis=(1, 2))
-    for i, lab in enumerate(labels):
-        if lab["reinit"]:
-            rows.append(
-                f"| {_name(lab)} | {fires['reinits'][i].mean():.2f} | {fires['spurious_reinits'][i].mean():.2f} | "
-                f"{fires['missed_reinits'][i].mean():.2f} | {error[i]:.3g} |"
-            )
     ratios = [
         ratio_verdict(
             last, at("oac", s), at("exact", s), f"OAC counts ≈ exact counts at {s:g} dB (final loss)", "equal"
@@ -248,6 +239,28 @@ def _report(cfg: CountsConfig, labels, results) -> Reading:
         f"re-initialisation fires more often with OAC counts at {cfg.snr_db:g} dB (per run)",
         "greater",
     )
+    return ratios, snr_effect, spurious, fired
+
+
+def _report(cfg: CountsConfig, labels, results) -> Reading:
+    text = _setting_text(cfg, labels, results)
+    last = final_values(results)
+    if last is None:
+        return Reading(text + RAW_NEEDED)
+    fires = {m: _per_run(results, m) for m in ("reinits", "spurious_reinits", "missed_reinits", "small_clusters")}
+    rows = [
+        "| point | re-initialised per run | of them with >= S_min points | left below S_min | RMS count error (points) |"
+    ]
+    rows.append("|---|---|---|---|---|")
+    error = np.asarray(results["count_error"]).mean(axis=(1, 2))
+    for i, lab in enumerate(labels):
+        if lab["reinit"]:
+            rows.append(
+                f"| {_name(lab)} | {fires['reinits'][i].mean():.2f} | {fires['spurious_reinits'][i].mean():.2f} | "
+                f"{fires['missed_reinits'][i].mean():.2f} | {error[i]:.3g} |"
+            )
+    ratios, snr_effect, spurious, fired = _claims(cfg, labels, last, fires)
+    at = lambda counts, snr=cfg.snr_db, reinit=True: index_of(labels, counts=counts, snr_db=snr, reinit=reinit)  # noqa: E731
     i_oac, i_exact = at("oac"), at("exact")
     reading = (
         f"At {cfg.snr_db:g} dB the ES's counts are off by {error[i_oac]:.3g} points RMS per cluster and round, against a "
