@@ -222,7 +222,8 @@ def _remedy_text(name: str, v: stats.Verdict) -> str:
     return f"{name} has no effect these trials can tell (the extra loss changes by {v.estimate:+.3g} m² on average)"
 
 
-def _report(cfg: ChannelsConfig, labels, results) -> Reading:
+def _setting_text(cfg: ChannelsConfig, labels, results) -> str:
+    """The final losses and what the detector estimates under imperfect power control, in markdown."""
     b = stats.band(results["loss"])
     table = band_table("round", [cfg.n_rounds], [_name(lab) for lab in labels], b, [cfg.n_rounds - 1])
     bias_rows = ["| s (dB) | σ_g | E K̂_l / K_l = m₁ | Var K̂_l at K_l = 10 (Rayleigh: 100) |", "|---|---|---|---|"]
@@ -236,9 +237,11 @@ def _report(cfg: ChannelsConfig, labels, results) -> Reading:
         f"docs/kmeans.md §B10; σ²/E_s = {a:.3g}): with gains g_k² it estimates G_l = Σ_(k on l) g_k², on average "
         "m₁ K_l:\n\n" + "\n".join(bias_rows) + "\n\n"
     )
-    last = final_values(results)
-    if last is None:
-        return Reading(text + RAW_NEEDED)
+    return text
+
+
+def _claims(cfg: ChannelsConfig, labels, last):
+    """(power, rician, block, recovery) verdicts of the channels study."""
     ref = index_of(labels, channel=POWER, remedy="none", spread_db=0.0)
     power = [
         ratio_verdict(
@@ -283,6 +286,17 @@ def _report(cfg: ChannelsConfig, labels, results) -> Reading:
         _recovery(last, labels, cfg, "adaptive v_max", f"adaptive v_max {extra} fixed v_max's"),
         _recovery(last, labels, cfg, "more digits", f"D = {cfg.more_digits} {extra} D = {cfg.digits}'s"),
     ]
+    return power, rician, block, recovery
+
+
+def _report(cfg: ChannelsConfig, labels, results) -> Reading:
+    text = _setting_text(cfg, labels, results)
+    last = final_values(results)
+    if last is None:
+        return Reading(text + RAW_NEEDED)
+    power, rician, block, recovery = _claims(cfg, labels, last)
+    ref = index_of(labels, channel=POWER, remedy="none", spread_db=0.0)
+    s, top_k = cfg.remedy_spread_db, cfg.k_factors[-1]
     median = lambda i: float(np.median(last[i]))  # noqa: E731
     top = max(cfg.spreads_db)
     extra_loss = median(index_of(labels, channel=POWER, remedy="none", spread_db=s)) - median(ref)
