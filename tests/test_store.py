@@ -591,8 +591,10 @@ def test_real_sigkill_of_the_cli_resumes_identically(tmp_path, keep, seed):
 
 
 @pytest.mark.slow
-def test_a_refusal_by_process_0_stops_every_process(tmp_path):
-    """Only process 0 reads the store; when it refuses, process 1 must not wait for it forever."""
+@pytest.mark.parametrize("keep", ["raw", "summary"])
+def test_a_refusal_by_process_0_stops_every_process(tmp_path, keep):
+    """Only process 0 reads the store; when it refuses, process 1 must not wait for it forever (a
+    damaged summary too: process 1 once waited in the summary's resume broadcast until JAX's timeout)."""
     out = tmp_path / "run"
     args = [
         sys.executable,
@@ -607,11 +609,13 @@ def test_a_refusal_by_process_0_stops_every_process(tmp_path):
         "--set",
         "n_slots=20",
         "--quiet",
+        "--keep",
+        keep,
         "--out",
         str(out),
     ]
     assert subprocess.run(args, capture_output=True, timeout=600).returncode == 0
-    chunk = next((out / "chunks").glob("g000_*.npz"))
+    chunk = next((out / "chunks").glob("g000_*.npz" if keep == "raw" else "summary_g000.npz"))
     chunk.write_bytes(chunk.read_bytes()[:-10])
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

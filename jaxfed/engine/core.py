@@ -40,7 +40,7 @@ from jaxfed.engine.points import (
     rebuild,
 )
 from jaxfed.engine.progress import Progress
-from jaxfed.engine.sinks import RawSink, SummarySink, Writer, pipelined
+from jaxfed.engine.sinks import RawSink, SummarySink, Writer, open_sinks, pipelined
 from jaxfed.engine.target import Target, parse_target, worst_se
 from jaxfed.store import STORE_FORMAT, GroupSpec, Store, StoreError
 
@@ -250,7 +250,8 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
         store = _open_store(options, identity, bar, is_main, resources)
         resources.callback(bar.close)
         resources.callback(writer.close)
-        sinks = _open_sinks(store, groups, specs, n_trials, keep == "summary", target is not None, results, writer)
+        specs_of = [GroupSpec(g, group.point_ids, specs) for g, (group, _) in enumerate(groups)]
+        sinks = open_sinks(store, specs_of, n_trials, results, writer, summary=keep == "summary", targeted=target is not None)  # fmt: skip
     except BaseException:
         resources.close()
         raise
@@ -337,24 +338,6 @@ def _open_store(options: RunOptions, identity: dict | None, bar: Progress, is_ma
     raise_on_every_process(refusal)
     assert store is not None
     return store
-
-
-def _open_sinks(store, groups, specs, n_trials, summary, targeted, results, writer) -> list[RawSink | SummarySink]:
-    """Each group's sink, restored from ``store`` (a refusal of a stored file is raised on every process)."""
-    refusal: StoreError | None = None
-    sinks: list[RawSink | SummarySink] = []
-    try:
-        for g, (group, _) in enumerate(groups):
-            spec = GroupSpec(g, group.point_ids, specs)
-            sinks.append(
-                SummarySink(store, spec, n_trials, writer, jax.process_index() == 0, targeted)
-                if summary
-                else RawSink(store, spec, n_trials, results, writer)
-            )
-    except StoreError as err:
-        refusal = err
-    raise_on_every_process(refusal)
-    return sinks
 
 
 def _chunk_request(chunk_size: int | None, sink, keep: str, n_trials: int) -> int | None:

@@ -8,12 +8,13 @@ from __future__ import annotations
 import concurrent.futures
 from typing import NamedTuple
 
+import jax
 import numpy as np
 
 from jaxfed import stats
-from jaxfed.engine.devices import broadcast_from_0, to_host
+from jaxfed.engine.devices import broadcast_from_0, raise_on_every_process, to_host
 from jaxfed.engine.target import Target, still_running
-from jaxfed.store import GroupSpec, Store
+from jaxfed.store import GroupSpec, Store, StoreError
 
 
 class Writer:
@@ -78,11 +79,41 @@ class Resume(NamedTuple):
     chunk_size: int | None  # the chunk size a continued run must keep (a targeted run's), else None
 
 
+def open_sinks(store: Store, specs: list, n_trials: int, results: dict, writer: Writer, *, summary: bool, targeted: bool) -> list:  # fmt: skip
+    """Each group's sink (``specs``: a :class:`jaxfed.store.GroupSpec` per group), with what ``store``
+    holds restored, and each group's :class:`Resume` decided: the one place a group's resume is.
+
+    First process 0 reads and verifies every stored file (a refusal is raised on every process,
+    before any collective the others would wait in), then every process takes process 0's
+    decisions (:meth:`Sink.settle`).
+
+    Raises:
+        StoreError: a stored file cannot be used (on process 0; on the others, that it refused).
+    """
+    refusal: StoreError | None = None
+    sinks: list[RawSink | SummarySink] = []
+    is_main = jax.process_index() == 0
+    try:
+        for spec in specs:
+            sinks.append(
+                SummarySink(store, spec, n_trials, writer, is_main, targeted)
+                if summary
+                else RawSink(store, spec, n_trials, results, writer)
+            )
+    except StoreError as err:
+        refusal = err
+    raise_on_every_process(refusal)
+    for sink in sinks:
+        sink.settle()
+    return sinks
+
+
 class Sink:
     """What a group's chunks are handed to: the interface :func:`jaxfed.engine.execute` drives in
-    raw and summary modes alike. A sink restores what the store holds when it is opened (the only
-    place a group's resume is decided) and then takes the chunks left.
+    raw and summary modes alike. A sink restores what the store holds when it is opened
+    (:func:`open_sinks`) and then takes the chunks left.
 
+    - ``settle()``: process 0's reading of the store on every process (a collective), once;
     - ``resume()``: the :class:`Resume` of the group;
     - ``chunks(size)``: the chunks (start, stop) left to compute, ``size`` trials at most each;
     - ``extra_args(chunk)``: the chunk function's arguments after (seed, points, leaves, start);
@@ -90,9 +121,13 @@ class Sink:
     - ``finish(nonfinite)``: the group's results, after its last chunk.
     """
 
-    _resume: Resume
+    _resume: Resume | None = None
+
+    def settle(self) -> None:
+        raise NotImplementedError
 
     def resume(self) -> Resume:
+        assert self._resume is not None, "settle() first (open_sinks)"
         return self._resume
 
 
@@ -118,9 +153,11 @@ class RawSink(Sink):
             self.done.append((start, stop_used))
         # per point, the non-finite trials of the computed chunks (counted on the device)
         self.computed_nonfinite = {name: np.zeros(len(self.rows), np.int64) for name in spec.metrics}
-        missing = missing_ranges(n_trials, self.done, n_trials)
+
+    def settle(self) -> None:
+        missing = missing_ranges(self.n_trials, self.done, self.n_trials)
         complete = int(broadcast_from_0(np.asarray([not missing], np.int64))[0])  # only process 0 reads the store
-        done = len(self.rows) * (n_trials - sum(stop - start for start, stop in missing))
+        done = len(self.rows) * (self.n_trials - sum(stop - start for start, stop in missing))
         self._resume = Resume(bool(complete), done, None)
 
     def chunks(self, size: int) -> list:
@@ -183,11 +220,13 @@ class SummarySink(Sink):
         complete = stored[1] is not None and stored[0] == n_trials
         first, self.states, self.tails, counts = resume_point(stored, n_trials, len(self.rows), spec.metrics)
         kept = (stored[3] or 0) if targeted else 0
-        # Process 0's reading on every process (only process 0 reads the store).
-        decided = broadcast_from_0(np.asarray([first, complete, kept, *counts], np.int64))
+        self._read = np.asarray([first, complete, kept, *counts], np.int64)  # (this process's reading)
+        self.size: int | None = None  # the chunk size, recorded in the store (a targeted run resumes on it)
+
+    def settle(self) -> None:
+        decided = broadcast_from_0(self._read)  # only process 0 reads the store
         self.first, self.counts = int(decided[0]), decided[3:]
         self._resume = Resume(bool(decided[1]), int(self.counts.sum()), int(decided[2]) or None)
-        self.size: int | None = None  # the chunk size, recorded in the store (a targeted run resumes on it)
 
     def chunks(self, size: int) -> list:
         self.size = size
