@@ -3,6 +3,7 @@
 G-FVL (docs/gfvl.md): graphs, gossip, expfam, likelihoods, natgrad, quadrature, numerics, gfvl.
 Over-the-air federated k-means (docs/kmeans.md): oac (codec, channel), kmeans.
 Shared: scenarios (data), engine (sweeps), stats, plotting, experiments, validation (argument checks); cli.
+Results as labelled data (docs/results.md): open_results, to_xarray, bands, verdicts (jaxfed.results).
 """
 
 __version__ = "0.1.0"
@@ -23,6 +24,7 @@ from jaxfed import (  # noqa: E402,F401
     stats,
     validation,
 )
+from jaxfed.results import bands, open_results, to_xarray, verdicts  # noqa: E402  (xarray/pandas: on first use)
 
 __all__ = [
     "engine",
@@ -39,5 +41,9 @@ __all__ = [
     "scenarios",
     "stats",
     "validation",
+    "open_results",
+    "to_xarray",
+    "bands",
+    "verdicts",
     "__version__",
 ]

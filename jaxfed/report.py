@@ -57,8 +57,9 @@ def summary(named_sections: list) -> str:
 
 
 def write(out_dir: str, sections: list, seconds: float) -> str:
-    """Writes ``<out_dir>/report.md`` from (experiment name, :func:`section`) pairs and returns its path."""
-    from jaxfed import __version__, stats, store
+    """Writes ``<out_dir>/report.md`` from (experiment name, :func:`section`) pairs, and its claims
+    as ``<out_dir>/verdicts.json`` (:func:`jaxfed.results.verdicts`), and returns the report's path."""
+    from jaxfed import __version__, results, stats, store
 
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     head = [
@@ -93,4 +94,7 @@ def write(out_dir: str, sections: list, seconds: float) -> str:
     ]
     path = os.path.join(out_dir, "report.md")
     store.atomic_write_bytes(path, ("\n".join(head + [reading.text for _, reading in sections]) + "\n").encode())
+    # The claims as data too (jaxfed.results.verdicts reads them into a table without running anything).
+    records = {"format": 1, "report": "report.md", "verdicts": results.verdict_records(sections)}
+    store.atomic_write_json(os.path.join(out_dir, results.VERDICTS_FILE), records)
     return path

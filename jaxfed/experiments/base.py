@@ -56,6 +56,9 @@ class Sweep(NamedTuple):
     points: list  # point pytrees for the engine (array leaves traced, others static)
     labels: list  # JSON dict per point, e.g. {"topology": "ring"}
     metric_axes: dict  # metric -> axis names after (point, trial), e.g. {"kl": ("slot",)}
+    # axis name -> its coordinate values, one JSON number or string per index (e.g. {"record": [1, 2, 5]});
+    # "slot" and "round" default to 1, 2, …: see axis_coords. Recorded in config.json ("coords").
+    coords: Mapping[str, list] | None = None
 
 
 class Reading(NamedTuple):
@@ -248,6 +251,42 @@ def check_sweep(sweep) -> None:
     for p, label in enumerate(labels):
         validation.check(f"labels[{p}]", label, isinstance(label, dict), "a dict (e.g. {'topology': 'ring'})")
         check_json(f"labels[{p}]", label)
+    axes = {axis for names in (sweep.metric_axes or {}).values() for axis in names}
+    for axis, values in (sweep.coords or {}).items():
+        validation.check("coords", axis, axis in axes, f"an axis of a metric ({', '.join(sorted(axes)) or 'none'})")
+        scalars = isinstance(values, (list, tuple)) and all(
+            isinstance(v, (int, float, str, np.integer, np.floating)) and not isinstance(v, bool) for v in values
+        )
+        validation.check(f"coords[{axis!r}]", values, scalars, "a list of numbers or strings, one per index")
+
+
+AXES_NUMBERED_FROM_1 = ("slot", "round")
+"""Axes whose coordinate values default to 1, 2, …, n (slot i = 1..n_slots, round 1..n_rounds)."""
+
+
+def axis_coords(
+    metric_axes: Mapping, coords: Mapping | None, shapes: Mapping[str, tuple], warn: Callable[[str], None] | None = None
+) -> dict:
+    """The coordinate values of each metric axis (config.json's ``"coords"``): a sweep's own
+    (``coords``, :attr:`Sweep.coords`), else 1..n for the axes of :data:`AXES_NUMBERED_FROM_1`;
+    an axis with neither has none (it is read by position). ``metric_axes``: metric -> axis
+    names; ``shapes``: metric -> shape of one trial's value. Values whose count is not the axis's
+    length are left out, with a line to ``warn``."""
+    lengths: dict[str, int] = {}
+    for name, axes in metric_axes.items():
+        for axis, length in zip(axes, shapes.get(name, ())):
+            lengths.setdefault(axis, length)
+    out = {}
+    for axis, length in lengths.items():
+        given = (coords or {}).get(axis)
+        if given is None:
+            if axis in AXES_NUMBERED_FROM_1:
+                out[axis] = list(range(1, length + 1))
+        elif len(given) == length:
+            out[axis] = _jsonable(list(given))
+        elif warn is not None:
+            warn(f"coords[{axis!r}] has {len(given)} values, the axis has {length}; not recorded")
+    return out
 
 
 JSON_TYPES = "str, int, float, bool, None, and lists and dicts with string keys of these"
@@ -462,6 +501,7 @@ def _record(exp: Experiment, identity: dict, options: engine.RunOptions, n_trial
         description=exp.description,
         metrics={name: _metric_doc(value, sweep.metric_axes[name]) for name, value in results.items()},
         nonfinite_trials=nonfinite,
+        coords=axis_coords(sweep.metric_axes, sweep.coords, _trial_shapes(results), _warn(exp)),
         options=_jsonable(options.record()),
         engine=info,
         versions=_versions(),
@@ -469,6 +509,22 @@ def _record(exp: Experiment, identity: dict, options: engine.RunOptions, n_trial
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     )
     return config_json
+
+
+def _trial_shapes(results: Mapping) -> dict:
+    """metric -> the shape of one trial's value (after (point, trial), or (point,) of a summary)."""
+    return {
+        name: tuple(value.mean.shape[1:] if isinstance(value, stats.Summary) else value.shape[2:])
+        for name, value in results.items()
+    }
+
+
+def _warn(exp: Experiment) -> Callable[[str], None]:
+    def warn(line: str) -> None:
+        if jax.process_index() == 0:
+            print(f"jaxfed: warning: {exp.name}: {line}", file=sys.stderr)
+
+    return warn
 
 
 def _write_result_directory(exp, config, sweep, out_dir, config_json, results, started) -> tuple[dict, dict]:
