@@ -1,4 +1,4 @@
-"""Command line: jaxfed list | show NAME | run NAME | reproduce | plot DIR | report DIR.
+"""Command line: jaxfed list | show NAME | run NAME | reproduce | plot DIR | report DIR | export DIR.
 
 Errors in names, values or parameters, and any exception raised in a user experiment's code (with
 the file and line), print one line ``jaxfed: error: …`` and exit with status 2; ``--debug`` (or
@@ -313,6 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="the user or plugin experiment that wrote DIR (never taken from DIR itself; its code must match the run's)",
         )
         reader.set_defaults(func=func)
+    _add_export_command(sub.add_parser("export", help="write a finished run as netCDF, or a table as CSV or Parquet"))
     for command in sub.choices.values():
         command.add_argument(
             "--import",
@@ -328,6 +329,33 @@ def build_parser() -> argparse.ArgumentParser:
     for command in sub.choices.values():  # after the command too: `jaxfed run NAME --debug`
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug)
     return parser
+
+
+def _add_export_command(export: argparse.ArgumentParser) -> None:
+    from jaxfed.results import FORMATS
+
+    export.add_argument("dir", help="result directory of a finished run (read and verified, nothing run)")
+    export.add_argument(
+        "--format",
+        required=True,
+        choices=list(FORMATS),
+        help="netcdf: the labelled dataset (jaxfed.open_results); csv, parquet: a table (one metric's values, or --bands)",
+    )
+    export.add_argument("--metric", default=None, help="this metric only (csv and parquet need it unless --bands)")
+    export.add_argument(
+        "--bands",
+        action="store_true",
+        help="the median and 75%% band per point and index (jaxfed.bands), of --metric or of every metric",
+    )
+    export.add_argument("--out", default=None, help="the file to write (default DIR/EXPERIMENT[.METRIC][.bands].EXT)")
+    export.set_defaults(func=_cmd_export)
+
+
+def _cmd_export(args) -> int:
+    from jaxfed import results
+
+    print(results.export(args.dir, args.format, metric=args.metric, with_bands=args.bands, out=args.out))
+    return 0
 
 
 def _add_run_command(run: argparse.ArgumentParser) -> None:

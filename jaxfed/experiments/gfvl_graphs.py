@@ -150,7 +150,8 @@ def build(cfg: Config, extra: Mapping | None = None):
     labels = [label for label, _ in pairs]
     points = [{"adjacency": jnp.asarray(a)} for _, a in pairs]
     axes = {"kl": ("record",), "slots_to_level": (), "cover": ()}
-    return Sweep(trial=make_trial(cfg), points=points, labels=labels, metric_axes=axes)
+    coords = {"record": record_slots(cfg).tolist()}  # the slot of each record
+    return Sweep(trial=make_trial(cfg), points=points, labels=labels, metric_axes=axes, coords=coords)
 
 
 def with_graphs(named: Mapping, base: Experiment | None = None) -> Experiment:

@@ -111,7 +111,8 @@ class Config:
 def build(cfg: Config):
     labels = [{"local_iters": n_iters} for n_iters in cfg.local_iters]
     points = [{"local_iters": n_iters} for n_iters in cfg.local_iters]
-    return Sweep(trial=local_iters_trial(cfg), points=points, labels=labels, metric_axes={"kl": ("local_iteration",)})
+    axes, coords = {"kl": ("local_iteration",)}, {"local_iteration": _total_iters(cfg).tolist()}
+    return Sweep(trial=local_iters_trial(cfg), points=points, labels=labels, metric_axes=axes, coords=coords)
 
 
 def _total_iters(cfg: Config) -> np.ndarray:

@@ -176,7 +176,8 @@ def build(cfg: Config):
     labels = [{"model": model, "local_iters": n} for model in cfg.models for n in cfg.local_iters]
     # the model is static (one compiled group each), L traced: every L of a model shares one program
     points = [{"model": lab["model"], "local_iters": jnp.asarray(lab["local_iters"], jnp.int32)} for lab in labels]
-    return Sweep(trial=make_trial(cfg), points=points, labels=labels, metric_axes={"kl": ("local_iteration",)})
+    axes, coords = {"kl": ("local_iteration",)}, {"local_iteration": record_iterations(cfg).tolist()}
+    return Sweep(trial=make_trial(cfg), points=points, labels=labels, metric_axes=axes, coords=coords)
 
 
 # --------------------------------------------------------------------------- the wall-clock transform
