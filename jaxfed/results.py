@@ -114,8 +114,8 @@ def to_xarray(result: Mapping, sweep=None, *, labels=None, metric_axes=None, coo
         result: metric -> raw array (point, trial, …) or Summary (point, …), e.g. ``engine.run(…)``.
         sweep: the :class:`~jaxfed.experiments.Sweep` that was run: its labels, metric axes and
             coordinate values (:func:`jaxfed.experiments.base.axis_coords`).
-        labels, metric_axes, coords: instead of (or over) the sweep's; without a sweep, labels
-            default to ``{"point": p}`` and axes to ``dim_0``, ``dim_1``, …
+        labels, metric_axes, coords: instead of (or over) the sweep's; without either, ``point``
+            is 0, 1, … and the axes ``dim_0``, ``dim_1``, …
         unstack: one dimension per label key instead of ``point`` (:func:`unstack`).
     """
     from jaxfed.experiments.base import axis_coords
@@ -126,7 +126,7 @@ def to_xarray(result: Mapping, sweep=None, *, labels=None, metric_axes=None, coo
     first = next(iter(results.values()))
     n_points = (first.mean if isinstance(first, stats.Summary) else np.asarray(first)).shape[0]
     labels = labels if labels is not None else (sweep.labels if sweep is not None else None)
-    labels = labels if labels is not None else [{"point": p} for p in range(n_points)]
+    labels = labels if labels is not None else [{} for _ in range(n_points)]  # point: 0, 1, …
     shapes = {
         name: tuple(v.mean.shape[1:] if isinstance(v, stats.Summary) else np.shape(v)[2:])
         for name, v in results.items()
@@ -543,8 +543,9 @@ def table(ds, metric: str):
         return ds[metric].to_dataframe(name=metric).reset_index()
     cells = ds[[f"{metric}_{field}" for field in ("count", "nan_count", "mean", "se")]]
     quantiles = ds[f"{metric}_quantile"]
-    for q in QUANTILES:
-        cells = cells.assign({f"{metric}_q{100 * q:g}": quantiles.sel(quantile=q).drop_vars("quantile")})
+    dims = quantiles.dims[:-1]  # (point, *axes), then quantile
+    for i, q in enumerate(QUANTILES):
+        cells = cells.assign({f"{metric}_q{100 * q:g}": (dims, quantiles.values[..., i])})
     return cells.to_dataframe().reset_index()
 
 
@@ -613,16 +614,19 @@ def _write(path: str, write) -> str:
 
 
 # --------------------------------------------------------------------------- the layout, for the docs
-def layout_table() -> str:
-    """The Markdown table of docs/results.md: per built-in experiment (at its default parameters)
-    each metric's dims in a raw run, the label keys (``point``'s levels; those :func:`unstack`
-    makes dimensions in bold) and the coordinate values of its axes. Built from each experiment's
-    sweep, nothing run (tests/test_results_xarray.py checks the page holds it)."""
+def layout_table(names=None) -> str:
+    """The Markdown table of docs/results.md: per built-in experiment (at its default parameters;
+    ``names``: these only) each metric's dims in a raw run, the label keys (``point``'s levels;
+    those :func:`unstack` makes dimensions in bold) and the coordinate values of its axes. Built
+    from each experiment's sweep, nothing run (tests/test_results_xarray.py checks the page holds
+    it)."""
     from jaxfed.experiments import REGISTRY
     from jaxfed.experiments.base import AXES_NUMBERED_FROM_1
 
     rows = ["| experiment | metrics: dims of a raw run | `point` levels | axis coordinates |", "|---|---|---|---|"]
     for name, exp in REGISTRY.items():
+        if names is not None and name not in names:
+            continue
         sweep = exp.build(exp.config_cls())
         metrics = ", ".join(
             f"`{metric}` ({', '.join(('point', 'trial', *axes))})" for metric, axes in sweep.metric_axes.items()

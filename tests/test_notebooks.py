@@ -16,3 +16,16 @@ def test_notebook_executes(path, tmp_path):
     NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
+
+
+def test_notebooks_select_by_label_not_by_position():
+    """The notebooks read runs as labelled datasets (``to_xarray`` and ``.sel``), not by matching
+    label dicts to row numbers (``[i for i, lab in enumerate(sweep.labels) if …]``)."""
+    import re
+
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+        assert "to_xarray" in code and ".sel(" in code, path.name
+        found = re.findall(r"enumerate\(\s*sweep\.labels|sweep\.labels\[|index_of\(", code)
+        assert not found, f"{path.name}: positional label matching {found}"

@@ -4,7 +4,7 @@ An :class:`Experiment` is run by :func:`run_experiment`, which hands the sweep t
 :func:`jaxfed.engine.run` and writes the result directory:
 
 - ``config.json``: every parameter, the points (``"points"``, in point-axis order), seed, trials,
-  each metric's axes, per point the trials with non-finite metrics, versions, device and the
+  each metric's axes and their coordinate values (``"coords"``: :func:`axis_coords`), per point the trials with non-finite metrics, versions, device and the
   SHA-256 of ``metrics.npz`` (written after it; the figure comes last);
 - ``metrics.npz``: one array per metric with axes (point, trial, …) as listed in config.json;
 - ``<name>.png``: the figure;
