@@ -9,8 +9,11 @@ chunk (:func:`jaxfed.stats.chunk_summary`); XLA drops what is not returned, so t
 - ``kernel_sum``: the trials reduced to one float32 sum per cell, so that the values need not be
   written out: the baseline of the parts below (XLA fuses the trial into their reductions too);
 - ``counts``: finite and non-finite counts per cell and point;
-- ``block_sums``: the float64 sums (and sums of squares) per 64-trial block, by a fixed tree;
-- ``histogram``: the log-grid bin of every value and the scatter-add into per-cell counts;
+- ``block_sums``: the float64 sums (and sums of squares) per 64-trial block, by a fixed tree, and
+  their O(log n) aligned dyadic sums (what the host receives);
+- ``histogram``: the log-grid bin of every value and its count per cell, by the engine's method
+  on this platform (:func:`jaxfed.engine.compiled.histogram_method`: scatter-add on a CPU);
+- ``histogram_sort``: the same counts by sorting (the accelerators' method), to compare;
 - ``summary``: the engine's whole summarised chunk function (all of the above and the raw tail);
 - ``to_host``: copying the summary's outputs to NumPy (``jax.device_get``), after they are ready.
 
@@ -37,8 +40,9 @@ from common import add_common_arguments, compile_time, machine, median_time, wri
 
 PARTS = {
     "counts": ("count", "nan_count", "nonfinite_trials"),
-    "block_sums": ("block_total", "block_sq"),
+    "block_sums": ("sum_pieces", "sq_pieces"),
     "histogram": ("hist",),
+    "histogram_sort": ("hist",),
 }
 
 
@@ -46,7 +50,7 @@ def part_functions(chunk: int):
     """name -> (jitted function, its arguments) for the kernel, each summary part and the whole
     summarised chunk function, all over trials [0, ``chunk``) of gfvl-topologies."""
     from jaxfed import engine, stats
-    from jaxfed.engine.compiled import make_chunk_fn
+    from jaxfed.engine.compiled import histogram_method, make_chunk_fn
     from jaxfed.engine.devices import make_mesh
     from jaxfed.engine.points import group_points
     from jaxfed.experiments import gfvl_topologies
@@ -56,11 +60,14 @@ def part_functions(chunk: int):
     batch = kernel.lower(*args).out_info["kl"].shape[1]  # the chunk rounded up to whole micro-batches
     n_valid = np.uint32(batch // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK)
 
-    def only(keys):
+    def only(keys, histogram):
         def fn(*a):
             values = kernel(*a)
             with jax.enable_x64(True):  # as in the engine: float64 block sums on any device
-                return {name: {k: stats.chunk_summary(v, n_valid, jnp)[k] for k in keys} for name, v in values.items()}
+                return {
+                    name: {k: stats.chunk_summary(v, n_valid, jnp, histogram=histogram)[k] for k in keys}
+                    for name, v in values.items()
+                }
 
         return jax.jit(fn)
 
@@ -68,10 +75,12 @@ def part_functions(chunk: int):
         "kernel": (kernel, args),
         "kernel_sum": (jax.jit(lambda *a: jax.tree.map(lambda v: v.sum(1), kernel(*a))), args),
     }
-    functions.update({name: (only(keys), args) for name, keys in PARTS.items()})
+    for name, keys in PARTS.items():  # the engine's histogram method on this platform, and sorting
+        method = "sort" if name == "histogram_sort" else histogram_method(jax.devices()[0].platform)
+        functions[name] = (only(keys, method), args)
     group, _ = group_points(sweep.points)[0]
     summarised = make_chunk_fn(sweep.trial, group, batch, make_mesh(None), engine.micro_batch_width(None), False, True)
-    functions["summary"] = (summarised, (*args[:4], n_valid))
+    functions["summary"] = (summarised, (*args[:4], n_valid, np.uint32(0)))
     return functions, batch
 
 

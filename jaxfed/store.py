@@ -6,8 +6,9 @@ Layout of ``out_dir`` (every name is built here; no name is ever read from a fil
   numbers and :data:`STORE_FORMAT`). The trial count is not part of it, so a run can grow.
 - ``chunks/g{G}_t{START}_{STOP}.npz`` (raw mode): trials [START, STOP) of every point of group G.
 - ``chunks/summary_g{G}.npz`` (summary mode): the summary state of group G after trials [0, STOP):
-  counts, histograms and float64 sums over the whole blocks of ``stats.SUMMARY_BLOCK`` trials
-  [0, W), W = STOP rounded down to a block, and the raw values of trials [W, STOP) (``tail``).
+  counts, histograms and the binary counter of float64 sums over the whole blocks of
+  ``stats.SUMMARY_BLOCK`` trials [0, W), W = STOP rounded down to a block (O(log W) partial sums
+  per cell, see :class:`jaxfed.stats.SummaryState`), and the raw values of trials [W, STOP) (``tail``).
 
 Each of these ``.npz`` files is its own commit point: it is written to a temporary file, flushed
 to disk and renamed over its name (``os.replace``, atomic), so after a kill at any instant a file
@@ -54,7 +55,7 @@ __all__ = [
     "describe_differences",
 ]
 
-STORE_FORMAT = 3
+STORE_FORMAT = 4
 """Version of the layout above; a directory written by another version is refused as another configuration."""
 
 SUMMARY_FIELDS = {
@@ -64,7 +65,8 @@ SUMMARY_FIELDS = {
     "total_sq": np.float64,
     "hist": np.int32,
 }
-"""Per-cell arrays of a summary state (see :class:`jaxfed.stats.SummaryState`), with their dtypes."""
+"""Per-cell arrays of a summary state (see :class:`jaxfed.stats.SummaryState`), with their dtypes;
+``total`` and ``total_sq`` have a level axis (``stats.SUM_LEVELS``) after the point axis."""
 
 _META = "__meta__"
 _RAW_NAME = re.compile(r"g(\d{3,})_t(\d{10})_(\d{10})\.npz")
@@ -531,7 +533,7 @@ class Store:
         """(stop, {metric: state}, per-point trial counts, chunk size) of a group's stored summary,
         or (0, None, None, None).
 
-        A state is the dict of :data:`SUMMARY_FIELDS` arrays and ``nonfinite_trials`` (points,)
+        A state is the dict of :data:`SUMMARY_FIELDS` arrays, ``nonfinite_trials`` and ``blocks`` (points,)
         over each point's whole blocks, plus ``tail``, the raw values (points, trials, …) after
         the whole blocks of ``stop`` (zeros for a point with fewer trials). Every point has
         ``stop`` trials, except in a precision-targeted run where a point stops on its own at a
@@ -577,6 +579,7 @@ class Store:
                     np.any(counted != whole.reshape((-1,) + (1,) * (counted.ndim - 1)))
                     or np.any(state["hist"].sum(-1, dtype=np.int64) != state["count"])
                     or np.any((state["nonfinite_trials"] < 0) | (state["nonfinite_trials"] > whole))
+                    or np.any(state["blocks"] != whole // _block())
                 ):
                     raise StoreError(
                         f"{path}: counts of {metric!r} do not add up to its trials in whole blocks; {_HINT}"
@@ -605,8 +608,13 @@ class Store:
         for metric, (shape, dtype) in spec.metrics.items():
             cells = (len(spec.point_ids), *shape)
             for field, field_dtype in SUMMARY_FIELDS.items():
-                specs[f"{metric}/{field}"] = (cells + ((_n_bins(),) if field == "hist" else ()), field_dtype)
+                if field in ("total", "total_sq"):
+                    field_shape = (cells[0], _levels(), *cells[1:])
+                else:
+                    field_shape = cells + ((_n_bins(),) if field == "hist" else ())
+                specs[f"{metric}/{field}"] = (field_shape, field_dtype)
             specs[f"{metric}/nonfinite_trials"] = ((len(spec.point_ids),), np.int64)
+            specs[f"{metric}/blocks"] = ((len(spec.point_ids),), np.int64)
             specs[f"{metric}/tail"] = ((len(spec.point_ids), n_tail, *shape), dtype)
         return specs
 
@@ -633,6 +641,12 @@ def _n_bins() -> int:
     from jaxfed import stats
 
     return stats.N_BINS
+
+
+def _levels() -> int:
+    from jaxfed import stats
+
+    return stats.SUM_LEVELS
 
 
 def _block() -> int:

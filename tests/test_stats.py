@@ -146,42 +146,6 @@ def test_fraction_at_most_from_the_histogram_matches_raw_values_at_bin_edges():
     np.testing.assert_allclose(stats.fraction_at_most(summary, edge), expected)
 
 
-@pytest.mark.parametrize(
-    "n_blocks, cells",
-    [(0, (3,)), (1, (3,)), (5, (2, 3)), (40, (3,)), (600, (3,)), (600, ()), (600, (1,)), (300, (1, 1))],
-)
-def test_fold_adds_block_sums_one_after_another_in_trial_order(n_blocks, cells):
-    """Differential test of the slab-wise fold against the plain loop ((total + b0) + b1) + …, on sums of
-    adversarial magnitudes (1e-8 … 1e8, both signs: any other order rounds differently), the
-    padding blocks after ``n_blocks`` ignored, scalar and one-cell metrics included (NumPy sums
-    pairwise along the fast axis); counts and histograms are plain sums."""
-    rng = np.random.default_rng(n_blocks)
-    shape = (2, max(41, n_blocks + 1)) + cells  # padding blocks after n_blocks; 600 spans three slabs
-
-    def adversarial(size):
-        return rng.standard_normal(size) * 10.0 ** rng.integers(-8, 9, size)
-
-    state = stats.empty_state((2,) + cells)._replace(
-        total=adversarial((2,) + cells), total_sq=adversarial((2,) + cells)
-    )
-    part = {
-        "count": rng.integers(0, 64, (2,) + cells).astype(np.int32),
-        "nan_count": rng.integers(0, 3, (2,) + cells).astype(np.int32),
-        "nonfinite_trials": rng.integers(0, 3, 2).astype(np.int32),
-        "hist": rng.integers(0, 5, (2,) + cells + (stats.N_BINS,)).astype(np.int32),
-        "block_total": adversarial(shape),
-        "block_sq": adversarial(shape),
-    }
-    folded = stats.fold(state, part, n_blocks)
-    for field, blocks in (("total", "block_total"), ("total_sq", "block_sq")):
-        expected = getattr(state, field).copy()
-        for b in range(n_blocks):
-            expected = expected + part[blocks][:, b]
-        np.testing.assert_array_equal(getattr(folded, field), expected)
-    np.testing.assert_array_equal(folded.hist, state.hist + part["hist"])
-    np.testing.assert_array_equal(folded.count, state.count + part["count"])
-
-
 def test_a_shift_in_4_of_100_trials_is_never_reproduced():
     """The gfvl-heterogeneity case: 96 pairs tied, 4 shifted by 0.36 the same way. The bootstrap
     of the mean puts its interval above 0, but 4 pairs cannot carry a claim (sign test p = 0.12)."""

@@ -14,7 +14,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxfed import stats
 from jaxfed.engine.cache import load_probe, probe_key, save_probe, timed_compile
-from jaxfed.engine.devices import make_mesh, micro_batch_width
+from jaxfed.engine.devices import make_mesh, micro_batch_width, platform
 from jaxfed.engine.memory import BUDGET_FOR_CHUNKS, balanced_chunk, refuse_chunk, round_up, size_text
 from jaxfed.engine.points import Group, Trial, group_points, rebuild
 
@@ -41,11 +41,13 @@ class ChunkFn:
         def raw(values):
             return values, {name: nonfinite_per_trial(v) for name, v in values.items()}
 
-        def summarised(values, n_valid):
+        histogram = histogram_method(platform(mesh))
+
+        def summarised(values, n_valid, first_block):
             with jax.enable_x64(True):  # float64 block sums on any device; the trial itself stays as it is
                 return {
                     name: dict(
-                        stats.chunk_summary(v, n_valid, jnp),
+                        stats.chunk_summary(v, n_valid, jnp, first_block, histogram=histogram),
                         tail=jax.lax.dynamic_slice_in_dim(v, n_valid, stats.SUMMARY_BLOCK, axis=1),
                     )
                     for name, v in values.items()
@@ -121,14 +123,24 @@ def make_chunk_fn(
     Raw: (seed, point_ids (P,), traced leaves (P, ...), first_trial) -> (metrics (P, batch, ...),
     metric -> bool (P, batch): the trial has a NaN or ±inf value), so that the host need not
     pass over every value to count the non-finite trials.
-    Summary: (…, first_trial, n_valid) -> metric -> :func:`jaxfed.stats.chunk_summary` of trials
-    [first_trial, first_trial + n_valid) (a multiple of ``stats.SUMMARY_BLOCK``) plus ``tail``,
+    Summary: (…, first_trial, n_valid, first_block) -> metric -> :func:`jaxfed.stats.chunk_summary`
+    of trials [first_trial, first_trial + n_valid) (a multiple of ``stats.SUMMARY_BLOCK``; the
+    chunk starts at block ``first_block``, so its O(log n) dyadic sums are aligned to trial
+    indices, and the histogram is counted by :func:`histogram_method`'s method) plus ``tail``,
     the raw values (P, SUMMARY_BLOCK, ...) of the block from ``first_trial + n_valid`` on (the
     run's last, partial block, which the host summarises; garbage when there is none).
 
     ``batch`` is a multiple of the micro-batch ``width`` × devices.
     """
     return ChunkFn(trial, group, batch, mesh, width, common, summary)
+
+
+def histogram_method(kind: str) -> str:
+    """How the device counts the summary's histogram (:data:`jaxfed.stats.HISTOGRAM_METHODS`, the
+    same counts either way): XLA's scatter-add on a CPU, where it is fastest; sorting on an
+    accelerator, where a scatter-add serialises on the bins many values share (a KL of 0 after
+    the cover time)."""
+    return "scatter" if kind == "cpu" else "sort"
 
 
 def compile_chunk_fn(fn: ChunkFn, args: tuple, compile_lowered) -> tuple[ChunkFn, dict]:
@@ -151,7 +163,7 @@ def compile_chunk_fn(fn: ChunkFn, args: tuple, compile_lowered) -> tuple[ChunkFn
         )
         for name, s in shares.items()
     }
-    extra = [jax.ShapeDtypeStruct((), np.uint32)] if fn.summary else []
+    extra = [jax.ShapeDtypeStruct((), np.uint32)] * 2 if fn.summary else []
     fn.finish = compile_lowered(fn.finish.lower(values, *extra))
     temp, output = _memory(fn.finish)
     figures["temp"] += temp

@@ -125,15 +125,6 @@ class RunResult(dict):
         super().__init__(metrics)
         self.info = info
 
-    def to_xarray(self, sweep=None, *, labels=None, metric_axes=None, coords=None, unstack: bool = False):
-        """This run as an :class:`xarray.Dataset` with named dims, coordinates and the point
-        labels (see :func:`jaxfed.results.to_xarray`): ``sweep`` is the
-        :class:`~jaxfed.experiments.Sweep` that was run, or give ``labels`` (one dict per point),
-        ``metric_axes`` and ``coords`` yourself."""
-        from jaxfed import results
-
-        return results.to_xarray(self, sweep, labels=labels, metric_axes=metric_axes, coords=coords, unstack=unstack)
-
 
 # --------------------------------------------------------------------------- the plan
 class Machine(NamedTuple):
@@ -437,7 +428,7 @@ def _chunk_job(plan: Plan, gp: GroupPlan, cache_dir: str | None) -> ChunkJob:
     """What :func:`jaxfed.engine.compiled.sized_chunk_fn` builds and sizes a group's chunk function from."""
     m, summary = plan.machine, plan.keep == "summary"
     point_ids = np.asarray(gp.group.point_ids, np.uint32)
-    args = (np.uint32(plan.options.seed), point_ids, gp.traced, np.uint32(0)) + ((np.uint32(0),) if summary else ())
+    args = (np.uint32(plan.options.seed), point_ids, gp.traced, np.uint32(0)) + ((np.uint32(0),) * 2 if summary else ())
     fixed = summary_output_bytes(len(point_ids), plan.specs) if summary else 0
     assert m.mesh is not None
     return ChunkJob(

@@ -92,8 +92,8 @@ def check_chunk_outputs(
 
 def summary_output_bytes(n_points: int, specs: dict) -> int:
     """Bytes of a summary chunk's outputs that do not grow with the batch: int32 counts and
-    histograms, and the raw tail block."""
-    per_cell = 4 * (stats.N_BINS + 2)
+    histograms, the float64 partial sums (at most 2 per level and sum), and the raw tail block."""
+    per_cell = 4 * (stats.N_BINS + 2) + 8 * 2 * 2 * stats.SUM_LEVELS
     return n_points * sum(
         math.prod(shape) * (per_cell + stats.SUMMARY_BLOCK * np.dtype(dt).itemsize) + 4 for shape, dt in specs.values()
     )

@@ -250,7 +250,8 @@ class SummarySink(Sink):
         return self.rows, self.counts.copy()
 
     def extra_args(self, chunk) -> tuple:
-        return (np.uint32(_whole(chunk[1]) - chunk[0]),)
+        """(trials of the chunk in whole blocks, the chunk's first block): see ``make_chunk_fn``."""
+        return (np.uint32(_whole(chunk[1]) - chunk[0]), np.uint32(chunk[0] // stats.SUMMARY_BLOCK))
 
     def handle(self, chunk, device_out, active=slice(None)) -> None:
         """Folds a chunk of the points ``active`` (all, or an index array of those still running)."""
