@@ -125,6 +125,15 @@ class RunResult(dict):
         super().__init__(metrics)
         self.info = info
 
+    def to_xarray(self, sweep=None, *, labels=None, metric_axes=None, coords=None, unstack: bool = False):
+        """This run as an :class:`xarray.Dataset` with named dims, coordinates and the point
+        labels (see :func:`jaxfed.results.to_xarray`): ``sweep`` is the
+        :class:`~jaxfed.experiments.Sweep` that was run, or give ``labels`` (one dict per point),
+        ``metric_axes`` and ``coords`` yourself."""
+        from jaxfed import results
+
+        return results.to_xarray(self, sweep, labels=labels, metric_axes=metric_axes, coords=coords, unstack=unstack)
+
 
 # --------------------------------------------------------------------------- the plan
 class Machine(NamedTuple):
