@@ -31,7 +31,8 @@ a :class:`jaxfed.stats.Summary` (count, mean, standard error and a log-spaced hi
 quantiles) so a million trials need no more memory than one chunk. The device computes each
 chunk's part of it inside the compiled chunk function (:func:`jaxfed.stats.chunk_summary`:
 integer counts and histograms, float64 sums per block of ``stats.SUMMARY_BLOCK`` trials aligned to
-trial indices); the host folds the blocks in trial order. Summary chunks are whole blocks (the
+trial indices, merged by a fixed pairwise tree over aligned ranges of blocks, so a chunk hands
+the host O(log n) partial sums per cell). Summary chunks are whole blocks (the
 chunk size is rounded up to a multiple of ``SUMMARY_BLOCK``), which keeps summaries bit-identical
 whatever the chunk size, device count or process count.
 
