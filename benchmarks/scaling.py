@@ -30,15 +30,39 @@ ratio agrees (the range of 5 rounds covers the median ratio with 94% probability
   point and the precision reached, against a fixed-count run of the largest per-point count
   (the fixed count that reaches the same worst-point precision).
 
+The engine's own ceiling (``--engine-ceiling``, issue "Engine III"): ``engine.run`` with a store
+directory (as ``jaxfed run`` does) on a trial that only returns values of a chosen shape (by
+default 3 points x 300 float32 per trial, like Fig. 3), derived from the trial's key with a few
+integer operations, so that the device does almost nothing and what is left is the engine's host
+work. Per chunk size (``--ceiling-chunks``, a CPU-like and a GPU-like one) and ``keep`` (raw,
+summary), ``--ceiling-runs`` runs of ``--ceiling-k`` chunks each (fresh store directory each,
+compilation from a warm cache, measured apart); around the engine's host work, timers measure:
+
+- ``main_s``: the main thread's time in the sink's ``handle`` (conversion to NumPy, results,
+  fold, snapshot, and any wait for the previous write), started once the chunk's outputs are
+  ready (``block_until_ready`` first: the device's time is not counted);
+- ``writer_s``: the store's ``save_raw``/``save_summary`` calls (on the writer thread, overlapping
+  the next chunk), including the end-of-group write;
+- ``host_s = main_s + writer_s``: the host's seconds per chunk, the figure the target is on
+  (reported per chunk and per value), and ``unhidden_s``: the run's wall time minus its
+  compilation and minus the device time of the same chunks by the bare compiled chunk function
+  (dispatched back to back; what the host work adds to the wall time when it does not overlap).
+
+Medians over the runs.
+
     python benchmarks/scaling.py [--max-trials 1000000] [--quick] [--out FILE]
     python benchmarks/scaling.py --engine [--quick] [--out FILE]
+    python benchmarks/scaling.py --engine-ceiling [--quick] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -356,6 +380,171 @@ def target_comparison(args, out, cache, work) -> dict:
     }
 
 
+def ceiling_trial_fn(shape: tuple):
+    """A trial that returns one metric ``values`` of ``shape`` float32, from the key's bits by a
+    few integer operations per value (XLA cannot fold them away: they depend on the key), in
+    [row, row + 1) for the point's ``row``."""
+    import jax
+    import jax.numpy as jnp
+
+    n = math.prod(shape)
+
+    def trial(key, point):
+        bits = jax.random.key_data(key)
+        mixed = (bits[0] ^ bits[1]) + jnp.arange(n, dtype=jnp.uint32) * jnp.uint32(0x9E3779B9)
+        values = (mixed >> 8).astype(jnp.float32) * jnp.float32(2.0**-24) + point["row"]
+        return {"values": values.reshape(shape)}
+
+    return trial
+
+
+class HostTimers:
+    """Timers around the engine's host work (see the module docstring): the sinks' ``handle``
+    once the chunk's outputs are ready (``main``) and the store's writes (``writer``)."""
+
+    def __init__(self):
+        self.main, self.writer, self.handled, self.writes = 0.0, 0.0, 0, 0
+
+    @contextlib.contextmanager
+    def installed(self):
+        import jax
+
+        from jaxfed import store
+        from jaxfed.engine import sinks
+
+        def timed_handle(real):
+            def handle(sink, chunk, device_out, *rest):
+                jax.block_until_ready(device_out)  # the device's time is not the host's
+                start = time.perf_counter()
+                real(sink, chunk, device_out, *rest)
+                self.main += time.perf_counter() - start
+                self.handled += 1
+
+            return handle
+
+        def timed_save(real):
+            def save(*args):
+                start = time.perf_counter()
+                real(*args)
+                self.writer += time.perf_counter() - start
+                self.writes += 1
+
+            return save
+
+        patched = [(sinks.RawSink, "handle", timed_handle), (sinks.SummarySink, "handle", timed_handle)]
+        patched += [(store.Store, "save_raw", timed_save), (store.Store, "save_summary", timed_save)]
+        originals = [(cls, name, getattr(cls, name)) for cls, name, _ in patched]
+        for (cls, name, wrap), (_, _, real) in zip(patched, originals):
+            setattr(cls, name, wrap(real))
+        try:
+            yield self
+        finally:
+            for cls, name, real in originals:
+                setattr(cls, name, real)
+
+
+def engine_ceiling(args, work: str) -> dict:
+    """The engine's host time per chunk and per value on a trial that does almost nothing (see
+    the module docstring), for raw and summary at each of ``args.ceiling_chunks``."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxfed import engine
+    from jaxfed.engine.compiled import make_chunk_fn
+    from jaxfed.engine.devices import make_mesh, micro_batch_width
+    from jaxfed.engine.memory import round_up
+    from jaxfed.engine.points import group_points
+
+    shape = tuple(args.ceiling_shape)
+    trial = ceiling_trial_fn(shape)
+    points = [{"row": jnp.float32(p)} for p in range(args.ceiling_points)]  # traced: one group
+    cache_dir = os.path.join(work, "cache")
+    rows = []
+    for chunk in args.ceiling_chunks:
+        k = min(16, max(4, 2**20 // chunk)) if args.ceiling_k is None else args.ceiling_k
+        n_trials = k * chunk
+        values_per_chunk = args.ceiling_points * chunk * math.prod(shape)
+        for keep in ("raw", "summary"):
+            summary = keep == "summary"
+
+            def run_once(i, timers=None):
+                out_dir = os.path.join(work, f"run-{keep}-{chunk}-{i}")
+                start = time.perf_counter()
+                with timers.installed() if timers is not None else contextlib.nullcontext():
+                    info = engine.run(
+                        trial, points, n_trials, chunk_size=chunk, keep=keep, out_dir=out_dir,
+                        identity={"benchmark": "engine-ceiling"}, compilation_cache=cache_dir, progress=False,
+                    ).info  # fmt: skip
+                wall = time.perf_counter() - start
+                shutil.rmtree(out_dir)
+                return wall, info
+
+            _, info = run_once("warm")  # fills the compilation cache (and the memory probe's figures)
+            assert info["chunk_sizes"] == [chunk], info["chunk_sizes"]
+            # The same chunks by the bare compiled chunk function, pipelined like the engine's.
+            mesh = make_mesh(None)
+            width = micro_batch_width(mesh)
+            ((group, traced),) = group_points(points)
+            fn = make_chunk_fn(trial, group, round_up(chunk, width * mesh.size), mesh, width, False, summary)
+            fixed = (np.uint32(0), np.asarray(group.point_ids, np.uint32), traced)
+            extra = (np.uint32(chunk),) if summary else ()
+            compiled = fn.lower(*fixed, np.uint32(0), *extra).compile()
+
+            def device_time():
+                start, previous = time.perf_counter(), None
+                for first in range(0, n_trials, chunk):
+                    out = compiled(*fixed, np.uint32(first), *extra)
+                    if previous is not None:
+                        jax.block_until_ready(previous)
+                    previous = out
+                jax.block_until_ready(previous)
+                return time.perf_counter() - start
+
+            rounds = []
+            for i in range(args.ceiling_runs):  # the device alone and the engine in turn: drift hits both
+                device_s = device_time()
+                timers = HostTimers()
+                wall, info = run_once(i, timers)
+                assert timers.handled == k, (timers.handled, k)
+                compile_s = sum(info["compile_s"])
+                rounds.append(
+                    {
+                        "wall_s": wall,
+                        "compile_s": compile_s,
+                        "device_s": device_s,
+                        "main_s": timers.main,
+                        "writer_s": timers.writer,
+                        "writes": timers.writes,
+                        "unhidden_s": wall - compile_s - device_s,
+                    }
+                )
+            med = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+            host = statistics.median((r["main_s"] + r["writer_s"]) / k for r in rounds)
+            row = {
+                "keep": keep,
+                "chunk": chunk,
+                "chunks": k,
+                "values_per_chunk": values_per_chunk,
+                "host_s_per_chunk": host,
+                "host_ns_per_value": 1e9 * host / values_per_chunk,
+                "main_s_per_chunk": med["main_s"] / k,
+                "writer_s_per_chunk": med["writer_s"] / k,
+                "writes_per_run": med["writes"],
+                "device_s_per_chunk": med["device_s"] / k,
+                "unhidden_s_per_chunk": med["unhidden_s"] / k,
+                "rounds": rounds,
+            }
+            rows.append(row)
+            print(
+                f"{keep:>7} chunk {chunk:>8} x {k:>2}: host {host * 1e3:8.2f} ms/chunk = "
+                f"{row['host_ns_per_value']:7.3f} ns/value (main {row['main_s_per_chunk'] * 1e3:.2f}, writer "
+                f"{row['writer_s_per_chunk'] * 1e3:.2f} ms, {med['writes']:.0f} writes); device "
+                f"{row['device_s_per_chunk'] * 1e3:.1f} ms/chunk; wall - compile - device "
+                f"{row['unhidden_s_per_chunk'] * 1e3:.1f} ms/chunk"
+            )
+    return {"shape": list(shape), "points": args.ceiling_points, "rows": rows}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-trials", type=int, default=1_000_000)
@@ -392,7 +581,30 @@ def main(argv=None):
         default=["sweep", "million", "fixed", "target"],
         help="which engine comparisons to run (default all)",
     )
+    parser.add_argument("--work-dir", default=None, help="where the runs' store directories go (default: the temp dir)")
+    parser.add_argument("--engine-ceiling", action="store_true", help="the engine's own host time (see above)")
+    parser.add_argument("--ceiling-chunks", type=int, nargs="+", default=[2**14, 2**18], help="chunk sizes (trials)")
+    parser.add_argument("--ceiling-shape", type=int, nargs="+", default=[300], help="one trial's metric shape")
+    parser.add_argument("--ceiling-points", type=int, default=3)
+    parser.add_argument("--ceiling-runs", type=int, default=3, help="timed runs per case (median)")
+    parser.add_argument(
+        "--ceiling-k", type=int, default=None, help="chunks per run (default: 2**20 trials' worth, 4 to 16)"
+    )
     args = parser.parse_args(argv)
+    if args.engine_ceiling:
+        if args.quick:
+            args.ceiling_chunks, args.ceiling_runs = [1024, 4096], 2
+        if args.out.endswith("scaling.json"):
+            args.out = args.out.replace(
+                "scaling.json", "engine_ceiling_quick.json" if args.quick else "engine_ceiling.json"
+            )
+        import tempfile
+
+        head = {"benchmark": "engine-ceiling", "machine": machine(), "load_average": os.getloadavg()}
+        with tempfile.TemporaryDirectory(prefix="jaxfed-ceiling-", dir=args.work_dir) as work:
+            result = {**head, **engine_ceiling(args, work), "load_average_end": os.getloadavg()}
+        write_json(args.out, result)
+        return result
     if args.engine:
         if args.quick:
             args.sweep_trials, args.raw_trials, args.million = 2048, 1024, 4096

@@ -13,8 +13,11 @@ Layout of ``out_dir`` (every name is built here; no name is ever read from a fil
 Each of these ``.npz`` files is its own commit point: it is written to a temporary file, flushed
 to disk and renamed over its name (``os.replace``, atomic), so after a kill at any instant a file
 is either complete or absent. Besides its arrays it carries ``__meta__``, a JSON header saying
-what it covers: format, kind, identity digest, group, point ids, trial range, each array's shape
-and dtype, and a SHA-256 of the header and the array bytes. Loading verifies all of it against
+what it covers: format, kind, identity digest, group, point ids, trial range, each array's shape,
+dtype and CRC-32 (the zip member's), and a SHA-256 of the header. Each file is checksummed once:
+the CRC-32s that the zip format keeps anyway, computed while the arrays stream to the file and
+checked by the zip reader when they are read, bind to the header by its SHA-256 (before format 5,
+a second pass took a SHA-256 over every array byte). Loading verifies all of it against
 what the current run expects (and, for summaries, that every cell counts exactly the trials the
 header claims), so a file that is truncated, damaged, edited, copied from another run, group or
 trial range is never merged: it raises :class:`StoreError`, one line naming the file and what is
@@ -34,6 +37,7 @@ import json
 import os
 import re
 import shutil
+import zipfile
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -55,7 +59,7 @@ __all__ = [
     "describe_differences",
 ]
 
-STORE_FORMAT = 4
+STORE_FORMAT = 5
 """Version of the layout above; a directory written by another version is refused as another configuration."""
 
 SUMMARY_FIELDS = {
@@ -137,12 +141,14 @@ def check_no_link(path: str) -> None:
 
 
 # --------------------------------------------------------------------------- filesystem layer
-def _write_file(path: str, data: bytes) -> None:
-    """Creates ``path`` (a new file: never through a link or over an existing one) with ``data``
+def _write_file(path: str, parts: list) -> None:
+    """Creates ``path`` (a new file: never through a link or over an existing one) with the
+    buffers ``parts`` one after another (bytes, or views of arrays: written from where they lie)
     and flushes it to disk."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "wb") as f:
-        f.write(data)
+        for part in parts:
+            f.write(part)
         f.flush()
         os.fsync(f.fileno())
 
@@ -169,9 +175,9 @@ def _makedirs(path: str) -> None:
     os.makedirs(path, exist_ok=True)
 
 
-def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Writes ``data`` to ``path`` via a new temporary file beside it and ``os.replace``: never
-    half-written, never through a symbolic link.
+def atomic_write_bytes(path: str, data) -> None:
+    """Writes ``data`` (bytes, or a list of buffers written one after another) to ``path`` via a
+    new temporary file beside it and ``os.replace``: never half-written, never through a symbolic link.
 
     Raises:
         StoreError: ``path`` is a symbolic link, or the file cannot be written (permissions, full
@@ -182,7 +188,7 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
     try:
         if os.path.lexists(tmp):  # left by a killed process that had this pid (a link is removed, not followed)
             _remove(tmp)
-        _write_file(tmp, data)
+        _write_file(tmp, [data] if isinstance(data, (bytes, bytearray, memoryview)) else list(data))
         _replace(tmp, path)
     except OSError as err:
         try:  # a full disk leaves no half-written temporary behind
@@ -206,34 +212,86 @@ def savez_bytes(arrays: dict) -> bytes:
 
 
 def atomic_savez(path: str, arrays: dict) -> None:
-    """``np.savez`` to ``path`` atomically (see :func:`atomic_write_bytes`)."""
-    atomic_write_bytes(path, savez_bytes(arrays))
+    """``np.savez`` to ``path`` atomically (see :func:`atomic_write_bytes`), the arrays written
+    from where they lie (:func:`_npz_parts`)."""
+    atomic_write_bytes(path, _npz_parts(arrays))
+
+
+class _Buffers:
+    """A write-only stream that keeps what is written as a list of buffers, copying nothing:
+    :mod:`zipfile` streams an .npz into it (a stream without ``seek``: each member's sizes and
+    CRC-32 follow its data)."""
+
+    def __init__(self):
+        self.parts: list = []
+        self.size = 0
+
+    def write(self, data: bytes, /) -> int:
+        view = memoryview(data)
+        self.parts.append(view)
+        self.size += view.nbytes
+        return view.nbytes
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _npz_parts(arrays: dict, last=None) -> list:
+    """The bytes of an uncompressed .npz of ``arrays`` as a list of buffers: what ``np.savez``
+    writes (``np.load`` reads it), but each array's bytes are views of the array itself (of each
+    row, for an array that is contiguous only row by row, as a slice of some points' trials), and
+    their CRC-32 is computed once, by the zip writer. ``last(crcs)`` (name -> CRC-32 of its
+    member), if given, returns more arrays, written after these (the store's header)."""
+    out = _Buffers()
+    with zipfile.ZipFile(out, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+
+        def add(name, value):
+            a = np.asarray(value)
+            with archive.open(f"{name}.npy", mode="w", force_zip64=True) as member:
+                np.lib.format.write_array_header_1_0(member, np.lib.format.header_data_from_array_1_0(a))
+                for piece in [a] if a.flags.c_contiguous or a.ndim == 0 else a:
+                    if piece.size:  # (an empty view cannot be cast to bytes)
+                        member.write(np.ascontiguousarray(piece).data.cast("B"))
+            return archive.getinfo(f"{name}.npy").CRC
+
+        crcs = {name: add(name, value) for name, value in arrays.items()}
+        for name, value in (last(crcs) if last is not None else {}).items():
+            add(name, value)
+    return out.parts
 
 
 # --------------------------------------------------------------------------- file format
-def _digest(meta: dict, arrays: dict) -> str:
-    """SHA-256 over the header (without its own digest) and every array's dtype, shape and bytes."""
-    h = hashlib.sha256(json.dumps({k: v for k, v in meta.items() if k != "sha256"}, sort_keys=True).encode())
-    for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
-        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
-        h.update(a.data)
-    return h.hexdigest()
+def _digest(meta: dict) -> str:
+    """SHA-256 of the header without its own digest (the header lists each array's CRC-32)."""
+    text = json.dumps({k: v for k, v in meta.items() if k != "sha256"}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _pack(meta: dict, arrays: dict) -> bytes:
-    meta = dict(meta, arrays={name: [list(a.shape), a.dtype.str] for name, a in arrays.items()})
-    meta["sha256"] = _digest(meta, arrays)
-    header = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), np.uint8)
-    return savez_bytes({**arrays, _META: header})
+def _pack(meta: dict, arrays: dict) -> list:
+    """The stored file of ``arrays`` under ``meta``, as a list of buffers: the arrays' members,
+    then ``__meta__``, the header, listing each array's shape, dtype and CRC-32, with its digest."""
+
+    def header(crcs: dict) -> dict:
+        described = dict(meta, arrays={name: [list(np.shape(a)), np.asarray(a).dtype.str, crcs[name]] for name, a in arrays.items()})  # fmt: skip
+        described["sha256"] = _digest(described)
+        return {_META: np.frombuffer(json.dumps(described, sort_keys=True).encode(), np.uint8)}
+
+    return _npz_parts(arrays, header)
 
 
 def _one_line(err: Exception) -> str:
     return " ".join(f"{type(err).__name__}: {err}".split())[:200]
 
 
-def _unpack(path: str) -> tuple[dict, dict]:
-    """(header, arrays) of a stored file, read whole; StoreError if it is not a complete one."""
+def _unpack(path: str) -> tuple[dict, dict, dict]:
+    """(header, arrays, name -> CRC-32 of its zip member) of a stored file, read whole (the zip
+    reader checks each member's bytes against its CRC-32); StoreError if it is not a complete one."""
     if os.path.islink(path):
         raise StoreError(f"{path}: is a symbolic link, not a file this engine wrote; {_HINT}")
     try:
@@ -241,6 +299,7 @@ def _unpack(path: str) -> tuple[dict, dict]:
             data = f.read()
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             arrays = {name: z[name] for name in z.files}
+            crcs = {name: z.zip.getinfo(f"{name}.npy").CRC for name in z.files}
     except Exception as err:  # noqa: BLE001 - any failure to parse means a damaged file
         raise StoreError(f"{path}: not a readable .npz file ({_one_line(err)}); {_HINT}") from None
     header = arrays.pop(_META, None)
@@ -250,12 +309,13 @@ def _unpack(path: str) -> tuple[dict, dict]:
         meta = None
     if not isinstance(meta, dict):
         raise StoreError(f"{path}: has no valid {_META} header; {_HINT}")
-    return meta, arrays
+    return meta, arrays, crcs
 
 
-def _verify(path: str, meta: dict, arrays: dict, expected: dict, specs: dict) -> None:
+def _verify(path: str, meta: dict, arrays: dict, crcs: dict, expected: dict, specs: dict) -> None:
     """Checks header fields against ``expected``, arrays against ``specs`` (name -> (shape, dtype))
-    and the checksum; raises StoreError naming the first thing that is wrong."""
+    and the checksums (the header's digest, each array's CRC-32 as the header lists it); raises
+    StoreError naming the first thing that is wrong."""
     if meta.get("identity") != expected["identity"]:
         raise StoreError(f"{path}: belongs to another configuration (its identity digest differs); {_HINT}")
     for key, want in expected.items():
@@ -265,16 +325,20 @@ def _verify(path: str, meta: dict, arrays: dict, expected: dict, specs: dict) ->
             )
     if set(arrays) != set(specs):
         raise StoreError(f"{path}: holds arrays {sorted(arrays)}, expected {sorted(specs)}; {_HINT}")
+    if meta.get("sha256") != _digest(meta):
+        raise StoreError(f"{path}: checksum mismatch (the header was changed after it was written); {_HINT}")
     for name, (shape, dtype) in specs.items():
         a = arrays[name]
         if a.shape != tuple(shape) or a.dtype.str != np.dtype(dtype).str:
             raise StoreError(
                 f"{path}: array {name!r} is {a.dtype.str}{list(a.shape)}, expected {np.dtype(dtype).str}{list(shape)}; {_HINT}"
             )
-        if meta.get("arrays", {}).get(name) != [list(a.shape), a.dtype.str]:
+        listed = meta.get("arrays")
+        described = listed.get(name) if isinstance(listed, dict) else None
+        if not isinstance(described, list) or described[:2] != [list(a.shape), a.dtype.str]:
             raise StoreError(f"{path}: header does not describe array {name!r} as stored; {_HINT}")
-    if meta.get("sha256") != _digest(meta, arrays):
-        raise StoreError(f"{path}: checksum mismatch (the file was changed after it was written); {_HINT}")
+        if described[2:] != [crcs[name]]:
+            raise StoreError(f"{path}: checksum mismatch (array {name!r} was changed after it was written); {_HINT}")
 
 
 # --------------------------------------------------------------------------- identity
@@ -510,12 +574,12 @@ class Store:
             try:
                 if not start < stop:
                     raise StoreError(f"{path}: empty trial range in its name; {_HINT}")
-                meta, arrays = _unpack(path)
+                meta, arrays, crcs = _unpack(path)
                 expected = self._expected("raw", spec, start, stop)
                 specs = {
                     m: ((len(spec.point_ids), stop - start, *shape), dt) for m, (shape, dt) in spec.metrics.items()
                 }
-                _verify(path, meta, arrays, expected, specs)
+                _verify(path, meta, arrays, crcs, expected, specs)
             except StoreError as err:
                 self._rejected(path, err)
                 continue
@@ -550,7 +614,7 @@ class Store:
         if not os.path.lexists(path):
             return 0, None, None, None
         try:
-            meta, arrays = _unpack(path)
+            meta, arrays, crcs = _unpack(path)
             trials, counts, chunk = meta.get("trials"), meta.get("point_trials"), meta.get("chunk")
             if not (isinstance(trials, list) and len(trials) == 2 and trials[0] == 0 and type(trials[1]) is int):
                 raise StoreError(f"{path}: header has no trial range [0, n]; {_HINT}")
@@ -569,6 +633,7 @@ class Store:
                 path,
                 meta,
                 arrays,
+                crcs,
                 self._expected("summary", spec, 0, stop),
                 self._summary_specs(spec, stop - stop // _block() * _block()),
             )

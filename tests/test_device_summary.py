@@ -89,7 +89,7 @@ def test_growth_and_a_kill_between_chunks_resume_bit_identically(tmp_path, devic
 
     monkeypatch.setattr(store.Store, "save_summary", save_then_die)
     with pytest.raises(KeyboardInterrupt):
-        engine.run(trial, POINTS, N, seed=5, keep="summary", chunk_size=64, out_dir=killed, identity={})
+        engine.run(trial, POINTS, N, seed=5, keep="summary", chunk_size=64, out_dir=killed, identity={}, checkpoint_every=0)  # fmt: skip
     assert saves == [64, 128]
     monkeypatch.setattr(store.Store, "save_summary", real)
     assert_summaries_equal(

@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import functools
 import io
+import itertools
 import json
 import os
 import random
@@ -35,7 +36,7 @@ import numpy as np
 import pytest
 
 from jaxfed import engine, stats, store
-from jaxfed.engine import core
+from jaxfed.engine import core, sinks
 from jaxfed.experiments import base
 
 N_TRIALS, CHUNK, SEED = 20, 6, 3
@@ -85,7 +86,9 @@ def fast(monkeypatch):
     _fast(monkeypatch)
 
 
-def run_toy(out_dir, n_trials=N_TRIALS, keep="raw", overwrite=False, seed=SEED, chunk_size=CHUNK):
+def run_toy(out_dir, n_trials=N_TRIALS, keep="raw", overwrite=False, seed=SEED, chunk_size=CHUNK, checkpoint_every=0):
+    """The toy through ``run_experiment``; ``checkpoint_every`` in ticks of the clock :func:`ticking`
+    installs (0: a summary is stored after every chunk)."""
     return base.run_experiment(
         TOY,
         ToyConfig(),
@@ -96,7 +99,16 @@ def run_toy(out_dir, n_trials=N_TRIALS, keep="raw", overwrite=False, seed=SEED, 
         quiet=True,
         keep=keep,
         overwrite=overwrite,
+        checkpoint_every=checkpoint_every,
     )
+
+
+@pytest.fixture(autouse=True)
+def ticking(monkeypatch):
+    """Each run's sinks read a clock that advances by one at every reading (a new one per run), so
+    that when a time-based checkpoint falls is the same in a counted run and in the killed one."""
+    real = sinks.open_sinks
+    monkeypatch.setattr(core, "open_sinks", lambda *a, **kw: real(*a, **kw, clock=itertools.count().__next__))
 
 
 @contextlib.contextmanager
@@ -113,7 +125,8 @@ def faults(kill_at=None, torn=False):
             calls.append(name)
             if len(calls) == kill_at:
                 if torn and name == "_write_file":
-                    real(args[0], args[1][: len(args[1]) // 2])
+                    data = b"".join(bytes(part) for part in args[1])
+                    real(args[0], [data[: len(data) // 2]])
                 raise Killed(f"{name} #{kill_at}")
             return real(*args)
 
@@ -171,32 +184,34 @@ def check_identical_or_refused(out_dir, reference, keep, n_trials=N_TRIALS, **kw
     return "identical"
 
 
-def count_calls(tmp_path, keep, n_trials, start_from=None, chunk_size=CHUNK):
+def count_calls(tmp_path, keep, n_trials, start_from=None, chunk_size=CHUNK, checkpoint_every=0):
     d = tmp_path / "count"
     if start_from is not None:
         shutil.copytree(start_from, d)
     with faults() as calls:
-        run_toy(d, n_trials, keep, chunk_size=chunk_size)
+        run_toy(d, n_trials, keep, chunk_size=chunk_size, checkpoint_every=checkpoint_every)
     shutil.rmtree(d)
     return list(calls)
 
 
 # --------------------------------------------------------------------------- kills
 SCENARIOS = [
-    ("raw", None),  # fresh run
-    ("summary", None),
-    ("summary", 8),  # growing a finished 8-trial run to N_TRIALS
-    pytest.param("raw", 8, marks=pytest.mark.slow),
+    ("raw", None, 0),  # fresh run
+    ("summary", None, 0),  # a summary stored after every chunk
+    ("summary", None, 2),  # every 2 ticks of the clock: after the 2nd of 3 chunks and at the end of each group
+    ("summary", 8, 0),  # growing a finished 8-trial run to N_TRIALS
+    pytest.param("summary", 8, 2, marks=pytest.mark.slow),
+    pytest.param("raw", 8, 0, marks=pytest.mark.slow),
 ]
 
 
-@pytest.mark.parametrize("keep, grown_from", SCENARIOS)
-def test_a_kill_at_every_instant_resumes_identically(tmp_path, references, keep, grown_from):
+@pytest.mark.parametrize("keep, grown_from, checkpoint_every", SCENARIOS)
+def test_a_kill_at_every_instant_resumes_identically(tmp_path, references, keep, grown_from, checkpoint_every):
     base_dir = None
     if grown_from is not None:
         base_dir = tmp_path / "base"
         run_toy(base_dir, grown_from, keep)
-    calls = count_calls(tmp_path, keep, N_TRIALS, base_dir)
+    calls = count_calls(tmp_path, keep, N_TRIALS, base_dir, checkpoint_every=checkpoint_every)
     instants = [(k, False) for k in range(1, len(calls) + 1)]
     instants += [(k, True) for k, name in enumerate(calls, 1) if name == "_write_file"]
     outcomes = []
@@ -205,7 +220,7 @@ def test_a_kill_at_every_instant_resumes_identically(tmp_path, references, keep,
         if base_dir is not None:
             shutil.copytree(base_dir, d)
         with faults(kill_at=k, torn=torn), pytest.raises(Killed):
-            run_toy(d, N_TRIALS, keep)
+            run_toy(d, N_TRIALS, keep, checkpoint_every=checkpoint_every)
         # Before the rerun, the finished outputs are those of a complete run, or absent/refused.
         try:
             loaded_cfg, loaded = base.load_results(str(d))
@@ -215,8 +230,23 @@ def test_a_kill_at_every_instant_resumes_identically(tmp_path, references, keep,
             assert_same(loaded, references[keep, loaded_cfg["n_trials"]][0])
         outcomes.append(check_identical_or_refused(d, references[keep, N_TRIALS], keep))
         shutil.rmtree(d)
-    print(f"{keep} grown_from={grown_from}: {len(instants)} kill instants, {outcomes.count('identical')} identical")
+    print(
+        f"{keep} grown_from={grown_from} every {checkpoint_every}: {len(instants)} kill instants, {outcomes.count('identical')} identical"
+    )
     assert outcomes.count("identical") == len(instants)  # an atomic store never even needs to refuse
+
+
+def test_summary_states_are_stored_by_time_and_at_the_end_of_each_group(tmp_path):
+    """Per group (two here, 3 chunks each: 20 trials in chunks of 6, rounded up to 8, whole sum
+    blocks), a summary state is stored after every chunk with ``checkpoint_every=0``; with 2 ticks
+    of the clock (a tick when the chunks start and at each chunk handled), after the 2nd chunk and
+    at the end; with 100, at the end only."""
+
+    def summary_commits(every):
+        calls = count_calls(tmp_path, "summary", N_TRIALS, checkpoint_every=every)
+        return sum(1 for name in calls if name == "_replace") - 3  # identity.json, metrics.npz, config.json
+
+    assert [summary_commits(every) for every in (0, 2, 100)] == [6, 4, 2]
 
 
 def test_a_summary_killed_between_chunks_never_counts_a_trial_twice(tmp_path, references):
@@ -297,7 +327,7 @@ def _forge(path, edit):
     meta, arrays = _read(path)
     meta = {k: v for k, v in meta.items() if k not in ("arrays", "sha256")}
     edit(meta, arrays)
-    path.write_bytes(store._pack(meta, arrays))
+    path.write_bytes(b"".join(bytes(part) for part in store._pack(meta, arrays)))
 
 
 def _first(d, pattern):
@@ -569,6 +599,8 @@ def test_real_sigkill_of_the_cli_resumes_identically(tmp_path, keep, seed):
         "--quiet",
         "--keep",
         keep,
+        "--checkpoint-every",
+        "0",  # a summary state after every chunk: a kill at any moment finds one to resume from
     ]
     killed, whole = tmp_path / "killed", tmp_path / "whole"
     proc = subprocess.Popen([*args, "--out", str(killed)])

@@ -47,6 +47,12 @@ from jaxfed.store import STORE_FORMAT, GroupSpec, Store, StoreError
 RAW_LIMIT_BYTES = 2 * 2**30
 """``keep="auto"`` keeps every trial when the raw metrics fit in this many bytes, else summaries."""
 
+RAW_TRANSFER_LIMIT_BYTES = 256 * 2**20
+"""On an accelerator, ``keep="auto"`` keeps every trial only up to this many bytes of raw
+metrics: every raw value crosses to the host, which the H200 did at about 1 GB/s end to end
+(benchmarks/README.md) while its kernel made values 70 times faster, so raw runs are bound by the
+transfer; this much crosses in a quarter of a second, less than a run's start-up."""
+
 MAX_TRIALS = validation.MAX_TRIALS
 """Trials per point at most: trial indices are folded into the keys as uint32, so more would repeat keys."""
 
@@ -243,7 +249,7 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
     bar = bar if is_main else Progress(False)
     groups = group_points(points)
     specs, programs = _trace(trial, groups, options.metric_axes)
-    keep, target = _mode(options, specs, len(points), n_trials)
+    keep, target = _mode(options, specs, len(points), n_trials, platform(machine.mesh), bar.note)
     chunk_size = None if options.chunk_size is None else min(options.chunk_size, n_trials)
     if machine.mesh is not None:  # the outputs alone of the smallest (or the given) chunk must fit
         for group, _ in groups:
@@ -260,7 +266,7 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
         resources.callback(bar.close)
         resources.callback(writer.close)
         specs_of = [GroupSpec(g, group.point_ids, specs) for g, (group, _) in enumerate(groups)]
-        sinks = open_sinks(store, specs_of, n_trials, results, writer, summary=keep == "summary", targeted=target is not None)  # fmt: skip
+        sinks = open_sinks(store, specs_of, n_trials, results, writer, summary=keep == "summary", targeted=target is not None, checkpoint_every=options.checkpoint_every)  # fmt: skip
     except BaseException:
         resources.close()
         raise
@@ -298,16 +304,28 @@ def _trace(trial: Trial, groups: list, metric_axes: dict | None) -> tuple[dict, 
     return specs, [hashlib.sha256(str(jaxpr).encode()).hexdigest() for jaxpr, _ in traces]
 
 
-def _mode(options: RunOptions, specs: dict, n_points: int, n_trials: int) -> tuple[str, Target | None]:
+def _mode(options: RunOptions, specs: dict, n_points: int, n_trials: int, where: str, note) -> tuple[str, Target | None]:  # fmt: skip
     """(keep, target): a precision target parsed against the metrics (it implies summaries),
-    ``keep="auto"`` decided; summaries and the host memory of the results checked."""
+    ``keep="auto"`` decided (on the platform ``where``; a summary chosen is said by ``note``, with
+    why); summaries and the host memory of the results checked."""
     keep, target = options.keep, None
     if options.targeted:
         target = parse_target(options.target_se, options.target_metric, specs, options.target_statistic)
         keep = "summary"
     if keep == "auto":
         raw_bytes = n_points * n_trials * sum(math.prod(s) * np.dtype(d).itemsize for s, d in specs.values())
-        keep = "raw" if raw_bytes <= RAW_LIMIT_BYTES else "summary"
+        limit = RAW_LIMIT_BYTES if where == "cpu" else RAW_TRANSFER_LIMIT_BYTES
+        keep = "raw" if raw_bytes <= limit else "summary"
+        if keep == "summary":
+            why = (
+                f"more than the {size_text(RAW_LIMIT_BYTES)} kept in memory"
+                if where == "cpu"
+                else f"on a {where} raw runs are bound by the copy of every value to the host, above "
+                f"{size_text(RAW_TRANSFER_LIMIT_BYTES)}"
+            )
+            note(
+                f"--keep auto: summaries, since the raw metrics would take {size_text(raw_bytes)} ({why}); --keep raw keeps them"
+            )
     if keep == "summary":
         check_summarisable(specs)
     check_host_memory(keep, n_points, n_trials, specs)

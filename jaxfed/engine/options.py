@@ -121,6 +121,13 @@ def _micro_batch(value):
     return value
 
 
+def _checkpoint_every(value):
+    validation.check(
+        "checkpoint_every", value, isinstance(value, (int, float)) and not isinstance(value, bool), "a number (seconds)"
+    )
+    return validation.non_negative("checkpoint_every", value)
+
+
 def _target_se(value):
     validation.check("target_se", value, isinstance(value, (int, float)) and not isinstance(value, bool), "a number")
     return validation.positive("target_se", value)
@@ -158,8 +165,8 @@ class RunOptions:
     keep: str = option(
         "raw",
         "raw: every trial; summary: streaming summaries (count, mean, s.e., quantile histograms) computed on "
-        "the device; auto: raw below 2 GiB of raw metrics (default: raw in engine.run, auto in jaxfed run and "
-        "run_experiment)",
+        "the device; auto: raw below 2 GiB of raw metrics (256 MiB on an accelerator, where raw is bound by the copy "
+        "to the host) (default: raw in engine.run, auto in jaxfed run and run_experiment)",
         check=lambda value: validation.one_of("keep", value, KEEP_MODES),
         choices=KEEP_MODES,
         experiments="auto",
@@ -183,6 +190,14 @@ class RunOptions:
         "discard stored results that cannot be used (another config, damaged files, a summary of more trials than "
         "asked for) instead of refusing",
         check=_is("overwrite", (bool,), "True or False"),
+    )
+    checkpoint_every: float = option(
+        30.0,
+        "seconds between stored summary states of a running group, so a kill loses at most this much work "
+        "(each group's state is also stored when it finishes; raw chunks are stored as they come); 0: after "
+        "every chunk (default 30)",
+        check=_checkpoint_every,
+        metavar="S",
     )
     progress: bool | Progress | None = option(
         None,

@@ -1,11 +1,14 @@
 """Result sinks: where a group's chunks go. :class:`RawSink` keeps every trial, :class:`SummarySink`
 folds the device's per-chunk summaries in trial order; both restore what the store holds, store
-each finished chunk off the critical path (:class:`Writer`) and take chunks through
+what they computed off the critical path (:class:`Writer`: every raw chunk, a summary's state every
+``checkpoint_every`` seconds and at the end of its group) and take chunks through
 :func:`pipelined`, which dispatches chunk i + 1 before the host handles chunk i."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -52,12 +55,42 @@ def pipelined(chunks, dispatch, handle, writer: Writer) -> None:
     previous = None
     for chunk in chunks:
         outputs = dispatch(chunk)
+        start_copies_to_host(outputs)
         if previous is not None:
             handle(*previous)
         previous = (chunk, outputs)
     if previous is not None:
         handle(*previous)
     writer.wait()
+
+
+def start_copies_to_host(tree) -> None:
+    """Starts the copy of every accelerator array of ``tree`` to the host as soon as it is computed
+    (``copy_to_host_async``), so that it overlaps the next chunk instead of starting when the host
+    asks for the values. Not on a CPU, where the host reads the device's buffers in place."""
+    for leaf in jax.tree.leaves(tree):
+        if isinstance(leaf, jax.Array) and not leaf.is_deleted() and _platform(leaf) != "cpu":
+            leaf.copy_to_host_async()
+
+
+def _platform(array: jax.Array) -> str:
+    return next(iter(array.devices())).platform
+
+
+def copy_into(into: np.ndarray, rows, start: int, n: int, array) -> None:
+    """``into[rows, start : start + n] = array[:, :n]`` for a chunk's metric ``array`` (points,
+    batch, …), device shard by device shard: each shard's host buffer (on a CPU the device's own
+    memory, read in place) goes straight into its slice of ``into``, without first gathering the
+    whole chunk into one host array. Under several processes: gathered to process 0 first."""
+    if not isinstance(array, jax.Array) or jax.process_count() > 1:
+        into[rows, start : start + n] = to_host(array)[:, :n]
+        return
+    for shard in array.addressable_shards:
+        first = shard.index[1].start or 0  # (the trial axis is the sharded one)
+        if first >= n:
+            continue  # padding only
+        last = min(first + shard.data.shape[1], n)
+        into[rows, start + first : start + last] = np.asarray(shard.data)[:, : last - first]
 
 
 def missing_ranges(n_trials: int, done: list[tuple[int, int]], chunk_size: int) -> list[tuple[int, int]]:
@@ -79,9 +112,11 @@ class Resume(NamedTuple):
     chunk_size: int | None  # the chunk size a continued run must keep (a targeted run's), else None
 
 
-def open_sinks(store: Store, specs: list, n_trials: int, results: dict, writer: Writer, *, summary: bool, targeted: bool) -> list:  # fmt: skip
+def open_sinks(store: Store, specs: list, n_trials: int, results: dict, writer: Writer, *, summary: bool, targeted: bool, checkpoint_every: float = 0.0, clock: Callable[[], float] = time.monotonic) -> list:  # fmt: skip
     """Each group's sink (``specs``: a :class:`jaxfed.store.GroupSpec` per group), with what ``store``
     holds restored, and each group's :class:`Resume` decided: the one place a group's resume is.
+    A summary's state is stored every ``checkpoint_every`` seconds by ``clock`` and at the end of
+    its group (:class:`SummarySink`).
 
     First process 0 reads and verifies every stored file (a refusal is raised on every process,
     before any collective the others would wait in), then every process takes process 0's
@@ -96,7 +131,7 @@ def open_sinks(store: Store, specs: list, n_trials: int, results: dict, writer: 
     try:
         for spec in specs:
             sinks.append(
-                SummarySink(store, spec, n_trials, writer, is_main, targeted)
+                SummarySink(store, spec, n_trials, writer, is_main, targeted, checkpoint_every, clock)
                 if summary
                 else RawSink(store, spec, n_trials, results, writer)
             )
@@ -168,12 +203,16 @@ class RawSink(Sink):
         return ()
 
     def handle(self, chunk, device_out) -> None:
+        """Copies the chunk into the results shard by shard (:func:`copy_into`) and stores it from
+        there: per chunk the host copies each value once."""
         start, stop = chunk
-        values, bad = to_host(device_out)
-        out = {name: value[:, : stop - start] for name, value in values.items()}
-        for name, value in out.items():
-            self.results[name][self.at, start:stop] = value
-            self.computed_nonfinite[name] += bad[name][:, : stop - start].sum(1)
+        jax.block_until_ready(device_out)  # an execution error (out of memory) before anything changes
+        values, bad = device_out
+        for name, value in values.items():
+            copy_into(self.results[name], self.at, start, stop - start, value)
+            self.computed_nonfinite[name] += to_host(bad[name])[:, : stop - start].sum(1)
+        # Views of the results (a copy where the rows are not consecutive): nothing writes these trials again.
+        out = {name: self.results[name][self.at, start:stop] for name in values}
         self.writer.submit(self.store.save_raw, self.spec, start, stop, out)
 
     def finish(self, nonfinite: dict) -> dict:
@@ -207,14 +246,30 @@ def _whole(stop):
 
 class SummarySink(Sink):
     """Per point, a :class:`jaxfed.stats.SummaryState` of whole sum blocks plus the raw tail of the
-    last partial block, folded in trial order from the device's per-chunk summaries and stored
-    after every chunk. Points may advance separately (a precision target stops some): each
+    last partial block, folded in trial order from the device's per-chunk summaries. The state is
+    stored after the first chunk handled ``checkpoint_every`` seconds (by ``clock``) or more after
+    the group started or was last stored (0: after every chunk), and always at the end of the
+    group, so that a kill loses at most that interval of work and a fast device never waits for a
+    snapshot of every chunk. Points may advance separately (a precision target stops some): each
     point's trials done are the next chunk's start. A stored summary resumes at its last whole
     block (see :func:`resume_point`); a targeted one (``targeted``) on its stored chunk size,
     whose boundaries are where its points stopped."""
 
-    def __init__(self, store: Store, spec: GroupSpec, n_trials: int, writer: Writer, is_main: bool, targeted=False):
+    def __init__(
+        self,
+        store: Store,
+        spec: GroupSpec,
+        n_trials: int,
+        writer: Writer,
+        is_main: bool,
+        targeted=False,
+        checkpoint_every: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.store, self.spec, self.n_trials, self.writer, self.is_main = store, spec, n_trials, writer, is_main
+        self.checkpoint_every, self.clock = checkpoint_every, clock
+        self.stored_at = clock()  # when the stored state was last brought up to date (reset when chunks start)
+        self.unstored = False  # chunks were folded since
         self.rows = np.asarray(spec.point_ids)
         stored = store.load_summary(spec, n_trials)  # (stop, states, per-point trials, chunk size)
         complete = stored[1] is not None and stored[0] == n_trials
@@ -229,18 +284,19 @@ class SummarySink(Sink):
         self._resume = Resume(bool(decided[1]), int(self.counts.sum()), int(decided[2]) or None)
 
     def chunks(self, size: int) -> list:
-        self.size = size
+        self.size, self.stored_at = size, self.clock()
         return [(start, min(start + size, self.n_trials)) for start in range(self.first, self.n_trials, size)]
 
     def targeted_chunks(self, size: int, target: Target):
         """Yields (chunk, active): the next chunk of the points ``active`` (an index array) still
         short of ``target``, decided after the previous chunk was handled and from completed chunks
         only, until no point is (every running point has done the same trials)."""
-        self.size = size
+        self.size, self.stored_at = size, self.clock()
         while True:
             running = still_running(self.states, self.counts, self.n_trials, target)
             active = np.flatnonzero(broadcast_from_0(running.astype(np.int64)))  # process 0 folds the states
             if active.size == 0:
+                self.store_state()  # the end of the group (unless its last chunk was stored)
                 return
             start = int(self.counts[active[0]])
             yield (start, min(start + size, self.n_trials)), active
@@ -272,11 +328,23 @@ class SummarySink(Sink):
                     *(with_rows(f, active, v) for f, v in zip(self.states[name], sub))
                 )
                 self.tails[name] = with_rows(widened(self.tails[name], tail.shape[1]), active, tail)
+        self.unstored = True
+        finished = bool(np.all(self.counts >= self.n_trials))
+        if finished or self.clock() - self.stored_at >= self.checkpoint_every:
+            self.store_state()
+
+    def store_state(self) -> None:
+        """Submits the state folded so far to the store, if it holds anything the store does not
+        (process 0 only)."""
+        if not (self.is_main and self.unstored):
+            return
         snapshot = {name: dict(self.states[name]._asdict(), tail=self.tails[name]) for name in self.spec.metrics}
         self.writer.submit(self.store.save_summary, self.spec, self.counts.tolist(), self.size, snapshot)
+        self.stored_at, self.unstored = self.clock(), False
 
     def finish(self, nonfinite: dict) -> dict:
-        """metric -> (rows, :class:`jaxfed.stats.Summary`) of the group."""
+        """metric -> (rows, :class:`jaxfed.stats.Summary`) of the group (its state stored, if it was not)."""
+        self.store_state()
         counts = self.counts
         tail_lengths = np.where(counts == counts.max(initial=0), counts - _whole(counts), 0)
         parts = {}
