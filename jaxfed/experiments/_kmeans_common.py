@@ -8,17 +8,23 @@ table and the paired-verdict helpers. The experiments are :mod:`jaxfed.experimen
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from jaxfed import kmeans, oac, scenarios, stats, validation
 from jaxfed.experiments.base import Sweep
 
 SYMBOL_ENERGIES = ("beta", "sqrt-beta")
+METHODS = ("centralized", "ideal", "quantized", "oac")
+"""The methods a label's ``method`` names; a point holds the index (traced: one program for all)."""
+SPLITS = ("tiles", "iid")
+"""The splits of the customers over the EDs a label's ``split`` names (default "tiles")."""
 EQUAL_MARGIN = stats.EQUAL_RATIO_MARGIN  # "≈": the paired median ratio's interval lies within [1/1.05, 1.05]
 LOSS_LABEL = "loss per customer, eq. (1) / |D|  (m²)"
 RAW_NEEDED = "Verdicts need every trial's values: rerun with `--keep raw`.\n"
@@ -31,8 +37,9 @@ MICRO_BATCH = {"cpu": 64}
 class MallConfig:
     """Scenario and algorithm parameters shared by the k-means experiments.
 
-    Static: rows, cols, n_points, n_components, n_clusters, n_rounds, beta, digits, channel, init,
-    vmax_rule. Traced per point: SNR, E_s and the enhancement switches. Closure constants: the rest."""
+    Static: rows, cols, n_points, n_components, n_clusters, n_rounds, beta, digits, channel,
+    vmax_rule. Traced per point: the method, the split and init (as indices, see :func:`_point`),
+    SNR, E_s and the enhancement switches. Closure constants: the rest."""
 
     rows: int = 10  # mall tiles per column; K = rows · cols edge devices (EDs), one per tile
     cols: int = 10  # mall tiles per row
@@ -109,20 +116,30 @@ def check_snrs(name: str, snrs) -> None:
 
 # --------------------------------------------------------------------------- points and the trial
 def _point(cfg: MallConfig, lab: dict) -> dict:
-    """Engine point of a label: method, D, split, init, v_max reading and the tiling are static;
-    SNR, E_s and the switches are traced. Optional label keys (absent from the built-in figures'
-    labels, whose points they leave as they were): ``channel``, a channel of the point's own (static)
-    whose parameters the label may set by name (traced, e.g. ``{"channel": "rician-fading",
+    """Engine point of a label: D, the tiling (rows, cols), the v_max reading and the optional
+    channel and count digits are static (they change shapes or the rounds' code); the method, the
+    split and init (int32 indices into :data:`METHODS`, :data:`SPLITS`, :data:`jaxfed.kmeans.INITS`),
+    SNR, E_s and the switches are traced, so that the points of a D, tiling and reading share one
+    compiled program, in which ``lax.switch`` runs the chosen method's, split's and init's code
+    only. The switches sit around whole computations (the rounds of a method, the initial
+    centroids, the owners): a branch boundary inside a round changes what XLA fuses and the
+    results by an ulp (measured for a traced v_max reading), which is why the reading stays
+    static. Optional label keys (absent from the built-in figures' labels, whose
+    points they leave as they were): ``channel``, a channel of the point's own (static) whose
+    parameters the label may set by name (traced, e.g. ``{"channel": "rician-fading",
     "k_factor": 3.0}``), and ``count_digits``, the counts |S_{k,c}| sent over the point's channel
-    with that many digits (static) instead of exactly."""
+    with that many digits (static) instead of exactly.
+
+    A point whose choices are the names themselves (strings) runs the same trial with only the
+    named code traced: the reference the indices are tested against."""
     return {
-        "method": lab["method"],
+        "method": _choice_index("method", lab["method"], METHODS),
         "digits": lab.get("digits", 4),
         "snr_db": jnp.float32(lab.get("snr_db", 0.0)),  # unused by non-OAC methods
         "adaptive": jnp.bool_(lab.get("adaptive", True)),
         "reinit": jnp.bool_(lab.get("reinit", True)),
-        "iid": lab.get("split", "tiles") == "iid",
-        "init": lab.get("init", cfg.init),
+        "split": _choice_index("split", lab.get("split", "tiles"), SPLITS),
+        "init": _choice_index("init", lab.get("init", cfg.init), kmeans.INITS),
         "vmax_rule": lab.get("vmax_rule", cfg.vmax_rule),
         "es": jnp.float32(symbol_energy_value(lab.get("symbol_energy", cfg.symbol_energy), cfg.beta)),
         "rows": lab.get("rows", cfg.rows),
@@ -131,6 +148,24 @@ def _point(cfg: MallConfig, lab: dict) -> dict:
         **(_own_channel(lab) if "channel" in lab else {}),
         **({"count_digits": lab["count_digits"]} if "count_digits" in lab else {}),
     }
+
+
+def _choice_index(name: str, value: str, names: tuple) -> jax.Array:
+    """The index of a label's choice among ``names``, an int32 array (a traced leaf of the point);
+    ValueError naming the label key and the allowed names."""
+    return jnp.int32(names.index(validation.one_of(name, value, names)))
+
+
+def _select(choice, names: tuple, branches: dict, *operands):
+    """``branches[name](*operands)`` for the chosen name: ``choice`` is the name itself (static: only
+    that branch is traced) or its index into ``names`` (traced: ``lax.switch``, which runs the chosen
+    branch only; every branch must return the same shapes). A function several names share is one
+    branch, traced and compiled once."""
+    if isinstance(choice, str):
+        return branches[choice](*operands)
+    distinct = list(dict.fromkeys(branches[n] for n in names))
+    branch_of = jnp.asarray([distinct.index(branches[n]) for n in names], jnp.int32)
+    return lax.switch(branch_of[choice], distinct, *operands)
 
 
 def _own_channel(lab: dict) -> dict:
@@ -159,11 +194,11 @@ def point_channel(cfg: MallConfig, point: dict) -> oac.ChannelModel:
     return model
 
 
-def _aggregator(cfg: MallConfig, point: dict, channel: oac.ChannelModel) -> oac.aggregators.Aggregator:
+def _aggregator(cfg: MallConfig, point: dict, channel: oac.ChannelModel, method: str) -> oac.aggregators.Aggregator:
     """The back-end of a federated method: built inside the trial, so SNR and E_s stay traced."""
-    if point["method"] == "ideal":
+    if method == "ideal":
         return oac.aggregators.ideal()
-    if point["method"] == "quantized":
+    if method == "quantized":
         return oac.aggregators.quantized(cfg.beta, point["digits"])
     return oac.aggregators.oac(channel, cfg.beta, point["digits"], point["snr_db"], point["es"])
 
@@ -176,9 +211,10 @@ def _count_aggregator(cfg: MallConfig, point: dict, channel: oac.ChannelModel):
     return oac.aggregators.oac(channel, cfg.beta, point["count_digits"], point["snr_db"], point["es"])
 
 
-def _settings(cfg: MallConfig, point: dict, channel: oac.ChannelModel) -> kmeans.Settings:
+def _settings(cfg: MallConfig, point: dict, channel: oac.ChannelModel, method: str) -> kmeans.Settings:
+    """The settings of a point run with the federated ``method`` (a name)."""
     return kmeans.Settings(
-        aggregator=_aggregator(cfg, point, channel),
+        aggregator=_aggregator(cfg, point, channel, method),
         mu=cfg.mu,
         adaptive_vmax=point["adaptive"],
         vmax=cfg.vmax_fixed,
@@ -235,7 +271,8 @@ def make_trial(
         k_scene, k_split, k_init, k_run = jax.random.split(key, 4)
         rows, cols = point["rows"], point["cols"]
         scene = scenarios.mall(k_scene, cfg.n_points, cfg.n_components, cfg.spread, cfg.side, rows, cols)
-        owner = scenarios.iid_owner(k_split, cfg.n_points, rows * cols) if point["iid"] else scene.owner
+        owners = {"tiles": lambda: scene.owner, "iid": lambda: scenarios.iid_owner(k_split, cfg.n_points, rows * cols)}
+        owner = _select(point["split"], SPLITS, owners)
         init = kmeans.initial_centroids(k_init, scene.points, cfg.n_clusters, point["init"], 0.0, cfg.side)
         data = kmeans.flat_data(scene.points, owner)
         channel = channel_of(key, point)
@@ -243,12 +280,28 @@ def make_trial(
         def rand_index(part):  # inside each round: stacking the rounds' assignments costs as much
             return kmeans.adjusted_rand_index(part.index, scene.labels, cfg.n_clusters, cfg.n_components)
 
-        if point["method"] == "centralized":
+        def centralized():
+            """Lloyd's has no back-end: v_max and aggregate 0, no dead zone, and where the federated
+            methods estimate the sizes, the exact ones (estimates without error)."""
             history, info = kmeans.lloyd_rounds(scene.points, init, cfg.n_rounds, observe=rand_index)
-        else:
-            history, info = kmeans.federated_rounds(
-                k_run, data, rows * cols, init, cfg.n_rounds, _settings(cfg, point, channel), observe=rand_index
+            return history, _same_fields(
+                info,
+                dead_zone=jnp.zeros_like(info.reinitialised),
+                aggregate=jnp.zeros((cfg.n_rounds, history[0].size), history.dtype),
+                estimated_sizes=info.cluster_sizes if "count_digits" in point else None,
             )
+
+        def federated(method: str):
+            settings = _settings(cfg, point, channel, method)
+            history, info = kmeans.federated_rounds(
+                k_run, data, rows * cols, init, cfg.n_rounds, settings, observe=rand_index
+            )
+            return history, _same_fields(info)
+
+        # Each method's rounds are a branch of their own: a branch boundary inside a round (e.g. a
+        # switch over the back-ends alone) changes what XLA fuses, and the results by an ulp.
+        runs = {"centralized": centralized, **{m: functools.partial(federated, m) for m in METHODS[1:]}}
+        history, info = _select(point["method"], METHODS, runs)
         # The rounds report on the centroids they start from; the metric after round n is about
         # the centroids it ends with, i.e. the next round's, and one more evaluation for the last.
         weight = data.mask.astype(data.coords.dtype)
@@ -261,8 +314,7 @@ def make_trial(
         started = jnp.concatenate([init[None], history[:-1]])  # broadcast centroids of each round
         if round_diagnostics:
             out["movement"] = jnp.mean(jnp.linalg.norm(history - started, axis=-1), axis=-1)
-            dead = info.dead_zone if point["method"] != "centralized" else jnp.zeros_like(info.reinitialised)
-            out["dead_zone"] = jnp.sum(dead, -1) / jnp.maximum(jnp.sum(info.cluster_sizes > 0, -1), 1)
+            out["dead_zone"] = jnp.sum(info.dead_zone, -1) / jnp.maximum(jnp.sum(info.cluster_sizes > 0, -1), 1)
         if last_round_diagnostics:
             out.update(_last_round_noise(cfg, point, channel, data, rows * cols, started[-1], info))
         if count_diagnostics:
@@ -270,6 +322,13 @@ def make_trial(
         return out
 
     return trial
+
+
+def _same_fields(info: kmeans.RoundInfo, **fields) -> kmeans.RoundInfo:
+    """The fields of a :class:`jaxfed.kmeans.RoundInfo` the trial reads, ``fields`` replaced: the
+    branches of a ``lax.switch`` over the methods return the same shapes. The unread fields are
+    dropped, so that no branch computes them."""
+    return info._replace(assignment=None, next_vmax=None, **fields)  # type: ignore[arg-type]
 
 
 def _count_diagnostics(cfg: MallConfig, info) -> dict:
@@ -294,44 +353,53 @@ def _last_round_noise(cfg: MallConfig, point, channel, data, n_devices: int, cen
     coordinates); the RMS is over the clusters with points. The channel's part is the ES's sum
     minus the sum of the quantised values, with variance (v_max/ξ)² Σ_d β^{2d} Σ_j s_j²
     (K_{q,d,j} + σ²/E_s)² given the round's counts K (:func:`jaxfed.oac.channel.estimate_variance`).
+    Each method's figures are a branch of :func:`_select`: only the point's method computes its own.
     """
     zero = jnp.zeros((), jnp.float32)
-    if point["method"] == "centralized":
+
+    def centralized():
         return dict.fromkeys(LAST_ROUND_DIAGNOSTICS, zero)
-    counts, deltas = kmeans.local_statistics(data, centroids, n_devices)
-    values = deltas.reshape(n_devices, -1)
-    active = jnp.sum(counts, axis=1) > 0
-    sizes = jnp.repeat(jnp.sum(counts, axis=0), data.coords.shape[0])  # |S_c| of each value q = c·L + l
-    vmax = info.vmax[-1]
-    exact = jnp.sum(values, axis=0)
-    if point["method"] == "ideal":
-        quantised = exact
-    else:
-        quantised = jnp.sum(
-            jnp.where(active[:, None], oac.balanced.quantize(values, cfg.beta, point["digits"], vmax), 0), 0
-        )
-    n_clusters = jnp.maximum(jnp.sum(jnp.sum(counts, axis=0) > 0), 1)
 
-    def rms(squared):  # per value → RMS centroid displacement over the clusters with points
-        return jnp.sqrt(jnp.sum(jnp.where(sizes > 0, cfg.mu**2 * squared / jnp.maximum(sizes, 1) ** 2, 0)) / n_clusters)
+    def federated(method: str):
+        counts, deltas = kmeans.local_statistics(data, centroids, n_devices)
+        values = deltas.reshape(n_devices, -1)
+        active = jnp.sum(counts, axis=1) > 0
+        sizes = jnp.repeat(jnp.sum(counts, axis=0), data.coords.shape[0])  # |S_c| of each value q = c·L + l
+        vmax = info.vmax[-1]
+        exact = jnp.sum(values, axis=0)
+        if method == "ideal":
+            quantised = exact
+        else:
+            quantised = jnp.sum(
+                jnp.where(active[:, None], oac.balanced.quantize(values, cfg.beta, point["digits"], vmax), 0), 0
+            )
+        n_clusters = jnp.maximum(jnp.sum(jnp.sum(counts, axis=0) > 0), 1)
 
-    out = {
-        "centroid_noise": rms(jnp.square(info.aggregate[-1] - quantised)),
-        "quant_error": rms(jnp.square(quantised - exact)),
-        "centroid_noise_pred": zero,
-        "centroid_noise_floor": zero,
-    }
-    if point["method"] == "oac" and channel.variance is None:  # a registered channel without a formula
-        out["centroid_noise_pred"] = out["centroid_noise_floor"] = jnp.full((), jnp.nan, jnp.float32)
-    elif point["method"] == "oac":
-        numerals = oac.encode(values, cfg.beta, point["digits"], vmax)
-        resources = oac.channel.resource_counts(numerals, cfg.beta, active)
-        noise_var = oac.channel.noise_variance(point["snr_db"]) if channel.noisy else 0.0
-        args = (resources, cfg.beta, point["digits"], vmax)
-        variance = oac.channel.estimate_variance(*args, noise_var, point["es"], channel)
-        floor = oac.channel.estimate_variance(*args, 0.0, point["es"], channel)
-        out["centroid_noise_pred"], out["centroid_noise_floor"] = rms(variance), rms(floor)
-    return out
+        def rms(squared):  # per value → RMS centroid displacement over the clusters with points
+            return jnp.sqrt(
+                jnp.sum(jnp.where(sizes > 0, cfg.mu**2 * squared / jnp.maximum(sizes, 1) ** 2, 0)) / n_clusters
+            )
+
+        out = {
+            "centroid_noise": rms(jnp.square(info.aggregate[-1] - quantised)),
+            "quant_error": rms(jnp.square(quantised - exact)),
+            "centroid_noise_pred": zero,
+            "centroid_noise_floor": zero,
+        }
+        if method == "oac" and channel.variance is None:  # a registered channel without a formula
+            out["centroid_noise_pred"] = out["centroid_noise_floor"] = jnp.full((), jnp.nan, jnp.float32)
+        elif method == "oac":
+            numerals = oac.encode(values, cfg.beta, point["digits"], vmax)
+            resources = oac.channel.resource_counts(numerals, cfg.beta, active)
+            noise_var = oac.channel.noise_variance(point["snr_db"]) if channel.noisy else 0.0
+            args = (resources, cfg.beta, point["digits"], vmax)
+            variance = oac.channel.estimate_variance(*args, noise_var, point["es"], channel)
+            floor = oac.channel.estimate_variance(*args, 0.0, point["es"], channel)
+            out["centroid_noise_pred"], out["centroid_noise_floor"] = rms(variance), rms(floor)
+        return out
+
+    branches = {"centralized": centralized, **{m: functools.partial(federated, m) for m in METHODS[1:]}}
+    return _select(point["method"], METHODS, branches)
 
 
 def method_label(lab: dict) -> str:

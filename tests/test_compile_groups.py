@@ -1,0 +1,104 @@
+"""One compiled program per sweep where a choice only selects code (issue 24 part 8).
+
+The k-means experiments' method, split and init are traced indices
+(:func:`jaxfed.experiments._kmeans_common._point`), so the engine groups a sweep's points by
+their shapes alone. The values must be bit-identical to the trial with the choices given by
+name, which traces the named code only (the reference)."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from jaxfed import engine, kmeans
+from jaxfed.engine.points import group_points
+from jaxfed.experiments import _kmeans_common, kmeans_ablation, kmeans_mall, kmeans_studies
+
+TINY = dict(rows=2, cols=2, n_points=60, n_components=3, n_clusters=3, n_rounds=3)
+
+
+def _by_name(cfg, labels: list[dict]) -> list[dict]:
+    """The labels' points with the choices as names (static leaves): the reference trial."""
+    named = []
+    for lab, point in zip(labels, (_kmeans_common._point(cfg, lab) for lab in labels)):
+        names = {"split": lab.get("split", "tiles"), "init": lab.get("init", cfg.init)}
+        named.append({**point, "method": lab["method"], **names})
+    return named
+
+
+def _groups(sweep) -> int:
+    return len(group_points(sweep.points))
+
+
+def test_default_sweeps_compile_one_program_per_shape():
+    # convergence: 4 methods; digits1: quantised and OAC, with and without re-initialisation
+    for experiment in (kmeans_mall.CONVERGENCE, kmeans_studies.DIGITS1):
+        assert _groups(experiment.build(experiment.config_cls())) == 1, experiment.name
+    # ablation: 3 inits x 6 variants, the E_s reading and the i.i.d. split in one; each other v_max reading
+    assert _groups(kmeans_ablation.EXPERIMENT.build(kmeans_ablation.AblationConfig())) == len(kmeans.VMAX_RULES)
+    snr = kmeans_mall.SNR.config_cls()
+    assert _groups(kmeans_mall.SNR.build(snr)) == len(snr.digits_list)  # D changes the codec's shapes
+
+
+def _values(trial, points, n_trials=3):
+    out = engine.run(trial, points, n_trials, seed=3, chunk_size=n_trials, compilation_cache="off")
+    return {name: np.asarray(v) for name, v in out.items()}
+
+
+def _assert_traced_equal_named(cfg, labels, n_groups: int = 1, **diagnostics):
+    sweep = _kmeans_common.mall_sweep(cfg, labels, **diagnostics)
+    assert _groups(sweep) == n_groups
+    traced = _values(sweep.trial, sweep.points)
+    named_points = _by_name(cfg, labels)
+    assert len(group_points(named_points)) > n_groups
+    named = _values(sweep.trial, named_points)
+    assert traced.keys() == named.keys()
+    for name in traced:
+        np.testing.assert_array_equal(traced[name], named[name], err_msg=name)
+
+
+@pytest.mark.slow
+def test_traced_choices_are_bit_identical_to_the_named_code():
+    """Every method, split and init once, on a tiny mall."""
+    labels = [
+        {"method": "centralized", "split": "iid", "init": "kmeans++"},
+        {"method": "ideal", "init": "forgy"},
+        {"method": "quantized", "init": "kmeans++"},
+        {"method": "oac", "snr_db": 0.0, "split": "iid", "adaptive": False, "symbol_energy": "sqrt-beta"},
+    ]
+    _assert_traced_equal_named(kmeans_mall.ConvergenceConfig(**TINY), labels)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "diagnostics", [dict(round_diagnostics=True, last_round_diagnostics=True), dict(count_diagnostics=True)]
+)
+def test_traced_choices_are_bit_identical_with_every_diagnostic(diagnostics):
+    """The whole ablation (every init × variant, the readings, the i.i.d. split) and a quantised point."""
+    cfg = kmeans_ablation.AblationConfig(**TINY, snr_db=10.0)
+    labels = kmeans_ablation._labels(cfg) + [{"method": "quantized", "init": "kmeans++"}]
+    if "count_diagnostics" in diagnostics:  # a count back-end of its own (static), on every method
+        labels = [{**lab, "count_digits": 2} for lab in labels]
+    _assert_traced_equal_named(cfg, labels, len(kmeans.VMAX_RULES), **diagnostics)
+
+
+def test_choice_indices_validate_like_the_names():
+    cfg = kmeans_mall.ConvergenceConfig(**TINY)
+    for key, bad in (("method", "lloyd"), ("split", "random"), ("init", "k-means++")):
+        lab = {"method": "oac", key: bad}
+        with pytest.raises(ValueError, match=f"^{key} must be one of"):
+            _kmeans_common._point(cfg, lab)
+
+
+def test_initial_centroids_by_index_equal_by_name():
+    points = jax.random.uniform(jax.random.key(0), (50, 2), minval=0.0, maxval=10.0)
+    by_index = jax.jit(lambda k, i: kmeans.initial_centroids(k, points, 4, i, 0.0, 10.0))
+    for i, method in enumerate(kmeans.INITS):
+        key = jax.random.key(i)
+        expected = jax.jit(lambda k, m=method: kmeans.initial_centroids(k, points, 4, m, 0.0, 10.0))(key)
+        np.testing.assert_array_equal(by_index(key, np.int32(i)), expected)
+    with pytest.raises(ValueError, match=r"^init must be one of \('uniform', 'forgy', 'kmeans\+\+'\) or its index"):
+        kmeans.initial_centroids(jax.random.key(0), points, 4, np.int32(3), 0.0, 10.0)
+    with pytest.raises(ValueError, match="^init must be one of"):
+        kmeans.initial_centroids(jax.random.key(0), points, 4, "kmeans")
