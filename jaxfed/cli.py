@@ -398,7 +398,8 @@ def _add_process_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--coordinator",
         default=os.environ.get("JAXFED_COORDINATOR"),
-        help="host:port of process 0 for a multi-process run (env JAXFED_COORDINATOR)",
+        help="host:port of process 0 for a multi-process run (env JAXFED_COORDINATOR); under srun or mpirun "
+        "found from the scheduler (--distributed auto)",
     )
     p.add_argument(
         "--num-processes",
@@ -479,20 +480,34 @@ def _env_int(name: str):
 
 
 def _start_devices(args) -> None:
-    """Device and process set-up; must run before JAX initialises its backends."""
-    if getattr(args, "devices", None):
-        # Affects only the CPU platform: on a GPU machine the GPUs stay the default devices.
-        flag = f"--xla_force_host_platform_device_count={args.devices}"
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
-    n = getattr(args, "num_processes", None)
-    if n and n > 1:
+    """Device and process set-up of the commands that run (before JAX initialises its backends):
+    the processes a cluster scheduler started (``--distributed auto``) or those given by hand
+    joined by ``jax.distributed``; on a CPU ``--devices N`` host devices, else one per usable core
+    (:func:`jaxfed.engine.devices.default_host_devices`) unless ``XLA_FLAGS`` sets a count.
+    Processes started by hand may share a machine, which none of them can see: each keeps one host
+    device unless ``--devices`` is given."""
+    if not hasattr(args, "distributed"):  # (list, show, plot, report run nothing)
+        return
+    from jaxfed.engine import devices
+
+    n = args.num_processes
+    cluster = devices.scheduler_processes(os.environ) if args.distributed != "off" and n != 1 else None
+    by_hand = cluster is None and n is not None and n > 1
+    if args.devices:
+        devices.ask_host_devices(args.devices)
+    elif not by_hand and devices.host_devices_asked(os.environ.get("XLA_FLAGS", "")) is None:
+        if not devices.backends_started():  # (cli.main called in a process that already uses JAX)
+            devices.ask_host_devices(devices.default_host_devices())
+    if by_hand:
         if not args.coordinator or args.process_id is None:
             raise ValueError(
                 "a multi-process run needs --coordinator host:port and --process-id (or their JAXFED_ variables)"
             )
         validation.index("process_id", args.process_id, n, f"an index in [0, num_processes = {n})")
-        _initialize_distributed(args.coordinator, n, args.process_id, args.coordinator_timeout)
-    if getattr(args, "devices", None):
+    if by_hand or cluster is not None:
+        found = "" if cluster is None else f" ({cluster.n_processes} {cluster.scheduler} processes)"
+        _initialize_distributed(args.coordinator, n, args.process_id, args.coordinator_timeout, found)
+    if args.devices:
         import jax
 
         present = jax.local_devices()
@@ -502,18 +517,22 @@ def _start_devices(args) -> None:
             )
 
 
-def _initialize_distributed(coordinator: str, n: int, process_id: int, timeout: float) -> None:
-    """``jax.distributed.initialize``, or one line and exit status 2 when not every process has
-    reached the coordinator within ``timeout`` seconds.
+def _initialize_distributed(
+    coordinator: str | None, n: int | None, process_id: int | None, timeout: float, found: str = ""
+) -> None:
+    """:func:`jaxfed.engine.devices.start_distributed` (what is None found by JAX's cluster
+    detection, ``found`` saying what it found), or one line and exit status 2 when not every
+    process has reached the coordinator within ``timeout`` seconds.
 
     JAX itself aborts the process with a multi-line fatal log on its own timeout, so a watchdog
     thread (JAX's wait releases the interpreter) reports first and ends the process.
     """
-    import jax
+    from jaxfed.engine import devices
 
     def give_up():
+        where = f"the coordinator {coordinator}" if coordinator else f"the coordinator found by jax{found}"
         sys.stderr.write(
-            f"jaxfed: error: the coordinator {coordinator} and all {n} processes were not reachable within "
+            f"jaxfed: error: {where} and all {n or 'the'} processes were not reachable within "
             f"{timeout:g} s (--coordinator-timeout); check the address and start every process\n"
         )
         sys.stderr.flush()
@@ -523,12 +542,7 @@ def _initialize_distributed(coordinator: str, n: int, process_id: int, timeout: 
     watchdog.daemon = True
     watchdog.start()
     try:
-        jax.distributed.initialize(
-            coordinator_address=coordinator,
-            num_processes=n,
-            process_id=process_id,
-            initialization_timeout=int(timeout) + 30,  # JAX's own limit, after the watchdog's
-        )
+        devices.start_distributed(coordinator, n, process_id, timeout=int(timeout) + 30)  # JAX's limit after ours
     finally:
         watchdog.cancel()
 

@@ -182,6 +182,68 @@ def test_two_devices_give_the_values_of_one(tmp_path, names):
     check_two_devices(names, tmp_path)
 
 
+ALL_CORES = """
+import sys, numpy as np
+from jaxfed import engine
+devices = engine.use_all_cores()  # before anything uses JAX
+scope = {{}}
+exec({trial!r}, scope)
+f = np.float32
+points = [{{"scale": f(0.3 + p), "shift": f(p / 7), "decay": f(0.9 - p / 10)}} for p in range(3)]
+out = engine.run(scope["trial"], points, 300, seed=3, micro_batch=64, chunk_size=300, progress=False)
+assert out.info["devices"] == devices, (out.info["devices"], devices)
+np.savez(sys.argv[1], devices=devices, **out)
+"""
+
+
+def _clean_env() -> dict:
+    """This environment without host device flags or a scheduler's variables."""
+    return {k: v for k, v in os.environ.items() if k != "XLA_FLAGS" and not k.startswith(("SLURM_", "OMPI_"))}
+
+
+def _on_cores(cores: set, argv: list) -> None:
+    subprocess.run(argv, check=True, env=_clean_env(), timeout=600, preexec_fn=lambda: os.sched_setaffinity(0, cores))
+
+
+def _two_cores() -> list:
+    return sorted(os.sched_getaffinity(0))[:2] if hasattr(os, "sched_getaffinity") else []
+
+
+def _assert_same_bytes(a, b, names) -> None:
+    for name in names:
+        assert a[name].tobytes() == b[name].tobytes(), name
+
+
+@pytest.mark.slow  # ~10 s on the quiet 2-core CPU (3 s CPU time on one device, 6 s on two: a compile per device)
+@pytest.mark.skipif(len(_two_cores()) < 2, reason="needs 2 cores")
+def test_every_core_is_a_host_device_by_default_with_the_values_of_one(tmp_path):
+    """``engine.use_all_cores()`` makes one host device per core the process may run on: bound to
+    one core a run of the user trial shards over one device, bound to two over two, and the values
+    are the same bytes (the slow suite runs `jaxfed run gfvl-topologies` the same way)."""
+    cores, script = _two_cores(), ALL_CORES.format(trial=USER_TRIAL)
+    for name, bound in (("one", {cores[0]}), ("two", set(cores))):
+        _on_cores(bound, [sys.executable, "-c", script, str(tmp_path / f"{name}.npz")])
+    one, two = np.load(tmp_path / "one.npz"), np.load(tmp_path / "two.npz")
+    assert (int(one["devices"]), int(two["devices"])) == (1, 2) and sorted(one.files) == sorted(two.files)
+    _assert_same_bytes(one, two, [f for f in one.files if f != "devices"])
+
+
+@pytest.mark.slow  # two `jaxfed run`s: ~40 s on the loaded 2-core CPU
+@pytest.mark.skipif(len(_two_cores()) < 2, reason="needs 2 cores")
+def test_jaxfed_run_uses_every_core_by_default_with_the_values_of_one(tmp_path):
+    """``jaxfed run`` without --devices or XLA_FLAGS: one device bound to one core, two bound to
+    two, the stored metrics the same bytes."""
+    cores, records = _two_cores(), {}
+    args = ["run", "gfvl-topologies", "--trials", "700", "--set", "n_slots=20", "--quiet", "--out"]
+    for name, bound in (("one", {cores[0]}), ("two", set(cores))):
+        _on_cores(bound, [sys.executable, "-m", "jaxfed.cli", *args, str(tmp_path / name)])
+        records[name] = json.loads((tmp_path / name / "config.json").read_text())["engine"]
+    assert (records["one"]["devices"], records["two"]["devices"]) == (1, 2)
+    one, two = np.load(tmp_path / "one" / "metrics.npz"), np.load(tmp_path / "two" / "metrics.npz")
+    assert sorted(one.files) == sorted(two.files)
+    _assert_same_bytes(one, two, one.files)
+
+
 # --------------------------------------------------------------------------- a user trial
 USER_TRIAL = textwrap.dedent(
     """

@@ -242,3 +242,102 @@ def test_a_chosen_chunk_on_a_cpu_is_sized_from_the_trials_own_memory(monkeypatch
     else:
         for field in ("count", "mean", "se", "hist"):
             np.testing.assert_array_equal(getattr(out["median"], field), getattr(reference["median"], field))
+
+
+# --------------------------------------------------------------------------- out of memory at execution
+def _exhausted(batch: int) -> jax.errors.JaxRuntimeError:
+    return jax.errors.JaxRuntimeError(
+        f"RESOURCE_EXHAUSTED: Out of memory while trying to allocate {batch * 0.01:.2f}MiB with allocator GPU_0_bfc"
+    )
+
+
+def _failing_executions(monkeypatch, largest: int, where: str) -> list:
+    """Chunks of more than ``largest`` trials run out of memory as on a full GPU: at dispatch (the
+    chunk function raises) or when their outputs are awaited (raised as the sink takes them, before
+    it changes anything, as an asynchronous execution's error surfaces). Returns the batches that
+    failed."""
+    from jaxfed.engine import sinks
+
+    failed: list = []
+    real_call = compiled.ChunkFn.__call__
+
+    def call(self, *args):
+        batch = self.local * (self.mesh.size if self.mesh is not None else 1)
+        if where == "dispatch" and batch > largest:
+            failed.append(batch)
+            raise _exhausted(batch)
+        return batch, real_call(self, *args)  # (the batch travels with the outputs to the sink)
+
+    def awaited(real_handle):
+        def handle(self, chunk, tagged, *rest):
+            batch, outputs = tagged
+            if batch > largest:
+                failed.append(batch)
+                raise _exhausted(batch)
+            return real_handle(self, chunk, outputs, *rest)
+
+        return handle
+
+    monkeypatch.setattr(compiled.ChunkFn, "__call__", call)
+    for sink in (sinks.RawSink, sinks.SummarySink):
+        monkeypatch.setattr(sink, "handle", awaited(sink.handle))
+    return failed
+
+
+def _assert_same_results(a, b):
+    assert sorted(a) == sorted(b)
+    for name in a:
+        if isinstance(a[name], np.ndarray):
+            np.testing.assert_array_equal(a[name], b[name])
+        else:
+            for field in a[name]._fields:
+                np.testing.assert_array_equal(getattr(a[name], field), getattr(b[name], field), err_msg=field)
+
+
+@pytest.mark.parametrize(
+    ("keep", "where", "chunk_size", "failed"),
+    [("raw", "dispatch", 256, [256, 128]), ("summary", "outputs", 128, [128])],
+)
+def test_a_chunk_that_runs_out_of_memory_is_halved_and_rerun_with_the_same_results(
+    monkeypatch, tmp_path, keep, where, chunk_size, failed
+):
+    """Chunks of more than 64 trials fail, at dispatch or when their outputs are awaited: the chunk
+    and those after it are computed in chunks half as large, down to 64 (the same trial indices),
+    and the results equal an uninjected run's bit for bit; the store holds the same results (a
+    rerun computes nothing)."""
+    go = dict(keep=keep, micro_batch=WIDTH, seed=2)  # (the session's compilation cache: 64 compiles once)
+    reference = engine.run(trial, POINTS, 300, chunk_size=WIDTH, **go)
+    failures = _failing_executions(monkeypatch, WIDTH, where)
+    notes: list = []
+    progress = engine.Progress(False)
+    progress.note = notes.append  # type: ignore[method-assign]
+    out_dir = str(tmp_path / "run")
+    out = engine.run(trial, POINTS, 300, chunk_size=chunk_size, out_dir=out_dir, identity={}, progress=progress, **go)
+    assert failures == failed and out.info["chunk_sizes"] == [WIDTH]
+    line = f"out of device memory in a chunk of {chunk_size} trials; chunks of {chunk_size // 2} from trial 0"
+    assert any(line in n for n in notes), notes
+    _assert_same_results(dict(out), dict(reference))
+    monkeypatch.undo()
+    again = engine.run(trial, POINTS, 300, chunk_size=chunk_size, out_dir=out_dir, identity={}, **go)
+    assert again.info["chunk_sizes"] == [None]  # every trial was stored
+    _assert_same_results(dict(again), dict(reference))
+
+
+def test_a_chunk_out_of_memory_at_the_smallest_size_is_one_line(monkeypatch):
+    _failing_executions(monkeypatch, 0, "dispatch")
+    with pytest.raises(ValueError) as exc:
+        engine.run(trial, POINTS, 300, chunk_size=WIDTH, compilation_cache="off", micro_batch=WIDTH)
+    message = str(exc.value)
+    assert len(message.splitlines()) == 1
+    assert "the cpu device ran out of memory running a chunk of 64 trials" in message
+    assert "the smallest chunk, one micro-batch per device" in message and "RESOURCE_EXHAUSTED" in message
+    assert "--chunk-size" in message and "--max-memory" in message
+
+
+def test_other_runtime_errors_are_not_taken_for_memory(monkeypatch):
+    def call(self, *args):
+        raise jax.errors.JaxRuntimeError("INTERNAL: something else")
+
+    monkeypatch.setattr(compiled.ChunkFn, "__call__", call)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
+        engine.run(trial, POINTS, 100, compilation_cache="off", micro_batch=WIDTH)

@@ -66,7 +66,14 @@ and summary results, resume, pipelining), :mod:`~jaxfed.engine.target` (precisio
 from jaxfed.engine.cache import CACHE_ENV, compilation_cache_dir, use_compilation_cache
 from jaxfed.engine.compiled import chunk_function
 from jaxfed.engine.core import MAX_TRIALS, RAW_LIMIT_BYTES, Plan, RunInfo, RunResult, execute, plan, run
-from jaxfed.engine.devices import MICRO_BATCH, default_memory_budget, make_mesh, micro_batch_width
+from jaxfed.engine.devices import (
+    MICRO_BATCH,
+    default_memory_budget,
+    make_mesh,
+    micro_batch_width,
+    start_distributed,
+    use_all_cores,
+)
 from jaxfed.engine.options import RunOptions
 from jaxfed.engine.progress import Progress
 from jaxfed.engine.target import TARGET_STATISTICS, Target, parse_target
@@ -85,6 +92,8 @@ __all__ = [
     "use_compilation_cache",
     "CACHE_ENV",
     "make_mesh",
+    "use_all_cores",
+    "start_distributed",
     "default_memory_budget",
     "Progress",
     "Target",

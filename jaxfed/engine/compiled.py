@@ -316,7 +316,7 @@ def sized_chunk_fn(job: ChunkJob, chunk_size: int | None) -> tuple[int, ChunkFn,
     Without a given size, compiles for a probe batch of one micro-batch per device and reads the
     memory analysis: temporaries and outputs scale linearly with the batch (arguments do not),
     plus the host copy of the outputs; a chunk may take 75% of the budget (on a CPU at most
-    ``CPU_CHUNK_BYTES``), the rest is left to the process itself and to the summaries or result
+    ``CPU_CHUNK_BYTES`` on all host devices together), the rest is left to the process itself and to the summaries or result
     arrays. The probe's executable is reused when the size it implies needs no larger batch.
     ``job.fixed`` bytes of outputs are not extrapolated, but reserved three times (device output,
     scatter, host copy). The probe's figures are cached (:func:`_probed_size`).
@@ -451,15 +451,18 @@ def _probe_chunk(figures: dict, job: ChunkJob, refuse: bool = False) -> int | No
     elif need > budget:
         return None
     usable = BUDGET_FOR_CHUNKS * budget - 3 * fixed  # the rest: the process itself, summaries, results
+    fits = usable // max(per_trial, 1.0)
     if mesh.devices.flat[0].platform == "cpu":
-        usable = min(usable, CPU_CHUNK_BYTES)
-    return balanced_chunk(job.n_trials, int(usable // max(per_trial, 1.0)), step)
+        # Host devices share the host's memory: the cap is on the chunk's buffers on all of them.
+        fits = min(fits, CPU_CHUNK_BYTES // max(per_trial_device + per_trial_host, 1.0))
+    return balanced_chunk(job.n_trials, int(fits), step)
 
 
 # On a CPU a chunk's buffers are fresh host memory: the first call of a 6 GiB chunk (262,144
 # gfvl-topologies trials) ran 50% slower than the next ones (page faults), while chunks of 32,768
 # (0.8 GiB) run at full speed from the first, and several chunks let the host's work on one
-# overlap the next. A chosen chunk on a CPU takes at most this much; a given one is not limited.
+# overlap the next. A chosen chunk on a CPU takes at most this much, on all its host devices
+# together (they share the host's memory); a given one is not limited.
 CPU_CHUNK_BYTES = 2**30
 MAX_RESIZES = 6  # compilations of the chunk function that may be refused or found too large before giving up
 _SIZE_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}

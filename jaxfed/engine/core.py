@@ -22,6 +22,7 @@ from jaxfed import stats, validation
 from jaxfed.engine import cache
 from jaxfed.engine.compiled import ChunkFn, ChunkJob, make_chunk_fn, sized_chunk_fn
 from jaxfed.engine.devices import (
+    check_joined,
     default_memory_budget,
     make_mesh,
     micro_batch_width,
@@ -281,7 +282,9 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
 
 
 def _machine(options: RunOptions) -> Machine:
-    """The mesh over ``options.devices`` (none without jit), the micro-batch width and the budget."""
+    """The mesh over ``options.devices`` (none without jit), the micro-batch width and the budget;
+    refused in one of a scheduler's processes left alone (:func:`jaxfed.engine.devices.check_joined`)."""
+    check_joined(options.distributed)
     mesh = make_mesh(options.devices) if options.use_jit else None
     width = options.micro_batch or micro_batch_width(mesh)
     budget = options.max_memory if options.max_memory is not None else default_memory_budget(mesh or make_mesh(1))
@@ -416,10 +419,18 @@ def _run_group(plan: Plan, gp: GroupPlan, cache_dir: str | None, nonfinite: dict
     n_groups, size = len(plan.groups), info.chunk_size
     plan.bar.group(f"group {gp.number + 1}/{n_groups}", len(gp.group.point_ids) * plan.n_trials, gp.sink.resume().done)
     if plan.target is None:
-        _run_fixed(plan, gp, size or plan.n_trials, chunk_fn)
+        info = _run_fixed(plan, gp, info, chunk_fn, cache_dir)
     else:
         assert isinstance(gp.sink, SummarySink)
-        _run_to_target(plan, gp, gp.sink, size, chunk_fn)
+        try:
+            _run_to_target(plan, gp, gp.sink, size, chunk_fn)
+        except jax.errors.JaxRuntimeError as err:
+            if not out_of_memory(err):
+                raise
+            # (a smaller chunk would move the chunk boundaries, where the points decide to stop)
+            raise _out_of_memory_error(
+                plan, size or plan.n_trials, err, "a precision-targeted run is not retried"
+            ) from err
         plan.writer.wait()
     plan.bar.finish_group()
     return info, gp.sink.finish(nonfinite)
@@ -465,20 +476,85 @@ def _chunk_job(plan: Plan, gp: GroupPlan, cache_dir: str | None) -> ChunkJob:
     )  # fmt: skip
 
 
-def _run_fixed(plan: Plan, gp: GroupPlan, size: int, chunk_fn) -> None:
-    """The chunks a group's sink has left, ``size`` trials each at most, chunk i + 1 dispatched
-    before chunk i is handled (:func:`jaxfed.engine.sinks.pipelined`)."""
+def _run_fixed(plan: Plan, gp: GroupPlan, info: GroupInfo, chunk_fn, cache_dir: str | None) -> GroupInfo:
+    """The chunks a group's sink has left, ``info.chunk_size`` trials each at most, chunk i + 1
+    dispatched before chunk i is handled (:func:`jaxfed.engine.sinks.pipelined`); returns ``info``
+    with the chunk size the group ended with.
+
+    A chunk whose execution runs out of device memory (:func:`out_of_memory`) is computed again
+    with the same trial indices in chunks half as large, and so are the chunks after it
+    (:func:`_halved`): a trial's values do not depend on the chunk, so the results are those of
+    the larger chunks, bit for bit. A sink's ``handle`` changes nothing before its outputs reach
+    the host, so a chunk whose outputs fail is simply not handled. Below one micro-batch per
+    device, or in a multi-process run (the processes would have to agree on every retry), it is
+    one ValueError line (:func:`_out_of_memory_error`).
+    """
     sink, seed = gp.sink, np.uint32(plan.options.seed)
     point_ids = np.asarray(gp.group.point_ids, np.uint32)
+    size = info.chunk_size or plan.n_trials
+    left = list(sink.chunks(size))  # the chunks not handled yet, in trial order
+    handled = 0
 
     def dispatch(chunk):
         return chunk_fn(seed, point_ids, gp.traced, np.uint32(chunk[0]), *sink.extra_args(chunk))
 
     def handle(chunk, device_out):
+        nonlocal handled
         sink.handle(chunk, device_out)
+        handled += 1
         plan.bar.update(len(point_ids) * (chunk[1] - chunk[0]))
 
-    pipelined(sink.chunks(size), dispatch, handle, plan.writer)
+    while True:
+        try:
+            pipelined(left[handled:], dispatch, handle, plan.writer)
+            return info if info.chunk_size is None else info._replace(chunk_size=size)  # (None: all stored)
+        except jax.errors.JaxRuntimeError as err:
+            if not out_of_memory(err):
+                raise
+            smaller, chunk_fn, compile_s = _halved(plan, gp, size, err, cache_dir)
+            where = f"group {gp.number + 1}/{len(plan.groups)}"
+            plan.bar.note(f"{where}: out of device memory in a chunk of {size} trials; chunks of {smaller} from trial {left[handled][0]}")  # fmt: skip
+            left = [(t, min(t + smaller, stop)) for start, stop in left[handled:] for t in range(start, stop, smaller)]
+            size, handled = smaller, 0
+            info = info._replace(compile_s=None if info.compile_s is None else info.compile_s + compile_s)
+
+
+def out_of_memory(err: Exception) -> bool:
+    """Whether an XLA runtime error says that the device ran out of memory (``RESOURCE_EXHAUSTED``)."""
+    text = str(err)
+    return text.startswith("RESOURCE_EXHAUSTED") or "out of memory" in text.lower()
+
+
+def _halved(plan: Plan, gp: GroupPlan, size: int, err: Exception, cache_dir: str | None):
+    """(chunk size, compiled chunk function, seconds compiling) for chunks half as large as
+    ``size`` (rounded up to one micro-batch per device), after ``err``, an out-of-memory error.
+
+    Raises:
+        ValueError: ``size`` is one micro-batch per device already, or the run has several processes.
+    """
+    m = plan.machine
+    step = m.width * m.n_shards
+    smaller = round_up(max(size // 2, 1), step)
+    if jax.process_count() > 1:
+        raise _out_of_memory_error(plan, size, err, "a multi-process run is not retried") from err
+    if smaller >= round_up(size, step):
+        raise _out_of_memory_error(plan, size, err, "the smallest chunk, one micro-batch per device") from err
+    if m.mesh is None:
+        fn = make_chunk_fn(plan.trial, gp.group, smaller, None, m.width, plan.options.common_random_numbers, plan.keep == "summary")  # fmt: skip
+        return smaller, fn, 0.0
+    smaller, fn, record = sized_chunk_fn(_chunk_job(plan, gp, cache_dir), smaller)
+    return smaller, fn, record["compile_s"]
+
+
+def _out_of_memory_error(plan: Plan, size: int, err: Exception, why: str) -> ValueError:
+    """The one line of an out-of-memory error that is not retried (``why``)."""
+    m = plan.machine
+    first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")[:200]
+    return ValueError(
+        f"the {platform(m.mesh)} device ran out of memory running a chunk of {size} trials ({m.width} per "
+        f"micro-batch x {m.n_shards} device(s); {why}): {first}; use a smaller --chunk-size / chunk_size or "
+        f"--max-memory / max_memory (budget {size_text(m.budget)} per device), smaller shapes, or free the device"
+    )
 
 
 def _run_to_target(plan: Plan, gp: GroupPlan, sink: SummarySink, size, chunk_fn) -> None:

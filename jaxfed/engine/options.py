@@ -25,6 +25,9 @@ KEEP_MODES = ("raw", "summary", "auto")
 """What a run keeps: every trial, streaming summaries, or raw while the raw metrics fit in
 :data:`jaxfed.engine.RAW_LIMIT_BYTES`."""
 
+DISTRIBUTED_MODES = ("auto", "off")
+"""Whether a run joins the processes a cluster scheduler started (see :attr:`RunOptions.distributed`)."""
+
 COMMANDS = ("run", "reproduce")
 """The commands that take run options."""
 
@@ -174,9 +177,21 @@ class RunOptions:
     devices: int | None = option(
         None,
         f"local devices per process to shard trials over (default: all), at most {MAX_DEVICES} on the command "
-        "line (on CPU it creates that many host devices)",
+        "line (on CPU it creates that many host devices; by default jaxfed run makes one host device per usable "
+        "core unless XLA_FLAGS sets a count, engine.run uses those present: see engine.use_all_cores)",
         check=lambda value: validation.integer("devices", value, 1),
         cli_check=lambda value: validation.integer("devices", value, 1, MAX_DEVICES, note=_DEVICES_NOTE),
+    )
+    distributed: str = option(
+        "auto",
+        "auto: under a cluster scheduler that started several processes (srun under SLURM, mpirun under Open MPI) "
+        "they are joined by jax.distributed, which finds the coordinator, process count and index from the "
+        "scheduler's variables; the given --coordinator / --num-processes / --process-id win (in Python: "
+        "jaxfed.engine.start_distributed() first, else the run is refused); off: every process runs on its own "
+        "(default auto)",
+        check=lambda value: validation.one_of("distributed", value, DISTRIBUTED_MODES),
+        choices=DISTRIBUTED_MODES,
+        record=False,
     )
     compilation_cache: str | None = option(
         None,
