@@ -1,4 +1,16 @@
-"""Matplotlib credible-band plots (median line and shaded central band over trials)."""
+"""Matplotlib credible-band plots (median line and shaded central band over trials) in one shared style.
+
+The style every experiment's figure follows, so that a reader understands it without the code:
+
+- each series has its own colour, line style and marker (:data:`LINE_STYLES`, :func:`series_style`,
+  :func:`series_line`); markers are staggered between series, so curves that lie on top of each other still show each one;
+- one legend per figure, outside the data (:func:`legend`; :func:`band_plot` alone puts its legend to the right of
+  its axes);
+- readable ticks: a log axis spanning less than a decade gets plain numbers ("1.04", not "1.04×10⁰"), one spanning a
+  few decades labels 1, 2 and 5 of each (:func:`save` applies this to every axes);
+- symbols in mathtext (:func:`kl_label`);
+- curves that coincide are said to coincide (:func:`coincide_note`) or shown as a ratio panel by the experiment.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +18,66 @@ import numpy as np
 
 from jaxfed import stats
 
-__all__ = ["band_plot", "exact_fraction_plot", "figure", "interval_plot", "LINE_STYLES", "save"]
-
-# Distinct dash patterns and markers, so that curves lying on top of each other stay visible.
-LINE_STYLES = [
-    {"ls": ls, "marker": m}
-    for ls, m in zip(
-        ["-", "--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 2)), "--", ":", "-."],
-        ["o", "s", "^", "v", "D", "P", "X", "<", ">", "*"],
-    )
+__all__ = [
+    "band_plot",
+    "band_title",
+    "coincide_note",
+    "exact_fraction_plot",
+    "figure",
+    "interval_plot",
+    "kl_label",
+    "legend",
+    "LINE_STYLES",
+    "readable_ticks",
+    "save",
+    "series_style",
+    "series_line",
 ]
 
+# One colour, dash pattern and marker per series: series stay distinct in colour, in greyscale and where they
+# lie on top of each other.
+LINE_STYLES = [
+    {"color": f"C{i}", "ls": ls, "marker": m}
+    for i, (ls, m) in enumerate(
+        zip(
+            ["-", "--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 2)), (0, (6, 2, 1, 2)), (0, (2, 1)), "-"],
+            ["o", "s", "^", "v", "D", "P", "X", "<", ">", "*"],
+        )
+    )
+]
+FONT_SIZE = 8  # legends, notes and small labels: readable at the saved size (130 dpi)
 
-def band_plot(ax, x, values, labels, mass: float = 0.75, log_y: bool = False, styles=None):
+
+def series_style(i: int) -> dict:
+    """The matplotlib line keywords of series ``i`` (colour, line style, marker), cycling through
+    :data:`LINE_STYLES`."""
+    return dict(LINE_STYLES[i % len(LINE_STYLES)])
+
+
+def series_line(ax, x, y, i: int, n: int = 1, **kwargs):
+    """``ax.plot(x, y)`` of series ``i`` of ``n``: :func:`series_style` ``i`` (``kwargs`` override it) with its
+    markers every 0.12 of the axes' diagonal (equal visual distances on linear and log axes), shifted by
+    ``i / n`` of a step, so that where curves coincide each one's markers still show. Returns the line."""
+    return ax.plot(x, y, **_staggered(series_style(i) | kwargs, i, n, y))[0]
+
+
+def _staggered(style: dict, i: int, n: int, y, spacing: float = 0.12) -> dict:
+    """``style`` with staggered markers (see :func:`series_line`), unless it sets ``markevery`` or has no
+    marker, or ``y`` has fewer than two finite values (matplotlib's distance-based ``markevery`` fails on a
+    line without a finite point)."""
+    if "marker" not in style or "markevery" in style or np.isfinite(np.asarray(y, float)).sum() < 2:
+        return style
+    return {"markevery": (spacing * (i % max(n, 1)) / max(n, 1), spacing), "ms": 4} | style
+
+
+def kl_label(target: str = "q^*", iterate: str = "q^{(i)}") -> str:
+    """``KL(q⁽ⁱ⁾ ‖ target)`` in mathtext, e.g. ``kl_label(r"p(\\theta|\\mathcal{D})")``."""
+    return f"KL(${iterate}$ ‖ ${target}$)"
+
+
+def band_plot(
+    ax, x, values, labels, mass: float = 0.75, log_y: bool = False, styles=None, legend: bool = True, offset: int = 0
+):
     """Draws median and central ``mass`` band of a metric over trials for each point.
 
     On a log axis, values that are exactly 0 (e.g. a KL once the posterior is exact) cannot be drawn:
@@ -35,42 +94,93 @@ def band_plot(ax, x, values, labels, mass: float = 0.75, log_y: bool = False, st
         labels: legend label per point.
         mass: band mass (0.75: 12.5%–87.5% quantiles).
         log_y: logarithmic y axis.
-        styles: optional matplotlib line keyword arguments per point (e.g. :data:`LINE_STYLES`);
-            markers are drawn at about 8 positions along each line.
+        styles: matplotlib line keyword arguments per point; by default :func:`series_style` of
+            ``offset + i``. Markers staggered as by :func:`series_line` unless the style sets ``markevery``.
+        legend: a legend to the right of ``ax`` (outside the data) with :func:`band_title` as its
+            title; False for a figure that draws one :func:`legend` for all its axes.
+        offset: index of the first point's default style (to keep a series' style across panels).
+
+    Returns:
+        the :class:`jaxfed.stats.Band` drawn.
     """
     b = stats.band(values, mass)
     x = np.asarray(x)
     positive = np.concatenate([b.lower[b.lower > 0], b.upper[b.upper > 0]])
     # Where a band's lower edge is 0 it runs to the bottom of the axis, a little below the data
-    # (nowhere when there is no positive value at all).
-    bottom = positive.min() / 3 if log_y and positive.size else None
+    # (nowhere when there is no positive value at all; the axis fits the data when no edge is 0).
+    bottom = positive.min() / 3 if log_y and positive.size and np.any(b.lower <= 0) else None
     for i, label in enumerate(labels):
         med, lo, hi = b.median[i], b.lower[i], b.upper[i]
         if log_y:
             med, hi = np.where(med > 0, med, np.nan), np.where(hi > 0, hi, np.nan)
             lo = np.where(lo > 0, lo, np.nan if bottom is None else bottom)
-        style = dict(styles[i]) if styles is not None else {}
-        if "marker" in style:
-            style.setdefault("markevery", max(1, len(x) // 8))
-            style.setdefault("ms", 4)
-        (line,) = ax.plot(x, med, label=label, lw=1.6, **style)
-        ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
+        style = dict(styles[i]) if styles is not None else series_style(offset + i)
+        (line,) = ax.plot(x, med, label=label, lw=1.6, **_staggered(style, i, len(labels), med))
+        ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.18, lw=0)
         zero = np.flatnonzero(b.median[i] == 0)
         if log_y and zero.size and zero[0] > 0 and np.all(b.median[i][zero[0] :] == 0):
             ax.plot([x[zero[0]]], [b.median[i][zero[0] - 1]], marker="v", ms=7, color=line.get_color(), ls="none")
     if bottom is not None:
         ax.set_ylim(bottom=bottom)
-    title = f"median, {round(100 * mass)}% band" + _not_drawn(b, labels, log_y)
-    if log_y:
-        if positive.size:  # (a log axis with no positive value fails the figure's layout)
-            ax.set_yscale("log")
-        if np.any(b.median == 0):
-            title += "\n▼ median exactly 0 from here on"
-        if np.any(b.lower == 0):
-            title += "\nband to the bottom: its lower edge is 0"
-    ax.legend(title=title, fontsize=8, title_fontsize=8, loc="upper right")
+    if log_y and positive.size:  # (a log axis with no positive value fails the figure's layout)
+        ax.set_yscale("log")
+    if legend:
+        ax.legend(
+            title=band_title(b, labels, mass, log_y),
+            fontsize=FONT_SIZE,
+            title_fontsize=FONT_SIZE,
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            borderaxespad=0.0,
+        )
     ax.grid(True, which="both", alpha=0.25)
     return b
+
+
+def band_title(b: stats.Band, labels, mass: float = 0.75, log_y: bool = False, coincide: bool = True) -> str:
+    """The legend title of a :func:`band_plot`: what the line and band are, the points not drawn, the
+    marks on a log axis and (``coincide``) the points whose curves coincide (:func:`coincide_note`)."""
+    title = f"median, {round(100 * mass)}% band" + _not_drawn(b, labels, log_y)
+    if log_y and np.any(b.median == 0):
+        title += "\n▼ median exactly 0 from here on"
+    if log_y and np.any(b.lower == 0):
+        title += "\nband to the bottom: its lower edge is 0"
+    note = coincide_note(b, labels) if coincide else ""
+    return title + (f"\n{note}" if note else "")
+
+
+def coincide_note(b: stats.Band, labels, width: int = 60) -> str:
+    """The words for curves that hide each other on the figure: "A, B, C coincide within their bands" for the
+    points (at least two) whose medians each lie inside every other's band at every x where both are finite,
+    or "" when there are none. The largest such group, greedily from each point in turn; lines of at most
+    ``width`` characters (a panel's title)."""
+    import textwrap
+
+    n = len(labels)
+    med, lo, hi = (np.asarray(v).reshape(n, -1) for v in (b.median, b.lower, b.upper))
+
+    def inside(i: int, j: int) -> bool:  # j's median within i's band wherever both are finite
+        ok = np.isfinite(med[j]) & np.isfinite(lo[i]) & np.isfinite(hi[i])
+        return bool(ok.any()) and bool(np.all((med[j][ok] >= lo[i][ok]) & (med[j][ok] <= hi[i][ok])))
+
+    best: list[int] = []
+    for first in range(n):
+        group = [first]
+        for j in range(n):
+            if j not in group and all(inside(i, j) and inside(j, i) for i in group):
+                group.append(j)
+        best = group if len(group) > len(best) else best
+    if len(best) < 2:
+        return ""
+    names = [str(labels[i]) for i in sorted(best)]
+    others = [str(labels[i]) for i in range(n) if i not in best]
+    if len(best) == n:
+        which = f"all {n} curves" if n > 2 else " and ".join(names)
+    elif len(others) < len(names) > 3:
+        which = f"all but {', '.join(others)}"
+    else:
+        which = ", ".join(names)
+    return textwrap.fill(f"{which} coincide within their bands", width)
 
 
 def _not_drawn(b: stats.Band, labels, log_y: bool) -> str:
@@ -98,10 +208,11 @@ def _few(names: list[str], n_all: int, most: int = 4) -> str:
     return ", ".join(names) if len(names) <= most else f"{len(names)} points ({', '.join(names[:most])}, …)"
 
 
-def exact_fraction_plot(ax, x, values, labels, tol: float = 0.0) -> None:
+def exact_fraction_plot(ax, x, values, labels, tol: float = 0.0, offset: int = 0) -> None:
     """Fraction of trials whose value is <= ``tol`` (exactly 0 by default) at each x, from raw values
     (n_points, n_trials, n_x) or from a :class:`jaxfed.stats.Summary` (below the histogram's bin
-    edge at ``tol``: < 1e-12 for ``tol`` = 0, see :func:`jaxfed.stats.fraction_at_most`)."""
+    edge at ``tol``: < 1e-12 for ``tol`` = 0, see :func:`jaxfed.stats.fraction_at_most`); point ``i``
+    in :func:`series_style` ``offset + i``, as in :func:`band_plot`."""
     if isinstance(values, stats.Summary):
         fraction = stats.fraction_at_most(values, tol)
         what = "KL < 1e-12" if tol <= 1e-12 else f"KL ≲ {tol:g}"
@@ -109,9 +220,9 @@ def exact_fraction_plot(ax, x, values, labels, tol: float = 0.0) -> None:
         fraction = np.mean(np.asarray(values) <= tol, axis=1)
         what = "KL = 0" if tol == 0 else f"KL ≤ {tol:g}"
     for i, label in enumerate(labels):
-        ax.plot(x, fraction[i], label=label, lw=1.4)
+        series_line(ax, x, fraction[i], offset + i, len(labels), label=label, lw=1.4)
     ax.set_ylim(-0.02, 1.02)
-    ax.set_ylabel(f"fraction of trials\nexact ({what})", fontsize=8)
+    ax.set_ylabel(f"fraction of trials\nexact ({what})", fontsize=FONT_SIZE)
     ax.grid(True, alpha=0.25)
 
 
@@ -123,33 +234,91 @@ def interval_plot(ax, labels, estimate, lower, upper, reference: float = 1.0, xl
     ax.errorbar(est, y, xerr=[est - lo, hi - est], fmt="o", color="k", ms=4, capsize=3)
     ax.axvline(reference, color="0.5", lw=1, ls="--")
     ax.set_yticks(y)
-    ax.set_yticklabels(labels, fontsize=7)
-    ax.set_xlabel(xlabel)
+    ax.set_yticklabels(labels, fontsize=FONT_SIZE)
+    if len(y):
+        ax.set_ylim(-0.6, len(y) - 0.4)
+    ax.set_xlabel(xlabel, fontsize=FONT_SIZE + 1)
     ax.grid(True, axis="x", alpha=0.25)
+
+
+def legend(fig, axes=None, title: str | None = None, loc: str = "outside lower center", ncol: int | None = None):
+    """One legend for the whole figure, outside every axes (``loc`` one of matplotlib's "outside …"
+    locations of a constrained layout, as :func:`figure` makes): the labelled artists of ``axes``
+    (default: all of the figure's), each label once (the first artist carrying it), in the order
+    drawn. Returns the legend, or None when nothing is labelled."""
+    handles: dict = {}
+    for ax in fig.axes if axes is None else np.ravel(axes):
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    if not handles:
+        return None
+    wide = loc.split()[1] in ("lower", "upper")  # below or above: labels side by side
+    ncol = ncol or (min(len(handles), 4) if wide else 1)
+    return fig.legend(
+        list(handles.values()),
+        list(handles),
+        loc=loc,
+        ncol=ncol,
+        title=title,
+        fontsize=FONT_SIZE,
+        title_fontsize=FONT_SIZE,
+        frameon=False,
+    )
 
 
 def figure(nrows: int = 1, ncols: int = 1, **kwargs):
     """``(fig, axes)`` like ``matplotlib.pyplot.subplots(nrows, ncols, **kwargs)`` (``figsize``
     goes to the figure, the rest to ``Figure.subplots``), but a plain :class:`matplotlib.figure.Figure`
-    outside pyplot: no global figure registry to close, and no pyplot import (0.1 s of every run)."""
+    outside pyplot: no global figure registry to close, and no pyplot import (0.1 s of every run).
+    The figure has a constrained layout: titles, labels and an outside :func:`legend` are fitted
+    inside it, none clipped."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=kwargs.pop("figsize", None))
+    fig = Figure(figsize=kwargs.pop("figsize", None), layout="constrained")
     return fig, fig.subplots(nrows, ncols, **kwargs)
 
 
 def save(fig, path: str) -> None:
     """Writes the figure as PNG to ``path`` atomically (a new file renamed over it, never through
-    a symbolic link: see :func:`jaxfed.store.atomic_write_bytes`)."""
+    a symbolic link: see :func:`jaxfed.store.atomic_write_bytes`), with readable log ticks
+    (:func:`readable_ticks`) and, for a figure without a layout engine, a tight layout."""
     import io
 
     from jaxfed import store
 
     _say_what_is_empty(fig)
-    fig.tight_layout()
+    for ax in fig.axes:
+        readable_ticks(ax)
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, dpi=130, format="png")
     store.atomic_write_bytes(path, buffer.getvalue())
+
+
+def readable_ticks(ax) -> None:
+    """Log axes with matplotlib's default ticks get ticks a reader can read: plain numbers at evenly
+    spaced values when the axis spans less than a decade (1.02, 1.04, … rather than "1.04×10⁰" at
+    unlabelled minor ticks), and labels at 1, 2 and 5 of each decade in plain numbers when it spans
+    at most three (not two labelled ticks). Wider axes keep powers of ten. Axes whose ticks were set
+    by their experiment are left as they are."""
+    from matplotlib import ticker
+
+    for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        if axis.get_scale() != "log" or not isinstance(axis.get_major_formatter(), ticker.LogFormatterSciNotation):
+            continue
+        lo, hi = sorted(limits)
+        if not (np.isfinite(lo) and np.isfinite(hi) and lo > 0):
+            continue
+        decades = np.log10(hi / lo)
+        if decades > 3:
+            continue
+        if decades < 1:
+            axis.set_major_locator(ticker.MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))
+        else:
+            axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:.4g}"))
+        axis.set_minor_formatter(ticker.NullFormatter())
 
 
 def _say_what_is_empty(fig) -> None:

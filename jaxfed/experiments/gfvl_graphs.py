@@ -323,10 +323,11 @@ def median_correlations(predictors: Mapping, slots: np.ndarray, n_boot: int = 10
 # --------------------------------------------------------------------------- figure and report
 def plot(cfg: Config, labels, results, path, extra: Mapping | None = None):
     names = [lab["graph"] for lab in labels]
-    fig, axes = plotting.figure(1, 4, figsize=(21, 4.8), squeeze=False)
+    fig, axes = plotting.figure(1, 4, figsize=(21, 5.6), squeeze=False)
     ax = axes[0, 0]
     slots = record_slots(cfg)
-    plotting.band_plot(ax, slots, results["kl"], names, log_y=True)
+    b = plotting.band_plot(ax, slots, results["kl"], names, log_y=True, legend=False)
+    plotting.legend(fig, axes[0, :1], title=plotting.band_title(b, names, log_y=True), ncol=min(len(names), 6))
     ax.axhline(cfg.level, color="k", lw=0.6, ls=":")
     ax.set_xscale("log")
     ax.set_xlabel("slot i")
@@ -340,18 +341,19 @@ def plot(cfg: Config, labels, results, path, extra: Mapping | None = None):
     level = np.asarray(results["slots_to_level"], np.float64)
     ax = axes[0, 1]
     exact = np.array([p["cover_exact"] for p in props])
-    for p, name in enumerate(names):
+    for p in range(len(names)):
         est, lo, hi = stats.bootstrap_interval(cover[p], "mean", n_boot=400)
         ref = exact[p] if np.isfinite(exact[p]) else np.sqrt(np.prod(props[p]["cover_bounds"]))
-        ax.errorbar([ref], [est], yerr=[[est - lo], [hi - est]], fmt="o", color=f"C{p % 10}", label=name, ms=4)
+        style = plotting.series_style(p)
+        ax.errorbar([ref], [est], yerr=[[est - lo], [hi - est]], color=style["color"], marker=style["marker"], ms=4)
     lim = [np.nanmin(exact) * 0.8 if np.isfinite(exact).any() else 1, np.nanmax(cover.mean(axis=1)) * 1.25]
     ax.plot(lim, lim, color="k", lw=0.7)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("exact expected cover time (slots)")
     ax.set_ylabel("measured mean cover time, 95% interval")
-    ax.set_title("cover time: Monte Carlo against the exact chain", fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
+    ax.set_title("cover time: Monte Carlo against the exact chain\n(line: equal)", fontsize=9)
+    ax.grid(True, which="both", alpha=0.25)
     for ax, (what, x) in zip(
         axes[0, 2:],
         (
@@ -363,11 +365,14 @@ def plot(cfg: Config, labels, results, path, extra: Mapping | None = None):
             if not np.isfinite(x[p]):
                 continue
             est, lo, hi = stats.bootstrap_interval(level[p], "median", n_boot=400)
-            ax.errorbar([x[p]], [est], yerr=[[est - lo], [hi - est]], fmt="o", color=f"C{p % 10}", ms=4)
+            style = plotting.series_style(p)
+            ax.errorbar(
+                [x[p]], [est], yerr=[[est - lo], [hi - est]], color=style["color"], marker=style["marker"], ms=4
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel(what)
-        ax.set_ylabel(f"median slots to KL <= {cfg.level:g}, 95% interval")
+        ax.set_ylabel(f"median slots to KL <= {cfg.level:g}, 95% interval", fontsize=8)
         ax.set_title("does it predict convergence?", fontsize=9)
         ax.grid(True, which="both", alpha=0.25)
     plotting.save(fig, path)

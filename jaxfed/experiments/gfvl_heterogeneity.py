@@ -129,9 +129,10 @@ def _label(lab) -> str:
 
 def plot(cfg: Config, labels, metrics, path):
     names = list(dict.fromkeys(lab["topology"] for lab in labels))
-    fig, axes = plotting.figure(1, len(names), figsize=(4.2 * len(names), 3.8), sharey=True, squeeze=False)
+    fig, axes = plotting.figure(1, len(names), figsize=(4.2 * len(names), 4.4), sharey=True, squeeze=False)
     slots = np.arange(1, cfg.n_slots + 1)
     values = metrics["kl"]
+    notes = []
     for ax, name in zip(axes[0], names):
         idx = [p for p, lab in enumerate(labels) if lab["topology"] == name]
         sub = (
@@ -139,12 +140,17 @@ def plot(cfg: Config, labels, metrics, path):
             if isinstance(values, stats.Summary)
             else np.asarray(values)[idx]
         )
-        plotting.band_plot(ax, slots, sub, [f"τ={labels[p]['spread']:g}" for p in idx], log_y=True)
-        ax.set_title(name, fontsize=9)
+        spreads = [f"τ={labels[p]['spread']:g}" for p in idx]
+        b = plotting.band_plot(ax, slots, sub, spreads, log_y=True, legend=False)
+        notes += plotting.band_title(b, spreads, log_y=True, coincide=False).split("\n")[1:]
+        note = plotting.coincide_note(b, spreads)
+        ax.set_title(name + (f"\n{note}" if note else ""), fontsize=9)
         ax.set_xlabel("slot i")
     axes[0, 0].set_ylabel(
-        r"KL($q^{(i)}$ ‖ $p(\theta|\mathcal{D})$)" if cfg.loss_normalisation == "sum" else "KL(q^(i) ‖ q*)"
+        plotting.kl_label(r"p(\theta|\mathcal{D})") if cfg.loss_normalisation == "sum" else plotting.kl_label()
     )
+    title = "\n".join(["median, 75% band", *dict.fromkeys(notes)])  # each panel's marks, once
+    plotting.legend(fig, axes[0, :1], title=title, ncol=len(spreads))
     fig.suptitle(
         f"G-FVL, {cfg.family} (conjugate), K={cfg.n_agents}, {cfg.loss_normalisation} loss, heterogeneity τ of θ_k around θ",
         fontsize=9,

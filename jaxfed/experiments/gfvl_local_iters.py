@@ -160,7 +160,7 @@ def verdicts(cfg: Config, labels, kl: np.ndarray) -> list:
 
 def plot(cfg: Config, labels, results, path):
     raw = not isinstance(results["kl"], stats.Summary)
-    fig, axes = plotting.figure(1, 2 if raw and len(labels) > 1 else 1, figsize=(11, 4), squeeze=False)
+    fig, axes = plotting.figure(1, 2 if raw and len(labels) > 1 else 1, figsize=(11, 4.6), squeeze=False)
     ax = axes[0, 0]
     total = _total_iters(cfg)
     names = [f"L = {lab['local_iters']}" for lab in labels]
@@ -168,18 +168,21 @@ def plot(cfg: Config, labels, results, path):
     # the comparison is the paired ratio on the right.
     b = stats.band(results["kl"])
     for p, name in enumerate(names):
-        ax.plot(total, b.median[p], label=name, lw=1.6, color=f"C{p}")
+        plotting.series_line(ax, total, b.median[p], p, len(names), label=name, lw=1.6)
         if p == 0:
             ax.fill_between(total, b.lower[0], b.upper[0], color="C0", alpha=0.2, lw=0)
     ax.set_yscale("log")
-    ax.legend(title=f"median; 75% band of {names[0]}", fontsize=8, title_fontsize=8, loc="upper right")
     ax.grid(True, which="both", alpha=0.25)
     ax.set_xlabel("total local iterations L × i")
-    ax.set_ylabel(r"KL($q^{(i)}$ ‖ $q^*$)")
-    ax.set_title(
+    ax.set_ylabel(plotting.kl_label())
+    together = [p for p in range(len(names)) if np.all((b.median[p] >= b.lower[0]) & (b.median[p] <= b.upper[0]))]
+    if len(together) == len(names) > 1:
+        where = " (their ratio on the right)" if raw else ""
+        ax.set_title(f"{names[0]} … {names[-1]} coincide within the band of {names[0]}{where}", fontsize=8)
+    fig.suptitle(
         f"Noisy Bernoulli (ε={cfg.epsilon:g}), complete K={cfg.n_agents}, ρ={cfg.rho:g} ({cfg.rho_schedule}), "
         f"S={cfg.n_samples}, {cfg.baseline}, {cfg.loss_normalisation} loss",
-        fontsize=8,
+        fontsize=9,
     )
     if axes.shape[1] > 1:
         ax_ratio = axes[0, 1]
@@ -188,15 +191,15 @@ def plot(cfg: Config, labels, results, path):
             ok = np.isfinite(logs[p])
             filled = np.where(ok, logs[p], 0.0)  # a dropped pair (KL = 0) counts as no difference
             est, lo, hi = (np.exp(v) for v in stats.bootstrap_interval(filled, "median", n_boot=200))
-            ax_ratio.plot(total, est, label=names[p + 1], lw=1.6, color=f"C{p + 1}")  # the colours of the left panel
-            ax_ratio.fill_between(total, lo, hi, color=f"C{p + 1}", alpha=0.25, lw=0)
+            line = plotting.series_line(ax_ratio, total, est, p + 1, len(names), lw=1.6)  # as on the left
+            ax_ratio.fill_between(total, lo, hi, color=line.get_color(), alpha=0.25, lw=0)
         ax_ratio.axhline(1.0, color="k", lw=0.8)
         ax_ratio.set_yscale("log")
         ax_ratio.set_xlabel("total local iterations L × i")
-        ax_ratio.set_ylabel(f"paired KL(L) / KL({names[0]}), median over trials")
+        ax_ratio.set_ylabel(f"paired KL(L) / KL({names[0]}), median over trials", fontsize=8)
         ax_ratio.set_title("paired ratio, 95% bootstrap interval (> 1: slower than the first L)", fontsize=9)
-        ax_ratio.legend(fontsize=8)
         ax_ratio.grid(True, which="both", alpha=0.25)
+    plotting.legend(fig, axes[0, :1], title=f"median; 75% band of {names[0]}", ncol=len(names))
     plotting.save(fig, path)
 
 

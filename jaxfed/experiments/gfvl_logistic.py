@@ -250,16 +250,20 @@ def _name(lab) -> str:
 def plot(cfg: Config, labels, metrics, path):
     names = [_name(lab) for lab in labels]
     slots = np.arange(1, cfg.n_slots + 1)
-    fig, axes = plotting.figure(1, 4, figsize=(18, 4))
+    fig, axes = plotting.figure(1, 4, figsize=(18, 4.8))
     for ax, metric, ylabel, log_y in (
-        (axes[0], "kl", "KL(q^(i) ‖ q*)", True),
+        (axes[0], "kl", plotting.kl_label(), True),
         (axes[1], "log_lik", "held-out mean log predictive", False),
         (axes[2], "accuracy", "held-out accuracy", False),
         (axes[3], "grad_var", "tr Cov of the natural-gradient estimate", True),
     ):
-        plotting.band_plot(ax, slots, metrics[metric], names, log_y=log_y)
+        b = plotting.band_plot(ax, slots, metrics[metric], names, log_y=log_y, legend=False)
+        # A log slot axis: the first tens of slots, where the curves part, take half the width.
+        ax.set_xscale("log")
         ax.set_ylabel(ylabel)
-        ax.set_xlabel("slot i (from the request for unlearning/retrain)")
+        ax.set_xlabel("slot i (from the request for unlearning/retrain)", fontsize=8)
+        ax.set_title(plotting.coincide_note(b, names), fontsize=8)
+    plotting.legend(fig, axes[:1], title="median, 75% band", ncol=len(names))
     fig.suptitle(
         f"G-FVL, Bayesian logistic regression (breast cancer, d = {cfg.n_features + 1}), K = {cfg.n_agents}, "
         f"L = {cfg.local_iters}, S = {cfg.n_samples}, ρ = {cfg.rho:g}, {cfg.baseline} baseline, {cfg.loss_normalisation} loss",

@@ -82,13 +82,13 @@ def build(cfg: Config):
 
 def plot(cfg: Config, labels, metrics, path):
     fig, axes = plotting.figure(
-        2, 1, figsize=(6, 6), sharex=True, squeeze=False, gridspec_kw={"height_ratios": [3, 1.3]}
+        2, 1, figsize=(6, 6.6), sharex=True, squeeze=False, gridspec_kw={"height_ratios": [3, 1.3]}
     )
     ax = axes[0, 0]
     slots = np.arange(1, cfg.n_slots + 1)
     names = [lab["topology"] for lab in labels]
-    plotting.band_plot(ax, slots, metrics["kl"], names, log_y=True)
-    ax.set_ylabel(r"KL($q^{(i)}$ ‖ $p(\theta|\mathcal{D})$)")
+    b = plotting.band_plot(ax, slots, metrics["kl"], names, log_y=True, legend=False)
+    ax.set_ylabel(plotting.kl_label(r"p(\theta|\mathcal{D})"))
     ax.set_title(
         f"G-FVL, Beta–Bernoulli, K={cfg.n_agents}, N_k={cfg.n_per_agent}, α={cfg.alpha:g}, {cfg.loss_normalisation} loss",
         fontsize=9,
@@ -96,6 +96,7 @@ def plot(cfg: Config, labels, metrics, path):
     # Fraction of trials with KL = 0, from raw trials or (below 1e-12) from a summary's histogram.
     plotting.exact_fraction_plot(axes[1, 0], slots, metrics["kl"], names)
     axes[-1, 0].set_xlabel("slot i")
+    plotting.legend(fig, axes[:1, 0], title=plotting.band_title(b, names, log_y=True), ncol=len(names))
     plotting.save(fig, path)
 
 

@@ -247,7 +247,7 @@ def _plot(cfg, labels, results, path, title, level=None, exact=None):
     fig, axes = plotting.figure(
         panels,
         1,
-        figsize=(6, 6 if panels == 2 else 4),
+        figsize=(6, 6.8 if panels == 2 else 4.8),
         sharex=True,
         squeeze=False,
         gridspec_kw={"height_ratios": [3, 1.3]} if panels == 2 else None,
@@ -255,7 +255,7 @@ def _plot(cfg, labels, results, path, title, level=None, exact=None):
     ax = axes[0, 0]
     slots = np.arange(1, cfg.n_slots + 1)
     names = [lab["method"] for lab in labels]
-    plotting.band_plot(ax, slots, results["kl"], names, log_y=True)
+    b = plotting.band_plot(ax, slots, results["kl"], names, log_y=True, legend=False)
     if level is not None:
         ax.axhline(level, color="k", lw=0.8, ls="--")
         ax.annotate(
@@ -272,12 +272,27 @@ def _plot(cfg, labels, results, path, title, level=None, exact=None):
             va="bottom",
             ha="right",
         )
-    ax.set_ylabel(r"KL($q^{(i)}$ ‖ $p(\theta|\mathcal{D}_{-u})$)")
+    ax.set_ylabel(plotting.kl_label(r"p(\theta|\mathcal{D}_{-u})"))
     ax.set_title(title, fontsize=8)
     if panels == 2:
         plotting.exact_fraction_plot(axes[1, 0], slots, results["kl"], names, tol=exact)
+        last = _last_change(b, results["kl"], exact)
+        if last < slots[-1]:  # the axis ends shortly after the last trial becomes exact
+            ax.set_xlim(0, min(slots[-1], int(np.ceil(1.15 * last)) + 1))
+            axes[1, 0].set_title(f"every trial exact from slot {last} on (axis cut there, of {slots[-1]})", fontsize=8)
     axes[-1, 0].set_xlabel("slot i after the unlearning request")
+    plotting.legend(fig, axes[:1, 0], title=plotting.band_title(b, names, log_y=True), ncol=len(names))
     plotting.save(fig, path)
+
+
+def _last_change(b: stats.Band, kl, exact: float) -> int:
+    """The first slot from which every drawn curve is flat: every band's upper edge and median 0 and
+    every trial exact (KL <= ``exact``)."""
+    fraction = (
+        stats.fraction_at_most(kl, exact) if isinstance(kl, stats.Summary) else np.mean(np.asarray(kl) <= exact, 1)
+    )
+    moving = np.any(b.upper > 0, axis=0) | np.any(fraction < 1, axis=0)
+    return int(np.flatnonzero(moving)[-1]) + 2 if moving.any() else 1
 
 
 def plot(cfg: Config, labels, results, path):

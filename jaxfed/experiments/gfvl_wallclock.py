@@ -302,8 +302,8 @@ def _kl_against_wall_clock(ax, cfg: Config, labels, kl, model: str, ratio: float
         n_iters = labels[p]["local_iters"]
         b = stats.band(kl[p : p + 1])
         x = wall_clock(iters, n_iters, ratio)
-        ax.plot(x, b.median[0], color=f"C{j}", lw=1.5, label=f"L = {n_iters}")
-        ax.fill_between(x, b.lower[0], b.upper[0], color=f"C{j}", alpha=0.15, lw=0)
+        line = plotting.series_line(ax, x, b.median[0], j, len(cfg.local_iters), lw=1.5, label=f"L = {n_iters}")
+        ax.fill_between(x, b.lower[0], b.upper[0], color=line.get_color(), alpha=0.15, lw=0)
     ax.axhline(cfg.level, color="k", lw=0.6, ls=":")
     ax.set_yscale("log")
     ax.set_xscale("log")
@@ -314,10 +314,10 @@ def _kl_against_wall_clock(ax, cfg: Config, labels, kl, model: str, ratio: float
 
 def plot(cfg: Config, labels, results, path):
     models = list(dict.fromkeys(lab["model"] for lab in labels))
-    fig, axes = plotting.figure(len(models), 3, figsize=(14, 3.8 * len(models)), squeeze=False)
+    fig, axes = plotting.figure(len(models), 3, figsize=(14, 3.8 * len(models) + 0.8), squeeze=False)
     if isinstance(results["kl"], stats.Summary):
         for ax in axes.ravel():
-            ax.text(0.5, 0.5, "the wall-clock transform needs the raw trials (--keep raw)", ha="center")
+            ax.text(0.5, 0.5, "the wall-clock transform\nneeds the raw trials (--keep raw)", ha="center")
         plotting.save(fig, path)
         return
     kl = np.asarray(results["kl"])
@@ -325,15 +325,14 @@ def plot(cfg: Config, labels, results, path):
     for row, model in enumerate(models):
         _kl_against_wall_clock(axes[row, 0], cfg, labels, kl, model, lo_r)
         _kl_against_wall_clock(axes[row, 1], cfg, labels, kl, model, hi_r)
-        axes[row, 0].set_ylabel("KL(q ‖ target), median, 75% band")
-        axes[row, 0].legend(fontsize=8)
+        axes[row, 0].set_ylabel("KL(q ‖ target), median, 75% band", fontsize=8)
         a = model_analysis(cfg, labels, kl, model)
         ax = axes[row, 2]
         grid = a["grid"][1:]  # (log axis: r = 0 left out)
         ref = a["wall"][0, 1:]
         for j, n_iters in enumerate(a["ls"]):
             ratio = np.median(np.log(a["wall"][j, 1:] / ref), axis=-1)
-            ax.plot(grid, np.exp(ratio), color=f"C{j}", lw=1.5, label=f"L = {n_iters}")
+            plotting.series_line(ax, grid, np.exp(ratio), j, len(a["ls"]), lw=1.5, label=f"L = {n_iters}")
         ax.axhline(1.0, color="k", lw=0.8)
         for r in cfg.ratios:
             if r > 0:
@@ -341,15 +340,18 @@ def plot(cfg: Config, labels, results, path):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("r = t_comm / t_compute")
-        ax.set_ylabel(f"wall-clock to KL <= {cfg.level:g}, paired / L = {a['ls'][0]}")
-        ax.set_title("median paired time ratio (< 1: faster than the first L)", fontsize=9)
-        ax.legend(fontsize=8)
+        ax.set_ylabel(f"wall-clock to KL <= {cfg.level:g},\npaired / L = {a['ls'][0]}", fontsize=8)
+        ax.set_title(
+            f"median paired time ratio (< 1: faster than L = {a['ls'][0]},\nthe reference, at 1 by definition)",
+            fontsize=9,
+        )
         ax.grid(True, which="both", alpha=0.25)
     fig.suptitle(
         f"G-FVL in wall-clock time: slot = L·t_compute + t_comm, complete K={cfg.n_agents}, ρ={cfg.rho:g}, "
         f"{cfg.loss_normalisation} loss",
         fontsize=9,
     )
+    plotting.legend(fig, axes[:, 0], title=f"median, 75% band (dotted: KL = {cfg.level:g})", ncol=len(cfg.local_iters))
     plotting.save(fig, path)
 
 

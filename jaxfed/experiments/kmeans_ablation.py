@@ -137,22 +137,20 @@ def _readings(cfg, labels, last):
 def _plot(cfg: AblationConfig, labels, results, path):
     inits = list(dict.fromkeys((cfg.init,) + tuple(cfg.inits)))
     n_cols = max(len(inits), 3)
-    fig, axes = plotting.figure(2, n_cols, figsize=(5.2 * n_cols, 9))
+    fig, axes = plotting.figure(2, n_cols, figsize=(5.4 * n_cols, 10))
     rounds = np.arange(1, cfg.n_rounds + 1)
     central = index_of(labels, variant="centralized", init=cfg.init)
     panels = [("tiles", init, f"tile split, init {init}") for init in inits] + [
         ("iid", cfg.init, f"i.i.d. split, init {cfg.init}")
     ]
+    order = [*VARIANTS, "ideal federated", "centralized"]  # one style per variant in every panel
     flat = list(axes.ravel())
     for ax, (split, init, title) in zip(flat, panels):
         rows = _rows(labels, split, init)
         if split == "iid":
             rows = rows + [central]  # centralized k-means does not depend on the split
         names = [labels[i]["variant"] for i in rows]
-        styles = [
-            plotting.LINE_STYLES[list(VARIANTS).index(n) if n in VARIANTS else 4 + (n == "centralized")] for n in names
-        ]
-        plotting.band_plot(
+        b = plotting.band_plot(
             ax,
             rounds,
             results["loss"][rows]
@@ -160,11 +158,13 @@ def _plot(cfg: AblationConfig, labels, results, path):
             else _summary_rows(results["loss"], rows),
             names,
             log_y=True,
-            styles=styles,
+            styles=[plotting.series_style(order.index(n) if n in order else len(order)) for n in names],
+            legend=False,
         )
-        ax.set_title(f"OAC D={cfg.digits}, {cfg.snr_db:g} dB: {title}", fontsize=9)
+        note = plotting.coincide_note(b, names)
+        ax.set_title(f"OAC D={cfg.digits}, {cfg.snr_db:g} dB: {title}" + (f"\n{note}" if note else ""), fontsize=9)
         ax.set_xlabel("round n")
-        ax.set_ylabel(LOSS_LABEL, fontsize=8)
+        ax.set_ylabel(LOSS_LABEL)
     last = final_values(results)
     effect_axes = flat[len(panels) :]
     if last is None:
@@ -177,16 +177,17 @@ def _plot(cfg: AblationConfig, labels, results, path):
             for split, init in splits
             for name, v in _effects(cfg, labels, last, split, init)
         ]
-        _effect_plot(effect_axes[0], effects, "final loss with − without the enhancement, same trial (m²)")
-        effect_axes[0].set_title("paired effect of each enhancement (mean, 95% interval; < 0 helps)", fontsize=9)
+        _effect_plot(effect_axes[0], effects, "final loss with − without the enhancement,\nsame trial (m²)")
+        effect_axes[0].set_title("paired effect of each enhancement\n(mean, 95% interval; < 0 helps)", fontsize=9)
         if len(effect_axes) > 1:
             readings = _readings(cfg, labels, last)
             if readings:
-                xlabel = f"final loss − default reading's ({cfg.vmax_rule}, E_s {cfg.symbol_energy}), same trial (m²)"
+                xlabel = f"final loss − default reading's\n({cfg.vmax_rule}, E_s {cfg.symbol_energy}), same trial (m²)"
                 _effect_plot(effect_axes[1], readings, xlabel)
                 effect_axes[1].set_title(f"other readings, tile split, init {cfg.init}", fontsize=9)
             for ax in effect_axes[2:]:
                 ax.axis("off")
+    plotting.legend(fig, flat[: len(panels)], title="median, 75% band over trials", ncol=len(order))
     plotting.save(fig, path)
 
 

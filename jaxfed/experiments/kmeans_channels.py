@@ -142,17 +142,19 @@ def _bias(spread_db: float) -> float:
 def _plot(cfg: ChannelsConfig, labels, results, path):
     b = stats.band(results["loss"])
     n_panels = 4 if cfg.blocks else 3
-    fig, axes = plotting.figure(1, n_panels, figsize=(5.3 * n_panels, 4.6))
+    fig, axes = plotting.figure(1, n_panels, figsize=(5.3 * n_panels, 5.2))
 
     def curve(ax, x, rows, name, k):
-        (line,) = ax.plot(x, b.median[rows, -1], label=name, **plotting.LINE_STYLES[k])
+        (line,) = ax.plot(x, b.median[rows, -1], label=name, **plotting.series_style(k))
         ax.fill_between(x, b.lower[rows, -1], b.upper[rows, -1], color=line.get_color(), alpha=0.15, lw=0)
 
     def marks(ax, x, rows, name, k):
         med = b.median[rows, -1]
         bars = [med - b.lower[rows, -1], b.upper[rows, -1] - med]
-        style = plotting.LINE_STYLES[k]
-        ax.errorbar(x, med, yerr=bars, label=name, capsize=3, ls="none", marker=style["marker"], ms=5)
+        style = plotting.series_style(k)
+        ax.errorbar(
+            x, med, yerr=bars, label=name, capsize=3, ls="none", marker=style["marker"], ms=5, color=style["color"]
+        )
 
     ax = axes[0]
     spreads = np.asarray(cfg.spreads_db)
@@ -178,26 +180,25 @@ def _plot(cfg: ChannelsConfig, labels, results, path):
         panels.append((axes[2], BLOCK, "block", blocks, "coherence block B (resources)", "log"))
     for ax2, channel, key, values, xlabel, scale in panels:
         rows = [index_of(labels, channel=channel, **{key: v}) for v in values]
-        curve(ax2, np.asarray(values), rows, f"D={cfg.digits}", 0)
+        curve(ax2, np.asarray(values), rows, f"D={cfg.digits}, adaptive v_max", 0)  # the series of the first panel
         ax2.set_xscale(scale)
         ax2.set_xlabel(xlabel)
         ax2.set_title(f"{channel} ({'κ = 0' if channel == RICIAN else 'B = 1'} is Rayleigh)", fontsize=9)
     for ax2 in axes[:-1]:
         ax2.set_ylabel(f"{LOSS_LABEL}\nafter {cfg.n_rounds} rounds (median, 75% band)", fontsize=8)
         ax2.grid(True, which="both", alpha=0.25)
-        ax2.legend(fontsize=7, loc="upper left")
     ax3 = axes[-1]
     counts = np.arange(0, 31)
     a = float(oac.channel.noise_variance(cfg.snr_db)) / symbol_energy_value(cfg.symbol_energy, cfg.beta)  # σ²/E_s
     for k, kappa in enumerate(cfg.k_factors):
         ratio = np.asarray(impairments.rician_variance(counts, a, 1.0, kappa)) / np.square(counts + a)
-        ax3.plot(counts, ratio, label=f"Rician κ = {kappa:g}", **plotting.LINE_STYLES[k] | {"markevery": 5})
+        plotting.series_line(ax3, counts, ratio, 3 + k, len(cfg.k_factors), label=f"Rician κ = {kappa:g}")
     ax3.set_xlabel("EDs active on the resource K_l")
     ax3.set_ylabel("Var K̂_l / Rayleigh's (K_l + σ²/E_s)²", fontsize=8)
     ax3.set_title(f"derived detector variance at {cfg.snr_db:g} dB: (K_l + σ²/E_s)² − p² K_l", fontsize=9)
     ax3.set_ylim(0, 1.05)
     ax3.grid(True, alpha=0.25)
-    ax3.legend(fontsize=7)
+    plotting.legend(fig, axes, title="final loss: median, 75% band (error bars: the remedies at s = 0 and s*)", ncol=4)
     plotting.save(fig, path)
 
 

@@ -96,13 +96,13 @@ def _per_run(results, name: str):
 
 
 def _plot(cfg: CountsConfig, labels, results, path):
-    fig, (ax0, ax1, ax2) = plotting.figure(1, 3, figsize=(17, 4.6))
+    fig, (ax0, ax1, ax2) = plotting.figure(1, 3, figsize=(17, 5.2))
     b = stats.band(results["loss"])
     snrs = np.asarray(cfg.snrs_db)
     for k, counts in enumerate(("exact", "oac")):
         rows = [index_of(labels, counts=counts, snr_db=s, reinit=True) for s in cfg.snrs_db]
         name = "exact counts (orthogonal)" if counts == "exact" else f"OAC counts, D_c={cfg.count_digits}"
-        (line,) = ax0.plot(snrs, b.median[rows, -1], label=f"{name}, re-init", **plotting.LINE_STYLES[k])
+        (line,) = ax0.plot(snrs, b.median[rows, -1], label=f"{name}, re-init", **plotting.series_style(k))
         ax0.fill_between(snrs, b.lower[rows, -1], b.upper[rows, -1], color=line.get_color(), alpha=0.15, lw=0)
         off = index_of(labels, counts=counts, snr_db=cfg.snr_db, reinit=False)
         ax0.errorbar(
@@ -119,10 +119,10 @@ def _plot(cfg: CountsConfig, labels, results, path):
     ax0.set_ylabel(f"{LOSS_LABEL}\nafter {cfg.n_rounds} rounds (median, 75% band)", fontsize=8)
     ax0.set_title(f"OAC changes D={cfg.digits}: counts exact vs over the air", fontsize=9)
     ax0.grid(True, which="both", alpha=0.25)
-    ax0.legend(fontsize=7)
     if isinstance(results["reinits"], stats.Summary):
         for ax in (ax1, ax2):
             ax.text(0.5, 0.5, "needs raw trials (--keep raw)", ha="center", transform=ax.transAxes)
+        plotting.legend(fig, [ax0], ncol=2)
         plotting.save(fig, path)
         return
     kinds = (
@@ -138,20 +138,24 @@ def _plot(cfg: CountsConfig, labels, results, path):
             np.arange(len(kinds)) + (k - 0.5) * width,
             heights,
             width,
-            label="exact counts" if counts == "exact" else "OAC counts",
+            label="bars: exact counts" if counts == "exact" else "bars: OAC counts",
+            color=plotting.series_style(k)["color"],
+            hatch=("", "//")[k],
         )
     ax1.set_xticks(np.arange(len(kinds)), [t for _, t in kinds], fontsize=8)
     ax1.set_ylabel(f"clusters per run of {cfg.n_rounds} rounds (mean)", fontsize=8)
     ax1.set_title(f"re-initialisation at {cfg.snr_db:g} dB (reads |Ŝ_c| < S_min = {cfg.s_min:g})", fontsize=9)
-    ax1.legend(fontsize=8)
     ax1.grid(True, axis="y", alpha=0.25)
     rounds = np.arange(1, cfg.n_rounds + 1)
     i = index_of(labels, counts="oac", snr_db=cfg.snr_db, reinit=True)
-    plotting.band_plot(ax2, rounds, np.asarray(results["count_error"])[[i]], [f"OAC counts, {cfg.snr_db:g} dB"])
+    plotting.band_plot(
+        ax2, rounds, np.asarray(results["count_error"])[[i]], [f"OAC counts, {cfg.snr_db:g} dB"], legend=False, offset=1
+    )
     ax2.axhline(cfg.n_points / cfg.n_clusters, color="k", lw=1, ls=":", label="mean |S_c| = N/C")
     ax2.set_xlabel("round n")
     ax2.set_ylabel("RMS over clusters of |Ŝ_c| − |S_c| (points)", fontsize=8)
-    ax2.set_title("error of the counts over the air (dotted: the mean cluster size)", fontsize=9)
+    ax2.set_title("error of the counts over the air (median, 75% band;\ndotted: the mean cluster size)", fontsize=9)
+    plotting.legend(fig, [ax0, ax1, ax2], ncol=4)
     plotting.save(fig, path)
 
 

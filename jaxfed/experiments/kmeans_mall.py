@@ -123,31 +123,49 @@ def _scenario_panel(ax, cfg: MallConfig) -> None:
         "one illustrative draw (keys 0, 1, 2), not a trial of the sweep",
         fontsize=9,
     )
-    ax.legend(fontsize=6, loc="upper right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)  # off the data
 
 
 def _plot_convergence(cfg: ConvergenceConfig, labels, results, path):
-    fig, (ax0, ax1, ax2) = plotting.figure(1, 3, figsize=(18, 5))
+    fig, (ax0, ax1, ax2) = plotting.figure(1, 3, figsize=(18, 5.6))
     _scenario_panel(ax0, cfg)
     rounds = np.arange(1, cfg.n_rounds + 1)
     names = [method_label(lab) for lab in labels]
-    plotting.band_plot(ax1, rounds, results["loss"], names, log_y=True, styles=plotting.LINE_STYLES)
+    b = plotting.band_plot(ax1, rounds, results["loss"], names, log_y=True, legend=False)
     ax1.set_xlabel("round n")
     ax1.set_ylabel(LOSS_LABEL)
-    ax1.set_title(f"federated k-means, C={cfg.n_clusters}, β={cfg.beta}, {cfg.channel} channel, init {cfg.init}")
+    note = plotting.coincide_note(b, names)
+    ax1.set_title(
+        f"federated k-means, C={cfg.n_clusters}, β={cfg.beta}, {cfg.channel} channel, init {cfg.init}\n"
+        f"median and 75% band over trials{'; ' + note if note else ''}",
+        fontsize=9,
+    )
     if isinstance(results["loss"], stats.Summary):
         ax2.text(0.5, 0.5, "paired ratios need raw trials", ha="center", transform=ax2.transAxes)
     else:
-        loss = np.asarray(results["loss"])
-        rest = list(range(1, len(labels)))
-        styles = [{**plotting.LINE_STYLES[i % len(plotting.LINE_STYLES)], "color": f"C{i}"} for i in rest]  # as in ax1
-        plotting.band_plot(ax2, rounds, loss[rest] / loss[0][None], names[1:], styles=styles)
-        ax2.axhline(1.0, color="k", lw=1)
-        ax2.set_yscale("log")
-        ax2.set_xlabel("round n")
-        ax2.set_ylabel("loss / centralized loss, same trial")
-        ax2.set_title("paired ratio to centralized k-means")
+        _paired_ratio_panel(ax2, rounds, np.asarray(results["loss"]), names)
+    plotting.legend(fig, [ax1], loc="outside right upper")
     plotting.save(fig, path)
+
+
+def _paired_ratio_panel(ax, rounds, loss, names) -> None:
+    """Median over trials of loss / centralized loss (point 0) in the same trial, with its 95% bootstrap
+    interval: the paired comparison separates the methods that the spread over trials hides. Methods whose
+    intervals contain each other's medians at every round are named in the title."""
+    log_ratio = np.moveaxis(np.log(loss[1:] / loss[0][None]), 1, -1)  # (method, round, trial)
+    est, lo, hi = (np.exp(v) for v in stats.bootstrap_interval(log_ratio, "median", n_boot=400))
+    for i in range(est.shape[0]):
+        line = plotting.series_line(ax, rounds, est[i], i + 1, len(names), lw=1.6)  # as in the loss panel
+        ax.fill_between(rounds, lo[i], hi[i], color=line.get_color(), alpha=0.2, lw=0)
+    ax.axhline(1.0, color="k", lw=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("round n")
+    ax.set_ylabel("loss / centralized loss, same trial")
+    note = plotting.coincide_note(stats.Band(est, lo, hi, 0.95), names[1:])
+    ax.set_title(
+        "paired ratio to centralized k-means: median, 95% interval" + (f"\n{note}" if note else ""), fontsize=9
+    )
+    ax.grid(True, which="both", alpha=0.25)
 
 
 def _report_convergence(cfg: ConvergenceConfig, labels, results) -> Reading:
@@ -267,60 +285,110 @@ def _series(cfg: SnrConfig) -> list:
 
 def _plot_snr(cfg: SnrConfig, labels, results, path):
     b = stats.band(results["loss"])
-    fig, (ax, ax2) = plotting.figure(1, 2, figsize=(13, 4.8))
+    fig, (ax, ax2, ax3) = plotting.figure(1, 3, figsize=(18, 5.2))
     snrs = np.asarray(cfg.snrs_db)
-    ax.axhline(b.median[0, -1], color="k", lw=1.4, label="centralized (median)")
-    ax.axhspan(b.lower[0, -1], b.upper[0, -1], color="0.5", alpha=0.08)
-    ax.plot(
-        snrs,
-        np.full(snrs.shape, b.median[1, -1]),
-        color="0.4",
-        ls="none",
-        marker="x",
-        ms=7,
-        label="ideal federated (median)",
-    )
+    # The noise-free points (NOISE_FREE_DB) at a position of their own, right of the grid.
+    step = float(np.min(np.diff(snrs))) if len(snrs) > 1 else 5.0
+    free_x = snrs.max() + 1.5 * step
     series = [(d, where) for d in cfg.digits_list for where in _series(cfg)]
+    ax.axhline(b.median[0, -1], color="k", lw=1.4, label="centralized (median; grey: its 75% band)")
+    ax.axhspan(b.lower[0, -1], b.upper[0, -1], color="0.5", alpha=0.08)
+    ax.axhline(b.median[1, -1], color="0.4", ls="--", lw=1.2, label="ideal federated (median)")
     for k, (d, where) in enumerate(series):
         rows = _oac_rows(labels, d, where)
-        style = plotting.LINE_STYLES[k % len(plotting.LINE_STYLES)]
+        style = plotting.series_style(k)
         name = f"OAC D={d}" + (f", {where[0]}={where[1]:g}" if where else "")
-        (line,) = ax.plot(snrs, b.median[rows, -1], marker=style["marker"], ms=4, label=name)
-        ax.fill_between(snrs, b.lower[rows, -1], b.upper[rows, -1], color=line.get_color(), alpha=0.15, lw=0)
+        ax.plot(snrs, b.median[rows, -1], ms=4, label=name, **style)
+        ax.fill_between(snrs, b.lower[rows, -1], b.upper[rows, -1], color=style["color"], alpha=0.12, lw=0)
+        free = _noise_free_row(labels, d, where)
+        if free is not None:
+            ax.plot([free_x], [b.median[free, -1]], ls="none", marker=style["marker"], color=style["color"], ms=6)
         q = index_of(labels, method="quantized", digits=d)
-        ax.axhline(b.median[q, -1], color=line.get_color(), ls=":", lw=1.2, label=f"quantisation only D={d}")
+        ax.axhline(b.median[q, -1], color=style["color"], ls=":", lw=1.0)
+    ax.plot([], [], color="0.3", ls=":", lw=1.0, label="quantisation only, each D (its colour)")
     ax.set_yscale("log")
-    ax.set_xlabel("SNR of one ED at the edge server (dB)")
     ax.set_ylabel(f"{LOSS_LABEL}\nafter {cfg.n_rounds} rounds")
     ax.set_title(
-        f"final loss vs SNR, β={cfg.beta}, {cfg.channel} channel, init {cfg.init} (median, 75% band)", fontsize=9
+        f"final loss vs SNR, β={cfg.beta}, {cfg.channel} channel, init {cfg.init}\n(median, 75% band)", fontsize=9
     )
-    ax.grid(True, which="both", alpha=0.25)
-    ax.legend(fontsize=7, ncol=2)
     last = final_values(results)
+    high = snrs >= np.median(snrs)  # the upper half of the grid, where the gap the report discusses lies
     if last is None:
-        ax2.text(0.5, 0.5, "paired ratios need raw trials", ha="center", transform=ax2.transAxes)
+        for a in (ax2, ax3):
+            a.text(0.5, 0.5, "paired ratios need raw trials", ha="center", transform=a.transAxes)
     else:
-        for k, (d, where) in enumerate(series):
-            rows = _oac_rows(labels, d, where)
-            est, lo, hi = stats.bootstrap_interval(np.log(last[rows] / last[0][None]), "median")
-            style = plotting.LINE_STYLES[k % len(plotting.LINE_STYLES)]
-            name = f"OAC D={d}" + (f", {where[0]}={where[1]:g}" if where else "")
-            (line,) = ax2.plot(snrs, np.exp(est), marker=style["marker"], ms=4, label=name)
-            ax2.fill_between(snrs, np.exp(lo), np.exp(hi), color=line.get_color(), alpha=0.25, lw=0)
-            q = index_of(labels, method="quantized", digits=d)
-            ax2.axhline(np.exp(np.median(np.log(last[q] / last[0]))), color=line.get_color(), ls=":", lw=1.2)
-        ax2.axhline(1.0, color="k", lw=1.2, label="centralized")
-        ax2.axhline(np.exp(np.median(np.log(last[1] / last[0]))), color="0.4", ls="--", lw=1.2, label="ideal federated")
-        ax2.set_yscale("log")
-        ax2.set_xlabel("SNR of one ED at the edge server (dB)")
-        ax2.set_ylabel("final loss / centralized, same trial")
+        _snr_ratio_panel(ax2, cfg, labels, last, series, 0, snrs, free_x)
         ax2.set_title(
             "paired ratio to centralized: median and its 95% interval\n(dotted: quantisation only)", fontsize=9
         )
-        ax2.grid(True, which="both", alpha=0.25)
-        ax2.legend(fontsize=7)
+        _snr_ratio_panel(ax3, cfg, labels, last, series, 1, snrs[high], free_x)
+        ax3.set_title(
+            f"zoom, SNR ≥ {snrs[high].min():g} dB: paired ratio to ideal federated\n(the same algorithm with exact sums)",
+            fontsize=9,
+        )
+    for a in (ax, ax2, ax3):
+        ticks = [x for x in a.get_xticks() if snrs.min() <= x <= snrs.max()] if a is not ax3 else list(snrs[high])
+        a.set_xticks(ticks + [free_x], [f"{x:g}" for x in ticks] + ["no\nnoise"])
+        a.set_xlabel("SNR of one ED at the edge server (dB)")
+        a.grid(True, which="both", alpha=0.25)
+    plotting.legend(fig, [ax], ncol=4)
     plotting.save(fig, path)
+
+
+def _noise_free_row(labels, d: int, where) -> int | None:
+    """The noise-free point of OAC with D = d (for the first value of a swept channel parameter only), or None."""
+    if where is not None and where[1] != labels[_oac_rows(labels, d)[0]].get(where[0]):
+        return None
+    try:
+        return index_of(labels, method="oac", digits=d, noise_free=True)
+    except KeyError:
+        return None
+
+
+def _snr_ratio_panel(ax, cfg, labels, last, series, reference: int, snrs, free_x) -> None:
+    """Median over trials of final loss / point ``reference``'s in the same trial (0: centralized, 1: ideal
+    federated), with its 95% bootstrap interval, at the SNRs ``snrs`` and without noise (at ``free_x``);
+    dotted: quantisation only. A linear axis for a ratio range under a factor 2, else log."""
+    drawn = []
+    for k, (d, where) in enumerate(series):
+        rows = [r for r in _oac_rows(labels, d, where) if labels[r]["snr_db"] in set(snrs.tolist())]
+        est, lo, hi = (
+            np.exp(v) for v in stats.bootstrap_interval(np.log(last[rows] / last[reference][None]), "median")
+        )
+        style = plotting.series_style(k)
+        ax.plot(snrs, est, ms=4, **style)
+        ax.fill_between(snrs, lo, hi, color=style["color"], alpha=0.25, lw=0)
+        free = _noise_free_row(labels, d, where)
+        if free is not None:
+            f_est, f_lo, f_hi = (
+                float(np.exp(v)) for v in stats.bootstrap_interval(np.log(last[free] / last[reference]), "median")
+            )
+            ax.errorbar(
+                [free_x],
+                [f_est],
+                yerr=[[f_est - f_lo], [f_hi - f_est]],
+                color=style["color"],
+                capsize=3,
+                marker=style["marker"],
+                ms=5,
+                ls="none",
+            )
+            drawn += [f_lo, f_hi]
+        q = index_of(labels, method="quantized", digits=d)
+        ax.axhline(np.exp(np.median(np.log(last[q] / last[reference]))), color=style["color"], ls=":", lw=1.0)
+        drawn += [*lo, *hi]
+    other = 1 - reference  # centralized on the ideal-federated panel and the other way round
+    ax.axhline(1.0, color="k" if reference == 0 else "0.4", lw=1.2, ls="-" if reference == 0 else "--")
+    ax.axhline(
+        np.exp(np.median(np.log(last[other] / last[reference]))),
+        color="k" if other == 0 else "0.4",
+        lw=1.2,
+        ls="-" if other == 0 else "--",
+    )
+    finite = np.asarray(drawn)[np.isfinite(drawn)]
+    if finite.size and finite.max() / finite.min() > 2:
+        ax.set_yscale("log")
+    ax.set_ylabel(f"final loss / {'centralized' if reference == 0 else 'ideal federated'}, same trial")
 
 
 def _gap_explanation(cfg: SnrConfig, labels, results, d_max: int) -> str:

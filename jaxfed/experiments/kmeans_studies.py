@@ -82,43 +82,53 @@ def resources(cfg: DevicesConfig, n_devices: int) -> tuple[int, float]:
 def _plot_devices(cfg: DevicesConfig, labels, results, path):
     b = stats.band(results["loss"])
     ks = np.asarray([n * n for n in cfg.grid_sides])
-    fig, (ax, ax2) = plotting.figure(1, 2, figsize=(12, 4.5))
-    for method, name, style in (
-        ("oac", f"OAC D={cfg.digits}, {cfg.snr_db:g} dB", plotting.LINE_STYLES[0]),
-        ("quantized", "orthogonal digital (error-free, same levels)", plotting.LINE_STYLES[1]),
+    fig, (ax, ax2) = plotting.figure(1, 2, figsize=(12, 5.2))
+    curves = []
+    for k, (method, name) in enumerate(
+        (
+            ("oac", f"OAC D={cfg.digits}, {cfg.snr_db:g} dB"),
+            ("quantized", "orthogonal digital (error-free, same levels)"),
+        )
     ):
-        rows = [index_of(labels, method=method, devices=int(k)) for k in ks]
-        (line,) = ax.plot(ks, b.median[rows, -1], label=name, **style)
-        ax.fill_between(ks, b.lower[rows, -1], b.upper[rows, -1], color=line.get_color(), alpha=0.15, lw=0)
+        rows = [index_of(labels, method=method, devices=int(n)) for n in ks]
+        style = plotting.series_style(k) | {"markevery": None}
+        ax.plot(ks, b.median[rows, -1], label=name, **style)
+        ax.fill_between(ks, b.lower[rows, -1], b.upper[rows, -1], color=style["color"], alpha=0.15, lw=0)
+        curves.append((name, rows))
     ax.axhline(b.median[0, -1], color="k", lw=1.2, label="centralized (median)")
     ax.set_xscale("log")
     ax.set_xlabel("number of edge devices K (n × n tiles)")
     ax.set_ylabel(f"{LOSS_LABEL}\nafter {cfg.n_rounds} rounds")
-    ax.set_title(f"same customers, K EDs (median, 75% band), init {cfg.init}", fontsize=9)
+    median, lower, upper = (np.stack([f[rows, -1] for _, rows in curves]) for f in (b.median, b.lower, b.upper))
+    both = stats.Band(median, lower, upper, b.mass)
+    note = plotting.coincide_note(both, [name.split(" (")[0] for name, _ in curves])
+    ax.set_title(
+        f"same customers, K EDs (median, 75% band), init {cfg.init}" + (f"\n{note}" if note else ""), fontsize=9
+    )
     ax.grid(True, which="both", alpha=0.25)
-    ax.legend(fontsize=8)
     grid = np.unique(np.geomspace(1, max(ks.max(), 2), 50).round())
-    ax2.plot(
-        grid,
-        [resources(cfg, int(k))[0] for k in grid],
-        label="OAC: L·C·β·D",
-        **plotting.LINE_STYLES[0] | {"marker": None},
-    )
-    ax2.plot(
-        grid,
-        [resources(cfg, int(k))[1] for k in grid],
-        label=f"digital: L·C·K·N_bits·r_comp/r_bits ({cfg.bits} bits, r_comp={cfg.compression:g}, r_bits={cfg.bits_per_resource:g})",
-        **plotting.LINE_STYLES[1] | {"marker": None},
-    )
-    ax2.plot(ks, [resources(cfg, int(k))[1] for k in ks], "s", color="tab:orange")
-    ax2.plot(ks, [resources(cfg, int(k))[0] for k in ks], "o", color="tab:blue")
+    for k, (which, label) in enumerate(
+        (
+            (0, "OAC: L·C·β·D"),
+            (
+                1,
+                f"digital: L·C·K·N_bits·r_comp/r_bits\n({cfg.bits} bits, r_comp={cfg.compression:g}, "
+                f"r_bits={cfg.bits_per_resource:g})",
+            ),
+        )
+    ):
+        style = plotting.series_style(k)
+        ax2.plot(grid, [resources(cfg, int(g))[which] for g in grid], label=label, color=style["color"], ls=style["ls"])
+        ax2.plot(
+            ks, [resources(cfg, int(g))[which] for g in ks], marker=style["marker"], color=style["color"], ls="none"
+        )
     ax2.set_xscale("log")
     ax2.set_yscale("log")
     ax2.set_xlabel("number of edge devices K")
     ax2.set_ylabel("complex resources per round")
     ax2.set_title("resources per round (markers: the simulated K)", fontsize=9)
     ax2.grid(True, which="both", alpha=0.25)
-    ax2.legend(fontsize=7)
+    plotting.legend(fig, [ax, ax2], ncol=3)
     plotting.save(fig, path)
 
 
@@ -215,7 +225,7 @@ def _digits1_rows(labels, reinit: bool) -> list[int]:
 
 def _plot_digits1(cfg: Digits1Config, labels, results, path):
     snrs = np.asarray(cfg.snrs_db)
-    fig, axes = plotting.figure(1, 4, figsize=(20, 4.3))
+    fig, axes = plotting.figure(1, 4, figsize=(20, 4.8))
     panels = (
         ("loss", LOSS_LABEL, "final loss", True),
         ("reinits", "centroids re-initialised per run", "re-initialisations", False),
@@ -230,7 +240,7 @@ def _plot_digits1(cfg: Digits1Config, labels, results, path):
         per_trial = value[:, :, -1] if final else (value.sum(-1) if metric == "reinits" else value.mean(-1))
         for k, reinit in enumerate((True, False)):
             rows = _digits1_rows(labels, reinit)
-            style = plotting.LINE_STYLES[k]
+            style = plotting.series_style(k)
             name = "with re-init" if reinit else "without re-init"
             (line,) = ax.plot(
                 snrs,
@@ -254,7 +264,7 @@ def _plot_digits1(cfg: Digits1Config, labels, results, path):
         ax.set_ylabel(ylabel + (" (median)" if final else " (mean)"), fontsize=8)
         ax.set_title(f"D = 1: {title}", fontsize=9)
         ax.grid(True, alpha=0.25)
-        ax.legend(fontsize=7)
+    plotting.legend(fig, axes, ncol=4)
     plotting.save(fig, path)
 
 
