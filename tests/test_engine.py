@@ -341,3 +341,17 @@ def test_other_runtime_errors_are_not_taken_for_memory(monkeypatch):
     monkeypatch.setattr(compiled.ChunkFn, "__call__", call)
     with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
         engine.run(trial, POINTS, 100, compilation_cache="off", micro_batch=WIDTH)
+
+
+def test_the_command_line_reports_an_out_of_memory_chunk_in_one_line(monkeypatch, capsys, tmp_path):
+    """At the smallest chunk (one micro-batch on the one device) `jaxfed run` prints one line and
+    exits with status 2."""
+    from jaxfed import cli
+
+    _failing_executions(monkeypatch, 0, "dispatch")
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))  # (restored after --devices adds to it)
+    argv = ["run", "gfvl-topologies", "--trials", "64", "--chunk-size", "64", "--set", "n_slots=5"]
+    assert cli.main([*argv, "--devices", "1", "--quiet", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("jaxfed: error: the cpu device ran out of memory"), err
+    assert "a chunk of 64 trials (512 per micro-batch x 1 device(s)" in err and "--max-memory" in err
