@@ -1,6 +1,7 @@
 """Every built-in experiment's figure, read as a reader would: no text cut off at the figure's edge, and no
 legend over the data. Drawn from synthetic results of the shapes a run at the default settings returns (one
-trial's ``eval_shape``; no simulation runs), so the figures have the real number of points, slots and rounds."""
+trial's ``eval_shape``; no simulation runs), so the figures have the real number of points, slots and rounds;
+summary-mode results (`-m slow`) as well."""
 
 import jax
 import numpy as np
@@ -9,7 +10,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.text import Text
 
-from jaxfed import plotting
+from jaxfed import plotting, stats
 from jaxfed.engine.points import group_points, rebuild
 from jaxfed.experiments import REGISTRY, base, kmeans_mall
 
@@ -40,11 +41,23 @@ def synthetic_results(sweep, n_trials: int = 24, seed: int = 0) -> dict:
     return out
 
 
-def drawn_figure(name: str, monkeypatch, tmp_path):
-    """The figure ``name``'s plot draws from synthetic results (the Figure saved, drawn on the Agg canvas)."""
+def summarised(results: dict) -> dict:
+    """The results as a summary-mode run stores them (:class:`jaxfed.stats.Summary` per metric)."""
+    out = {}
+    for metric, values in results.items():
+        accumulator = stats.SummaryAccumulator((values.shape[0],) + values.shape[2:])
+        accumulator.add(values)
+        out[metric] = accumulator.result()
+    return out
+
+
+def drawn_figure(name: str, monkeypatch, tmp_path, summary: bool = False):
+    """The figure ``name``'s plot draws from synthetic results, raw or summarised (the Figure saved, drawn on
+    the Agg canvas)."""
     exp = REGISTRY[name]
     cfg = base.make_config(exp.config_cls)
     sweep = exp.build(cfg)
+    results = summarised(synthetic_results(sweep)) if summary else synthetic_results(sweep)
     saved = []
     real_save = plotting.save
 
@@ -53,7 +66,7 @@ def drawn_figure(name: str, monkeypatch, tmp_path):
         real_save(fig, path)
 
     monkeypatch.setattr(plotting, "save", keep)
-    exp.plot(cfg, sweep.labels, synthetic_results(sweep), str(tmp_path / f"{name}.png"))
+    exp.plot(cfg, sweep.labels, results, str(tmp_path / f"{name}.png"))
     assert len(saved) == 1, f"{name}: plot saved {len(saved)} figures"
     fig = saved[0]
     FigureCanvasAgg(fig).draw()
@@ -131,12 +144,17 @@ def _inside(bbox, xy: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize(
-    "name", [pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name for name in sorted(REGISTRY)]
+    "name, summary",
+    [
+        pytest.param(name, summary, marks=pytest.mark.slow) if name in SLOW or summary else (name, summary)
+        for name in sorted(REGISTRY)
+        for summary in (False, True)
+    ],
 )
-def test_figure_text_inside_and_legends_off_the_data(name, monkeypatch, tmp_path):
+def test_figure_text_inside_and_legends_off_the_data(name, summary, monkeypatch, tmp_path):
     if name == "kmeans-convergence":
         monkeypatch.setattr(kmeans_mall, "_scenario_panel", _stub_scenario)
-    fig = drawn_figure(name, monkeypatch, tmp_path)
+    fig = drawn_figure(name, monkeypatch, tmp_path, summary)
     assert not clipped_texts(fig), f"{name}: text cut off at the figure's edge: {clipped_texts(fig)}"
     covered = [(what, share) for what, share in covered_shares(fig) if share > MOST_COVERED]
     assert not covered, f"{name}: legends over the data: {covered}"

@@ -326,7 +326,7 @@ def _plot_snr(cfg: SnrConfig, labels, results, path):
             f"zoom, SNR ≥ {snrs[high].min():g} dB: paired ratio to ideal federated\n(the same algorithm with exact sums)",
             fontsize=9,
         )
-    for a in (ax, ax2, ax3):
+    for a in (ax, ax2, ax3) if last is not None else (ax,):
         ticks = [x for x in a.get_xticks() if snrs.min() <= x <= snrs.max()] if a is not ax3 else list(snrs[high])
         a.set_xticks(ticks + [free_x], [f"{x:g}" for x in ticks] + ["no\nnoise"])
         a.set_xlabel("SNR of one ED at the edge server (dB)")
