@@ -39,8 +39,8 @@ summary), ``--ceiling-runs`` runs of ``--ceiling-k`` chunks each (fresh store di
 compilation from a warm cache, measured apart); around the engine's host work, timers measure:
 
 - ``main_s``: the main thread's time in the sink's ``handle`` (conversion to NumPy, results,
-  fold, snapshot, and any wait for the previous write), started once the chunk's outputs are
-  ready (``block_until_ready`` first: the device's time is not counted);
+  fold, snapshot), started once the chunk's outputs are ready (``block_until_ready`` first: the
+  device's time is not counted), without its waits for the previous write (``waited_s``, apart);
 - ``writer_s``: the store's ``save_raw``/``save_summary`` calls (on the writer thread, overlapping
   the next chunk), including the end-of-group write;
 - ``host_s = main_s + writer_s``: the host's seconds per chunk, the figure the target is on
@@ -400,10 +400,11 @@ def ceiling_trial_fn(shape: tuple):
 
 class HostTimers:
     """Timers around the engine's host work (see the module docstring): the sinks' ``handle``
-    once the chunk's outputs are ready (``main``) and the store's writes (``writer``)."""
+    once the chunk's outputs are ready (``main``), less its waits for the writer (``waited``),
+    and the store's writes (``writer``)."""
 
     def __init__(self):
-        self.main, self.writer, self.handled, self.writes = 0.0, 0.0, 0, 0
+        self.main, self.waited, self.writer, self.handled, self.writes = 0.0, 0.0, 0.0, 0, 0
 
     @contextlib.contextmanager
     def installed(self):
@@ -416,11 +417,20 @@ class HostTimers:
             def handle(sink, chunk, device_out, *rest):
                 jax.block_until_ready(device_out)  # the device's time is not the host's
                 start = time.perf_counter()
+                waited = self.waited
                 real(sink, chunk, device_out, *rest)
-                self.main += time.perf_counter() - start
+                self.main += time.perf_counter() - start - (self.waited - waited)
                 self.handled += 1
 
             return handle
+
+        def timed_wait(real):
+            def wait(writer):
+                start = time.perf_counter()
+                real(writer)
+                self.waited += time.perf_counter() - start
+
+            return wait
 
         def timed_save(real):
             def save(*args):
@@ -432,6 +442,7 @@ class HostTimers:
             return save
 
         patched = [(sinks.RawSink, "handle", timed_handle), (sinks.SummarySink, "handle", timed_handle)]
+        patched += [(sinks.Writer, "wait", timed_wait)]
         patched += [(store.Store, "save_raw", timed_save), (store.Store, "save_summary", timed_save)]
         originals = [(cls, name, getattr(cls, name)) for cls, name, _ in patched]
         for (cls, name, wrap), (_, _, real) in zip(patched, originals):
@@ -454,6 +465,7 @@ def engine_ceiling(args, work: str) -> dict:
     from jaxfed.engine.devices import make_mesh, micro_batch_width
     from jaxfed.engine.memory import round_up
     from jaxfed.engine.points import group_points
+    from jaxfed.engine.sinks import SummarySink
 
     shape = tuple(args.ceiling_shape)
     trial = ceiling_trial_fn(shape)
@@ -487,13 +499,16 @@ def engine_ceiling(args, work: str) -> dict:
             ((group, traced),) = group_points(points)
             fn = make_chunk_fn(trial, group, round_up(chunk, width * mesh.size), mesh, width, False, summary)
             fixed = (np.uint32(0), np.asarray(group.point_ids, np.uint32), traced)
-            extra = (np.uint32(chunk),) if summary else ()
-            compiled = fn.lower(*fixed, np.uint32(0), *extra).compile()
+
+            def extra(first):  # the summary's arguments after the first trial, as the engine's sink gives them
+                return SummarySink.extra_args(None, (first, first + chunk)) if summary else ()  # (reads the chunk only)
+
+            compiled = fn.lower(*fixed, np.uint32(0), *extra(0)).compile()
 
             def device_time():
                 start, previous = time.perf_counter(), None
                 for first in range(0, n_trials, chunk):
-                    out = compiled(*fixed, np.uint32(first), *extra)
+                    out = compiled(*fixed, np.uint32(first), *extra(first))
                     if previous is not None:
                         jax.block_until_ready(previous)
                     previous = out
@@ -513,6 +528,7 @@ def engine_ceiling(args, work: str) -> dict:
                         "compile_s": compile_s,
                         "device_s": device_s,
                         "main_s": timers.main,
+                        "waited_s": timers.waited,
                         "writer_s": timers.writer,
                         "writes": timers.writes,
                         "unhidden_s": wall - compile_s - device_s,
@@ -528,6 +544,7 @@ def engine_ceiling(args, work: str) -> dict:
                 "host_s_per_chunk": host,
                 "host_ns_per_value": 1e9 * host / values_per_chunk,
                 "main_s_per_chunk": med["main_s"] / k,
+                "waited_s_per_chunk": med["waited_s"] / k,
                 "writer_s_per_chunk": med["writer_s"] / k,
                 "writes_per_run": med["writes"],
                 "device_s_per_chunk": med["device_s"] / k,
@@ -538,7 +555,8 @@ def engine_ceiling(args, work: str) -> dict:
             print(
                 f"{keep:>7} chunk {chunk:>8} x {k:>2}: host {host * 1e3:8.2f} ms/chunk = "
                 f"{row['host_ns_per_value']:7.3f} ns/value (main {row['main_s_per_chunk'] * 1e3:.2f}, writer "
-                f"{row['writer_s_per_chunk'] * 1e3:.2f} ms, {med['writes']:.0f} writes); device "
+                f"{row['writer_s_per_chunk'] * 1e3:.2f} ms, {med['writes']:.0f} writes, waited for the writer "
+                f"{row['waited_s_per_chunk'] * 1e3:.2f}); device "
                 f"{row['device_s_per_chunk'] * 1e3:.1f} ms/chunk; wall - compile - device "
                 f"{row['unhidden_s_per_chunk'] * 1e3:.1f} ms/chunk"
             )
