@@ -8,8 +8,8 @@ centralised optimum after every slot. Throughput is counted in trial·local-iter
 
 Measured in one run on the same machine:
 - jaxfed: the experiment's trial, vmapped over trials and jitted (compile timed apart, median of repeats,
-  blocked until ready); ``--devices N`` shards the trial axis over N host devices (as ``jaxfed run
-  --devices N``), the way to use both cores of the 2-core CPU, where one device runs this kernel on one;
+  blocked until ready), its trial axis sharded over the host devices: by default one per core, as
+  ``jaxfed run`` makes them (``--devices N``: N), and the same on one device (one core) for comparison;
 - random-number limit: the same scan over slots and local iterations drawing only the S × d standard
   normals of each iteration (``numerics.standard_normal``, as the kernel does);
 - NumPy loop: the same algorithm and maths one trial at a time (``Generator.standard_normal``, the same
@@ -33,31 +33,31 @@ import sys
 import time
 
 
-def _host_devices_from_argv(argv) -> int:
+def _host_devices_from_argv(argv) -> int | None:
     """``--devices N`` must set XLA's host device count before JAX starts."""
     for i, arg in enumerate(argv):
         if arg == "--devices" and i + 1 < len(argv):
             return int(argv[i + 1])
         if arg.startswith("--devices="):
             return int(arg.split("=", 1)[1])
-    return 1
+    return None
 
 
-if __name__ == "__main__" and _host_devices_from_argv(sys.argv[1:]) > 1:
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "")
-        + f" --xla_force_host_platform_device_count={_host_devices_from_argv(sys.argv[1:])}"
-    )
+if __name__ == "__main__":
+    from jaxfed.engine import devices as _devices
+
+    if _host_devices_from_argv(sys.argv[1:]) is None:
+        _devices.use_all_cores()  # as jaxfed run does
+    else:
+        _devices.ask_host_devices(_host_devices_from_argv(sys.argv[1:]))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
-from jax.sharding import Mesh, NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import add_common_arguments, compile_time, machine, median_time, write_json  # noqa: E402
+from common import add_common_arguments, machine, median_time, write_json  # noqa: E402
 
 from jaxfed import graphs, numerics  # noqa: E402
 from jaxfed.experiments import gfvl_logistic  # noqa: E402
@@ -166,17 +166,27 @@ def numpy_vectorised(rng, cfg, problem, n_trials, timers):
 
 
 # --------------------------------------------------------------------------- jaxfed
+def on_devices(fn, keys, n_devices: int):
+    """``fn`` (vmapped over keys) on ``n_devices`` host devices, each running its own jitted copy on
+    its share of the keys, as the engine does (one single-device program per device, dispatched
+    asynchronously): (run() -> the outputs of every share, seconds to lower and compile them all)."""
+    if len(keys) % n_devices:
+        raise SystemExit(f"--trials {len(keys)} is not a multiple of the {n_devices} devices")
+    start = time.perf_counter()
+    shares = []
+    for device, share in zip(jax.devices()[:n_devices], np.split(np.arange(len(keys)), n_devices)):
+        placed = jax.device_put(keys[share], device)
+        shares.append((jax.jit(fn).lower(placed).compile(), placed))
+    seconds = time.perf_counter() - start
+    return (lambda: [compiled(placed) for compiled, placed in shares]), seconds
+
+
 def jaxfed_runner(cfg, problem, n_trials, n_devices=1):
-    """The experiment's trial vmapped over trials and jitted; with ``n_devices`` > 1 host devices the
-    trial axis is sharded over them (what ``jaxfed run --devices N`` does), so both cores work."""
+    """The experiment's trial vmapped over trials, on ``n_devices`` host devices (:func:`on_devices`)."""
     trial = gfvl_logistic.make_trial(cfg, problem)
     point = {"mode": "learn", "adjacency": jnp.asarray(graphs.complete(cfg.n_agents)), "split": "iid"}
     keys = jax.random.split(jax.random.key(0), n_trials)
-    if n_devices > 1:
-        mesh = Mesh(np.array(jax.devices()[:n_devices]), ("trials",))
-        keys = jax.device_put(keys, NamedSharding(mesh, P("trials")))
-    run = jax.jit(jax.vmap(lambda key: trial(key, point)["kl"]))
-    return run, keys
+    return on_devices(jax.vmap(lambda key: trial(key, point)["kl"]), keys, n_devices)
 
 
 def sampling_runner(cfg, problem, n_trials, n_devices=1):
@@ -192,11 +202,7 @@ def sampling_runner(cfg, problem, n_trials, n_devices=1):
 
         return lax.scan(body, jnp.zeros(()), jnp.arange(n_iters))[0]
 
-    keys = jax.random.split(jax.random.key(1), n_trials)
-    if n_devices > 1:
-        mesh = Mesh(np.array(jax.devices()[:n_devices]), ("trials",))
-        keys = jax.device_put(keys, NamedSharding(mesh, P("trials")))
-    return jax.jit(jax.vmap(one)), keys
+    return on_devices(jax.vmap(one), jax.random.split(jax.random.key(1), n_trials), n_devices)
 
 
 def main(argv=None):
@@ -204,7 +210,9 @@ def main(argv=None):
     parser.add_argument("--trials", type=int, default=256)
     parser.add_argument("--loop-trials", type=int, default=2, help="NumPy loop trials timed (then scaled)")
     parser.add_argument("--vector-trials", type=int, default=64, help="trials of the vectorised NumPy run")
-    parser.add_argument("--devices", type=int, default=1, help="host devices to shard jaxfed's trials over")
+    parser.add_argument(
+        "--devices", type=int, default=None, help="host devices to shard jaxfed's trials over (default: one per core)"
+    )
     add_common_arguments(parser, "gfvl_logistic", repeats=3)
     args = parser.parse_args(argv)
     # The recorded figures' workload (the experiment's defaults before its unlearning settings changed):
@@ -218,15 +226,16 @@ def main(argv=None):
     problem = gfvl_logistic.prepare(cfg)
     work = cfg.n_slots * cfg.local_iters  # local iterations per trial
 
+    args.devices = args.devices or len(jax.devices())
     if args.devices > len(jax.devices()):
         raise SystemExit(f"--devices {args.devices}: only {len(jax.devices())} device(s) present")
-    run, keys = jaxfed_runner(cfg, problem, args.trials, args.devices)
-    compile_s, compiled = compile_time(run, keys)
-    t_jax = median_time(lambda: compiled(keys), args.repeats)
-    kl_jax = np.asarray(compiled(keys))
-    sample, skeys = sampling_runner(cfg, problem, args.trials, args.devices)
-    _, sample_compiled = compile_time(sample, skeys)
-    t_sample = median_time(lambda: sample_compiled(skeys), args.repeats)
+    run, compile_s = jaxfed_runner(cfg, problem, args.trials, args.devices)
+    t_jax = median_time(run, args.repeats)
+    kl_jax = np.concatenate([np.asarray(x) for x in run()])
+    one_run, _ = jaxfed_runner(cfg, problem, args.trials, 1)
+    t_one = median_time(one_run, args.repeats)
+    sample, _ = sampling_runner(cfg, problem, args.trials, args.devices)
+    t_sample = median_time(sample, args.repeats)
 
     rng = np.random.default_rng(0)
     timers = {"sampling": 0.0}
@@ -272,6 +281,8 @@ def main(argv=None):
             "sampling_fraction": vec_timers["sampling"] / t_vec,
             "median_final_kl": float(np.median(kl_vec[:, -1])),
         },
+        "one_device": {"seconds": t_one, "trial_local_iters_per_s": args.trials * work / t_one},
+        "speedup_vs_one_device": t_one / t_jax,
         "speedup": jax_rate / np_rate,
         "speedup_vs_vectorised": jax_rate / vec_rate,
         "devices": args.devices,
@@ -292,7 +303,8 @@ def main(argv=None):
     print(
         f"jaxfed {jax_rate:.3g} trial·local-iter/s (compile {compile_s:.1f} s, sampling {t_sample / t_jax:.0%}); "
         f"NumPy loop {np_rate:.3g} ({jax_rate / np_rate:.1f}x), NumPy vectorised over trials {vec_rate:.3g} "
-        f"({jax_rate / vec_rate:.1f}x, sampling {vec_timers['sampling'] / t_vec:.0%}); {args.devices} device(s); "
+        f"({jax_rate / vec_rate:.1f}x, sampling {vec_timers['sampling'] / t_vec:.0%}); {args.devices} device(s), "
+        f"{t_one / t_jax:.2f}x one device; "
         f"final KL median jaxfed {result['jaxfed']['median_final_kl']:.3g}, NumPy loop "
         f"{result['numpy']['median_final_kl']:.3g}, vectorised {result['numpy_vectorised']['median_final_kl']:.3g}; "
         f"load average {os.getloadavg()[0]:.2f}"
