@@ -117,11 +117,11 @@ def check_snrs(name: str, snrs) -> None:
 # --------------------------------------------------------------------------- points and the trial
 def _point(cfg: MallConfig, lab: dict) -> dict:
     """Engine point of a label: D, the tiling (rows, cols), the v_max reading and the optional
-    channel and count digits are static (they change shapes or the rounds' code); the method, the
-    split and init (int32 indices into :data:`METHODS`, :data:`SPLITS`, :data:`jaxfed.kmeans.INITS`),
-    SNR, E_s and the switches are traced, so that the points of a D, tiling and reading share one
-    compiled program, in which ``lax.switch`` runs the chosen method's, split's and init's code
-    only. The switches sit around whole computations (the rounds of a method, the initial
+    channel and count digits are static (they change shapes or the rounds' code); the split and
+    init (int32 indices into :data:`SPLITS`, :data:`jaxfed.kmeans.INITS`), the method (an index
+    after :func:`_trace_methods`), SNR, E_s and the switches are traced, so that the points of a D,
+    tiling and reading share one compiled program, in which ``lax.switch`` runs the chosen method's,
+    split's and init's code only. The switches sit around whole computations (the rounds of a method, the initial
     centroids, the owners): a branch boundary inside a round changes what XLA fuses and the
     results by an ulp (measured for a traced v_max reading), which is why the reading stays
     static. Optional label keys (absent from the built-in figures' labels, whose
@@ -133,7 +133,7 @@ def _point(cfg: MallConfig, lab: dict) -> dict:
     A point whose choices are the names themselves (strings) runs the same trial with only the
     named code traced: the reference the indices are tested against."""
     return {
-        "method": _choice_index("method", lab["method"], METHODS),
+        "method": validation.one_of("method", lab["method"], METHODS),  # an index after :func:`_trace_methods`
         "digits": lab.get("digits", 4),
         "snr_db": jnp.float32(lab.get("snr_db", 0.0)),  # unused by non-OAC methods
         "adaptive": jnp.bool_(lab.get("adaptive", True)),
@@ -301,7 +301,7 @@ def make_trial(
         # Each method's rounds are a branch of their own: a branch boundary inside a round (e.g. a
         # switch over the back-ends alone) changes what XLA fuses, and the results by an ulp.
         runs = {"centralized": centralized, **{m: functools.partial(federated, m) for m in METHODS[1:]}}
-        history, info = _select(point["method"], METHODS, runs)
+        history, info = _select(point["method"], point.get("methods", METHODS), runs)
         # The rounds report on the centroids they start from; the metric after round n is about
         # the centroids it ends with, i.e. the next round's, and one more evaluation for the last.
         weight = data.mask.astype(data.coords.dtype)
@@ -353,53 +353,45 @@ def _last_round_noise(cfg: MallConfig, point, channel, data, n_devices: int, cen
     coordinates); the RMS is over the clusters with points. The channel's part is the ES's sum
     minus the sum of the quantised values, with variance (v_max/ξ)² Σ_d β^{2d} Σ_j s_j²
     (K_{q,d,j} + σ²/E_s)² given the round's counts K (:func:`jaxfed.oac.channel.estimate_variance`).
-    Each method's figures are a branch of :func:`_select`: only the point's method computes its own.
+    ``point["method"]`` is a name (:func:`mall_sweep` keeps it static for these figures).
     """
     zero = jnp.zeros((), jnp.float32)
-
-    def centralized():
+    if point["method"] == "centralized":
         return dict.fromkeys(LAST_ROUND_DIAGNOSTICS, zero)
+    counts, deltas = kmeans.local_statistics(data, centroids, n_devices)
+    values = deltas.reshape(n_devices, -1)
+    active = jnp.sum(counts, axis=1) > 0
+    sizes = jnp.repeat(jnp.sum(counts, axis=0), data.coords.shape[0])  # |S_c| of each value q = c·L + l
+    vmax = info.vmax[-1]
+    exact = jnp.sum(values, axis=0)
+    if point["method"] == "ideal":
+        quantised = exact
+    else:
+        quantised = jnp.sum(
+            jnp.where(active[:, None], oac.balanced.quantize(values, cfg.beta, point["digits"], vmax), 0), 0
+        )
+    n_clusters = jnp.maximum(jnp.sum(jnp.sum(counts, axis=0) > 0), 1)
 
-    def federated(method: str):
-        counts, deltas = kmeans.local_statistics(data, centroids, n_devices)
-        values = deltas.reshape(n_devices, -1)
-        active = jnp.sum(counts, axis=1) > 0
-        sizes = jnp.repeat(jnp.sum(counts, axis=0), data.coords.shape[0])  # |S_c| of each value q = c·L + l
-        vmax = info.vmax[-1]
-        exact = jnp.sum(values, axis=0)
-        if method == "ideal":
-            quantised = exact
-        else:
-            quantised = jnp.sum(
-                jnp.where(active[:, None], oac.balanced.quantize(values, cfg.beta, point["digits"], vmax), 0), 0
-            )
-        n_clusters = jnp.maximum(jnp.sum(jnp.sum(counts, axis=0) > 0), 1)
+    def rms(squared):  # per value → RMS centroid displacement over the clusters with points
+        return jnp.sqrt(jnp.sum(jnp.where(sizes > 0, cfg.mu**2 * squared / jnp.maximum(sizes, 1) ** 2, 0)) / n_clusters)
 
-        def rms(squared):  # per value → RMS centroid displacement over the clusters with points
-            return jnp.sqrt(
-                jnp.sum(jnp.where(sizes > 0, cfg.mu**2 * squared / jnp.maximum(sizes, 1) ** 2, 0)) / n_clusters
-            )
-
-        out = {
-            "centroid_noise": rms(jnp.square(info.aggregate[-1] - quantised)),
-            "quant_error": rms(jnp.square(quantised - exact)),
-            "centroid_noise_pred": zero,
-            "centroid_noise_floor": zero,
-        }
-        if method == "oac" and channel.variance is None:  # a registered channel without a formula
-            out["centroid_noise_pred"] = out["centroid_noise_floor"] = jnp.full((), jnp.nan, jnp.float32)
-        elif method == "oac":
-            numerals = oac.encode(values, cfg.beta, point["digits"], vmax)
-            resources = oac.channel.resource_counts(numerals, cfg.beta, active)
-            noise_var = oac.channel.noise_variance(point["snr_db"]) if channel.noisy else 0.0
-            args = (resources, cfg.beta, point["digits"], vmax)
-            variance = oac.channel.estimate_variance(*args, noise_var, point["es"], channel)
-            floor = oac.channel.estimate_variance(*args, 0.0, point["es"], channel)
-            out["centroid_noise_pred"], out["centroid_noise_floor"] = rms(variance), rms(floor)
-        return out
-
-    branches = {"centralized": centralized, **{m: functools.partial(federated, m) for m in METHODS[1:]}}
-    return _select(point["method"], METHODS, branches)
+    out = {
+        "centroid_noise": rms(jnp.square(info.aggregate[-1] - quantised)),
+        "quant_error": rms(jnp.square(quantised - exact)),
+        "centroid_noise_pred": zero,
+        "centroid_noise_floor": zero,
+    }
+    if point["method"] == "oac" and channel.variance is None:  # a registered channel without a formula
+        out["centroid_noise_pred"] = out["centroid_noise_floor"] = jnp.full((), jnp.nan, jnp.float32)
+    elif point["method"] == "oac":
+        numerals = oac.encode(values, cfg.beta, point["digits"], vmax)
+        resources = oac.channel.resource_counts(numerals, cfg.beta, active)
+        noise_var = oac.channel.noise_variance(point["snr_db"]) if channel.noisy else 0.0
+        args = (resources, cfg.beta, point["digits"], vmax)
+        variance = oac.channel.estimate_variance(*args, noise_var, point["es"], channel)
+        floor = oac.channel.estimate_variance(*args, 0.0, point["es"], channel)
+        out["centroid_noise_pred"], out["centroid_noise_floor"] = rms(variance), rms(floor)
+    return out
 
 
 def method_label(lab: dict) -> str:
@@ -439,7 +431,31 @@ def mall_sweep(
     if count_diagnostics:
         axes.update(dict.fromkeys(COUNT_DIAGNOSTICS, ("round",)))
     trial = make_trial(cfg, round_diagnostics, last_round_diagnostics, channel_for, count_diagnostics)
-    return Sweep(trial, [_point(cfg, lab) for lab in labels], labels, axes)
+    points = [_point(cfg, lab) for lab in labels]
+    if not last_round_diagnostics:
+        # (With them the method stays static: the last round's figures after a branch over the
+        # methods moved by an ulp, measured on kmeans-snr, and bit-identical results come first.)
+        points = _trace_methods(points)
+    return Sweep(trial, points, labels, axes)
+
+
+def _trace_methods(points: list[dict]) -> list[dict]:
+    """The points with the method as a traced index into ``methods``, a static tuple of the methods
+    among the points that share the other static leaves (one compiled group): the group's program
+    holds a branch for each of these only (a group of OAC points alone compiles as before)."""
+
+    def static_key(point):
+        leaves, treedef = jax.tree.flatten({k: v for k, v in point.items() if k != "method"})
+        return treedef, tuple(leaf for leaf in leaves if not isinstance(leaf, (jax.Array, np.ndarray)))
+
+    present: dict = {}
+    for point in points:
+        present.setdefault(static_key(point), set()).add(point["method"])
+    out = []
+    for point in points:
+        methods = tuple(m for m in METHODS if m in present[static_key(point)])
+        out.append({**point, "method": jnp.int32(methods.index(point["method"])), "methods": methods})
+    return out
 
 
 def resources_table(cfg: MallConfig, digits_list) -> str:
