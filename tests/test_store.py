@@ -197,8 +197,10 @@ def count_calls(tmp_path, keep, n_trials, start_from=None, chunk_size=CHUNK, che
 # --------------------------------------------------------------------------- kills
 SCENARIOS = [
     ("raw", None, 0),  # fresh run
-    ("summary", None, 0),  # a summary stored after every chunk
     ("summary", None, 2),  # every 2 ticks of the clock: after the 2nd of 3 chunks and at the end of each group
+    pytest.param(
+        "summary", None, 0, marks=pytest.mark.slow
+    ),  # a summary stored after every chunk (as the growth below)
     ("summary", 8, 0),  # growing a finished 8-trial run to N_TRIALS
     pytest.param("summary", 8, 2, marks=pytest.mark.slow),
     pytest.param("raw", 8, 0, marks=pytest.mark.slow),
