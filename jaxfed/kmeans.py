@@ -66,7 +66,6 @@ __all__ = [
     "Aggregator",
     "VMAX_RULES",
     "INITS",
-    "init_index",
     "initial_centroids",
     "FlatData",
     "flat_data",
@@ -427,18 +426,7 @@ def federated_rounds(key, data: FlatData, n_devices: int, init_centroids, n_roun
     return history, info
 
 
-def init_index(method) -> jax.Array:
-    """The index into :data:`INITS` of an initialisation given by name (ValueError naming ``init``
-    for another name) or already as an index (an int32 scalar, possibly traced)."""
-    if isinstance(method, str):
-        return jnp.int32(INITS.index(validation.one_of("init", method, INITS)))
-    if not validation.is_traced(method):
-        ok = np.ndim(method) == 0 and np.issubdtype(np.asarray(method).dtype, np.integer)
-        validation.check("init", method, ok and 0 <= int(method) < len(INITS), f"one of {INITS} or its index")
-    return jnp.asarray(method, jnp.int32)
-
-
-def initial_centroids(key, points, n_clusters: int, method="uniform", low=None, high=None) -> jax.Array:
+def initial_centroids(key, points, n_clusters: int, method: str = "uniform", low=None, high=None) -> jax.Array:
     """C initial centroids (C, L) for the points (N, L).
 
     - ``"uniform"``: independent uniform draws in the box [low, high] (scalars or (L,)), which a
@@ -449,28 +437,19 @@ def initial_centroids(key, points, n_clusters: int, method="uniform", low=None, 
       probability ∝ its squared distance to the nearest centroid so far (Arthur & Vassilvitskii;
       needs all the data at one place: a centralized reference).
 
-    C is static. ``method`` is a name of :data:`INITS` (static: only that method is compiled) or
-    its index (:func:`init_index`), which may be traced: ``lax.switch`` then runs the chosen
-    method only, and one compiled program serves a sweep over the methods (``low`` and ``high``
-    are needed then, for the uniform branch). ``low`` and ``high`` may be traced.
+    ``method`` and C are static; ``low`` and ``high`` may be traced.
     """
-    if isinstance(method, str):
-        validation.one_of("init", method, INITS)
+    validation.one_of("init", method, INITS)
     points = jnp.asarray(points)
     n_points, dim = validation.shape("points", points, (None, None), "(N, L)")
     validation.integer("n_clusters", n_clusters, 1, n_points, note=" (at most N, the number of points)")
-    if (method == "uniform" or not isinstance(method, str)) and (low is None or high is None):
-        raise ValueError("init='uniform' needs the bounding box: low and high")
-    methods = {
-        "uniform": lambda: jax.random.uniform(
-            key, (n_clusters, dim), points.dtype, jnp.asarray(low), jnp.asarray(high)
-        ),
-        "forgy": lambda: points[lax.top_k(jax.random.uniform(key, (n_points,)), n_clusters)[1]],
-        "kmeans++": lambda: _kmeans_plus_plus(key, points, n_clusters),
-    }
-    if isinstance(method, str):
-        return methods[method]()
-    return lax.switch(init_index(method), [methods[name] for name in INITS])
+    if method == "uniform":
+        if low is None or high is None:
+            raise ValueError("init='uniform' needs the bounding box: low and high")
+        return jax.random.uniform(key, (n_clusters, dim), points.dtype, jnp.asarray(low), jnp.asarray(high))
+    if method == "forgy":
+        return points[lax.top_k(jax.random.uniform(key, (n_points,)), n_clusters)[1]]
+    return _kmeans_plus_plus(key, points, n_clusters)
 
 
 def _kmeans_plus_plus(key, points, n_clusters: int) -> jax.Array:

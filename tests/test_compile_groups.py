@@ -1,13 +1,12 @@
 """One compiled program per sweep where a choice only selects code (issue 24 part 8).
 
 The k-means experiments' method, split and init are traced indices
-(:func:`jaxfed.experiments._kmeans_common._point`), so the engine groups a sweep's points by
+(:func:`jaxfed.experiments._kmeans_common._trace_choices`), so the engine groups a sweep's points by
 their shapes alone. The values must be bit-identical to the trial with the choices given by
 name, which traces the named code only (the reference)."""
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 import pytest
 
@@ -20,11 +19,7 @@ TINY = dict(rows=2, cols=2, n_points=60, n_components=3, n_clusters=3, n_rounds=
 
 def _by_name(cfg, labels: list[dict]) -> list[dict]:
     """The labels' points with the choices as names (static leaves): the reference trial."""
-    named = []
-    for lab, point in zip(labels, (_kmeans_common._point(cfg, lab) for lab in labels)):
-        names = {"split": lab.get("split", "tiles"), "init": lab.get("init", cfg.init)}
-        named.append({**point, "method": lab["method"], **names})
-    return named
+    return [_kmeans_common._point(cfg, lab) for lab in labels]
 
 
 def _groups(sweep) -> int:
@@ -88,16 +83,3 @@ def test_choice_indices_validate_like_the_names():
         lab = {"method": "oac", key: bad}
         with pytest.raises(ValueError, match=f"^{key} must be one of"):
             _kmeans_common._point(cfg, lab)
-
-
-def test_initial_centroids_by_index_equal_by_name():
-    points = jax.random.uniform(jax.random.key(0), (50, 2), minval=0.0, maxval=10.0)
-    by_index = jax.jit(lambda k, i: kmeans.initial_centroids(k, points, 4, i, 0.0, 10.0))
-    for i, method in enumerate(kmeans.INITS):
-        key = jax.random.key(i)
-        expected = jax.jit(lambda k, m=method: kmeans.initial_centroids(k, points, 4, m, 0.0, 10.0))(key)
-        np.testing.assert_array_equal(by_index(key, np.int32(i)), expected)
-    with pytest.raises(ValueError, match=r"^init must be one of \('uniform', 'forgy', 'kmeans\+\+'\) or its index"):
-        kmeans.initial_centroids(jax.random.key(0), points, 4, np.int32(3), 0.0, 10.0)
-    with pytest.raises(ValueError, match="^init must be one of"):
-        kmeans.initial_centroids(jax.random.key(0), points, 4, "kmeans")

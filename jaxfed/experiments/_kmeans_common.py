@@ -117,29 +117,27 @@ def check_snrs(name: str, snrs) -> None:
 # --------------------------------------------------------------------------- points and the trial
 def _point(cfg: MallConfig, lab: dict) -> dict:
     """Engine point of a label: D, the tiling (rows, cols), the v_max reading and the optional
-    channel and count digits are static (they change shapes or the rounds' code); the split and
-    init (int32 indices into :data:`SPLITS`, :data:`jaxfed.kmeans.INITS`), the method (an index
-    after :func:`_trace_methods`), SNR, E_s and the switches are traced, so that the points of a D,
-    tiling and reading share one compiled program, in which ``lax.switch`` runs the chosen method's,
-    split's and init's code only. The switches sit around whole computations (the rounds of a method, the initial
-    centroids, the owners): a branch boundary inside a round changes what XLA fuses and the
-    results by an ulp (measured for a traced v_max reading), which is why the reading stays
-    static. Optional label keys (absent from the built-in figures' labels, whose
-    points they leave as they were): ``channel``, a channel of the point's own (static) whose
-    parameters the label may set by name (traced, e.g. ``{"channel": "rician-fading",
-    "k_factor": 3.0}``), and ``count_digits``, the counts |S_{k,c}| sent over the point's channel
-    with that many digits (static) instead of exactly.
-
-    A point whose choices are the names themselves (strings) runs the same trial with only the
-    named code traced: the reference the indices are tested against."""
+    channel and count digits are static (they change shapes or the rounds' code); SNR, E_s and
+    the switches are traced. The method, the split and init are names here (static: the trial
+    runs the named code only, the reference), and indices after :func:`_trace_choices`, so that
+    the points of a D, tiling and reading share one compiled program, in which ``lax.switch``
+    runs the chosen method's, split's and init's code only. The switches sit around whole
+    computations (the rounds of a method, the initial centroids, the owners): a branch boundary
+    inside a round changes what XLA fuses and the results by an ulp (measured for a traced v_max
+    reading and for a switch over the back-ends alone), which is why the reading stays static.
+    Optional label keys (absent from the built-in figures' labels, whose points they leave as they
+    were): ``channel``, a channel of the point's own (static) whose parameters the label may set by
+    name (traced, e.g. ``{"channel": "rician-fading", "k_factor": 3.0}``), and ``count_digits``, the
+    counts |S_{k,c}| sent over the point's channel with that many digits (static) instead of
+    exactly."""
     return {
-        "method": validation.one_of("method", lab["method"], METHODS),  # an index after :func:`_trace_methods`
+        "method": validation.one_of("method", lab["method"], METHODS),
         "digits": lab.get("digits", 4),
         "snr_db": jnp.float32(lab.get("snr_db", 0.0)),  # unused by non-OAC methods
         "adaptive": jnp.bool_(lab.get("adaptive", True)),
         "reinit": jnp.bool_(lab.get("reinit", True)),
-        "split": _choice_index("split", lab.get("split", "tiles"), SPLITS),
-        "init": _choice_index("init", lab.get("init", cfg.init), kmeans.INITS),
+        "split": validation.one_of("split", lab.get("split", "tiles"), SPLITS),
+        "init": validation.one_of("init", lab.get("init", cfg.init), kmeans.INITS),
         "vmax_rule": lab.get("vmax_rule", cfg.vmax_rule),
         "es": jnp.float32(symbol_energy_value(lab.get("symbol_energy", cfg.symbol_energy), cfg.beta)),
         "rows": lab.get("rows", cfg.rows),
@@ -148,12 +146,6 @@ def _point(cfg: MallConfig, lab: dict) -> dict:
         **(_own_channel(lab) if "channel" in lab else {}),
         **({"count_digits": lab["count_digits"]} if "count_digits" in lab else {}),
     }
-
-
-def _choice_index(name: str, value: str, names: tuple) -> jax.Array:
-    """The index of a label's choice among ``names``, an int32 array (a traced leaf of the point);
-    ValueError naming the label key and the allowed names."""
-    return jnp.int32(names.index(validation.one_of(name, value, names)))
 
 
 def _select(choice, names: tuple, branches: dict, *operands):
@@ -272,8 +264,13 @@ def make_trial(
         rows, cols = point["rows"], point["cols"]
         scene = scenarios.mall(k_scene, cfg.n_points, cfg.n_components, cfg.spread, cfg.side, rows, cols)
         owners = {"tiles": lambda: scene.owner, "iid": lambda: scenarios.iid_owner(k_split, cfg.n_points, rows * cols)}
-        owner = _select(point["split"], SPLITS, owners)
-        init = kmeans.initial_centroids(k_init, scene.points, cfg.n_clusters, point["init"], 0.0, cfg.side)
+        owner = _select(point["split"], point.get("splits", SPLITS), owners)
+
+        def initial(method):
+            return kmeans.initial_centroids(k_init, scene.points, cfg.n_clusters, method, 0.0, cfg.side)
+
+        inits = {name: functools.partial(initial, name) for name in kmeans.INITS}
+        init = _select(point["init"], point.get("inits", kmeans.INITS), inits)
         data = kmeans.flat_data(scene.points, owner)
         channel = channel_of(key, point)
 
@@ -435,26 +432,35 @@ def mall_sweep(
     if not last_round_diagnostics:
         # (With them the method stays static: the last round's figures after a branch over the
         # methods moved by an ulp, measured on kmeans-snr, and bit-identical results come first.)
-        points = _trace_methods(points)
+        points = _trace_choices(points)
     return Sweep(trial, points, labels, axes)
 
 
-def _trace_methods(points: list[dict]) -> list[dict]:
-    """The points with the method as a traced index into ``methods``, a static tuple of the methods
-    among the points that share the other static leaves (one compiled group): the group's program
-    holds a branch for each of these only (a group of OAC points alone compiles as before)."""
+CHOICES = {"method": METHODS, "split": SPLITS, "init": kmeans.INITS}
+"""The point keys :func:`_trace_choices` turns into indices, with the names each may take."""
+
+
+def _trace_choices(points: list[dict]) -> list[dict]:
+    """The points with each choice of :data:`CHOICES` as a traced index into a static tuple of the
+    names among the points that share the other static leaves (one compiled group), under the key
+    ``<choice>s``: the group's program holds a branch for each of these only (a group whose points
+    all take one method, split and init compiles as before)."""
 
     def static_key(point):
-        leaves, treedef = jax.tree.flatten({k: v for k, v in point.items() if k != "method"})
+        leaves, treedef = jax.tree.flatten({k: v for k, v in point.items() if k not in CHOICES})
         return treedef, tuple(leaf for leaf in leaves if not isinstance(leaf, (jax.Array, np.ndarray)))
 
     present: dict = {}
     for point in points:
-        present.setdefault(static_key(point), set()).add(point["method"])
+        for choice in CHOICES:
+            present.setdefault((static_key(point), choice), set()).add(point[choice])
     out = []
     for point in points:
-        methods = tuple(m for m in METHODS if m in present[static_key(point)])
-        out.append({**point, "method": jnp.int32(methods.index(point["method"])), "methods": methods})
+        traced = dict(point)
+        for choice, names in CHOICES.items():
+            among = tuple(n for n in names if n in present[static_key(point), choice])
+            traced[choice], traced[choice + "s"] = jnp.int32(among.index(point[choice])), among
+        out.append(traced)
     return out
 
 
