@@ -485,7 +485,11 @@ def _start_devices(args) -> None:
     joined by ``jax.distributed``; on a CPU ``--devices N`` host devices, else one per usable core
     (:func:`jaxfed.engine.devices.default_host_devices`) unless ``XLA_FLAGS`` sets a count.
     Processes started by hand may share a machine, which none of them can see: each keeps one host
-    device unless ``--devices`` is given."""
+    device unless ``--devices`` is given. ``jaxfed reproduce`` keeps one host device unless
+    ``--devices`` is given: each host device compiles its own copy of a group's program, and XLA's
+    compile of one already takes both cores of a 2-core CPU, so at the experiments' default sizes,
+    where a group runs about as long as it compiles, every core made the whole command slower
+    (docs/performance.md)."""
     if not hasattr(args, "distributed"):  # (list, show, plot, report run nothing)
         return
     from jaxfed.engine import devices
@@ -495,7 +499,11 @@ def _start_devices(args) -> None:
     by_hand = cluster is None and n is not None and n > 1
     if args.devices:
         devices.ask_host_devices(args.devices)
-    elif not by_hand and devices.host_devices_asked(os.environ.get("XLA_FLAGS", "")) is None:
+    elif (
+        not by_hand
+        and args.func is not _cmd_reproduce
+        and devices.host_devices_asked(os.environ.get("XLA_FLAGS", "")) is None
+    ):
         if not devices.backends_started():  # (cli.main called in a process that already uses JAX)
             devices.ask_host_devices(devices.default_host_devices())
     if by_hand:
