@@ -193,7 +193,10 @@ def _refusing_compile(largest: int, message: str):
 @pytest.mark.parametrize(
     "message",
     [
-        "RESOURCE_EXHAUSTED: Out of memory while trying to allocate {need:.2f}MiB with allocator GPU_0_bfc",
+        pytest.param(  # the default suite's time: the size-less message below takes the same path
+            "RESOURCE_EXHAUSTED: Out of memory while trying to allocate {need:.2f}MiB with allocator GPU_0_bfc",
+            marks=pytest.mark.slow,
+        ),
         "RESOURCE_EXHAUSTED: out of memory",  # no size named: the chunk is halved
     ],
 )
@@ -224,7 +227,7 @@ def test_refused_bytes_reads_the_size_a_device_names():
     assert compiled.refused_bytes(jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: 12 B allocate")) is None
 
 
-@pytest.mark.parametrize("keep", ["raw", "summary"])
+@pytest.mark.parametrize("keep", [pytest.param("raw", marks=pytest.mark.slow), "summary"])
 def test_a_chosen_chunk_on_a_cpu_is_sized_from_the_trials_own_memory(monkeypatch, keep):
     """The probe's per-trial memory survives the summary's fixed outputs (subtracted twice, it
     came out as nothing and a whole run became one chunk), and a CPU chunk takes at most

@@ -77,6 +77,7 @@ np.savez({path!r}, **{{"run/" + k: v for k, v in out.items()}}, **{{"stored/" + 
 """
 
 
+@pytest.mark.slow  # a two-device subprocess (~3 s)
 def test_raw_chunks_go_shard_by_shard_into_the_results_and_the_store(tmp_path):
     """On two devices each shard of a raw chunk (the last one padding only, in part) is copied
     into its slice of the results and stored from there: the values of one device, also as

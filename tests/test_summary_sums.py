@@ -45,7 +45,7 @@ def test_dyadic_pieces_tile_the_range_with_aligned_ranges(first, n):
         assert sum(j == level for j, _ in pieces) <= 2
 
 
-@pytest.mark.parametrize("width", [1, 2, 3, 7, 8, 33, 64])
+@pytest.mark.parametrize("width", [1, 3, 8, 33])
 def test_dyadic_sums_on_host_and_device_equal_the_definition(width):
     """Every (first, n ≤ width) of a chunk of ``width`` blocks; the device's first and n traced."""
     rng = np.random.default_rng(width)
