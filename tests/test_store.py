@@ -201,7 +201,7 @@ SCENARIOS = [
     pytest.param(
         "summary", None, 0, marks=pytest.mark.slow
     ),  # a summary stored after every chunk (as the growth below)
-    ("summary", 8, 0),  # growing a finished 8-trial run to N_TRIALS
+    pytest.param("summary", 8, 0, marks=pytest.mark.slow),  # growing a finished 8-trial run to N_TRIALS
     pytest.param("summary", 8, 2, marks=pytest.mark.slow),
     pytest.param("raw", 8, 0, marks=pytest.mark.slow),
 ]
