@@ -68,8 +68,8 @@ def test_reproducible_and_a_kill_resumes_identically(run_once, tmp_path, monkeyp
 
     monkeypatch.setattr(store.Store, "save_summary", save_then_die)
     d = str(tmp_path / "run")
-    with pytest.raises(KeyboardInterrupt):
-        targeted(out_dir=d, identity={})
+    with pytest.raises(KeyboardInterrupt):  # a state stored after every chunk, so the 3rd save comes mid-run
+        targeted(out_dir=d, identity={}, checkpoint_every=0)
     monkeypatch.setattr(store.Store, "save_summary", real)
     resumed, target_resumed = targeted(out_dir=d, identity={})
     assert target_resumed == target
