@@ -346,6 +346,7 @@ def test_other_runtime_errors_are_not_taken_for_memory(monkeypatch):
         engine.run(trial, POINTS, 100, compilation_cache="off", micro_batch=WIDTH)
 
 
+@pytest.mark.slow  # ~3 s (the default suite's time); the halving itself is tested above
 def test_the_command_line_reports_an_out_of_memory_chunk_in_one_line(monkeypatch, capsys, tmp_path):
     """At the smallest chunk (one micro-batch on the one device) `jaxfed run` prints one line and
     exits with status 2."""

@@ -189,6 +189,7 @@ EXPERIMENT = Experiment("mine", "mine", Config, build, plot=lambda *a: None, rep
 """
 
 
+@pytest.mark.slow  # ~7 s (the default suite's time); the other refusals above stay in the default suite
 def test_plot_never_imports_code_the_directory_names(tmp_path, capsys):
     out = tmp_path / "topologies"
     args = ["run", "gfvl-topologies", "--trials", "4", "--set", "n_slots=8", "--out", str(out), "--quiet"]

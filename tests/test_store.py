@@ -512,7 +512,7 @@ def _corrupt_and_check(tmp_path, finished, references, keep, damage):
     return outcome
 
 
-@pytest.mark.parametrize("keep", ["raw", "summary"])
+@pytest.mark.parametrize("keep", ["raw", pytest.param("summary", marks=pytest.mark.slow)])  # (suite's time: 5 s)
 def test_every_kind_of_corruption_is_refused_or_harmless(tmp_path, finished, references, keep):
     outcomes = {}
     for name, damage in corruptions(keep).items():
