@@ -411,11 +411,16 @@ def chunk_summary(values, n_valid, xp, first_block=0, n_blocks=None, histogram: 
     blocks = clean.reshape((n_points, n_trials // SUMMARY_BLOCK, SUMMARY_BLOCK) + cells)
     if n_blocks is None:
         n_blocks = xp.asarray(n_valid) // SUMMARY_BLOCK
+    hist = _histogram(bin_index(values, xp), used, xp, histogram)
+    # Every finite value counted is in one bin, and every value counted is finite or not: two
+    # sums over the bins (cells × N_BINS) instead of two passes over the chunk's values.
+    count = hist.sum(-1, dtype=np.int32)
+    n_counted = xp.minimum(xp.asarray(n_valid).astype(np.int32), n_trials).reshape((-1,) + (1,) * len(cells))
     return {
-        "count": used.sum(1, dtype=np.int32),
-        "nan_count": bad.sum(1, dtype=np.int32),
+        "count": count,
+        "nan_count": n_counted - count,
         "nonfinite_trials": bad.reshape(n_points, n_trials, -1).any(-1).sum(1, dtype=np.int32),
-        "hist": _histogram(bin_index(values, xp), used, xp, histogram),
+        "hist": hist,
         "sum_pieces": _dyadic_sums(_tree_sum(blocks, 2), first_block, n_blocks, xp),
         "sq_pieces": _dyadic_sums(_tree_sum(blocks * blocks, 2), first_block, n_blocks, xp),
     }

@@ -27,10 +27,14 @@ class ChunkFn:
 
     Each device of the mesh runs the same single-device program on its share of the chunk's
     trials (device g of the mesh: trials ``first_trial + g·local + [0, local)``), so a trial's
-    values do not depend on the device count: no SPMD partitioning of the trial, only of the
-    summary (exact integer counts and block sums in a fixed order). The shares are assembled into
-    arrays sharded over the mesh's ``"trials"`` axis (gathered to process 0 by
-    :func:`jaxfed.engine.devices.to_host`). Without a mesh it runs op by op on the default device
+    values do not depend on the device count: no SPMD partitioning of the trial. In summary mode
+    the same program summarises its share (:func:`share_summary`), so no program spans the
+    devices at all: the shares' summaries come back side by side, (points, devices, …), and the
+    host folds them in trial order (exact: counts add, and the dyadic sums of consecutive shares
+    push into the binary counter in order, see :class:`jaxfed.stats.SummaryState`). In raw mode
+    the shares are assembled into arrays sharded over the mesh's ``"trials"`` axis, whose
+    non-finite flags one SPMD program computes. Both are gathered to process 0 by
+    :func:`jaxfed.engine.devices.to_host`. Without a mesh it runs op by op on the default device
     (``use_jit=False``, for tests of the engine's bookkeeping).
     """
 
@@ -40,37 +44,29 @@ class ChunkFn:
         self.local = batch // n_shards  # trials per point on each device
         self.blocks = self.local // width  # micro-batches per point on each device
         metrics = batched_metrics(trial, group, self.local, width, common, eager=mesh is None)
+        histogram = histogram_method(platform(mesh))
+
+        def summarised(seed, point_ids, traced, first_trial, steps, n_valid, first_block):
+            values = metrics(seed, point_ids, traced, first_trial, steps)
+            with jax.enable_x64(True):  # float64 block sums on any device; the trial itself stays as it is
+                return {name: share_summary(v, n_valid, first_block, histogram) for name, v in values.items()}
 
         def raw(values):
             return values, {name: nonfinite_per_trial(v) for name, v in values.items()}
 
-        histogram = histogram_method(platform(mesh))
-
-        def summarised(values, n_valid, first_block):
-            with jax.enable_x64(True):  # float64 block sums on any device; the trial itself stays as it is
-                return {
-                    name: dict(
-                        stats.chunk_summary(v, n_valid, jnp, first_block, histogram=histogram),
-                        tail=jax.lax.dynamic_slice_in_dim(v, n_valid, stats.SUMMARY_BLOCK, axis=1),
-                    )
-                    for name, v in values.items()
-                }
-
-        def values_only(values):
-            return values
-
-        self.finish: Any = summarised if summary else raw if flags else values_only
         self.metrics = metrics
-        self.executables: dict = {}  # device -> the metrics program there (jitted, or compiled ahead)
+        self.program: Any = summarised if summary else metrics  # what each device runs on its share
+        self.finish: Any = raw if flags and not summary else None  # over the assembled shares (raw)
+        self.executables: dict = {}  # device -> the program there (jitted, or compiled ahead)
         self.positions: list = []  # (position in the mesh, device) of this process's devices
         if mesh is not None:
-            self.finish = jax.jit(self.finish)
+            self.finish = self.finish and jax.jit(self.finish)
             self.positions = [
                 (g, device) for g, device in enumerate(mesh.devices.flat) if device.process_index == jax.process_index()
             ]
             for _, device in self.positions:
                 on_device = SingleDeviceSharding(device)
-                self.executables[device] = jax.jit(metrics, in_shardings=on_device, out_shardings=on_device)
+                self.executables[device] = jax.jit(self.program, in_shardings=on_device, out_shardings=on_device)
 
     def metrics_args(self, seed, point_ids, traced, first_trial, offset: int) -> tuple:
         """The trial program's arguments for the device at trial ``offset``: the chunk's, the first
@@ -78,29 +74,58 @@ class ChunkFn:
         steps = np.int32(len(point_ids) * self.blocks)
         return (seed, point_ids, traced, np.uint32(int(first_trial) + offset), steps)
 
+    def device_args(self, g: int, seed, point_ids, traced, first_trial, *extra) -> tuple:
+        """The arguments of the program of the device at mesh position ``g``. In summary mode
+        ``extra`` is the chunk's (trials in whole blocks, first block), and the device's share is
+        trials ``g·local + [0, local)`` of the chunk: its whole-block trials are those of the
+        chunk's that fall in the share, and its first block is the chunk's moved by the share."""
+        offset = g * self.local
+        args = self.metrics_args(seed, point_ids, traced, first_trial, offset)
+        if not self.summary:
+            return args
+        n_valid, first_block = (int(x) for x in extra)
+        share_valid = min(max(n_valid - offset, 0), self.local)
+        return (*args, np.uint32(share_valid), np.uint32(first_block + offset // stats.SUMMARY_BLOCK))
+
     def lower(self, *args) -> _Lowered:
-        """As ``jax.jit(f).lower(*args)``: ``.compile()`` compiles every device's program and the
-        summary's ahead of time and returns this function."""
+        """As ``jax.jit(f).lower(*args)``: ``.compile()`` compiles every device's program (and the
+        raw mode's flags) ahead of time and returns this function."""
         return _Lowered(self, args)
 
     def __call__(self, seed, point_ids, traced, first_trial, *extra):
         if self.mesh is None:
-            values = self.metrics(*self.metrics_args(seed, point_ids, traced, first_trial, 0))
-            return self.finish(values, *extra)
+            out = self.program(*self.device_args(0, seed, point_ids, traced, first_trial, *extra))
+            return out if self.finish is None else self.finish(out)
         shares = [
-            self.executables[device](*self.metrics_args(seed, point_ids, traced, first_trial, g * self.local))
+            self.executables[device](*self.device_args(g, seed, point_ids, traced, first_trial, *extra))
             for g, device in self.positions
         ]
+        out = jax.tree.map(lambda *leaves: self._assembled(leaves), *shares)
+        return out if self.finish is None else self.finish(out)
+
+    def _assembled(self, leaves: tuple) -> jax.Array:
+        """One array (points, n·devices, …) of the devices' shares ``leaves`` (points, n, …), sharded
+        over the mesh: the raw values along the trial axis, the summaries along their share axis (n = 1)."""
+        assert self.mesh is not None
+        shape = (leaves[0].shape[0], leaves[0].shape[1] * self.mesh.size) + leaves[0].shape[2:]
         sharding = NamedSharding(self.mesh, P(None, "trials"))
-        values = {
-            name: jax.make_array_from_single_device_arrays(
-                (shares[0][name].shape[0], self.local * self.mesh.size) + shares[0][name].shape[2:],
-                sharding,
-                [share[name] for share in shares],
-            )
-            for name in shares[0]
-        }
-        return self.finish(values, *[np.uint32(x) for x in extra])
+        return jax.make_array_from_single_device_arrays(shape, sharding, list(leaves))
+
+
+def share_summary(values, n_valid, first_block, histogram: str) -> dict:
+    """A device's share of a summary chunk: :func:`jaxfed.stats.chunk_summary` of its trials
+    [0, ``n_valid``) (whole blocks, from block ``first_block`` on), with ``tail``, the raw values
+    (points, SUMMARY_BLOCK, …) of the block from ``n_valid`` on (the run's last, partial block
+    when this share holds it; garbage otherwise), ``blocks`` (points,), the whole blocks
+    summarised, and ``full`` (points,), whether they fill the share (the tail is in the first
+    share that is not full). Every leaf gets a share axis of length 1 after the points."""
+    out = stats.chunk_summary(values, n_valid, jnp, first_block, histogram=histogram)
+    n_points = values.shape[0]
+    out["tail"] = jax.lax.dynamic_slice_in_dim(values, n_valid, stats.SUMMARY_BLOCK, axis=1)
+    blocks = jnp.asarray(n_valid).astype(np.int32) // stats.SUMMARY_BLOCK
+    out["blocks"] = jnp.broadcast_to(blocks, (n_points,))
+    out["full"] = jnp.broadcast_to(blocks * stats.SUMMARY_BLOCK == values.shape[1], (n_points,))
+    return {name: jnp.expand_dims(x, 1) for name, x in out.items()}
 
 
 class _Lowered(NamedTuple):
@@ -126,12 +151,12 @@ def make_chunk_fn(
     Raw: (seed, point_ids (P,), traced leaves (P, ...), first_trial) -> (metrics (P, batch, ...),
     metric -> bool (P, batch): the trial has a NaN or ±inf value), so that the host need not
     pass over every value to count the non-finite trials.
-    Summary: (…, first_trial, n_valid, first_block) -> metric -> :func:`jaxfed.stats.chunk_summary`
-    of trials [first_trial, first_trial + n_valid) (a multiple of ``stats.SUMMARY_BLOCK``; the
-    chunk starts at block ``first_block``, so its O(log n) dyadic sums are aligned to trial
-    indices, and the histogram is counted by :func:`histogram_method`'s method) plus ``tail``,
-    the raw values (P, SUMMARY_BLOCK, ...) of the block from ``first_trial + n_valid`` on (the
-    run's last, partial block, which the host summarises; garbage when there is none).
+    Summary: (…, first_trial, n_valid, first_block) -> metric -> per device of the mesh, its
+    :func:`share_summary` side by side (points, devices, …): trials [first_trial, first_trial +
+    n_valid) count (a multiple of ``stats.SUMMARY_BLOCK``; the chunk starts at block
+    ``first_block``, so the O(log n) dyadic sums are aligned to trial indices, and the histogram
+    is counted by :func:`histogram_method`'s method), and the block from ``first_trial + n_valid``
+    on (the run's last, partial block, which the host summarises) is kept raw.
 
     ``batch`` is a multiple of the micro-batch ``width`` × devices.
     """
@@ -147,22 +172,19 @@ def histogram_method(kind: str) -> str:
 
 
 def compile_chunk_fn(fn: ChunkFn, args: tuple, compile_lowered) -> tuple[ChunkFn, dict]:
-    """Compiles ``fn`` (with a mesh) for ``args`` on every local device, and its summary, with
-    ``compile_lowered(lowered)``; returns it with one device's memory figures: ``temp`` (the
-    trial program's temporaries and outputs, the summary's temporaries) and ``output`` (what
-    goes to the host), in bytes."""
-    figures = {"temp": 0, "output": 0}
-    lowered = {
-        device: fn.executables[device].lower(*fn.metrics_args(args[0], args[1], args[2], args[3], g * fn.local))
-        for g, device in fn.positions
-    }
+    """Compiles ``fn`` (with a mesh) for ``args`` on every local device, and the raw mode's flags,
+    with ``compile_lowered(lowered)``; returns it with one device's memory figures: ``temp`` (the
+    program's temporaries; in raw mode its outputs too, and the flags' temporaries) and
+    ``output`` (what goes to the host), in bytes."""
+    lowered = {device: fn.executables[device].lower(*fn.device_args(g, *args)) for g, device in fn.positions}
     # One executable per device (host devices do not share one), compiled side by side in threads
     # (XLA releases the GIL) so that several cores share the work.
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(lowered), thread_name_prefix="jaxfed-compile") as pool:
         done = dict(zip(lowered, pool.map(compile_lowered, lowered.values())))
     fn.executables.update(done)
-    first = _memory(fn.executables[fn.positions[0][1]])
-    figures["temp"] += first[0] + first[1]
+    temp, output = _memory(fn.executables[fn.positions[0][1]])
+    if fn.finish is None:
+        return fn, {"temp": temp, "output": output}
     shares = jax.eval_shape(fn.metrics, *fn.metrics_args(args[0], args[1], args[2], args[3], 0))
     values = {
         name: jax.ShapeDtypeStruct(
@@ -172,12 +194,9 @@ def compile_chunk_fn(fn: ChunkFn, args: tuple, compile_lowered) -> tuple[ChunkFn
         )
         for name, s in shares.items()
     }
-    extra = [jax.ShapeDtypeStruct((), np.uint32)] * 2 if fn.summary else []
-    fn.finish = compile_lowered(fn.finish.lower(values, *extra))
-    temp, output = _memory(fn.finish)
-    figures["temp"] += temp
-    figures["output"] += output
-    return fn, figures
+    fn.finish = compile_lowered(fn.finish.lower(values))
+    finish_temp, finish_output = _memory(fn.finish)
+    return fn, {"temp": temp + output + finish_temp, "output": finish_output}
 
 
 def _covered(spans: list[tuple[float, float]]) -> float:

@@ -310,7 +310,8 @@ class SummarySink(Sink):
         return (np.uint32(_whole(chunk[1]) - chunk[0]), np.uint32(chunk[0] // stats.SUMMARY_BLOCK))
 
     def handle(self, chunk, device_out, active=slice(None)) -> None:
-        """Folds a chunk of the points ``active`` (all, or an index array of those still running)."""
+        """Folds a chunk of the points ``active`` (all, or an index array of those still running):
+        its devices' shares in trial order (see :class:`jaxfed.engine.compiled.ChunkFn`)."""
         start, stop = chunk
         out = to_host(device_out)
         n_blocks = (_whole(stop) - start) // stats.SUMMARY_BLOCK
@@ -319,14 +320,14 @@ class SummarySink(Sink):
             return
         # New arrays, never changed in place: the writer thread may still read the last ones.
         for name, part in out.items():
-            tail = part["tail"][:, : stop - _whole(stop)]
+            before = self.states[name]
+            if not isinstance(active, slice):
+                before = stats.SummaryState(*(f[active] for f in before))
+            state, tail = folded_shares(before, part, n_blocks, stop - _whole(stop))
             if isinstance(active, slice):
-                self.states[name], self.tails[name] = stats.fold(self.states[name], part, n_blocks), tail
+                self.states[name], self.tails[name] = state, tail
             else:
-                sub = stats.fold(stats.SummaryState(*(f[active] for f in self.states[name])), part, n_blocks)
-                self.states[name] = stats.SummaryState(
-                    *(with_rows(f, active, v) for f, v in zip(self.states[name], sub))
-                )
+                self.states[name] = stats.SummaryState(*(with_rows(f, active, v) for f, v in zip(self.states[name], state)))  # fmt: skip
                 self.tails[name] = with_rows(widened(self.tails[name], tail.shape[1]), active, tail)
         self.unstored = True
         finished = bool(np.all(self.counts >= self.n_trials))
@@ -353,6 +354,28 @@ class SummarySink(Sink):
             parts[name] = (self.rows, summary)
             nonfinite[name][self.rows] = final.nonfinite_trials
         return parts
+
+
+def folded_shares(state: stats.SummaryState, part: dict, n_blocks: int, n_tail: int):
+    """(``state`` followed by a chunk's devices' shares, the chunk's raw tail of ``n_tail``
+    trials): ``part`` holds each share's :func:`jaxfed.engine.compiled.share_summary` along axis
+    1, in trial order; the shares' whole blocks add up to the chunk's ``n_blocks``, and the tail
+    is in the first share whose blocks do not fill it."""
+    tail = None
+    summarised = 0
+    for g in range(part["blocks"].shape[1]):
+        share = {field: values[:, g] for field, values in part.items()}
+        blocks = int(share["blocks"][0])
+        if blocks:
+            state = stats.fold(state, share, blocks)
+            summarised += blocks
+        if tail is None and not share["full"][0]:
+            tail = share["tail"][:, :n_tail]
+    if summarised != n_blocks:
+        raise AssertionError(f"the devices summarised {summarised} blocks of a chunk of {n_blocks}")
+    if tail is None:  # every share full: the chunk ends on a whole block
+        tail = part["tail"][:, 0, :0]
+    return state, tail
 
 
 def resume_point(done, n_trials: int, n_points: int, specs: dict) -> tuple[int, dict, dict, np.ndarray]:
