@@ -62,6 +62,7 @@ def _run_swept(tmp_path, trials_list):
     return loss
 
 
+@pytest.mark.slow  # ~17 s: two CLI runs and a replot (the default suite runs the channel in process)
 def test_a_swept_user_channel_runs_and_replots_through_the_plain_cli(tmp_path, rician):
     _run_swept(tmp_path, [4])
 

@@ -8,6 +8,13 @@ import pytest
 from test_engine import POINTS, trial
 
 from jaxfed import engine
+from jaxfed.engine import compiled
+
+
+@pytest.fixture
+def probed(monkeypatch):
+    """Chunks sized from the memory probe: these runs are small enough to compile once without it."""
+    monkeypatch.setattr(compiled, "WHOLE_RUN_FRACTION", 0.0)
 
 
 def run(cache, **kwargs):
@@ -16,7 +23,7 @@ def run(cache, **kwargs):
 
 
 @pytest.mark.slow
-def test_a_second_run_takes_the_executable_and_the_memory_probe_from_the_cache(tmp_path):
+def test_a_second_run_takes_the_executable_and_the_memory_probe_from_the_cache(tmp_path, probed):
     cache = str(tmp_path / "cache")
     first, info1 = run(cache)
     second, info2 = run(cache)
@@ -26,7 +33,7 @@ def test_a_second_run_takes_the_executable_and_the_memory_probe_from_the_cache(t
     np.testing.assert_array_equal(first["walk"], second["walk"])
 
 
-def test_the_cached_memory_probe_is_keyed_by_the_trials_program_and_the_batch(tmp_path):
+def test_the_cached_memory_probe_is_keyed_by_the_trials_program_and_the_batch(tmp_path, probed):
     """A rerun finds the probe's figures from the trial's jaxpr, without lowering the probe; any
     change of the program or of what batching adds (points, mode, common keys) misses."""
     cache = str(tmp_path / "cache")
@@ -49,6 +56,28 @@ def test_the_cached_memory_probe_is_keyed_by_the_trials_program_and_the_batch(tm
     assert probe_cached(common_random_numbers=True) == [False]
 
 
+def test_a_small_run_compiles_once_without_the_probe_and_a_large_one_probes_first(monkeypatch):
+    """Without a chunk size, a run whose metrics are a small part of a chunk's memory compiles its
+    chunk function once, for the whole run; a larger one compiles the probe (one micro-batch) and
+    then the chunk it sizes. The values are the same either way."""
+    batches: list = []
+    real = compiled.make_chunk_fn
+
+    def spy(trial, group, batch, *args):
+        batches.append(batch)
+        return real(trial, group, batch, *args)
+
+    monkeypatch.setattr(compiled, "make_chunk_fn", spy)
+    go = dict(micro_batch=64, compilation_cache="off", progress=False)
+    once = engine.run(trial, POINTS, 300, **go)
+    assert batches == [320] and once.info["memory_probe_cached"] == [None] and once.info["chunk_sizes"] == [300]
+    batches.clear()
+    monkeypatch.setattr(compiled, "WHOLE_RUN_FRACTION", 0.0)
+    probed = engine.run(trial, POINTS, 300, **go)
+    assert batches[0] == 64 and len(batches) == 2 and probed.info["memory_probe_cached"] == [False]
+    np.testing.assert_array_equal(probed["walk"], once["walk"])
+
+
 def test_the_cache_can_be_disabled_by_option_or_environment(tmp_path, monkeypatch):
     _, info = run("off")
     assert info["compilation_cache"] is None and info["compile_cached"] == [False]
@@ -63,7 +92,7 @@ def test_the_cache_can_be_disabled_by_option_or_environment(tmp_path, monkeypatc
 
 
 @pytest.mark.filterwarnings("ignore:Error reading persistent compilation cache")  # JAX's note on each damaged entry
-def test_a_corrupted_cache_directory_does_not_break_a_run(tmp_path):
+def test_a_corrupted_cache_directory_does_not_break_a_run(tmp_path, probed):
     reference, _ = run("off")
     cache = tmp_path / "cache"
     run(str(cache))

@@ -338,6 +338,7 @@ class ChunkJob(NamedTuple):
     common: bool  # common random numbers
     summary: bool  # device summaries instead of raw metrics
     fixed: int  # bytes of outputs that do not grow with the batch (a summary's histograms and counts)
+    trial_bytes: int  # bytes of one trial's metrics, every point of the group
     cache_dir: str | None  # where the probe's memory figures are cached
 
     @property
@@ -372,6 +373,12 @@ def sized_chunk_fn(job: ChunkJob, chunk_size: int | None) -> tuple[int, ChunkFn,
     """
     compile_batch = _Compiler(job)
     chosen = chunk_size is None
+    if chunk_size is None and job.n_trials * job.trial_bytes <= _chunk_limit(job) * WHOLE_RUN_FRACTION:
+        # A run whose every value is a small part of a chunk's memory is compiled once, as one
+        # chunk: no probe (the probe and the chunk each compile the whole trial program; the
+        # kmeans groups of `jaxfed reproduce` took 41-100 s each); its own memory analysis
+        # confirms that it fits, or sizes it again.
+        return _fitted(job, compile_batch, job.n_trials, chosen, _chunk_limit(job))
     if chunk_size is None:
         chunk_size, probe = _probed_size(job, compile_batch)
         if probe is not None and chunk_size <= job.step:  # the probe's program is the chunk's
@@ -435,14 +442,21 @@ def _probed_size(job: ChunkJob, compile_batch: _Compiler) -> tuple[int, ChunkFn 
     return chunk_size, probe
 
 
-def _fitted(job: ChunkJob, compile_batch: _Compiler, chunk_size: int, chosen: bool) -> tuple[int, ChunkFn, dict]:
-    """The chunk function compiled for ``chunk_size`` (given, or ``chosen`` from the probe),
-    resized while it does not fit (see :func:`sized_chunk_fn`)."""
+def _fitted(
+    job: ChunkJob, compile_batch: _Compiler, chunk_size: int, chosen: bool, limit: float | None = None
+) -> tuple[int, ChunkFn, dict]:
+    """The chunk function compiled for ``chunk_size`` (given, or ``chosen`` from the probe or as
+    the whole run), resized while it does not fit (see :func:`sized_chunk_fn`): a chosen chunk
+    needing more than ``limit`` bytes (default: the budget) is sized again to ``limit`` (default:
+    ``BUDGET_FOR_CHUNKS`` of the budget)."""
     step, budget = job.step, job.budget
+
+    ceiling = budget if limit is None else limit
+    limit = BUDGET_FOR_CHUNKS * budget if limit is None else limit
 
     def resized(size: int, need: float) -> int:
         """The chunk size for which ``need`` bytes at ``size`` trials scale to fit, smaller than ``size``."""
-        fits = balanced_chunk(job.n_trials, int(BUDGET_FOR_CHUNKS * budget * round_up(size, step) / need), step)
+        fits = balanced_chunk(job.n_trials, int(limit * round_up(size, step) / need), step)
         return min(fits, max(step, round_up(size // 2, step)))
 
     for _ in range(MAX_RESIZES):
@@ -461,10 +475,10 @@ def _fitted(job: ChunkJob, compile_batch: _Compiler, chunk_size: int, chosen: bo
                     f"{what} does not fit in the device's memory: compiling it asked for {asked}; "
                     "use a smaller --chunk-size / chunk_size or smaller shapes"
                 ) from err
-            chunk_size = resized(chunk_size, refused or 2 * BUDGET_FOR_CHUNKS * budget)
+            chunk_size = resized(chunk_size, refused or 2 * limit)
             continue
         need = figures["temp"] + figures["output"]
-        if chosen and need > budget and chunk_size > step:
+        if chosen and need > ceiling and chunk_size > step:
             # The probe's linear extrapolation can underestimate a program whose memory does not
             # scale like the probe's (a 1e6-trial summary chunk needed 21 GiB where 4 were
             # predicted): size again from this compilation's own figure.
@@ -500,6 +514,19 @@ def _probe_chunk(figures: dict, job: ChunkJob, refuse: bool = False) -> int | No
         fits = min(fits, CPU_CHUNK_BYTES // max(per_trial_device + per_trial_host, 1.0))
     return balanced_chunk(job.n_trials, int(fits), step)
 
+
+def _chunk_limit(job: ChunkJob) -> float:
+    """Bytes a chosen chunk may take per device: ``BUDGET_FOR_CHUNKS`` of the budget, on a CPU at
+    most ``CPU_CHUNK_BYTES`` on all host devices together."""
+    limit = BUDGET_FOR_CHUNKS * job.budget
+    if job.mesh.devices.flat[0].platform == "cpu":
+        limit = min(limit, CPU_CHUNK_BYTES / job.mesh.size)
+    return limit
+
+
+WHOLE_RUN_FRACTION = 1 / 8
+"""Without a given chunk size, a run whose metrics take at most this share of a chunk's memory
+(:func:`_chunk_limit`) is compiled once as one chunk, without the memory probe."""
 
 # On a CPU a chunk's buffers are fresh host memory: the first call of a 6 GiB chunk (262,144
 # gfvl-topologies trials) ran 50% slower than the next ones (page faults), while chunks of 32,768

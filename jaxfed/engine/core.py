@@ -468,11 +468,12 @@ def _chunk_job(plan: Plan, gp: GroupPlan, cache_dir: str | None) -> ChunkJob:
     point_ids = np.asarray(gp.group.point_ids, np.uint32)
     args = (np.uint32(plan.options.seed), point_ids, gp.traced, np.uint32(0)) + ((np.uint32(0),) * 2 if summary else ())
     fixed = summary_output_bytes(len(point_ids), plan.specs) if summary else 0
+    trial_bytes = len(point_ids) * sum(math.prod(s) * np.dtype(d).itemsize for s, d in plan.specs.values())
     assert m.mesh is not None
     return ChunkJob(
         trial=plan.trial, group=gp.group, program=gp.program, mesh=m.mesh, width=m.width, budget=m.budget,
         n_trials=plan.n_trials, args=args, common=plan.options.common_random_numbers, summary=summary, fixed=fixed,
-        cache_dir=cache_dir,
+        trial_bytes=trial_bytes, cache_dir=cache_dir,
     )  # fmt: skip
 
 
