@@ -351,13 +351,17 @@ def sized_chunk_fn(job: ChunkJob, chunk_size: int | None) -> tuple[int, ChunkFn,
     """(chunk size, compiled chunk function, compile record): ``chunk_size``, or the largest that
     fits ``job.budget``.
 
-    Without a given size, compiles for a probe batch of one micro-batch per device and reads the
-    memory analysis: temporaries and outputs scale linearly with the batch (arguments do not),
-    plus the host copy of the outputs; a chunk may take 75% of the budget (on a CPU at most
-    ``CPU_CHUNK_BYTES`` on all host devices together), the rest is left to the process itself and to the summaries or result
-    arrays. The probe's executable is reused when the size it implies needs no larger batch.
-    ``job.fixed`` bytes of outputs are not extrapolated, but reserved three times (device output,
-    scatter, host copy). The probe's figures are cached (:func:`_probed_size`).
+    Without a given size, a run whose metrics take at most :data:`WHOLE_RUN_FRACTION` of a
+    chunk's memory (:func:`_chunk_limit`) is compiled once, as one chunk of every trial, and
+    resized (below) only if its memory analysis says it does not fit; the record's
+    ``memory_probe_cached`` is then None. A larger run compiles for a probe batch of one
+    micro-batch per device and reads the memory analysis: temporaries and outputs scale linearly
+    with the batch (arguments do not), plus the host copy of the outputs; a chunk may take 75% of
+    the budget (on a CPU at most ``CPU_CHUNK_BYTES`` on all host devices together), the rest is
+    left to the process itself and to the summaries or result arrays. The probe's executable is
+    reused when the size it implies needs no larger batch. ``job.fixed`` bytes of outputs are not
+    extrapolated, but reserved three times (device output, scatter, host copy). The probe's
+    figures are cached (:func:`_probed_size`).
 
     A chosen size is corrected from the compiled chunk's own memory analysis when it exceeds the
     budget, and shrunk when the device refuses memory while compiling (a GPU allocates while it
