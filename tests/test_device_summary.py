@@ -119,3 +119,28 @@ def test_four_forced_cpu_devices_give_identical_summaries(tmp_path, device_summa
         for name, summary in device_summary.items():
             for field in stats.Summary._fields:
                 np.testing.assert_array_equal(z[f"{name}/{field}"], getattr(summary, field), err_msg=f"{name}/{field}")
+
+
+_SHARES = """
+import sys
+sys.path.insert(0, {tests!r})
+from test_device_summary import trial, POINTS, N, assert_summaries_equal
+from jaxfed import engine
+go = dict(seed=5, micro_batch=64, keep="summary", progress=False)
+one = engine.run(trial, POINTS, N, devices=1, chunk_size=N, **go)
+for chunk in (64, 128, N):  # within one device's share, over two, and with the tail in the third
+    four = engine.run(trial, POINTS, N, devices=4, chunk_size=chunk, **go)
+    assert four.info["devices"] == 4 and four.info["chunk_sizes"] == [chunk], four.info
+    assert_summaries_equal(four, one)
+"""
+
+
+def test_the_devices_shares_of_a_summary_chunk_fold_to_one_devices_summary():
+    """Each device summarises its own share of a chunk (64 trials each here, one sum block); the
+    host folds the shares in trial order: the summaries of four devices at chunk sizes whose
+    whole blocks end in the first, second and third share (where the tail of 22 trials is) are
+    the bits of one device's."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    code = _SHARES.format(tests=os.path.dirname(__file__))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr
