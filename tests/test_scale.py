@@ -114,16 +114,17 @@ def test_small_memory_budget_gives_smaller_chunks_and_the_same_metrics(single, t
     sweep = gfvl_topologies.build(gfvl_topologies.Config(n_slots=60))
     # The experiment shares each trial's key across topologies, as `jaxfed run` does.
     crn = gfvl_topologies.EXPERIMENT.common_random_numbers
-    # More trials than one micro-batch (512 on a CPU), so that the small budget can split them.
-    a = engine.run(sweep.trial, sweep.points, 1200, max_memory=2**30, common_random_numbers=crn)
-    b = engine.run(sweep.trial, sweep.points, 1200, max_memory=12 * 2**20, common_random_numbers=crn)
+    # More trials than one micro-batch (512 on a CPU), so that the small budget can split them, and
+    # metrics (3.5 MB) above the share of 12 MiB that a run may take to be compiled whole, unprobed.
+    a = engine.run(sweep.trial, sweep.points, 4800, max_memory=2**30, common_random_numbers=crn)
+    b = engine.run(sweep.trial, sweep.points, 4800, max_memory=12 * 2**20, common_random_numbers=crn)
     big, small = a.info, b.info
     assert small["chunk_sizes"][0] < big["chunk_sizes"][0]
     assert small["chunk_sizes"][0] % engine.MICRO_BATCH["cpu"] == 0
     np.testing.assert_array_equal(a["kl"], b["kl"])
     np.testing.assert_array_equal(a["kl"][:, :300], single["kl"])  # the first 300 trials of the same keys
     result = cli(
-        "run", "gfvl-topologies", "--trials", "1200", "--max-memory", "12M", "--out", str(tmp_path / "m"), *SMALL
+        "run", "gfvl-topologies", "--trials", "4800", "--max-memory", "12M", "--out", str(tmp_path / "m"), *SMALL
     )
     assert result.returncode == 0, result.stderr
     config = json.loads((tmp_path / "m" / "config.json").read_text())
