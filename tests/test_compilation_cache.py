@@ -57,9 +57,9 @@ def test_the_cached_memory_probe_is_keyed_by_the_trials_program_and_the_batch(tm
 
 
 def test_a_small_run_compiles_once_without_the_probe_and_a_large_one_probes_first(monkeypatch):
-    """Without a chunk size, a run whose metrics are a small part of a chunk's memory compiles its
-    chunk function once, for the whole run; a larger one compiles the probe (one micro-batch) and
-    then the chunk it sizes. The values are the same either way."""
+    """Without a chunk size, a run whose metrics are a small part of a chunk's memory, of at most
+    16 micro-batches, compiles its chunk function once, for the whole run; otherwise the probe
+    (one micro-batch) is compiled and then the chunk it sizes. The values are the same either way."""
     batches: list = []
     real = compiled.make_chunk_fn
 
@@ -76,6 +76,11 @@ def test_a_small_run_compiles_once_without_the_probe_and_a_large_one_probes_firs
     probed = engine.run(trial, POINTS, 300, **go)
     assert batches[0] == 64 and len(batches) == 2 and probed.info["memory_probe_cached"] == [False]
     np.testing.assert_array_equal(probed["walk"], once["walk"])
+    monkeypatch.undo()
+    monkeypatch.setattr(compiled, "make_chunk_fn", spy)
+    batches.clear()
+    longer = engine.run(trial, POINTS, 16 * 64 + 1, **go)  # more than 16 micro-batches: chunked from the probe
+    assert batches[0] == 64 and longer.info["memory_probe_cached"] == [False]
 
 
 def test_the_cache_can_be_disabled_by_option_or_environment(tmp_path, monkeypatch):

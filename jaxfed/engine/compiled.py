@@ -352,7 +352,8 @@ def sized_chunk_fn(job: ChunkJob, chunk_size: int | None) -> tuple[int, ChunkFn,
     fits ``job.budget``.
 
     Without a given size, a run whose metrics take at most :data:`WHOLE_RUN_FRACTION` of a
-    chunk's memory (:func:`_chunk_limit`) is compiled once, as one chunk of every trial, and
+    chunk's memory (:func:`_chunk_limit`), of at most :data:`WHOLE_RUN_MICRO_BATCHES`
+    micro-batches per device, is compiled once, as one chunk of every trial, and
     resized (below) only if its memory analysis says it does not fit; the record's
     ``memory_probe_cached`` is then None. A larger run compiles for a probe batch of one
     micro-batch per device and reads the memory analysis: temporaries and outputs scale linearly
@@ -377,7 +378,7 @@ def sized_chunk_fn(job: ChunkJob, chunk_size: int | None) -> tuple[int, ChunkFn,
     """
     compile_batch = _Compiler(job)
     chosen = chunk_size is None
-    if chunk_size is None and job.n_trials * job.trial_bytes <= _chunk_limit(job) * WHOLE_RUN_FRACTION:
+    if chunk_size is None and _compiled_whole(job):
         # A run whose every value is a small part of a chunk's memory is compiled once, as one
         # chunk: no probe (the probe and the chunk each compile the whole trial program; the
         # kmeans groups of `jaxfed reproduce` took 41-100 s each); its own memory analysis
@@ -530,7 +531,20 @@ def _chunk_limit(job: ChunkJob) -> float:
 
 WHOLE_RUN_FRACTION = 1 / 8
 """Without a given chunk size, a run whose metrics take at most this share of a chunk's memory
-(:func:`_chunk_limit`) is compiled once as one chunk, without the memory probe."""
+(:func:`_chunk_limit`), and of at most :data:`WHOLE_RUN_MICRO_BATCHES` micro-batches per device,
+is compiled once as one chunk, without the memory probe."""
+WHOLE_RUN_MICRO_BATCHES = 16
+"""A longer run is chunked from the probe's figures, as before: one chunk of every trial would
+show no progress and store no summary state until its end (10^6 k-means trials of milliseconds
+each in one chunk)."""
+
+
+def _compiled_whole(job: ChunkJob) -> bool:
+    """Whether a run without a given chunk size is compiled once, as one chunk of every trial
+    (see :data:`WHOLE_RUN_FRACTION`)."""
+    small = job.n_trials * job.trial_bytes <= _chunk_limit(job) * WHOLE_RUN_FRACTION
+    return small and job.n_trials <= WHOLE_RUN_MICRO_BATCHES * job.step
+
 
 # On a CPU a chunk's buffers are fresh host memory: the first call of a 6 GiB chunk (262,144
 # gfvl-topologies trials) ran 50% slower than the next ones (page faults), while chunks of 32,768
