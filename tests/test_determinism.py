@@ -272,7 +272,8 @@ def user_points(n_points=3):
     return [{"scale": f(0.3 + p), "shift": f(p / 7), "decay": f(0.9 - p / 10)} for p in range(n_points)]
 
 
-@pytest.mark.parametrize("micro_batch", [64, 512])
+# 64 takes chunk sizes 1 and 7 in the default suite; the CPU's default width, 512, the slow suite (~8 s).
+@pytest.mark.parametrize("micro_batch", [64, pytest.param(512, marks=pytest.mark.slow)])
 def test_a_user_trial_with_three_traced_points(tmp_path, micro_batch):
     trial, points = user_trial(), user_points()
 

@@ -35,6 +35,7 @@ def single(tmp_path_factory):
     return load(out / "metrics.npz")
 
 
+@pytest.mark.slow  # ~22 s; the default suite folds four devices' summary shares (test_device_summary)
 def test_four_forced_cpu_devices_give_identical_metrics(single, tmp_path):
     out = tmp_path / "four"
     result = cli(
