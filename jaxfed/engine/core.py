@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import math
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
@@ -29,7 +28,14 @@ from jaxfed.engine.devices import (
     platform,
     raise_on_every_process,
 )
-from jaxfed.engine.memory import check_chunk_outputs, check_host_memory, round_up, size_text, summary_output_bytes
+from jaxfed.engine.memory import (
+    check_chunk_outputs,
+    check_host_memory,
+    round_up,
+    size_text,
+    summary_output_bytes,
+    trial_bytes,
+)
 from jaxfed.engine.options import RunOptions
 from jaxfed.engine.points import (
     Group,
@@ -316,7 +322,7 @@ def _mode(options: RunOptions, specs: dict, n_points: int, n_trials: int, where:
         target = parse_target(options.target_se, options.target_metric, specs, options.target_statistic)
         keep = "summary"
     if keep == "auto":
-        raw_bytes = n_points * n_trials * sum(math.prod(s) * np.dtype(d).itemsize for s, d in specs.values())
+        raw_bytes = n_trials * trial_bytes(n_points, specs)
         limit = RAW_LIMIT_BYTES if where == "cpu" else RAW_TRANSFER_LIMIT_BYTES
         keep = "raw" if raw_bytes <= limit else "summary"
         if keep == "summary":
@@ -468,12 +474,11 @@ def _chunk_job(plan: Plan, gp: GroupPlan, cache_dir: str | None) -> ChunkJob:
     point_ids = np.asarray(gp.group.point_ids, np.uint32)
     args = (np.uint32(plan.options.seed), point_ids, gp.traced, np.uint32(0)) + ((np.uint32(0),) * 2 if summary else ())
     fixed = summary_output_bytes(len(point_ids), plan.specs) if summary else 0
-    trial_bytes = len(point_ids) * sum(math.prod(s) * np.dtype(d).itemsize for s, d in plan.specs.values())
     assert m.mesh is not None
     return ChunkJob(
         trial=plan.trial, group=gp.group, program=gp.program, mesh=m.mesh, width=m.width, budget=m.budget,
         n_trials=plan.n_trials, args=args, common=plan.options.common_random_numbers, summary=summary, fixed=fixed,
-        trial_bytes=trial_bytes, cache_dir=cache_dir,
+        trial_bytes=trial_bytes(len(point_ids), plan.specs), cache_dir=cache_dir,
     )  # fmt: skip
 
 

@@ -35,6 +35,11 @@ def balanced_chunk(n_trials: int, fits: int, step: int) -> int:
     return min(n_trials, round_up(-(-n_trials // n_chunks), step))
 
 
+def trial_bytes(n_points: int, specs: dict) -> int:
+    """Bytes of one trial's metrics (``specs``: metric -> (shape, dtype)) at every one of ``n_points`` points."""
+    return n_points * sum(math.prod(shape) * np.dtype(dt).itemsize for shape, dt in specs.values())
+
+
 def host_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
@@ -52,7 +57,7 @@ def check_host_memory(keep: str, n_points: int, n_trials: int, specs: dict) -> N
     """Refuses, before anything is allocated, results that cannot fit in the host's memory."""
     cells = sum(math.prod(shape) for shape, _ in specs.values())
     if keep == "raw":
-        need = n_points * n_trials * sum(math.prod(shape) * np.dtype(dt).itemsize for shape, dt in specs.values())
+        need = n_trials * trial_bytes(n_points, specs)
         hint = "keep fewer trials or use keep='summary' (--keep summary)"
     else:
         need = n_points * cells * (stats.N_BINS * SUMMARY_BYTES_PER_BIN + 64)
@@ -86,7 +91,7 @@ def check_chunk_outputs(
     one. Needs only shapes, so it runs before compiling."""
     step = width * n_devices
     batch = step if chunk_size is None else round_up(chunk_size, step)
-    out_per_trial = n_points * sum(math.prod(s) * np.dtype(d).itemsize for s, d in specs.values())
+    out_per_trial = trial_bytes(n_points, specs)
     refuse_chunk(chunk_size or step, chunk_size is None, batch * out_per_trial * (1 + 1 / n_devices), budget)
 
 
