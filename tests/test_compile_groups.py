@@ -32,9 +32,9 @@ def test_default_sweeps_compile_one_program_per_shape():
         assert _groups(experiment.build(experiment.config_cls())) == 1, experiment.name
     # ablation: 3 inits x 6 variants, the E_s reading and the i.i.d. split in one; each other v_max reading
     assert _groups(kmeans_ablation.EXPERIMENT.build(kmeans_ablation.AblationConfig())) == len(kmeans.VMAX_RULES)
-    # kmeans-snr's last-round figures keep the method static: one program per method and D
+    # kmeans-snr: the methods (and their last-round figures) in one program per D
     snr = kmeans_mall.SNR.build(kmeans_mall.SNR.config_cls())
-    assert _groups(snr) == len({(lab["method"], lab.get("digits", 4)) for lab in snr.labels})
+    assert _groups(snr) == len(kmeans_mall.SnrConfig().digits_list)
 
 
 def _values(trial, points, n_trials=3):
@@ -64,6 +64,14 @@ def test_traced_choices_are_bit_identical_to_the_named_code():
         {"method": "oac", "snr_db": 0.0, "split": "iid", "adaptive": False, "symbol_energy": "sqrt-beta"},
     ]
     _assert_traced_equal_named(kmeans_mall.ConvergenceConfig(**TINY), labels)
+
+
+@pytest.mark.slow
+def test_traced_methods_are_bit_identical_with_the_last_round_figures():
+    """kmeans-snr's labels (every method, two D, two SNRs and the noise-free points): one program
+    per D, each method's last-round noise figures a branch of their own."""
+    cfg = kmeans_mall.SnrConfig(**TINY, digits_list=(2, 4), snrs_db=(0.0, 20.0))
+    _assert_traced_equal_named(cfg, kmeans_mall._snr_labels(cfg), 2, last_round_diagnostics=True)
 
 
 @pytest.mark.slow

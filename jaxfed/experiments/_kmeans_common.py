@@ -344,51 +344,59 @@ def _count_diagnostics(cfg: MallConfig, info) -> dict:
 
 
 def _last_round_noise(cfg: MallConfig, point, channel, data, n_devices: int, centroids, info) -> dict:
-    """RMS centroid errors of the last round (see :func:`make_trial`).
+    """RMS centroid errors of the last round (see :func:`make_trial`), one branch per method.
 
     The error the aggregate Σ_k v_{k,q} carries moves centroid c by μ·e_c/|S_c| (e_c its L
     coordinates); the RMS is over the clusters with points. The channel's part is the ES's sum
     minus the sum of the quantised values, with variance (v_max/ξ)² Σ_d β^{2d} Σ_j s_j²
     (K_{q,d,j} + σ²/E_s)² given the round's counts K (:func:`jaxfed.oac.channel.estimate_variance`).
-    ``point["method"]`` is a name (:func:`mall_sweep` keeps it static for these figures).
+    ``point["method"]`` is a name (the named code alone) or a traced index (``lax.switch`` over
+    the methods' branches, like the rounds).
     """
     zero = jnp.zeros((), jnp.float32)
-    if point["method"] == "centralized":
+
+    def centralized():
         return dict.fromkeys(LAST_ROUND_DIAGNOSTICS, zero)
-    counts, deltas = kmeans.local_statistics(data, centroids, n_devices)
-    values = deltas.reshape(n_devices, -1)
-    active = jnp.sum(counts, axis=1) > 0
-    sizes = jnp.repeat(jnp.sum(counts, axis=0), data.coords.shape[0])  # |S_c| of each value q = c·L + l
-    vmax = info.vmax[-1]
-    exact = jnp.sum(values, axis=0)
-    if point["method"] == "ideal":
-        quantised = exact
-    else:
-        quantised = jnp.sum(
-            jnp.where(active[:, None], oac.balanced.quantize(values, cfg.beta, point["digits"], vmax), 0), 0
-        )
-    n_clusters = jnp.maximum(jnp.sum(jnp.sum(counts, axis=0) > 0), 1)
 
-    def rms(squared):  # per value → RMS centroid displacement over the clusters with points
-        return jnp.sqrt(jnp.sum(jnp.where(sizes > 0, cfg.mu**2 * squared / jnp.maximum(sizes, 1) ** 2, 0)) / n_clusters)
+    def federated(method: str):
+        counts, deltas = kmeans.local_statistics(data, centroids, n_devices)
+        values = deltas.reshape(n_devices, -1)
+        active = jnp.sum(counts, axis=1) > 0
+        sizes = jnp.repeat(jnp.sum(counts, axis=0), data.coords.shape[0])  # |S_c| of each value q = c·L + l
+        vmax = info.vmax[-1]
+        exact = jnp.sum(values, axis=0)
+        if method == "ideal":
+            quantised = exact
+        else:
+            quantised = jnp.sum(
+                jnp.where(active[:, None], oac.balanced.quantize(values, cfg.beta, point["digits"], vmax), 0), 0
+            )
+        n_clusters = jnp.maximum(jnp.sum(jnp.sum(counts, axis=0) > 0), 1)
 
-    out = {
-        "centroid_noise": rms(jnp.square(info.aggregate[-1] - quantised)),
-        "quant_error": rms(jnp.square(quantised - exact)),
-        "centroid_noise_pred": zero,
-        "centroid_noise_floor": zero,
-    }
-    if point["method"] == "oac" and channel.variance is None:  # a registered channel without a formula
-        out["centroid_noise_pred"] = out["centroid_noise_floor"] = jnp.full((), jnp.nan, jnp.float32)
-    elif point["method"] == "oac":
-        numerals = oac.encode(values, cfg.beta, point["digits"], vmax)
-        resources = oac.channel.resource_counts(numerals, cfg.beta, active)
-        noise_var = oac.channel.noise_variance(point["snr_db"]) if channel.noisy else 0.0
-        args = (resources, cfg.beta, point["digits"], vmax)
-        variance = oac.channel.estimate_variance(*args, noise_var, point["es"], channel)
-        floor = oac.channel.estimate_variance(*args, 0.0, point["es"], channel)
-        out["centroid_noise_pred"], out["centroid_noise_floor"] = rms(variance), rms(floor)
-    return out
+        def rms(squared):  # per value → RMS centroid displacement over the clusters with points
+            scaled = jnp.where(sizes > 0, cfg.mu**2 * squared / jnp.maximum(sizes, 1) ** 2, 0)
+            return jnp.sqrt(jnp.sum(scaled) / n_clusters)
+
+        out = {
+            "centroid_noise": rms(jnp.square(info.aggregate[-1] - quantised)),
+            "quant_error": rms(jnp.square(quantised - exact)),
+            "centroid_noise_pred": zero,
+            "centroid_noise_floor": zero,
+        }
+        if method == "oac" and channel.variance is None:  # a registered channel without a formula
+            out["centroid_noise_pred"] = out["centroid_noise_floor"] = jnp.full((), jnp.nan, jnp.float32)
+        elif method == "oac":
+            numerals = oac.encode(values, cfg.beta, point["digits"], vmax)
+            resources = oac.channel.resource_counts(numerals, cfg.beta, active)
+            noise_var = oac.channel.noise_variance(point["snr_db"]) if channel.noisy else 0.0
+            args = (resources, cfg.beta, point["digits"], vmax)
+            variance = oac.channel.estimate_variance(*args, noise_var, point["es"], channel)
+            floor = oac.channel.estimate_variance(*args, 0.0, point["es"], channel)
+            out["centroid_noise_pred"], out["centroid_noise_floor"] = rms(variance), rms(floor)
+        return out
+
+    branches = {"centralized": centralized, **{m: functools.partial(federated, m) for m in METHODS[1:]}}
+    return _select(point["method"], point.get("methods", METHODS), branches)
 
 
 def method_label(lab: dict) -> str:
@@ -428,11 +436,7 @@ def mall_sweep(
     if count_diagnostics:
         axes.update(dict.fromkeys(COUNT_DIAGNOSTICS, ("round",)))
     trial = make_trial(cfg, round_diagnostics, last_round_diagnostics, channel_for, count_diagnostics)
-    points = [_point(cfg, lab) for lab in labels]
-    if not last_round_diagnostics:
-        # (With them the method stays static: the last round's figures after a branch over the
-        # methods moved by an ulp, measured on kmeans-snr, and bit-identical results come first.)
-        points = _trace_choices(points)
+    points = _trace_choices([_point(cfg, lab) for lab in labels])
     return Sweep(trial, points, labels, axes)
 
 
