@@ -77,7 +77,7 @@ _RAW_NAME = re.compile(r"g(\d{3,})_t(\d{10})_(\d{10})\.npz")
 _SUMMARY_NAME = re.compile(r"summary_g\d{3,}\.npz")
 # Temporary files of atomic writes (name.PID.tmp) of the files this package writes, nothing else.
 _TMP_NAME = re.compile(
-    r"(identity\.json|config\.json|metrics\.npz|report\.md|[A-Za-z0-9][A-Za-z0-9._-]*\.png"
+    r"(identity\.json|config\.json|metrics\.npz|report\.md|verdicts\.json|[A-Za-z0-9][A-Za-z0-9._-]*\.png"
     r"|g\d{3,}_t\d{10}_\d{10}\.npz|summary_g\d{3,}\.npz)\.\d+\.tmp"
 )
 _HINT = "delete it or use --overwrite (overwrite=True) to recompute it"

@@ -85,13 +85,14 @@ def test_chunks_as_a_link_is_refused_and_the_other_directory_untouched(tmp_path)
         base.load_results(str(out))
 
 
-def test_a_stale_temporary_that_is_a_link_is_removed_not_followed(tmp_path, outside):
+@pytest.mark.parametrize("name", ["config.json", "verdicts.json"])
+def test_a_stale_temporary_that_is_a_link_is_removed_not_followed(tmp_path, outside, name):
     out = tmp_path / "run"
     run(out)
-    (out / f"config.json.{os.getpid()}.tmp").symlink_to(outside)
+    (out / f"{name}.{os.getpid()}.tmp").symlink_to(outside)
     run(out, n_trials=12)
     assert outside.read_text() == "the user's own data"
-    assert not os.path.lexists(out / f"config.json.{os.getpid()}.tmp")
+    assert not os.path.lexists(out / f"{name}.{os.getpid()}.tmp")
 
 
 # --------------------------------------------------------------------------- files the run did not write

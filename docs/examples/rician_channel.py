@@ -5,7 +5,8 @@ g ~ CN(0, 1): unit mean power, a line-of-sight part of share κ/(κ+1) (κ = 0 i
 fading). Contributions √E_s h r (r a QPSK symbol) are superposed per resource as in the built-in
 "explicit" channel, so E|y_l|² = E_s K_l + σ² and the ES's energy detector stays unbiased. The
 channel is registered with a parameter (``params={"k_factor": 0.0}``); nothing in the package
-changes. Run the paper's SNR experiment through it, sweeping κ over traced points:
+changes. (The package's own ``"rician-fading"`` channel is this model with the detector's variance
+formula; this file shows how a user writes one, under a name of its own.) Run the paper's SNR experiment through it, sweeping κ over traced points:
 
     jaxfed run docs/examples/rician_channel.py:EXPERIMENT --set channel=rician \\
         --set channel_sweep=k_factor=0,3,30 --trials 100 --out results/rician
