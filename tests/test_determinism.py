@@ -47,9 +47,10 @@ SMALL = {
     "kmeans-oac-counts": {"n_points": "300", "n_rounds": "4", "snrs_db": "10,20"},
     "kmeans-channels": {"n_points": "300", "n_rounds": "4", "spreads_db": "0,3", "k_factors": "0,10"},
 }
-DEFAULT_SUITE = ("gfvl-local-iters", "kmeans-snr")  # the two the issue reproduced
-# The default suite checks the G-FVL one (~24 s); k-means compiles longer (~30 s): the slow suite.
-QUICK = [pytest.param(name, marks=pytest.mark.slow) if name == "kmeans-snr" else name for name in DEFAULT_SUITE]
+REPRODUCED = ("gfvl-local-iters", "kmeans-snr")  # the two the issue reproduced
+# Both in the slow suite (24–44 s and ~30 s here); the default suite checks chunk sizes 1 and 7 on a
+# user trial with three traced points (test_a_user_trial_with_three_traced_points).
+REPRODUCERS = [pytest.param(name, marks=pytest.mark.slow) for name in REPRODUCED]
 SEED = 11
 
 
@@ -141,7 +142,7 @@ def _specs(result):
     return {name: (value.shape[2:], value.dtype) for name, value in result.items()}
 
 
-@pytest.mark.parametrize("name", QUICK)
+@pytest.mark.parametrize("name", REPRODUCERS)
 def test_bit_identical_at_two_chunk_sizes(name):
     """The issue's two reproducers: one chunk of every trial vs chunks of 64 (~10 s each)."""
     _, _, width = sweep_of(name)
@@ -179,7 +180,7 @@ def check_two_devices(names, tmp_path, n_trials=300):
 
 
 @pytest.mark.slow  # ~50 s for the two reproducers, a few minutes for the rest
-@pytest.mark.parametrize("names", [DEFAULT_SUITE, tuple(sorted(set(SMALL) - set(DEFAULT_SUITE)))])
+@pytest.mark.parametrize("names", [REPRODUCED, tuple(sorted(set(SMALL) - set(REPRODUCED)))])
 def test_two_devices_give_the_values_of_one(tmp_path, names):
     check_two_devices(names, tmp_path)
 
