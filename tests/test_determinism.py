@@ -144,7 +144,7 @@ def _specs(result):
 
 @pytest.mark.parametrize("name", REPRODUCERS)
 def test_bit_identical_at_two_chunk_sizes(name):
-    """The issue's two reproducers: one chunk of every trial vs chunks of 64 (~10 s each)."""
+    """The issue's two reproducers: one chunk of every trial vs chunks of 64 (25–45 s each here)."""
     _, _, width = sweep_of(name)
     n = width + 70
     assert_same(run(name, n, chunk_size=64), run(name, n, chunk_size=n), f"{name}, chunk size 64 vs all")

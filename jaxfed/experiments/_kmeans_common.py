@@ -160,6 +160,12 @@ def _select(choice, names: tuple, branches: dict, *operands):
     return lax.switch(branch_of[choice], distinct, *operands)
 
 
+def _by_method(centralized: Callable, federated: Callable) -> dict:
+    """The branches of :func:`_select` over :data:`METHODS`: ``centralized()`` and, for each
+    federated method m, ``federated(m)``."""
+    return {"centralized": centralized, **{m: functools.partial(federated, m) for m in METHODS[1:]}}
+
+
 def _own_channel(lab: dict) -> dict:
     """Point entries of a label with a channel of its own: the spec (static) and the parameters the
     label sets (traced)."""
@@ -297,8 +303,7 @@ def make_trial(
 
         # Each method's rounds are a branch of their own: a branch boundary inside a round (e.g. a
         # switch over the back-ends alone) changes what XLA fuses, and the results by an ulp.
-        runs = {"centralized": centralized, **{m: functools.partial(federated, m) for m in METHODS[1:]}}
-        history, info = _select(point["method"], point.get("methods", METHODS), runs)
+        history, info = _select(point["method"], point.get("methods", METHODS), _by_method(centralized, federated))
         # The rounds report on the centroids they start from; the metric after round n is about
         # the centroids it ends with, i.e. the next round's, and one more evaluation for the last.
         weight = data.mask.astype(data.coords.dtype)
@@ -395,8 +400,7 @@ def _last_round_noise(cfg: MallConfig, point, channel, data, n_devices: int, cen
             out["centroid_noise_pred"], out["centroid_noise_floor"] = rms(variance), rms(floor)
         return out
 
-    branches = {"centralized": centralized, **{m: functools.partial(federated, m) for m in METHODS[1:]}}
-    return _select(point["method"], point.get("methods", METHODS), branches)
+    return _select(point["method"], point.get("methods", METHODS), _by_method(centralized, federated))
 
 
 def method_label(lab: dict) -> str:
