@@ -24,6 +24,9 @@ with its own compilation cache directory, so nothing is shared with earlier runs
 Where rounds are repeated, a target's verdict is "met" or "not met" only when every round's
 ratio agrees (the range of 5 rounds covers the median ratio with 94% probability), else
 "inconclusive".
+- the summary sweep in process (``--parts in-process``): ``engine.run`` of ``--sweep-trials``
+  trials from a warm compilation cache against the kernel in calls of its chunk size, five rounds,
+  as the whole call's ratio and as the marginal one (minus a 64-trial run);
 - a ``--million``-trial ``--keep summary`` run: wall time and peak resident memory;
 - fixed cost: two ``--trials 64`` runs in a row on a fresh compilation cache, five times (the
   second <= 40% of the first, paired per round), one with the cache off, and the start-up floor
@@ -164,6 +167,9 @@ def engine_comparisons(args, work: str, save=lambda rows: None) -> dict:
     if "sweep" in wanted:
         rows.update(summary_and_raw(args, out, cache))
         save(rows)
+    if "in-process" in wanted:
+        rows["summary_in_process"] = summary_in_process(args, cache)
+        save(rows)
     if "million" in wanted:
         rows["million_summary"] = million_run(args, out, cache)
         save(rows)
@@ -262,6 +268,54 @@ def summary_and_raw(args, out, cache) -> dict:
         f"{per_round['verdict']} (>= 0.9)"
     )
     return rows
+
+
+def summary_in_process(args, cache) -> dict:
+    """The Fig. 3 summary sweep in one process: ``engine.run(keep="summary")`` of ``--sweep-trials``
+    trials (the executables from a warm compilation cache, as a rerun in a notebook) against the
+    bare kernel in calls of the run's chunk size, and a 64-trial run for the fixed cost; the three
+    timed in turn, five rounds. Two ratios per round: the whole call (the run's wall time,
+    tracing, cache loads and host work included) and the sweep's marginal throughput (the run
+    minus the 64-trial run), each against the kernel's throughput on the same trials."""
+    import jax
+
+    from jaxfed import engine
+    from jaxfed.experiments import gfvl_topologies
+
+    sweep = gfvl_topologies.build(gfvl_topologies.Config())
+    go = dict(keep="summary", compilation_cache=cache("in-process"), progress=False, common_random_numbers=True)
+    chunk = engine.run(sweep.trial, sweep.points, args.sweep_trials, **go).info["chunk_sizes"][0]  # fills the cache
+    engine.run(sweep.trial, sweep.points, 64, **go)
+    fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, chunk, common=True)
+    _, compiled = compile_time(fn, *fn_args)
+    starts = range(0, args.sweep_trials, chunk)
+
+    def timed(f):
+        t0 = time.perf_counter()
+        f()
+        return time.perf_counter() - t0
+
+    def kernel():
+        jax.block_until_ready([compiled(*fn_args[:3], np.uint32(start)) for start in starts])
+
+    rounds = [
+        (
+            timed(kernel),
+            timed(lambda: engine.run(sweep.trial, sweep.points, 64, **go)),
+            timed(lambda: engine.run(sweep.trial, sweep.points, args.sweep_trials, **go)),
+        )
+        for _ in range(max(args.repeats, 5))
+    ]
+    whole = paired_verdict([k / run for k, _, run in rounds], 0.9)
+    n = args.sweep_trials
+    marginal = paired_verdict([(n - 64) / max(run - small, 1e-9) / (n / k) for k, small, run in rounds], 0.9)
+    print(
+        f"summary sweep in process, {n} trials in chunks of {chunk}: whole call {whole['median']:.2f} x kernel "
+        f"[{whole['low']:.2f}, {whole['high']:.2f}] ({whole['verdict']}), marginal {marginal['median']:.2f} x "
+        f"[{marginal['low']:.2f}, {marginal['high']:.2f}] ({marginal['verdict']}); rounds (kernel, 64, run) s: "
+        + ", ".join(f"({k:.2f}, {f:.2f}, {r:.2f})" for k, f, r in rounds)
+    )
+    return {"trials": n, "chunk_size": chunk, "whole_call": whole, "marginal": marginal, "rounds_s": rounds}
 
 
 def million_run(args, out, cache) -> dict:
@@ -597,8 +651,8 @@ def main(argv=None):
     parser.add_argument(
         "--parts",
         nargs="+",
-        choices=("sweep", "million", "fixed", "target"),
-        default=["sweep", "million", "fixed", "target"],
+        choices=("sweep", "in-process", "million", "fixed", "target"),
+        default=["sweep", "in-process", "million", "fixed", "target"],
         help="which engine comparisons to run (default all)",
     )
     parser.add_argument("--work-dir", default=None, help="where the runs' store directories go (default: the temp dir)")

@@ -62,6 +62,9 @@ __all__ = [
     "HISTOGRAM_METHODS",
     "bin_index",
     "chunk_summary",
+    "summary_of_blocks",
+    "block_sums",
+    "count_into",
     "dyadic_pieces",
     "level_total",
     "empty_state",
@@ -150,20 +153,53 @@ def _binned_dtype(dtype) -> np.dtype:
 def bin_index(x, xp):
     """Histogram bin of each value of ``x`` (NumPy or jax.numpy as ``xp``; identical results).
 
-    The logarithm only guesses the level; one comparison with each neighbouring edge (in the
-    value's dtype, exact) decides it, so the bin does not depend on the library's ``log10``.
+    The bin is decided by exact comparisons with the bin edges in the value's dtype, so it does
+    not depend on the library's arithmetic. A float32 magnitude's level is read from a table
+    indexed by its top 16 bits (:func:`_float32_level`); other dtypes guess it with a logarithm.
     Non-finite values get some bin; callers mask them out.
     """
     x = x.astype(_binned_dtype(x.dtype))
     edges = xp.asarray(_EDGES.astype(x.dtype))
     magnitude = xp.abs(x)
-    finite = xp.isfinite(magnitude) & (magnitude > 0)
-    safe = xp.where(finite, magnitude, 1)
-    guess = xp.clip(xp.floor((xp.log10(safe) - HIST_LOG_MIN) * HIST_PER_DECADE), 0, _N_SIDE - 1).astype(np.int32)
-    level = guess - (safe < edges[guess]).astype(np.int32) + (safe >= edges[guess + 1]).astype(np.int32)
-    level = xp.clip(level, 0, _N_SIDE - 1)
+    if x.dtype == np.float32:
+        level = _float32_level(magnitude, edges, xp)
+    else:
+        finite = xp.isfinite(magnitude) & (magnitude > 0)
+        safe = xp.where(finite, magnitude, 1)
+        guess = xp.clip(xp.floor((xp.log10(safe) - HIST_LOG_MIN) * HIST_PER_DECADE), 0, _N_SIDE - 1).astype(np.int32)
+        level = guess - (safe < edges[guess]).astype(np.int32) + (safe >= edges[guess + 1]).astype(np.int32)
+        level = xp.clip(level, 0, _N_SIDE - 1)
     index = xp.where(x > 0, _ZERO + 1 + level, _ZERO - 1 - level)
     return xp.where(magnitude < edges[0], _ZERO, index).astype(np.int32)
+
+
+def _float32_levels_by_prefix() -> np.ndarray:
+    """int32 (2^15,): the magnitude level (:data:`_EDGES`, clipped to [0, _N_SIDE − 1]) of the
+    smallest non-negative float32 with each top-16-bit pattern (sign bit 0)."""
+    smallest = (np.arange(1 << 15, dtype=np.uint32) << 16).view(np.float32)
+    with np.errstate(invalid="ignore"):  # the NaN patterns: some level (masked out by the callers)
+        level = np.searchsorted(_EDGES.astype(np.float32), smallest, side="right") - 1
+    return np.clip(level, 0, _N_SIDE - 1).astype(np.int32)
+
+
+_FLOAT32_LEVELS = _float32_levels_by_prefix()
+
+
+def _float32_level(magnitude, edges, xp):
+    """The level k of float32 magnitudes, edges[k] <= m < edges[k + 1] (clipped to
+    [0, _N_SIDE − 1]), without a logarithm: the floats sharing their top 16 bits span at most a
+    factor 1 + 2^-7, less than a level's 10^(1/100), so a magnitude's level is its prefix's
+    smallest float's level (:data:`_FLOAT32_LEVELS`) or the next one, which one exact comparison
+    with that next level's edge decides (a table read, a read of an edge and a comparison per
+    value, where the logarithm cost a device more than the histogram's count itself)."""
+    if xp is np:
+        prefix = magnitude.view(np.uint32) >> 16
+    else:
+        import jax
+
+        prefix = jax.lax.shift_right_logical(jax.lax.bitcast_convert_type(magnitude, np.uint32), np.uint32(16))
+    guess = xp.asarray(_FLOAT32_LEVELS)[prefix]
+    return xp.minimum(guess + (magnitude >= edges[guess + 1]).astype(np.int32), _N_SIDE - 1)
 
 
 def _bin_value(index: np.ndarray, fraction: np.ndarray) -> np.ndarray:
@@ -381,6 +417,34 @@ def _histogram(bins, used, xp, method: str):
     return xp.diff(at, axis=-1).astype(np.int32).reshape((n_points,) + cells + (N_BINS,))
 
 
+def count_into(hist, row, bins, used, xp, method: str):
+    """``hist`` (rows, *cells, N_BINS) int32 with the counts of the bins ``bins`` (T, *cells) where
+    ``used`` added to row ``row`` (may be traced): a micro-batch's values counted straight into a
+    device's running histogram (jax.numpy), by one of :data:`HISTOGRAM_METHODS`.
+
+    ``scatter`` adds into ``hist`` in place (no histogram of the micro-batch is formed: adding a
+    dense one per micro-batch would cost more than the values' own scatter); ``sort`` counts the
+    micro-batch (:func:`_histogram`) and adds it to the row.
+    """
+    if method != "scatter":
+        return hist.at[row].add(_histogram(bins[None], used[None], xp, method)[0])
+    n_cells = math.prod(bins.shape[1:])
+    cell = xp.arange(n_cells, dtype=np.int32).reshape(bins.shape[1:])
+    flat = ((row * n_cells + cell) * N_BINS + bins).ravel()
+    return hist.reshape(-1).at[flat].add(used.astype(np.int32).ravel()).reshape(hist.shape)
+
+
+def block_sums(values, used, xp):
+    """(Σx, Σx²) of each block of :data:`SUMMARY_BLOCK` trials in float64, by the fixed tree of
+    :func:`_tree_sum` (values outside ``used`` count as 0): ``values`` (points, T, *cells) ->
+    two arrays (points, T / SUMMARY_BLOCK, *cells). A block's sums depend on its values only, so
+    they are the same bits whether taken over a whole chunk or one micro-batch at a time; the
+    squares of float32 values are exact in float64."""
+    clean = xp.where(used, values, 0).astype(np.float64)
+    blocks = clean.reshape((values.shape[0], values.shape[1] // SUMMARY_BLOCK, SUMMARY_BLOCK) + values.shape[2:])
+    return _tree_sum(blocks, 2), _tree_sum(blocks * blocks, 2)
+
+
 def chunk_summary(values, n_valid, xp, first_block=0, n_blocks=None, histogram: str = "scatter") -> dict:
     """What the summary needs from a chunk of trials (``xp``: NumPy or jax.numpy under x64).
 
@@ -395,11 +459,7 @@ def chunk_summary(values, n_valid, xp, first_block=0, n_blocks=None, histogram: 
         histogram: one of :data:`HISTOGRAM_METHODS` (on the device; NumPy counts with bincount).
 
     Returns:
-        dict of int32 ``count``, ``nan_count`` (points, *time), ``nonfinite_trials`` (points,),
-        ``hist`` (points, *time, N_BINS), and float64 ``sum_pieces``, ``sq_pieces``
-        (points, 2·bit_length(T / SUMMARY_BLOCK), *time): the sums D(j, k) of the values (and of
-        their squares, exact in float64 for float32 values) over the :func:`dyadic_pieces` of
-        blocks [first_block, first_block + n_blocks) (see :class:`SummaryState`), zeros after.
+        :func:`summary_of_blocks` of the chunk's histogram, block sums and non-finite trials.
     """
     n_points, n_trials = values.shape[:2]
     cells = values.shape[2:]
@@ -407,22 +467,46 @@ def chunk_summary(values, n_valid, xp, first_block=0, n_blocks=None, histogram: 
     valid = xp.arange(n_trials).reshape((1, n_trials) + (1,) * len(cells)) < per_point
     finite = xp.isfinite(values)
     used, bad = finite & valid, (~finite) & valid
-    clean = xp.where(used, values, 0).astype(np.float64)
-    blocks = clean.reshape((n_points, n_trials // SUMMARY_BLOCK, SUMMARY_BLOCK) + cells)
+    sums, squares = block_sums(values, used, xp)
+    return summary_of_blocks(
+        _histogram(bin_index(values, xp), used, xp, histogram),
+        sums,
+        squares,
+        bad.reshape(n_points, n_trials, -1).any(-1).sum(1, dtype=np.int32),
+        n_valid,
+        first_block,
+        n_blocks,
+        xp,
+    )
+
+
+def summary_of_blocks(hist, sums, squares, nonfinite_trials, n_valid, first_block, n_blocks, xp) -> dict:
+    """A chunk's summary from its histogram ``hist`` (points, *time, N_BINS), its block sums
+    ``sums`` and ``squares`` (points, M, *time) of :func:`block_sums` over the blocks
+    ``first_block`` + [0, M) and its ``nonfinite_trials`` (points,), of which trials
+    [0, ``n_valid``) count (``n_blocks``: as in :func:`chunk_summary`).
+
+    Returns:
+        dict of int32 ``count``, ``nan_count`` (points, *time), ``nonfinite_trials`` (points,),
+        ``hist`` (points, *time, N_BINS), and float64 ``sum_pieces``, ``sq_pieces``
+        (points, 2·bit_length(M), *time): the sums D(j, k) of the values (and of their squares)
+        over the :func:`dyadic_pieces` of blocks [first_block, first_block + n_blocks) (see
+        :class:`SummaryState`), zeros after.
+    """
+    n_trials = sums.shape[1] * SUMMARY_BLOCK
     if n_blocks is None:
         n_blocks = xp.asarray(n_valid) // SUMMARY_BLOCK
-    hist = _histogram(bin_index(values, xp), used, xp, histogram)
     # Every finite value counted is in one bin, and every value counted is finite or not: two
     # sums over the bins (cells × N_BINS) instead of two passes over the chunk's values.
     count = hist.sum(-1, dtype=np.int32)
-    n_counted = xp.minimum(xp.asarray(n_valid).astype(np.int32), n_trials).reshape((-1,) + (1,) * len(cells))
+    n_counted = xp.minimum(xp.asarray(n_valid).astype(np.int32), n_trials).reshape((-1,) + (1,) * (count.ndim - 1))
     return {
         "count": count,
         "nan_count": n_counted - count,
-        "nonfinite_trials": bad.reshape(n_points, n_trials, -1).any(-1).sum(1, dtype=np.int32),
+        "nonfinite_trials": nonfinite_trials,
         "hist": hist,
-        "sum_pieces": _dyadic_sums(_tree_sum(blocks, 2), first_block, n_blocks, xp),
-        "sq_pieces": _dyadic_sums(_tree_sum(blocks * blocks, 2), first_block, n_blocks, xp),
+        "sum_pieces": _dyadic_sums(sums, first_block, n_blocks, xp),
+        "sq_pieces": _dyadic_sums(squares, first_block, n_blocks, xp),
     }
 
 

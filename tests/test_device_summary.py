@@ -144,3 +144,44 @@ def test_the_devices_shares_of_a_summary_chunk_fold_to_one_devices_summary():
     code = _SHARES.format(tests=os.path.dirname(__file__))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr
+
+
+def runs_trial(key, point):
+    """A trajectory with runs of equal values (a KL after the cover time), zeros, values on bin
+    edges and non-finite slots: what the micro-batch loop's histogram and block sums see."""
+    k1, k2, k3 = jax.random.split(key, 3)
+    level = jax.random.normal(k1, (12,)) * 10.0 ** jax.random.uniform(k2, (12,), minval=-13, maxval=9)
+    x = jnp.repeat(level, 4)[:40] * point["scale"]
+    x = x.at[5].set(jnp.float32(stats._EDGES[700]))
+    x = x.at[6].set(jnp.where(jax.random.uniform(k3) < 0.1, jnp.nan, x[6]))
+    return {"kl": x.reshape(2, 20), "last": jnp.where(x[0] > 1e7, -jnp.inf, x[-1])}
+
+
+@pytest.mark.parametrize("histogram", ["scatter", "sort"])
+def test_the_loops_summary_is_the_bits_of_the_summary_of_the_stored_values(histogram):
+    """The compiled share summary (counted micro-batch by micro-batch inside the loop, the values
+    never stored) equals share_summary of the same trials' values for every output, wherever the
+    share's valid trials end (the raw tail block in the first, a middle and the last micro-batch)
+    and wherever its blocks start."""
+    from jaxfed.engine import compiled
+    from jaxfed.engine.points import group_points
+
+    group, traced = group_points([{"scale": jnp.float32(1.0)}, {"scale": jnp.float32(-1e-3)}])[0]
+    width, local = 128, 384
+    ids = np.asarray(group.point_ids, np.uint32)
+    steps = np.int32(len(ids) * local // width)
+    metrics = jax.jit(compiled.batched_metrics(runs_trial, group, local, width))
+    loop = jax.jit(compiled.batched_summary(runs_trial, group, local, width, False, histogram))
+    values = metrics(np.uint32(3), ids, traced, np.uint32(640), steps)
+    assert np.isnan(values["kl"]).any() and np.isinf(values["last"]).any()
+    reference = jax.jit(lambda v, n, f: compiled.share_summary(v, n, f, histogram))
+    for n_valid, first_block in [(local, 10), (64, 10), (192, 3), (256, 0), (0, 7)]:
+        got = loop(np.uint32(3), ids, traced, np.uint32(640), steps, np.uint32(n_valid), np.uint32(first_block))
+        for name, v in values.items():
+            with jax.enable_x64(True):  # as the engine: float64 sums, the trial as it is
+                want = reference(v, np.uint32(n_valid), np.uint32(first_block))
+                assert set(got[name]) == set(want)
+                for key, w in want.items():
+                    np.testing.assert_array_equal(
+                        np.asarray(got[name][key]), np.asarray(w), err_msg=f"{n_valid}, {first_block}: {name}/{key}"
+                    )

@@ -29,7 +29,8 @@ function's memory analysis unless given.
 Results: ``keep="raw"`` returns every trial, arrays (point, trial, …); ``keep="summary"`` returns
 a :class:`jaxfed.stats.Summary` (count, mean, standard error and a log-spaced histogram for
 quantiles) so a million trials need no more memory than one chunk. The device computes each
-chunk's part of it inside the compiled chunk function (:func:`jaxfed.stats.chunk_summary`:
+chunk's part of it inside the compiled chunk function's loop over micro-batches, the values never
+stored (:func:`jaxfed.engine.compiled.batched_summary`, bit for bit :func:`jaxfed.stats.chunk_summary`:
 integer counts and histograms, float64 sums per block of ``stats.SUMMARY_BLOCK`` trials aligned to
 trial indices, merged by a fixed pairwise tree over aligned ranges of blocks, so a chunk hands
 the host O(log n) partial sums per cell). Summary chunks are whole blocks (the

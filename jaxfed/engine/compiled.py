@@ -28,7 +28,8 @@ class ChunkFn:
     Each device of the mesh runs the same single-device program on its share of the chunk's
     trials (device g of the mesh: trials ``first_trial + g·local + [0, local)``), so a trial's
     values do not depend on the device count: no SPMD partitioning of the trial. In summary mode
-    the same program summarises its share (:func:`share_summary`), so no program spans the
+    the same program summarises its share inside its micro-batch loop (:func:`batched_summary`,
+    the bits of :func:`share_summary` of the share's values), so no program spans the
     devices at all: the shares' summaries come back side by side, (points, devices, …), and the
     host folds them in trial order (exact: counts add, and the dyadic sums of consecutive shares
     push into the binary counter in order, see :class:`jaxfed.stats.SummaryState`). In raw mode
@@ -46,7 +47,8 @@ class ChunkFn:
         metrics = batched_metrics(trial, group, self.local, width, common, eager=mesh is None)
         histogram = histogram_method(platform(mesh))
 
-        def summarised(seed, point_ids, traced, first_trial, steps, n_valid, first_block):
+        def summarised_op_by_op(seed, point_ids, traced, first_trial, steps, n_valid, first_block):
+            """Without a mesh: the share's values, then their summary (the reference of the loop's)."""
             values = metrics(seed, point_ids, traced, first_trial, steps)
             with jax.enable_x64(True):  # float64 block sums on any device; the trial itself stays as it is
                 return {name: share_summary(v, n_valid, first_block, histogram) for name, v in values.items()}
@@ -54,6 +56,11 @@ class ChunkFn:
         def raw(values):
             return values, {name: nonfinite_per_trial(v) for name, v in values.items()}
 
+        summarised = (
+            summarised_op_by_op
+            if mesh is None  # compiled: summarised inside the micro-batch loop, the values never stored
+            else batched_summary(trial, group, self.local, width, common, histogram)
+        )
         self.metrics = metrics
         self.program: Any = summarised if summary else metrics  # what each device runs on its share
         self.finish: Any = raw if flags and not summary else None  # over the assembled shares (raw)
@@ -120,11 +127,18 @@ def share_summary(values, n_valid, first_block, histogram: str) -> dict:
     summarised, and ``full`` (points,), whether they fill the share (the tail is in the first
     share that is not full). Every leaf gets a share axis of length 1 after the points."""
     out = stats.chunk_summary(values, n_valid, jnp, first_block, histogram=histogram)
-    n_points = values.shape[0]
-    out["tail"] = jax.lax.dynamic_slice_in_dim(values, n_valid, stats.SUMMARY_BLOCK, axis=1)
+    tail = jax.lax.dynamic_slice_in_dim(values, n_valid, stats.SUMMARY_BLOCK, axis=1)
+    return _with_share_fields(out, tail, n_valid, values.shape[1])
+
+
+def _with_share_fields(out: dict, tail, n_valid, local: int) -> dict:
+    """``out`` with the share's ``tail``, ``blocks`` and ``full`` (see :func:`share_summary`), and a
+    share axis of length 1 after the points on every leaf."""
+    n_points = tail.shape[0]
+    out["tail"] = tail
     blocks = jnp.asarray(n_valid).astype(np.int32) // stats.SUMMARY_BLOCK
     out["blocks"] = jnp.broadcast_to(blocks, (n_points,))
-    out["full"] = jnp.broadcast_to(blocks * stats.SUMMARY_BLOCK == values.shape[1], (n_points,))
+    out["full"] = jnp.broadcast_to(blocks * stats.SUMMARY_BLOCK == local, (n_points,))
     return {name: jnp.expand_dims(x, 1) for name, x in out.items()}
 
 
@@ -236,11 +250,117 @@ def batched_metrics(trial: Trial, group: Group, local: int, width: int, common: 
     ``eager``: the same micro-batches in a Python loop, op by op (no compilation of the whole
     program: for tests of the engine's bookkeeping, ``use_jit=False``).
     """
-    blocks = local // width
+    micro_batch = _micro_batch_fn(trial, group, width, common)
+    if eager:
+        return _op_by_op(micro_batch, local // width, width)
+
+    def start(shapes, n_points):
+        return {name: jnp.zeros((n_points, local) + s.shape[1:], s.dtype) for name, s in shapes.items()}
+
+    def keep(out, values, row, block):
+        return {
+            name: jax.lax.dynamic_update_slice(out[name], value[None], (row, block * width) + (0,) * (value.ndim - 1))
+            for name, value in values.items()
+        }
+
+    return _micro_batch_loop(micro_batch, local // width, width, start, keep)
+
+
+def batched_summary(trial: Trial, group: Group, local: int, width: int, common: bool, histogram: str):
+    """(seed, point_ids, traced, first_trial, steps, n_valid, first_block) -> metric -> the
+    device's :func:`share_summary` of trials first_trial + [0, local), summarised inside the
+    micro-batch loop of :func:`batched_metrics` (unjitted).
+
+    Each micro-batch's values are counted into the running histogram, their float64
+    :data:`~jaxfed.stats.SUMMARY_BLOCK` sums placed at their blocks, their non-finite trials
+    counted and the raw tail block kept while they are in cache; the share's values are never
+    stored (a 12,288-trial share of gfvl-topologies held 44 MB of them, written out and read back
+    by a second program). The trials are the same program as in raw mode, and every output is the
+    bits of :func:`share_summary` of their values: counts are integers, a block's sums a fixed
+    tree of its own values (a micro-batch is whole blocks, as ``width`` is a multiple of
+    SUMMARY_BLOCK), and the dyadic sums are taken from the placed block sums after the loop.
+    """
+    micro_batch = _micro_batch_fn(trial, group, width, common)
+
+    def on_device(seed, point_ids, traced, first_trial, steps, n_valid, first_block):
+        n_valid = jnp.asarray(n_valid).astype(jnp.int32)
+        tail_at = jnp.minimum(n_valid, local - stats.SUMMARY_BLOCK)  # the raw block kept (as share_summary)
+
+        def start(shapes, n_points):
+            with jax.enable_x64(True):
+                return {
+                    name: _SummaryCarry(
+                        hist=jnp.zeros((n_points,) + s.shape[1:] + (stats.N_BINS,), jnp.int32),
+                        sums=jnp.zeros((n_points, local // stats.SUMMARY_BLOCK) + s.shape[1:], jnp.float64),
+                        squares=jnp.zeros((n_points, local // stats.SUMMARY_BLOCK) + s.shape[1:], jnp.float64),
+                        nonfinite=jnp.zeros((n_points,), jnp.int32),
+                        tail=jnp.zeros((n_points, stats.SUMMARY_BLOCK) + s.shape[1:], s.dtype),
+                    )
+                    for name, s in shapes.items()
+                }
+
+        def add(carry, values, row, block):
+            with jax.enable_x64(True):  # float64 block sums on any device; the trial itself stays as it is
+                return {
+                    name: _added(carry[name], v, row, block, width, n_valid, tail_at, histogram)
+                    for name, v in values.items()
+                }
+
+        carry = _micro_batch_loop(micro_batch, local // width, width, start, add)(
+            seed, point_ids, traced, first_trial, steps
+        )
+        with jax.enable_x64(True):
+            return {name: _finished(c, n_valid, first_block, local) for name, c in carry.items()}
+
+    return on_device
+
+
+class _SummaryCarry(NamedTuple):
+    """One metric's running summary of a device's share inside the micro-batch loop."""
+
+    hist: jax.Array  # (points, *cells, N_BINS) int32
+    sums: jax.Array  # (points, local / SUMMARY_BLOCK, *cells) float64 block sums, placed at their blocks
+    squares: jax.Array  # the same for the squares
+    nonfinite: jax.Array  # (points,) int32: valid trials with a non-finite value
+    tail: jax.Array  # (points, SUMMARY_BLOCK, *cells): the raw block from trial min(n_valid, local − 64) on
+
+
+def _added(c: _SummaryCarry, v, row, block, width: int, n_valid, tail_at, histogram: str) -> _SummaryCarry:
+    """The running summary ``c`` after micro-batch ``block`` of row ``row``, values ``v`` (W, *cells)
+    of the share's trials block·W + [0, W), of which those below ``n_valid`` count; the raw block
+    from ``tail_at`` on is kept when it lies in this micro-batch."""
+    offset = block * width
+    valid = (offset + jnp.arange(width, dtype=jnp.int32) < n_valid).reshape((width,) + (1,) * (v.ndim - 1))
+    finite = jnp.isfinite(v)
+    used = finite & valid
+    sums, squares = stats.block_sums(v[None], used[None], jnp)
+    at = (row, block * (width // stats.SUMMARY_BLOCK)) + (jnp.int32(0),) * (v.ndim - 1)
+    start = jnp.clip(tail_at - offset, 0, width - stats.SUMMARY_BLOCK)
+    here = (tail_at >= offset) & (tail_at < offset + width)
+    tail = jnp.where(here, jax.lax.dynamic_slice_in_dim(v, start, stats.SUMMARY_BLOCK), c.tail[row])
+    return _SummaryCarry(
+        hist=stats.count_into(c.hist, row, stats.bin_index(v, jnp), used, jnp, histogram),
+        sums=jax.lax.dynamic_update_slice(c.sums, sums, at),
+        squares=jax.lax.dynamic_update_slice(c.squares, squares, at),
+        nonfinite=c.nonfinite.at[row].add(((~finite) & valid).reshape(width, -1).any(-1).sum(dtype=jnp.int32)),
+        tail=c.tail.at[row].set(tail),
+    )
+
+
+def _finished(carry: _SummaryCarry, n_valid, first_block, local: int) -> dict:
+    """The :func:`share_summary` of a device's share from its running summary ``carry``."""
+    out = stats.summary_of_blocks(
+        carry.hist, carry.sums, carry.squares, carry.nonfinite, n_valid, first_block, None, jnp
+    )
+    return _with_share_fields(out, carry.tail, n_valid, local)
+
+
+def _micro_batch_fn(trial: Trial, group: Group, width: int, common: bool):
+    """micro_batch(seed, point_id, point, first) -> metrics (W, ...) of trials first + [0, W)."""
 
     def micro_batch(seed, point_id, point, first):
-        """Metrics (W, ...) of trials first + [0, W): trial t is computed in lane t mod W (whatever
-        ``first``), and the lanes rotated back into trial order after the barrier."""
+        """Trial t is computed in lane t mod W (whatever ``first``), and the lanes are rotated back
+        into trial order after the barrier."""
         root = jax.random.key(seed)
         base = root if common else jax.random.fold_in(root, point_id)
         lanes = jnp.arange(width, dtype=jnp.uint32)
@@ -250,26 +370,28 @@ def batched_metrics(trial: Trial, group: Group, local: int, width: int, common: 
         values = jax.lax.optimization_barrier(values)
         return {name: jnp.take(v, (lanes + shift) % width, axis=0) for name, v in values.items()}
 
+    return micro_batch
+
+
+def _micro_batch_loop(micro_batch, blocks: int, width: int, start, update):
+    """The device loop of :func:`batched_metrics`: (seed, point_ids, traced, first_trial, steps) ->
+    ``update(…(update(start(shapes, rows), values₀, 0, 0)…), values, row, block)`` over the
+    micro-batches (row, block), each computed by ``micro_batch`` behind an optimisation barrier;
+    ``shapes``: one micro-batch's metric shapes."""
+
     def on_device(seed, point_ids, traced, first_trial, steps):
         point_ids, traced = jnp.asarray(point_ids), [jnp.asarray(x) for x in traced]
         shapes = jax.eval_shape(micro_batch, seed, point_ids[0], [x[0] for x in traced], first_trial)
-        out = {name: jnp.zeros((len(point_ids), local) + s.shape[1:], s.dtype) for name, s in shapes.items()}
 
-        def step(i, out):
+        def step(i, carry):
             row, block = i // blocks, i % blocks
             first = first_trial + (block * width).astype(jnp.uint32)
             inputs = jax.lax.optimization_barrier((seed, point_ids[row], [x[row] for x in traced], first))
-            values = micro_batch(*inputs)
-            return {
-                name: jax.lax.dynamic_update_slice(
-                    out[name], value[None], (row, block * width) + (0,) * (value.ndim - 1)
-                )
-                for name, value in values.items()
-            }
+            return update(carry, micro_batch(*inputs), row, block)
 
-        return jax.lax.fori_loop(jnp.int32(0), steps, step, out)
+        return jax.lax.fori_loop(jnp.int32(0), steps, step, start(shapes, len(point_ids)))
 
-    return _op_by_op(micro_batch, blocks, width) if eager else on_device
+    return on_device
 
 
 def _op_by_op(micro_batch, blocks: int, width: int):
