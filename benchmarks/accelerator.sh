@@ -33,7 +33,7 @@ work=$(mktemp -d)
     timeout "${PARTS_S:-180}" $py benchmarks/summary_parts.py --chunk "${PARTS_CHUNK:-1864192}" \
         --out "$out/summary_parts_gpu.json"
     date -u
-    timeout "${ENGINE_S:-230}" $py benchmarks/scaling.py --engine --parts sweep million fixed \
+    timeout "${ENGINE_S:-230}" $py benchmarks/scaling.py --engine --parts sweep in-process million fixed \
         --sweep-seconds "${SWEEP_SECONDS:-20}" --kernel-probe "${KERNEL_PROBE:-1048576}" \
         --million "${MILLION:-1000000}" --out "$out/engine_gpu.json"
     date -u

@@ -14,7 +14,9 @@ chunk (:func:`jaxfed.stats.chunk_summary`); XLA drops what is not returned, so t
 - ``histogram``: the log-grid bin of every value and its count per cell, by the engine's method
   on this platform (:func:`jaxfed.engine.compiled.histogram_method`: scatter-add on a CPU);
 - ``histogram_sort``: the same counts by sorting (the accelerators' method), to compare;
-- ``summary``: the engine's whole summarised chunk function (all of the above and the raw tail);
+- ``summary``: the engine's whole summarised chunk function: since issue 24 every micro-batch is
+  summarised inside the trial loop (the values never stored), so this row is compared with
+  ``kernel``, not with the sum of the parts above (which summarise a stored chunk);
 - ``to_host``: copying the summary's outputs to NumPy (``jax.device_get``), after they are ready.
 
 Each is compiled separately and timed as the median of ``--repeats`` calls (``block_until_ready``).
