@@ -11,6 +11,12 @@ from jaxfed import engine
 from jaxfed.engine import compiled
 
 
+@pytest.fixture(autouse=True)
+def fresh_process():
+    """Each test compiles as a new process would: no chunk function kept from an earlier run."""
+    compiled._KEPT.clear()
+
+
 @pytest.fixture
 def probed(monkeypatch):
     """Chunks sized from the memory probe: these runs are small enough to compile once without it."""
@@ -72,6 +78,7 @@ def test_a_small_run_compiles_once_without_the_probe_and_a_large_one_probes_firs
     once = engine.run(trial, POINTS, 300, **go)
     assert batches == [320] and once.info["memory_probe_cached"] == [None] and once.info["chunk_sizes"] == [300]
     batches.clear()
+    compiled._KEPT.clear()  # as a new process: the probe, then the chunk the first run compiled
     monkeypatch.setattr(compiled, "WHOLE_RUN_FRACTION", 0.0)
     probed = engine.run(trial, POINTS, 300, **go)
     assert batches[0] == 64 and len(batches) == 2 and probed.info["memory_probe_cached"] == [False]
@@ -79,6 +86,7 @@ def test_a_small_run_compiles_once_without_the_probe_and_a_large_one_probes_firs
     monkeypatch.undo()
     monkeypatch.setattr(compiled, "make_chunk_fn", spy)
     batches.clear()
+    compiled._KEPT.clear()
     longer = engine.run(trial, POINTS, 16 * 64 + 1, **go)  # more than 16 micro-batches: chunked from the probe
     assert batches[0] == 64 and longer.info["memory_probe_cached"] == [False]
 
@@ -104,6 +112,7 @@ def test_a_corrupted_cache_directory_does_not_break_a_run(tmp_path, probed):
     for root, _, files in os.walk(cache):  # every entry, executables and probe figures, damaged
         for name in files:
             (tmp_path / root / name).write_bytes(b"\x00garbage")
+    compiled._KEPT.clear()  # as a new process finds the directory
     damaged, info = run(str(cache))
     assert info["compile_cached"] == [False] and info["memory_probe_cached"] == [False]
     not_a_dir = tmp_path / "file"
@@ -146,3 +155,35 @@ def test_a_run_leaves_jax_cache_settings_as_it_found_them(tmp_path, monkeypatch)
     with pytest.raises(RuntimeError, match="compilation failed"):
         run(str(tmp_path / "c2"))
     assert jax.config.jax_compilation_cache_dir == before
+
+
+def test_a_rerun_in_the_same_process_reuses_the_compiled_chunk_function(monkeypatch):
+    """The same trial run again (a notebook's rerun, more trials in the same chunks) neither
+    traces nor compiles; another function, other shapes, another mode or x64 compile anew, and
+    the kept functions are bounded."""
+    import jax
+
+    built: list = []
+    real = compiled.make_chunk_fn
+    monkeypatch.setattr(compiled, "make_chunk_fn", lambda *a, **k: built.append(a[2]) or real(*a, **k))
+    go = dict(micro_batch=64, compilation_cache="off", progress=False, chunk_size=64)
+    first = engine.run(trial, POINTS, 100, **go)
+    assert len(built) == 1
+    again = engine.run(trial, POINTS, 200, seed=1, **go)  # more trials, another seed: the same program
+    assert len(built) == 1 and again.info["compile_s"] == [0.0] and again.info["compile_cached"] == [True]
+    np.testing.assert_array_equal(engine.run(trial, POINTS, 100, **go)["walk"], first["walk"])
+
+    def redefined(key, point):
+        return trial(key, point)
+
+    engine.run(redefined, POINTS, 100, **go)
+    engine.run(trial, POINTS[:2], 100, **go)
+    engine.run(trial, POINTS, 100, keep="summary", **go)
+    with jax.enable_x64(True):
+        engine.run(trial, POINTS, 100, **go)
+    assert len(built) == 5
+    for blocks in range(2, 2 + compiled.KEPT_CHUNK_FNS):
+        engine.run(trial, POINTS, 64 * blocks, **dict(go, chunk_size=64 * blocks))
+    assert len(compiled._KEPT) == compiled.KEPT_CHUNK_FNS
+    engine.run(trial, POINTS, 100, **go)  # the first one was dropped
+    assert len(built) == 5 + compiled.KEPT_CHUNK_FNS + 1
