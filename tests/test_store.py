@@ -238,6 +238,26 @@ def test_a_kill_at_every_instant_resumes_identically(tmp_path, references, keep,
     assert outcomes.count("identical") == len(instants)  # an atomic store never even needs to refuse
 
 
+def test_a_slow_writer_stores_each_summary_state_as_it_was_when_submitted(tmp_path, references, monkeypatch):
+    """The sink adds each chunk's histogram into its own in place; the writer thread, writing a
+    state while the next chunks are folded, stores a copy: every stored histogram holds the
+    trials its counts say (its finite values are ``count``), and the run ends identical."""
+    real = store.Store.save_summary
+    written = []
+
+    def slow_save(self, spec, point_trials, chunk, states):
+        time.sleep(0.05)  # the main thread folds the next chunks meanwhile
+        for state in states.values():
+            np.testing.assert_array_equal(state["hist"].sum(-1), state["count"])
+        written.append(max(point_trials))
+        real(self, spec, point_trials, chunk, states)
+
+    monkeypatch.setattr(store.Store, "save_summary", slow_save)
+    cfg, res = run_toy(tmp_path / "slow", N_TRIALS, "summary")
+    assert len(written) > 2  # a state after every chunk of each group (checkpoint_every=0)
+    assert_same(res, references["summary", N_TRIALS][0])
+
+
 def test_summary_states_are_stored_by_time_and_at_the_end_of_each_group(tmp_path):
     """Per group (two here, 3 chunks each: 20 trials in chunks of 6, rounded up to 8, whole sum
     blocks), a summary state is stored after every chunk with ``checkpoint_every=0``; with 2 ticks
