@@ -182,8 +182,14 @@ def test_a_rerun_in_the_same_process_reuses_the_compiled_chunk_function(monkeypa
     with jax.enable_x64(True):
         engine.run(trial, POINTS, 100, **go)
     assert len(built) == 5
-    for blocks in range(2, 2 + compiled.KEPT_CHUNK_FNS):
+    # The bound, at 3 kept functions (the default's 8 would cost 8 more compiles, ~10 s here): the
+    # first run's function is kept while it is used again, the least recently used is dropped.
+    monkeypatch.setattr(compiled, "KEPT_CHUNK_FNS", 3)
+    engine.run(trial, POINTS, 100, **go)
+    for blocks in (2, 3):
         engine.run(trial, POINTS, 64 * blocks, **dict(go, chunk_size=64 * blocks))
-    assert len(compiled._KEPT) == compiled.KEPT_CHUNK_FNS
-    engine.run(trial, POINTS, 100, **go)  # the first one was dropped
-    assert len(built) == 5 + compiled.KEPT_CHUNK_FNS + 1
+    assert len(compiled._KEPT) == 3 and len(built) == 7
+    engine.run(trial, POINTS, 100, **go)  # still kept: used more recently than the three others
+    engine.run(trial, POINTS, 64 * 4, **dict(go, chunk_size=64 * 4))  # drops the 2-block one
+    engine.run(trial, POINTS, 64 * 2, **dict(go, chunk_size=64 * 2))  # compiled again
+    assert len(compiled._KEPT) == 3 and len(built) == 9

@@ -132,6 +132,8 @@ def test_small_memory_budget_gives_smaller_chunks_and_the_same_metrics(single, t
     assert config["engine"]["chunk_sizes"] == small["chunk_sizes"]
 
 
+# ~13 s; the default suite checks a quantile within one bin on small data (test_summary_of_signed_values_and_nans).
+@pytest.mark.slow
 def test_summary_bands_match_raw_quantiles_within_the_sketch_error():
     """Same 10,000 trials kept raw and summarised: quantiles agree within one histogram bin."""
     sweep = gfvl_topologies.build(gfvl_topologies.Config(n_slots=80))
@@ -151,6 +153,9 @@ def test_summary_bands_match_raw_quantiles_within_the_sketch_error():
         assert np.all((rel <= ratio) & (rel >= 1 / ratio)), (rel.min(), rel.max())
 
 
+# ~14 s: the default suite checks summaries across chunk sizes and growth on a smaller trial
+# (test_device_summary, test_determinism's user trial); the slow suite every experiment's.
+@pytest.mark.slow
 def test_summary_sums_do_not_depend_on_chunking_or_resume(tmp_path):
     sweep = gfvl_topologies.build(gfvl_topologies.Config(n_slots=30))
     a = engine.run(sweep.trial, sweep.points, 700, chunk_size=700, keep="summary")["kl"]

@@ -146,6 +146,7 @@ def test_config_json_records_the_trials_and_the_precision_of_each_point(tmp_path
     assert all(se <= 0.05 or n == 640 for se, n in zip(target["se_reached"], target["trials_per_point"]))
 
 
+@pytest.mark.slow  # ~13 s; the default suite checks the same stopping rule on the mean
 def test_a_median_target_stops_each_point_where_the_histogram_median_se_first_holds():
     """``target_statistic="median"``: the same stopping rule on :func:`jaxfed.stats.median_se`,
     checked against fixed-count runs at each chunk boundary."""
