@@ -115,7 +115,8 @@ def test_reinitialisation_moves_only_clusters_below_s_min():
     np.testing.assert_array_equal(np.asarray(info2.reinitialised), sizes < s_min)
 
 
-@pytest.mark.parametrize("aggregation", ["ideal", "quantized", "oac"])
+# ideal (~8 s) in the slow suite: the default suite keeps the two aggregations over a channel.
+@pytest.mark.parametrize("aggregation", [pytest.param("ideal", marks=pytest.mark.slow), "quantized", "oac"])
 def test_devices_without_points_transmit_nothing_and_change_nothing(aggregation):
     aggregator = {
         "ideal": aggregators.ideal(),

@@ -51,6 +51,7 @@ def test_a_user_model_is_used_through_the_data_generators():
     assert stats[1].tolist() == [0.0, 0.0] and stats[0, 0] == 5.0 and stats[0, 1] < 0  # (N_k, −Σz)
 
 
+@pytest.mark.slow  # ~9 s; the default suite runs a user model through the plain CLI (above)
 def test_a_model_loaded_with_import_runs_the_built_in_experiment_and_must_be_given_to_read_it(tmp_path, capsys):
     """`jaxfed run gfvl-heterogeneity --import FILE --set family=NAME`: the plain command, no wrapper;
     the file's digest is in the identity and record, and report/plot need the same file again."""

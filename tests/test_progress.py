@@ -129,6 +129,7 @@ def test_the_overall_bar_on_a_terminal_names_the_experiment_and_advances_by_its_
     overall.close()
 
 
+@pytest.mark.slow  # ~8 s of jaxfed reproduce; the lines' rules are checked above without running
 def test_reproduce_in_a_log_shows_compiling_progress_done_and_overall_lines(tmp_path, capsys, monkeypatch):
     """A background run (stderr not a terminal) logs each chunk here (interval 0), each group's end
     and the overall ETA; a grown run's group counts its stored trials; the report path is printed
