@@ -327,7 +327,7 @@ class SummarySink(Sink):
             before = self.states[name]
             if not isinstance(active, slice):
                 before = stats.SummaryState(*(f[active] for f in before))  # (copies)
-            state, tail = folded_shares(before, part, n_blocks, stop - _whole(stop), hist_in_place=True)
+            state, tail = folded_shares(before, part, n_blocks, stop - _whole(stop))
             if isinstance(active, slice):
                 self.states[name], self.tails[name] = state, tail
             else:
@@ -363,19 +363,19 @@ class SummarySink(Sink):
         return parts
 
 
-def folded_shares(state: stats.SummaryState, part: dict, n_blocks: int, n_tail: int, hist_in_place: bool = False):
+def folded_shares(state: stats.SummaryState, part: dict, n_blocks: int, n_tail: int):
     """(``state`` followed by a chunk's devices' shares, the chunk's raw tail of ``n_tail``
     trials): ``part`` holds each share's :func:`jaxfed.engine.compiled.share_summary` along axis
     1, in trial order; the shares' whole blocks add up to the chunk's ``n_blocks``, and the tail
-    is in the first share whose blocks do not fill it. ``hist_in_place``: as for
-    :func:`jaxfed.stats.fold`."""
+    is in the first share whose blocks do not fill it. The shares' histograms are added into
+    ``state.hist`` in place (``hist_in_place`` of :func:`jaxfed.stats.fold`): the caller owns it."""
     tail = None
     summarised = 0
     for g in range(part["blocks"].shape[1]):
         share = {field: values[:, g] for field, values in part.items()}
         blocks = int(share["blocks"][0])
         if blocks:
-            state = stats.fold(state, share, blocks, hist_in_place)
+            state = stats.fold(state, share, blocks, hist_in_place=True)
             summarised += blocks
         if tail is None and not share["full"][0]:
             tail = share["tail"][:, :n_tail]
