@@ -3,6 +3,7 @@ simulation runs here; `-m slow` runs each at a tiny size end to end)."""
 
 import numpy as np
 import pytest
+from test_determinism import SMALL
 
 from jaxfed import experiments, kmeans
 from jaxfed.experiments import base, kmeans_ablation, kmeans_mall, kmeans_studies
@@ -82,7 +83,9 @@ def test_report_ends_with_verdicts_and_figure_draws(name, tmp_path, monkeypatch)
 @pytest.mark.parametrize("name", KMEANS)
 def test_tiny_run_end_to_end(name, tmp_path):
     exp = experiments.get(name)
-    cfg = base.make_config(exp.config_cls, {"n_rounds": "3", "n_points": "300"})
+    # test_determinism's small settings: its matrix compiles the same one-micro-batch programs (the
+    # session's compilation cache then serves them)
+    cfg = base.make_config(exp.config_cls, SMALL[name])
     cj, results = base.run_experiment(exp, cfg, n_trials=4, out_dir=str(tmp_path), quiet=True)
     assert all(np.isfinite(np.asarray(v)).all() for v in results.values())
     assert "**Verdicts**" in exp.report(cfg, cj["points"], results).text
