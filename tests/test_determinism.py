@@ -51,6 +51,11 @@ SMALL = {
     "kmeans-channels": {"n_points": "300", "n_rounds": "4", "spreads_db": "0,3", "k_factors": "0,10"},
 }
 REPRODUCED = ("gfvl-local-iters", "kmeans-snr")  # the two the issue reproduced
+# Each device runs the one-device program on its share of the trials, whatever the trial: the
+# reproducers (non-conjugate G-FVL, over-the-air k-means at the 64 width), and the conjugate G-FVL
+# update and every k-means method (kmeans-convergence), one compiled group each. Every experiment on two
+# devices compiled each group twice more and took ~10 minutes of the CI's slow suite.
+DEVICE_KINDS = ("gfvl-topologies", "kmeans-convergence")
 SEED = 11
 
 
@@ -180,13 +185,6 @@ def check_two_devices(names, tmp_path, n_trials=300):
     for name in names:
         one = run(name, n_trials, chunk_size=n_trials)
         assert_same({m: two[f"{name}/{m}"] for m in one}, dict(one), f"{name}, 2 devices vs 1")
-
-
-# Each device runs the one-device program on its share of the trials, whatever the trial: the
-# reproducers (non-conjugate G-FVL, over-the-air k-means at the 64 width), and the conjugate G-FVL
-# update and every k-means method (kmeans-convergence), one compiled group each. Every experiment on two
-# devices compiled each group twice more and took ~10 minutes of the CI's slow suite.
-DEVICE_KINDS = ("gfvl-topologies", "kmeans-convergence")
 
 
 @pytest.mark.slow  # 2-4 min each in the CI's slow suite (a compile per device and group)
