@@ -74,19 +74,12 @@ def test_traced_methods_are_bit_identical_with_the_last_round_figures():
     _assert_traced_equal_named(cfg, kmeans_mall._snr_labels(cfg), 2, last_round_diagnostics=True)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # 254 s and 342 s in a slow-suite run (2026-12-03): beyond the CI's 90 minutes
 @pytest.mark.parametrize("diagnostics", [dict(round_diagnostics=True), dict(count_diagnostics=True)])
 def test_traced_choices_are_bit_identical_with_every_diagnostic(diagnostics):
-    """The ablation's every variant and reading once (uniform init, tiles), each other init and the
-    i.i.d. split on the full variant, and a quantised point: every traced choice with the diagnostics'
-    branches, at half the named programs of every init × variant (each one a compile)."""
+    """The whole ablation (every init × variant, the readings, the i.i.d. split) and a quantised point."""
     cfg = kmeans_ablation.AblationConfig(**TINY, snr_db=10.0)
-    ablation = kmeans_ablation._labels(cfg)
-    labels = [lab for lab in ablation if lab["init"] == "uniform" and lab["split"] == "tiles"]
-    labels += [
-        lab for lab in ablation if lab["variant"] == "full" and (lab["init"], lab["split"]) != ("uniform", "tiles")
-    ]
-    labels += [{"method": "quantized", "init": "kmeans++"}]
+    labels = kmeans_ablation._labels(cfg) + [{"method": "quantized", "init": "kmeans++"}]
     if "count_diagnostics" in diagnostics:  # a count back-end of its own (static), on every method
         labels = [{**lab, "count_digits": 2} for lab in labels]
     _assert_traced_equal_named(cfg, labels, len(kmeans.VMAX_RULES), **diagnostics)

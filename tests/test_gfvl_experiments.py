@@ -135,15 +135,15 @@ def test_cli_refuses_bad_new_parameters_in_one_line(setting, message, capsys, tm
     assert err == f"jaxfed: error: {message}\n"
 
 
-@pytest.mark.slow
+# The non-conjugate four took 70-138 s each in the CI's slow suite: `long`, beyond its 90 minutes.
 @pytest.mark.parametrize(
     "exp",
     [
-        gfvl_local_iters.EXPERIMENT,
-        gfvl_local_iters.EXPERIMENT_PAPER,
-        gfvl_unlearning.EXPERIMENT,
-        gfvl_unlearning.EXPERIMENT_PAPER,
-        gfvl_unlearning.EXPERIMENT_CONJUGATE,
+        pytest.param(gfvl_local_iters.EXPERIMENT, marks=pytest.mark.long),
+        pytest.param(gfvl_local_iters.EXPERIMENT_PAPER, marks=pytest.mark.long),
+        pytest.param(gfvl_unlearning.EXPERIMENT, marks=pytest.mark.long),
+        pytest.param(gfvl_unlearning.EXPERIMENT_PAPER, marks=pytest.mark.long),
+        pytest.param(gfvl_unlearning.EXPERIMENT_CONJUGATE, marks=pytest.mark.slow),
     ],
 )
 def test_no_nan_or_inf_in_1000_trials_at_default_settings(exp):
