@@ -187,7 +187,7 @@ def check_two_devices(names, tmp_path, n_trials=300):
         assert_same({m: two[f"{name}/{m}"] for m in one}, dict(one), f"{name}, 2 devices vs 1")
 
 
-@pytest.mark.slow  # 2-4 min each in the CI's slow suite (a compile per device and group)
+@pytest.mark.slow  # 110 s and 211 s on two quiet workers (a compile per device and group)
 @pytest.mark.parametrize("names", [REPRODUCED, DEVICE_KINDS])
 def test_two_devices_give_the_values_of_one(tmp_path, names):
     check_two_devices(names, tmp_path)
