@@ -2,10 +2,9 @@
 values whatever the chunk size (1, 7, 37, 64, the micro-batch width W and all: two micro-batches),
 after growth, after a resume with another chunk size and in a targeted run whose points stop one
 by one; with 1 or 2 devices (one experiment of each kind of trial); and a user trial with three
-traced points. The default suite checks
-the user trial (chunk sizes 1, 7, 64, 192, all, growth, one point per group); the slow suite runs
-the whole matrix for every experiment, the issue's two reproducers (non-conjugate G-FVL and
-over-the-air k-means at chunk size 64 vs all) among them."""
+traced points. The default suite checks the user trial (chunk sizes 1, 7, 64, 192, all, growth,
+one point per group); the slow suite runs the whole matrix for every experiment, the issue's two
+reproducers (non-conjugate G-FVL and over-the-air k-means at chunk size 64 vs all) among them."""
 
 from __future__ import annotations
 
