@@ -52,7 +52,7 @@ class ChunkFn:
             """Without a mesh: the share's values, then their summary (the reference of the loop's)."""
             values = metrics(seed, point_ids, traced, first_trial, steps)
             with jax.enable_x64(True):  # float64 block sums on any device; the trial itself stays as it is
-                return {name: share_summary(v, n_valid, first_block, histogram) for name, v in values.items()}
+                return {name: eager_share_summary(v, n_valid, first_block, histogram) for name, v in values.items()}
 
         def raw(values):
             return values, {name: nonfinite_per_trial(v) for name, v in values.items()}
@@ -130,6 +130,11 @@ def share_summary(values, n_valid, first_block, histogram: str) -> dict:
     out = stats.chunk_summary(values, n_valid, jnp, first_block, histogram=histogram)
     tail = jax.lax.dynamic_slice_in_dim(values, n_valid, stats.SUMMARY_BLOCK, axis=1)
     return _with_share_fields(out, tail, n_valid, values.shape[1])
+
+
+# The op-by-op engine's summary, compiled as one program: op by op, its few hundred operations each
+# compiled for every new shape took ~13 s before a test's first summary chunk ran.
+eager_share_summary = jax.jit(share_summary, static_argnames="histogram")
 
 
 def _with_share_fields(out: dict, tail, n_valid, local: int) -> dict:
