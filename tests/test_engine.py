@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxfed import engine
+from jaxfed import engine, stats
 from jaxfed.engine import compiled, memory
 
 
@@ -53,6 +53,18 @@ def test_jit_and_no_jit_agree():
     b = engine.run(trial, POINTS[:2], 3, seed=1, chunk_size=2, use_jit=False)
     for name in a:
         np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-5)  # XLA may fuse differently
+
+
+def test_the_op_by_op_summary_follows_a_patched_summary_block(monkeypatch):
+    """The op-by-op engine summarises in one jitted program that reads ``stats.SUMMARY_BLOCK`` while
+    tracing: after a run at one block size, a run at another (the store's tests patch it) must be
+    traced anew. Served the other's program, it summarised 0 of a chunk's 2 blocks and failed."""
+    for block in (64, 8):
+        monkeypatch.setattr(stats, "SUMMARY_BLOCK", block)
+        raw = engine.run(trial, POINTS, 20, seed=2, chunk_size=16, use_jit=False)
+        summary = engine.run(trial, POINTS, 20, seed=2, chunk_size=16, use_jit=False, keep="summary")
+        np.testing.assert_array_equal(summary["last"].count, np.full(3, 20))
+        np.testing.assert_allclose(summary["last"].mean, raw["last"].mean(1, dtype=np.float64), rtol=1e-6)
 
 
 def test_static_leaves_form_separate_groups_in_point_order():

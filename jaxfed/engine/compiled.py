@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import functools
 import math
 import re
 import time
@@ -132,9 +133,19 @@ def share_summary(values, n_valid, first_block, histogram: str) -> dict:
     return _with_share_fields(out, tail, n_valid, values.shape[1])
 
 
-# The op-by-op engine's summary, compiled as one program: op by op, its few hundred operations each
-# compiled for every new shape took ~13 s before a test's first summary chunk ran.
-eager_share_summary = jax.jit(share_summary, static_argnames="histogram")
+@functools.partial(jax.jit, static_argnames=("histogram", "block"))
+def _jitted_share_summary(values, n_valid, first_block, histogram: str, block: int) -> dict:
+    """:func:`share_summary` as one program. ``block`` is ``stats.SUMMARY_BLOCK``, which the trace
+    reads: a static argument, so that a changed block size (tests patch it) is traced anew, not
+    served a program built for another."""
+    del block
+    return share_summary(values, n_valid, first_block, histogram)
+
+
+def eager_share_summary(values, n_valid, first_block, histogram: str) -> dict:
+    """The op-by-op engine's :func:`share_summary`, compiled as one program: op by op, its few hundred
+    operations, each compiled for every new shape, took ~13 s before a test's first summary chunk."""
+    return _jitted_share_summary(values, n_valid, first_block, histogram, stats.SUMMARY_BLOCK)
 
 
 def _with_share_fields(out: dict, tail, n_valid, local: int) -> dict:
