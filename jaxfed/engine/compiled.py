@@ -38,7 +38,8 @@ class ChunkFn:
     the shares are assembled into arrays sharded over the mesh's ``"trials"`` axis, whose
     non-finite flags one SPMD program computes. Both are gathered to process 0 by
     :func:`jaxfed.engine.devices.to_host`. Without a mesh it runs op by op on the default device
-    (``use_jit=False``, for tests of the engine's bookkeeping).
+    (``use_jit=False``, for tests of the engine's bookkeeping; the summary is one jitted program,
+    :func:`eager_share_summary`).
     """
 
     def __init__(self, trial, group, batch, mesh, width, common=False, summary=False, flags=True):
