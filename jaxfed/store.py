@@ -451,6 +451,9 @@ class Store:
         overwrite: discard what cannot be used (another configuration, damaged files) instead of
             raising :class:`StoreError`.
         note: called with a one-line message when something stored is discarded.
+        aliases: identities that name the same computation in an older spelling (program digests
+            that a run started in a terminal stored with colour codes): a directory holding one of
+            them is continued under the identity it holds.
 
     Raises:
         StoreError: ``out_dir`` cannot be created or written, or ``identity.json`` is unreadable.
@@ -458,7 +461,9 @@ class Store:
             differing key with both values).
     """
 
-    def __init__(self, out_dir: str | None, identity: dict, overwrite: bool = False, note=lambda message: None):
+    def __init__(
+        self, out_dir: str | None, identity: dict, overwrite: bool = False, note=lambda message: None, aliases=()
+    ):
         self.dir, self.overwrite, self.note = out_dir or "", overwrite, note  # "": nothing is stored
         self.digest = identity_digest(identity)
         if out_dir is None:
@@ -485,6 +490,9 @@ class Store:
                             f"{err}; use another --out directory or --overwrite to discard the run"
                         ) from None
                     stored = None
+                if stored is not None and stored != identity and stored in list(aliases):
+                    identity = stored  # the same computation; its chunks name this identity's digest
+                    self.digest = identity_digest(identity)
                 if stored != identity:
                     if stored is not None and not overwrite:
                         raise ConfigMismatch(

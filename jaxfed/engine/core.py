@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
@@ -42,8 +41,10 @@ from jaxfed.engine.points import (
     Trial,
     check_metric_axes,
     check_summarisable,
+    coloured_program_digest,
     group_points,
     metric_specs,
+    program_digest,
     rebuild,
 )
 from jaxfed.engine.progress import Progress
@@ -255,7 +256,8 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
     bar = options.progress if isinstance(options.progress, Progress) else Progress(options.progress is not False)
     bar = bar if is_main else Progress(False)
     groups = group_points(points)
-    specs, programs = _trace(trial, groups, options.metric_axes)
+    specs, digests = _trace(trial, groups, options.metric_axes)
+    programs = [canonical for canonical, _ in digests]
     keep, target = _mode(options, specs, len(points), n_trials, platform(machine.mesh), bar.note)
     chunk_size = None if options.chunk_size is None else min(options.chunk_size, n_trials)
     if machine.mesh is not None:  # the outputs alone of the smallest (or the given) chunk must fit
@@ -269,7 +271,9 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
         results = {name: np.zeros((len(points), n_trials) + shape, dtype) for name, (shape, dtype) in specs.items()}
     resources, writer = contextlib.ExitStack(), Writer()
     try:
-        store = _open_store(options, identity, bar, is_main, resources)
+        coloured = [coloured for _, coloured in digests]  # what a run started in a terminal stored before
+        aliases = [dict(identity, programs=coloured)] if identity is not None and coloured != programs else []
+        store = _open_store(options, identity, bar, is_main, resources, aliases)
         resources.callback(bar.close)
         resources.callback(writer.close)
         specs_of = [GroupSpec(g, group.point_ids, specs) for g, (group, _) in enumerate(groups)]
@@ -310,7 +314,7 @@ def _trace(trial: Trial, groups: list, metric_axes: dict | None) -> tuple[dict, 
     specs = metric_specs([shapes for _, shapes in traces], groups)
     if metric_axes is not None:
         check_metric_axes(metric_axes, specs)
-    return specs, [hashlib.sha256(str(jaxpr).encode()).hexdigest() for jaxpr, _ in traces]
+    return specs, [(program_digest(jaxpr), coloured_program_digest(jaxpr)) for jaxpr, _ in traces]
 
 
 def _mode(options: RunOptions, specs: dict, n_points: int, n_trials: int, where: str, note) -> tuple[str, Target | None]:  # fmt: skip
@@ -361,13 +365,14 @@ def _store_identity(options: RunOptions, machine: Machine, programs: list, targe
     return identity
 
 
-def _open_store(options: RunOptions, identity: dict | None, bar: Progress, is_main: bool, resources) -> Store:
+def _open_store(options: RunOptions, identity: dict | None, bar: Progress, is_main: bool, resources, aliases=()) -> Store:  # fmt: skip
     """The store (process 0 reads and verifies every stored file before anything is compiled or
     computed), closed with ``resources``; a refusal is raised on every process."""
     refusal: StoreError | None = None
     store = None
     try:
-        store = Store(options.out_dir if is_main else None, identity or {}, options.overwrite, note=bar.note)
+        out_dir = options.out_dir if is_main else None
+        store = Store(out_dir, identity or {}, options.overwrite, note=bar.note, aliases=aliases)
         resources.callback(store.close)
     except StoreError as err:
         refusal = err

@@ -4,6 +4,7 @@ equal static parts and array shapes share one compiled function. Metric specs co
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +13,35 @@ import jax
 import numpy as np
 
 Trial = Callable[[jax.Array, Any], dict]
+
+
+def program_digest(jaxpr) -> str:
+    """SHA-256 of a traced program's canonical text: what is computed, never where or how it is shown.
+
+    Every formatting choice is explicit (no colour, no source locations or name stacks, width 80),
+    so the digest does not depend on the terminal: JAX colours ``str(jaxpr)`` when stdout is a
+    terminal or a notebook (``jax_pprint_use_color``), which made a run's identity depend on where
+    it was started (a batch job's run could not be grown from a shell). The text equals the
+    uncoloured ``str(jaxpr)`` that stores before this change hold, so their runs still grow.
+    """
+    return _sha256(_program_text(jaxpr, use_color=False))
+
+
+def coloured_program_digest(jaxpr) -> str:
+    """The digest that a run started in a terminal stored before :func:`program_digest` was
+    canonical (colour codes included): accepted when growing such a run, never written anew."""
+    return _sha256(_program_text(jaxpr, use_color=True))
+
+
+def _program_text(jaxpr, use_color: bool) -> str:
+    return jaxpr.pretty_print(
+        source_info=False, print_shapes=True, name_stack=False, custom_pp_eqn_rules=True,
+        print_effects=False, width=80, use_color=use_color,
+    )  # fmt: skip
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def is_traced_leaf(leaf) -> bool:
