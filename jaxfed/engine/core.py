@@ -301,8 +301,9 @@ def _machine(options: RunOptions) -> Machine:
     return Machine(mesh, width, budget)
 
 
-def _trace(trial: Trial, groups: list, metric_axes: dict | None) -> tuple[dict, list[str]]:
-    """(metric specs, per group the SHA-256 of one trial's jaxpr): the shapes of one trial's
+def _trace(trial: Trial, groups: list, metric_axes: dict | None) -> tuple[dict, list[tuple[str, str]]]:
+    """(metric specs, per group the digests of one trial's program, canonical and as a terminal
+    coloured it before: :func:`~jaxfed.engine.points.program_digest`): the shapes of one trial's
     metrics per group, without running anything, checked against ``metric_axes``. The program's
     digest keys the cached memory probe (a rerun need not lower the probe's) and the store."""
     traces = [
