@@ -58,6 +58,10 @@ def mh_walk(key: jax.Array, adjacency, n_slots: int) -> Walk:
     as a bit mask (K <= 31) or a boolean vector, a few integer operations per slot; this is
     cheaper than recovering it from the schedule afterwards (:func:`first_visit_slots`).
 
+    A slot reads one flat index k·K + i of two (K·K,) tables, the proposal j and deg(j), and the
+    scan carries deg(k) with k (one gather fewer per slot than looking up deg(k), j and deg(j)
+    apart; the arithmetic, and so the schedule, is the same bit for bit).
+
     Args:
         key: a PRNG key.
         adjacency: (K, K) 0/1 adjacency of a connected graph (concrete or traced).
@@ -67,6 +71,7 @@ def mh_walk(key: jax.Array, adjacency, n_slots: int) -> Walk:
     adjacency = jnp.asarray(adjacency)
     n_agents = adjacency.shape[0]
     table, deg = _neighbour_table(adjacency)
+    proposal, proposal_deg = table.reshape(-1), deg[table].reshape(-1)  # at k·K + i: j and deg(j)
     u = jax.random.uniform(key, (n_slots,))
     first = jnp.minimum((u[0] * n_agents).astype(jnp.int32), n_agents - 1)
 
@@ -85,17 +90,19 @@ def mh_walk(key: jax.Array, adjacency, n_slots: int) -> Walk:
         visited0 = jnp.zeros(n_agents, bool).at[first].set(True)
 
     def move(carry, u_slot):
-        k, visited, count = carry
-        d = deg[k]
+        k, d, visited, count = carry  # d = deg(k)
         x = u_slot * d.astype(u_slot.dtype)
+        # (An isolated k, d = 0, reads the entry before its row, wrapping at k = 0: any j, refused
+        # since 1·deg(j) < 0 never holds.)
         i = jnp.minimum(x.astype(jnp.int32), d - 1)
-        j = table[k, i]
-        k_next = jnp.where((x - i) * deg[j] < d, j, k)
+        j, d_j = proposal[k * n_agents + i], proposal_deg[k * n_agents + i]
+        accept = (x - i) * d_j < d
+        k_next, d_next = jnp.where(accept, j, k), jnp.where(accept, d_j, d)
         visited, new = mark(visited, k_next)
         count = count + new.astype(jnp.int32)
-        return (k_next, visited, count), (k_next, count)
+        return (k_next, d_next, visited, count), (k_next, count)
 
-    _, (rest, counts) = lax.scan(move, (first, visited0, jnp.int32(1)), u[1:])
+    _, (rest, counts) = lax.scan(move, (first, deg[first], visited0, jnp.int32(1)), u[1:])
     return Walk(
         schedule=jnp.concatenate([first[None], rest]),
         n_visited=jnp.concatenate([jnp.ones((1,), jnp.int32), counts]),

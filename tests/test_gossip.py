@@ -102,3 +102,56 @@ def test_walk_with_more_than_31_agents_uses_the_boolean_visited_set():
     walk = gossip.mh_walk(jax.random.key(0), graphs.complete(40), 400)
     first = np.asarray(gossip.first_visit_slots(walk.schedule, 40))
     np.testing.assert_array_equal(walk.n_visited, (first[None, :] <= np.arange(400)[:, None]).sum(1))
+
+
+def _reference_walk(key, adjacency, n_slots):
+    """The MH walk slot by slot as docs/gfvl.md §A2 states it, looking up deg(k), the proposal j and
+    deg(j) apart (mh_walk's arithmetic without its flat tables and carried degree), in NumPy on
+    the same uniforms."""
+    adjacency = np.asarray(adjacency)
+    n_agents = adjacency.shape[0]
+    table = np.argsort(1 - adjacency, axis=-1, kind="stable")
+    deg = adjacency.sum(-1).astype(np.int32)
+    u = np.asarray(jax.random.uniform(key, (n_slots,)))
+    k = min(int(np.float32(u[0] * np.float32(n_agents))), n_agents - 1)
+    schedule, seen = [k], {k}
+    counts = [1]
+    for u_slot in u[1:]:
+        d = deg[k]
+        x = np.float32(u_slot * np.float32(d))
+        i = min(int(x), d - 1)
+        j = table[k, i]  # i = -1 (an isolated k) reads the row's last entry: refused below
+        if np.float32(np.float32(x - np.float32(i)) * np.float32(deg[j])) < d:
+            k = int(j)
+        schedule.append(k)
+        seen.add(k)
+        counts.append(len(seen))
+    return np.array(schedule), np.array(counts)
+
+
+@pytest.mark.parametrize(
+    "adjacency",
+    [
+        graphs.star(10),
+        graphs.ring(10),
+        graphs.complete(10),
+        graphs.line(6),
+        graphs.erdos_renyi(3, 9, 0.3),
+        np.zeros((1, 1), int),  # a single agent: the walk stays
+        np.pad(graphs.ring(4), ((1, 0), (1, 0))),  # agent 0 isolated (a disconnected graph): never left
+        graphs.complete(40),  # the boolean visited set
+    ],
+    ids=["star", "ring", "complete", "line", "random", "single", "isolated", "complete40"],
+)
+def test_walk_equals_the_slot_by_slot_reference_bit_for_bit(adjacency):
+    """mh_walk's flat (K·K,) tables and carried degree change the work per slot, not the walk: its
+    schedule and visit counts equal the straightforward slot-by-slot walk on the same uniforms, from
+    the first slot to the last, for many keys (walks that cover and walks that do not)."""
+    n_slots = 60
+    walk = jax.jit(jax.vmap(lambda key: gossip.mh_walk(key, jnp.asarray(adjacency), n_slots)))
+    keys = jax.random.split(jax.random.key(7), 64)
+    got = walk(keys)
+    for t in range(len(keys)):
+        schedule, counts = _reference_walk(keys[t], adjacency, n_slots)
+        np.testing.assert_array_equal(np.asarray(got.schedule[t]), schedule)
+        np.testing.assert_array_equal(np.asarray(got.n_visited[t]), counts)
