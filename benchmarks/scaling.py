@@ -526,10 +526,10 @@ def engine_ceiling(args, work: str) -> dict:
 
     from jaxfed import engine
     from jaxfed.engine.compiled import make_chunk_fn
-    from jaxfed.engine.devices import make_mesh, micro_batch_width
-    from jaxfed.engine.memory import round_up
+    from jaxfed.engine.devices import make_mesh
     from jaxfed.engine.points import group_points
     from jaxfed.engine.sinks import SummarySink
+    from jaxfed.engine.sizing import micro_batch_width, round_up
 
     shape = tuple(args.ceiling_shape)
     trial = ceiling_trial_fn(shape)

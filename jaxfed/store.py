@@ -382,6 +382,18 @@ def _read_json(path: str):
         raise StoreError(f"{path}: not readable JSON ({_one_line(err)})") from None
 
 
+def stored_identity(out_dir: str) -> dict | None:
+    """The identity a result directory holds (its ``identity.json``), or None: absent, unreadable or
+    not an object (the :class:`Store` then says why when it opens the directory). What the engine
+    reads before it opens the store: a stored run's micro-batch width, which growth keeps."""
+    path = os.path.join(out_dir, "identity.json")
+    try:
+        stored = _read_json(path) if os.path.isfile(path) else None
+    except StoreError:
+        return None
+    return stored if isinstance(stored, dict) else None
+
+
 # --------------------------------------------------------------------------- a finished run's record
 RECORD_KEYS = ("experiment", "parameters", "points", "seed", "dtype")
 """What a run's config.json must state exactly as its identity.json does."""

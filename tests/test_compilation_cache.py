@@ -8,7 +8,7 @@ import pytest
 from test_engine import POINTS, trial
 
 from jaxfed import engine
-from jaxfed.engine import compiled
+from jaxfed.engine import compiled, sizing
 
 
 @pytest.fixture(autouse=True)
@@ -20,7 +20,7 @@ def fresh_process():
 @pytest.fixture
 def probed(monkeypatch):
     """Chunks sized from the memory probe: these runs are small enough to compile once without it."""
-    monkeypatch.setattr(compiled, "WHOLE_RUN_FRACTION", 0.0)
+    monkeypatch.setattr(sizing, "WHOLE_RUN_FRACTION", 0.0)
 
 
 def run(cache, **kwargs):
@@ -79,7 +79,7 @@ def test_a_small_run_compiles_once_without_the_probe_and_a_large_one_probes_firs
     assert batches == [320] and once.info["memory_probe_cached"] == [None] and once.info["chunk_sizes"] == [300]
     batches.clear()
     compiled._KEPT.clear()  # as a new process: the probe, then the chunk the first run compiled
-    monkeypatch.setattr(compiled, "WHOLE_RUN_FRACTION", 0.0)
+    monkeypatch.setattr(sizing, "WHOLE_RUN_FRACTION", 0.0)
     probed = engine.run(trial, POINTS, 300, **go)
     assert batches[0] == 64 and len(batches) == 2 and probed.info["memory_probe_cached"] == [False]
     np.testing.assert_array_equal(probed["walk"], once["walk"])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from jaxfed import engine, stats
-from jaxfed.engine import compiled, memory
+from jaxfed.engine import compiled, sizing
 
 
 def trial(key, point):
@@ -150,7 +150,7 @@ def test_common_random_numbers_share_the_trial_key_across_points():
     ],
 )
 def test_balanced_chunk_size(n_trials, fits, step, expected):
-    size = memory.balanced_chunk(n_trials, fits, step)
+    size = sizing.balanced_chunk(n_trials, fits, step)
     assert size == expected
     assert size % step == 0 or size == n_trials
     assert size <= max(step, fits // step * step)
@@ -179,7 +179,7 @@ def test_a_chunk_that_compiles_larger_than_the_budget_is_resized(monkeypatch):
     like the probe's): the chunk is then resized from its own compilation's figures, and the run
     gives the same values as an explicitly chunked one."""
     points = [{"scale": jnp.float32(1.0)}, {"scale": jnp.float32(3.0)}]
-    monkeypatch.setattr(compiled, "load_probe", lambda cache_dir, key: {"temp": 0, "output": 0})
+    monkeypatch.setattr(sizing, "load_probe", lambda cache_dir, key: {"temp": 0, "output": 0})
     budget = 64 * 2**20
     out = engine.run(_wide_trial, points, 2048, max_memory=budget, compilation_cache="off", micro_batch=WIDTH)
     size = out.info["chunk_sizes"][0]
@@ -235,8 +235,8 @@ def test_a_given_chunk_the_device_refuses_is_a_one_line_error(monkeypatch):
 
 def test_refused_bytes_reads_the_size_a_device_names():
     err = jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 299.02GiB with")
-    assert compiled.refused_bytes(err) == pytest.approx(299.02 * 2**30)
-    assert compiled.refused_bytes(jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: 12 B allocate")) is None
+    assert sizing.refused_bytes(err) == pytest.approx(299.02 * 2**30)
+    assert sizing.refused_bytes(jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: 12 B allocate")) is None
 
 
 @pytest.mark.parametrize("keep", [pytest.param("raw", marks=pytest.mark.slow), "summary"])
@@ -244,7 +244,7 @@ def test_a_chosen_chunk_on_a_cpu_is_sized_from_the_trials_own_memory(monkeypatch
     """The probe's per-trial memory survives the summary's fixed outputs (subtracted twice, it
     came out as nothing and a whole run became one chunk), and a CPU chunk takes at most
     ``CPU_CHUNK_BYTES``: here 4 MiB, a few hundred trials of 16 KiB sort buffers."""
-    monkeypatch.setattr(compiled, "CPU_CHUNK_BYTES", 4 * 2**20)
+    monkeypatch.setattr(sizing, "CPU_CHUNK_BYTES", 4 * 2**20)
     points = [{"scale": jnp.float32(1.0)}, {"scale": jnp.float32(2.0)}]
     out = engine.run(_sorting_trial, points, 1024, keep=keep, compilation_cache="off", micro_batch=WIDTH)
     size = out.info["chunk_sizes"][0]

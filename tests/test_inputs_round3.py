@@ -225,7 +225,7 @@ def test_devices_are_bounded_when_parsed_before_any_device_is_created(capsys, mo
 
 
 def test_a_poisoned_cached_memory_figure_is_only_a_hint(tmp_path, monkeypatch):
-    monkeypatch.setattr(engine.compiled, "WHOLE_RUN_FRACTION", 0.0)  # (small runs compile once, unprobed)
+    monkeypatch.setattr(engine.sizing, "WHOLE_RUN_FRACTION", 0.0)  # (small runs compile once, unprobed)
     cache = tmp_path / "cache"
     reference = engine.run(trial, POINTS, 23, compilation_cache=str(cache))
     (figures,) = (cache / "jaxfed-memory").glob("*.json")

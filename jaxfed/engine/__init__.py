@@ -15,7 +15,8 @@ every process's devices after ``jax.distributed.initialize``; process 0 gathers 
 owns the store.
 
 Determinism by construction: every trial is computed by one fixed program, a **micro-batch** of
-one point × :data:`MICRO_BATCH` trials (per platform; an experiment may choose its own width),
+one point × W trials (:func:`choose_width`: 512 on a CPU, up to :data:`MICRO_BATCH` on an
+accelerator as its memory allows; an experiment may choose its own width; a stored run keeps its own),
 looped over inside each device's program with a run-time trip count and fenced by optimisation
 barriers; trial t always takes lane t mod the width, and every device runs the same
 single-device program on its share. So a trial's values do not depend on the chunk size, the
@@ -57,26 +58,19 @@ chunks, a fixed count or until a precision target holds, into a :class:`RunResul
 is a :class:`RunInfo`.
 
 Layout: :mod:`~jaxfed.engine.options` (:class:`RunOptions`), :mod:`~jaxfed.engine.points`
-(grouping), :mod:`~jaxfed.engine.devices` (mesh, processes), :mod:`~jaxfed.engine.memory`
-(budgets, chunk size), :mod:`~jaxfed.engine.cache` (compilation cache),
-:mod:`~jaxfed.engine.compiled` (the chunk function and its size), :mod:`~jaxfed.engine.sinks` (raw
+(grouping), :mod:`~jaxfed.engine.devices` (mesh, processes), :mod:`~jaxfed.engine.sizing`
+(micro-batch width, budgets, chunk size), :mod:`~jaxfed.engine.cache` (compilation cache),
+:mod:`~jaxfed.engine.compiled` (the chunk function), :mod:`~jaxfed.engine.sinks` (raw
 and summary results, resume, pipelining), :mod:`~jaxfed.engine.target` (precision targets),
 :mod:`~jaxfed.engine.progress` and :mod:`~jaxfed.engine.core` (:func:`plan`, :func:`execute`, :func:`run`).
 """
 
 from jaxfed.engine.cache import CACHE_ENV, compilation_cache_dir, use_compilation_cache
-from jaxfed.engine.compiled import chunk_function
 from jaxfed.engine.core import MAX_TRIALS, RAW_LIMIT_BYTES, Plan, RunInfo, RunResult, execute, plan, run
-from jaxfed.engine.devices import (
-    MICRO_BATCH,
-    default_memory_budget,
-    make_mesh,
-    micro_batch_width,
-    start_distributed,
-    use_all_cores,
-)
+from jaxfed.engine.devices import default_memory_budget, make_mesh, start_distributed, use_all_cores
 from jaxfed.engine.options import RunOptions
 from jaxfed.engine.progress import Progress
+from jaxfed.engine.sizing import MICRO_BATCH, DeviceSpec, choose_width, chunk_function, micro_batch_width
 from jaxfed.engine.target import TARGET_STATISTICS, Target, parse_target
 from jaxfed.store import ConfigMismatch, StoreError, atomic_savez, atomic_write_json
 
@@ -104,6 +98,8 @@ __all__ = [
     "StoreError",
     "MICRO_BATCH",
     "micro_batch_width",
+    "choose_width",
+    "DeviceSpec",
     "MAX_TRIALS",
     "RAW_LIMIT_BYTES",
     "atomic_write_json",

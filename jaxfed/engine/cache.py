@@ -1,19 +1,15 @@
 """Compiled once: JAX's persistent compilation cache (per-user directory, ``$JAXFED_COMPILATION_CACHE``
-or ``compilation_cache=``; ``off`` disables it) and the cached figures of the memory probe."""
+or ``compilation_cache=``; ``off`` disables it); the memory probe's cached figures are
+:mod:`jaxfed.engine.sizing`'s."""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import time
 from typing import Any
 
 import jax
-from jax.sharding import Mesh
-
-from jaxfed.store import StoreError, atomic_write_json
 
 CACHE_ENV = "JAXFED_COMPILATION_CACHE"
 """Environment variable: the compilation cache directory, or ``off``."""
@@ -102,50 +98,3 @@ def timed_compile(lowered) -> tuple[Any, float, bool]:
     executable = lowered.compile()
     seconds = time.perf_counter() - start
     return executable, seconds, _cache_events["hits"] > hits and _cache_events["misses"] == misses
-
-
-def probe_key(program: str, mesh: Mesh, **batched) -> str:
-    """Digest of what the memory probe's figures depend on: the trial's program (``program``, a
-    digest of its jaxpr), what batching adds (``batched``: points, mode, …), the devices and the
-    versions of JAX and jaxfed (which builds the batched program)."""
-    from jaxfed import __version__
-
-    device = mesh.devices.flat[0]
-    what = json.dumps(
-        [
-            jax.__version__,
-            __version__,
-            device.platform,
-            getattr(device, "device_kind", ""),
-            mesh.size,
-            program,
-            batched,
-        ],
-        sort_keys=True,
-        default=str,
-    )
-    return hashlib.sha256(what.encode()).hexdigest()
-
-
-def load_probe(cache_dir: str | None, key: str) -> dict | None:
-    """The cached memory figures {"temp", "output"} (bytes) for ``key``, or None (absent, unreadable or malformed)."""
-    if cache_dir is None:
-        return None
-    try:
-        with open(os.path.join(cache_dir, "jaxfed-memory", f"{key}.json"), "rb") as f:
-            figures = json.loads(f.read().decode())
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    ok = isinstance(figures, dict) and all(type(figures.get(k)) is int and figures[k] >= 0 for k in ("temp", "output"))
-    return figures if ok else None
-
-
-def save_probe(cache_dir: str | None, key: str, figures: dict) -> None:
-    """Caches the memory figures; a cache that cannot be written is only a missed saving."""
-    if cache_dir is None:
-        return
-    try:
-        os.makedirs(os.path.join(cache_dir, "jaxfed-memory"), exist_ok=True)
-        atomic_write_json(os.path.join(cache_dir, "jaxfed-memory", f"{key}.json"), figures)
-    except (OSError, StoreError):
-        pass

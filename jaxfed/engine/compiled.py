@@ -1,5 +1,5 @@
-"""The compiled chunk function of a group (raw metrics, or their summary computed on the device)
-and its size from the memory budget."""
+"""The compiled chunk function of a group (raw metrics, or their summary computed on the device),
+compiled and kept in the process (:class:`Compiler`); its size is :mod:`jaxfed.engine.sizing`'s."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import collections
 import concurrent.futures
 import functools
 import math
-import re
 import time
 from typing import Any, NamedTuple
 
@@ -18,10 +17,9 @@ from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxfed import stats
-from jaxfed.engine.cache import load_probe, probe_key, save_probe, timed_compile
-from jaxfed.engine.devices import make_mesh, micro_batch_width, platform
-from jaxfed.engine.memory import BUDGET_FOR_CHUNKS, balanced_chunk, refuse_chunk, round_up, size_text
-from jaxfed.engine.points import Group, Trial, group_points, rebuild
+from jaxfed.engine.cache import timed_compile
+from jaxfed.engine.devices import platform
+from jaxfed.engine.points import Group, Trial, rebuild
 
 
 class ChunkFn:
@@ -435,39 +433,8 @@ def nonfinite_per_trial(values):
     return ~jnp.isfinite(values).reshape(values.shape[:2] + (-1,)).all(-1)
 
 
-def chunk_function(
-    trial: Trial,
-    points: list,
-    chunk_size: int,
-    seed: int = 0,
-    devices: int | None = None,
-    common: bool = False,
-    micro_batch: int | None = None,
-):
-    """The function the engine runs for one chunk's metrics, with its arguments (for benchmarks).
-
-    ``fn(*args)`` computes trials [0, batch) of every point, batch = ``chunk_size`` rounded up to
-    a multiple of the micro-batch width × devices, returning metrics of shape (n_points, batch, …);
-    ``fn.lower(*args).compile()`` compiles it ahead of time. On one device ``fn`` is the jitted
-    trial program itself (its arguments end with the micro-batch loop's trip count), on several a
-    :class:`ChunkFn`. The points must form a single group (equal static parts).
-    """
-    groups = group_points(points)
-    if len(groups) != 1:
-        raise ValueError(f"points must share their static leaves to form one compiled group, got {len(groups)} groups")
-    group, traced = groups[0]
-    mesh = make_mesh(devices)
-    width = micro_batch or micro_batch_width(mesh)
-    batch = round_up(chunk_size, width * mesh.size)
-    fn = ChunkFn(trial, group, batch, mesh, width, common, flags=False)
-    args = (np.uint32(seed), np.asarray(group.point_ids, np.uint32), traced, np.uint32(0))
-    if mesh.size == 1:
-        return jax.jit(fn.metrics), fn.metrics_args(*args, 0)
-    return fn, args
-
-
 class ChunkJob(NamedTuple):
-    """What a group's chunk function is built and sized from (:func:`sized_chunk_fn`)."""
+    """What a group's chunk function is built and sized from (:func:`jaxfed.engine.sizing.sized_chunk_fn`)."""
 
     trial: Trial
     group: Group
@@ -489,51 +456,7 @@ class ChunkJob(NamedTuple):
         return self.width * self.mesh.size
 
 
-def sized_chunk_fn(job: ChunkJob, chunk_size: int | None) -> tuple[int, ChunkFn, dict]:
-    """(chunk size, compiled chunk function, compile record): ``chunk_size``, or the largest that
-    fits ``job.budget``.
-
-    Without a given size, a run whose metrics take at most :data:`WHOLE_RUN_FRACTION` of a
-    chunk's memory (:func:`_chunk_limit`), of at most :data:`WHOLE_RUN_MICRO_BATCHES`
-    micro-batches per device, is compiled once, as one chunk of every trial, and
-    resized (below) only if its memory analysis says it does not fit; the record's
-    ``memory_probe_cached`` is then None. A larger run compiles for a probe batch of one
-    micro-batch per device and reads the memory analysis: temporaries and outputs scale linearly
-    with the batch (arguments do not), plus the host copy of the outputs; a chunk may take 75% of
-    the budget (on a CPU at most ``CPU_CHUNK_BYTES`` on all host devices together), the rest is
-    left to the process itself and to the summaries or result arrays. The probe's executable is
-    reused when the size it implies needs no larger batch. ``job.fixed`` bytes of outputs are not
-    extrapolated, but reserved three times (device output, scatter, host copy). The probe's
-    figures are cached (:func:`_probed_size`).
-
-    A chosen size is corrected from the compiled chunk's own memory analysis when it exceeds the
-    budget, and shrunk when the device refuses memory while compiling (a GPU allocates while it
-    autotunes; the refused size scales the chunk down), at most ``MAX_RESIZES`` times.
-
-    The record holds ``compile_s`` (seconds spent compiling), ``compile_cached`` (every
-    executable came from the persistent cache) and ``memory_probe_cached``.
-
-    Raises:
-        ValueError: the smallest possible chunk (or the given one) needs more than the budget,
-            checked from the output shapes before compiling and from the memory analysis after,
-            or the device refused it while compiling.
-    """
-    compile_batch = _Compiler(job)
-    chosen = chunk_size is None
-    if chunk_size is None and _compiled_whole(job):
-        # A run whose every value is a small part of a chunk's memory is compiled once, as one
-        # chunk: no probe (the probe and the chunk each compile the whole trial program; the
-        # kmeans groups of `jaxfed reproduce` took 41-100 s each); its own memory analysis
-        # confirms that it fits, or sizes it again.
-        return _fitted(job, compile_batch, job.n_trials, chosen, _chunk_limit(job))
-    if chunk_size is None:
-        chunk_size, probe = _probed_size(job, compile_batch)
-        if probe is not None and chunk_size <= job.step:  # the probe's program is the chunk's
-            return chunk_size, probe, compile_batch.record
-    return _fitted(job, compile_batch, chunk_size, chosen)
-
-
-class _Compiler:
+class Compiler:
     """``compile_batch(batch)``: a job's chunk function compiled for ``batch`` trials, with its
     memory figures (:func:`compile_chunk_fn`); the compile times and cache hits add up in ``record``."""
 
@@ -605,156 +528,3 @@ def _kept_key(job: ChunkJob, batch: int) -> tuple:
         options,
         job.cache_dir,
     )
-
-
-def _probed_size(job: ChunkJob, compile_batch: _Compiler) -> tuple[int, ChunkFn | None]:
-    """(chunk size, the probe's compiled function or None) from the memory probe's figures.
-
-    The figures are cached in ``job.cache_dir`` under a digest of ``job.program`` (one trial's
-    jaxpr, digested) and of what the batched program adds (points, devices, mode), so a rerun
-    neither lowers nor compiles the probe, only the chunk function (itself from JAX's persistent
-    cache). A cached figure is a hint, never a reason to refuse: when it would refuse the smallest
-    chunk, or size the chunk at one micro-batch per device, the probe is compiled and its own
-    figures decide (and replace the cached ones); a larger chunk sized from a stale figure is
-    corrected from the compiled chunk's own memory analysis (:func:`_fitted`).
-    """
-    points = len(job.group.point_ids)
-    key = probe_key(
-        job.program,
-        job.mesh,
-        points=points,
-        lanes=job.width,
-        common=job.common,
-        summary="in the micro-batch loop" if job.summary else False,  # (figures of the summary after the loop differ)
-        fixed=job.fixed,
-    )
-    cached = load_probe(job.cache_dir, key)
-    chunk_size = None if cached is None else _probe_chunk(cached, job)
-    probe = None
-    # (a cache file edited to temp = 1e15 refused every later run: "would need 909 TiB")
-    if chunk_size is None or chunk_size <= job.step:
-        probe, figures = compile_batch(job.step)
-        if figures != cached:
-            save_probe(job.cache_dir, key, figures)
-        chunk_size = _probe_chunk(figures, job, refuse=True)
-        cached = cached if figures == cached else None
-    compile_batch.record["memory_probe_cached"] = cached is not None
-    assert chunk_size is not None  # (refused otherwise)
-    return chunk_size, probe
-
-
-def _fitted(
-    job: ChunkJob, compile_batch: _Compiler, chunk_size: int, chosen: bool, limit: float | None = None
-) -> tuple[int, ChunkFn, dict]:
-    """The chunk function compiled for ``chunk_size`` (given, or ``chosen`` from the probe or as
-    the whole run), resized while it does not fit (see :func:`sized_chunk_fn`): a chosen chunk
-    needing more than ``limit`` bytes (default: the budget) is sized again to ``limit`` (default:
-    ``BUDGET_FOR_CHUNKS`` of the budget)."""
-    step, budget = job.step, job.budget
-
-    ceiling = budget if limit is None else limit
-    limit = BUDGET_FOR_CHUNKS * budget if limit is None else limit
-
-    def resized(size: int, need: float) -> int:
-        """The chunk size for which ``need`` bytes at ``size`` trials scale to fit, smaller than ``size``."""
-        fits = balanced_chunk(job.n_trials, int(limit * round_up(size, step) / need), step)
-        return min(fits, max(step, round_up(size // 2, step)))
-
-    for _ in range(MAX_RESIZES):
-        try:
-            compiled, figures = compile_batch(round_up(chunk_size, step))
-        except jax.errors.JaxRuntimeError as err:
-            # A GPU allocates while it compiles (autotuning): a chunk too large for the device can
-            # be refused there, before any memory analysis can be read.
-            if "RESOURCE_EXHAUSTED" not in str(err):
-                raise
-            refused = refused_bytes(err)
-            if not chosen or chunk_size <= step:
-                what = f"the smallest chunk ({chunk_size} trials)" if chosen else f"a chunk of {chunk_size} trials"
-                asked = size_text(refused) if refused else "more than was free"
-                raise ValueError(
-                    f"{what} does not fit in the device's memory: compiling it asked for {asked}; "
-                    "use a smaller --chunk-size / chunk_size or smaller shapes"
-                ) from err
-            chunk_size = resized(chunk_size, refused or 2 * limit)
-            continue
-        need = figures["temp"] + figures["output"]
-        if chosen and need > ceiling and chunk_size > step:
-            # The probe's linear extrapolation can underestimate a program whose memory does not
-            # scale like the probe's (a 1e6-trial summary chunk needed 21 GiB where 4 were
-            # predicted): size again from this compilation's own figure.
-            chunk_size = resized(chunk_size, need)
-            continue
-        refuse_chunk(chunk_size, False, need, budget)
-        return chunk_size, compiled, compile_batch.record
-    raise ValueError(
-        f"no chunk size fitting the memory budget of {size_text(budget)} was found in {MAX_RESIZES} compilations "
-        "(--max-memory / max_memory); give --chunk-size / chunk_size"
-    )
-
-
-def _probe_chunk(figures: dict, job: ChunkJob, refuse: bool = False) -> int | None:
-    """The chunk size the probe's memory ``figures`` (one micro-batch of ``job.width`` trials per
-    device, ``job.step`` trials in all) imply for the budget; None when even ``step`` trials would
-    not fit (``refuse``: ValueError instead, the one-line refusal)."""
-    step, width, mesh, budget, fixed = job.step, job.width, job.mesh, job.budget, job.fixed
-    # A summary's running histogram and sums are the micro-batch loop's carry (temporaries) besides
-    # its outputs: counted as per-trial bytes, that carry (14 MB of gfvl-topologies histograms over
-    # a 512-trial probe) sized chunks at 29,696 trials, for 0.8 KB per trial of real growth.
-    carry = fixed if job.summary else 0
-    per_trial_device = max(figures["temp"] + figures["output"] - fixed - carry, 0) / width
-    per_trial_host = max(figures["output"] - fixed, 0) / width
-    per_trial = per_trial_device / mesh.size + per_trial_host
-    need = step * per_trial + 3 * fixed + carry
-    if refuse:
-        refuse_chunk(step, True, need, budget)
-    elif need > budget:
-        return None
-    usable = BUDGET_FOR_CHUNKS * budget - 3 * fixed - carry  # the rest: the process itself, summaries, results
-    fits = usable // max(per_trial, 1.0)
-    if mesh.devices.flat[0].platform == "cpu":
-        # Host devices share the host's memory: the cap is on the chunk's buffers on all of them.
-        fits = min(fits, CPU_CHUNK_BYTES // max(per_trial_device + per_trial_host, 1.0))
-    return balanced_chunk(job.n_trials, int(fits), step)
-
-
-def _chunk_limit(job: ChunkJob) -> float:
-    """Bytes a chosen chunk may take per device: ``BUDGET_FOR_CHUNKS`` of the budget, on a CPU at
-    most ``CPU_CHUNK_BYTES`` on all host devices together."""
-    limit = BUDGET_FOR_CHUNKS * job.budget
-    if job.mesh.devices.flat[0].platform == "cpu":
-        limit = min(limit, CPU_CHUNK_BYTES / job.mesh.size)
-    return limit
-
-
-WHOLE_RUN_FRACTION = 1 / 8
-"""Without a given chunk size, a run whose metrics take at most this share of a chunk's memory
-(:func:`_chunk_limit`), and of at most :data:`WHOLE_RUN_MICRO_BATCHES` micro-batches per device,
-is compiled once as one chunk, without the memory probe."""
-WHOLE_RUN_MICRO_BATCHES = 16
-"""A longer run is chunked from the probe's figures, as before: one chunk of every trial would
-show no progress and store no summary state until its end (10^6 k-means trials of milliseconds
-each in one chunk)."""
-
-
-def _compiled_whole(job: ChunkJob) -> bool:
-    """Whether a run without a given chunk size is compiled once, as one chunk of every trial
-    (see :data:`WHOLE_RUN_FRACTION`)."""
-    small = job.n_trials * job.trial_bytes <= _chunk_limit(job) * WHOLE_RUN_FRACTION
-    return small and job.n_trials <= WHOLE_RUN_MICRO_BATCHES * job.step
-
-
-# On a CPU a chunk's buffers are fresh host memory: the first call of a 6 GiB chunk (262,144
-# gfvl-topologies trials) ran 50% slower than the next ones (page faults), while chunks of 32,768
-# (0.8 GiB) run at full speed from the first, and several chunks let the host's work on one
-# overlap the next. A chosen chunk on a CPU takes at most this much, on all its host devices
-# together (they share the host's memory); a given one is not limited.
-CPU_CHUNK_BYTES = 2**30
-MAX_RESIZES = 6  # compilations of the chunk function that may be refused or found too large before giving up
-_SIZE_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
-
-
-def refused_bytes(err: Exception) -> float | None:
-    """The size of the allocation a RESOURCE_EXHAUSTED error names ("… allocate 299.02GiB …"), or None."""
-    match = re.search(r"allocate ([0-9.]+) ?(TiB|GiB|MiB|KiB|B)\b", str(err))
-    return float(match.group(1)) * _SIZE_UNITS[match.group(2)] if match else None

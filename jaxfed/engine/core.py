@@ -18,22 +18,14 @@ from jax.sharding import Mesh
 
 from jaxfed import stats, validation
 from jaxfed.engine import cache
-from jaxfed.engine.compiled import ChunkFn, ChunkJob, make_chunk_fn, sized_chunk_fn
+from jaxfed.engine.compiled import ChunkFn, ChunkJob, make_chunk_fn
 from jaxfed.engine.devices import (
+    broadcast_from_0,
     check_joined,
     default_memory_budget,
     make_mesh,
-    micro_batch_width,
     platform,
     raise_on_every_process,
-)
-from jaxfed.engine.memory import (
-    check_chunk_outputs,
-    check_host_memory,
-    round_up,
-    size_text,
-    summary_output_bytes,
-    trial_bytes,
 )
 from jaxfed.engine.options import RunOptions
 from jaxfed.engine.points import (
@@ -49,8 +41,21 @@ from jaxfed.engine.points import (
 )
 from jaxfed.engine.progress import Progress
 from jaxfed.engine.sinks import RawSink, SummarySink, Writer, open_sinks, pipelined
+from jaxfed.engine.sizing import (
+    DeviceSpec,
+    check_chunk_outputs,
+    check_host_memory,
+    choose_width,
+    round_up,
+    size_text,
+    sized_chunk_fn,
+    summary_output_bytes,
+    trial_bytes,
+    trial_live_bytes,
+    width_bytes,
+)
 from jaxfed.engine.target import Target, parse_target, worst_se
-from jaxfed.store import STORE_FORMAT, GroupSpec, Store, StoreError
+from jaxfed.store import STORE_FORMAT, GroupSpec, Store, StoreError, stored_identity
 
 RAW_LIMIT_BYTES = 2 * 2**30
 """``keep="auto"`` keeps every trial when the raw metrics fit in this many bytes, else summaries."""
@@ -251,12 +256,12 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
     if options.out_dir is not None:
         identity_ok = isinstance(options.identity, dict)
         validation.check("identity", options.identity, identity_ok, "a JSON dict when out_dir is given")
-    machine = _machine(options)
     is_main = jax.process_index() == 0
     bar = options.progress if isinstance(options.progress, Progress) else Progress(options.progress is not False)
     bar = bar if is_main else Progress(False)
     groups = group_points(points)
-    specs, digests = _trace(trial, groups, options.metric_axes)
+    specs, digests, live = _trace(trial, groups, options.metric_axes)
+    machine = _machine(options, n_trials, width_bytes(live, specs))
     programs = [canonical for canonical, _ in digests]
     keep, target = _mode(options, specs, len(points), n_trials, platform(machine.mesh), bar.note)
     chunk_size = None if options.chunk_size is None else min(options.chunk_size, n_trials)
@@ -291,21 +296,44 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
     )  # fmt: skip
 
 
-def _machine(options: RunOptions) -> Machine:
+def _machine(options: RunOptions, n_trials: int, per_trial: int) -> Machine:
     """The mesh over ``options.devices`` (none without jit), the micro-batch width and the budget;
-    refused in one of a scheduler's processes left alone (:func:`jaxfed.engine.devices.check_joined`)."""
+    refused in one of a scheduler's processes left alone (:func:`jaxfed.engine.devices.check_joined`).
+
+    The width is ``options.micro_batch`` when given; else a stored run's own (:func:`_stored_width`:
+    growth and resume compute every trial at the width the run began with, on any machine of its
+    platform); else :func:`jaxfed.engine.sizing.choose_width` of the devices and the trial's
+    ``per_trial`` bytes. Process 0 decides and every process takes its width."""
     check_joined(options.distributed)
     mesh = make_mesh(options.devices) if options.use_jit else None
-    width = options.micro_batch or micro_batch_width(mesh)
     budget = options.max_memory if options.max_memory is not None else default_memory_budget(mesh or make_mesh(1))
-    return Machine(mesh, width, budget)
+    where = platform(mesh)
+    width = options.micro_batch or _stored_width(options, where)
+    if width is None:
+        width = choose_width(DeviceSpec(where, budget), per_trial, n_trials)
+    return Machine(mesh, int(broadcast_from_0(np.asarray([width], np.int64))[0]), budget)
 
 
-def _trace(trial: Trial, groups: list, metric_axes: dict | None) -> tuple[dict, list[tuple[str, str]]]:
+def _stored_width(options: RunOptions, where: str) -> int | None:
+    """The micro-batch width of the run stored in ``options.out_dir`` on the platform ``where``
+    (process 0; None elsewhere, without a stored run, with ``overwrite`` or on another platform,
+    where the store refuses the run or starts it anew)."""
+    if options.out_dir is None or options.overwrite or jax.process_index() != 0:
+        return None
+    stored = stored_identity(options.out_dir)
+    width = None if stored is None else stored.get("micro_batch")
+    if stored is None or stored.get("platform") != where or type(width) is not int:
+        return None
+    return width if width > 0 and width % stats.SUMMARY_BLOCK == 0 else None
+
+
+def _trace(trial: Trial, groups: list, metric_axes: dict | None) -> tuple[dict, list[tuple[str, str]], int]:
     """(metric specs, per group the digests of one trial's program, canonical and as a terminal
-    coloured it before: :func:`~jaxfed.engine.points.program_digest`): the shapes of one trial's
-    metrics per group, without running anything, checked against ``metric_axes``. The program's
-    digest keys the cached memory probe (a rerun need not lower the probe's) and the store."""
+    coloured it before: :func:`~jaxfed.engine.points.program_digest`, the largest working set of
+    one trial over the groups: :func:`~jaxfed.engine.sizing.trial_live_bytes`): the shapes of one
+    trial's metrics per group, without running anything, checked against ``metric_axes``. The
+    program's digest keys the cached memory probe (a rerun need not lower the probe's) and the
+    store; the working set bounds the micro-batch width."""
     traces = [
         jax.make_jaxpr(lambda k, t, g=group: trial(k, rebuild(g, t)), return_shape=True)(
             jax.random.key(0), [x[0] for x in traced]
@@ -315,7 +343,8 @@ def _trace(trial: Trial, groups: list, metric_axes: dict | None) -> tuple[dict, 
     specs = metric_specs([shapes for _, shapes in traces], groups)
     if metric_axes is not None:
         check_metric_axes(metric_axes, specs)
-    return specs, [(program_digest(jaxpr), coloured_program_digest(jaxpr)) for jaxpr, _ in traces]
+    live = max(trial_live_bytes(jaxpr) for jaxpr, _ in traces)
+    return specs, [(program_digest(jaxpr), coloured_program_digest(jaxpr)) for jaxpr, _ in traces], live
 
 
 def _mode(options: RunOptions, specs: dict, n_points: int, n_trials: int, where: str, note) -> tuple[str, Target | None]:  # fmt: skip
@@ -475,7 +504,7 @@ def _compile_group(plan: Plan, gp: GroupPlan, cache_dir: str | None) -> tuple[Gr
 
 
 def _chunk_job(plan: Plan, gp: GroupPlan, cache_dir: str | None) -> ChunkJob:
-    """What :func:`jaxfed.engine.compiled.sized_chunk_fn` builds and sizes a group's chunk function from."""
+    """What :func:`jaxfed.engine.sizing.sized_chunk_fn` builds and sizes a group's chunk function from."""
     m, summary = plan.machine, plan.keep == "summary"
     point_ids = np.asarray(gp.group.point_ids, np.uint32)
     args = (np.uint32(plan.options.seed), point_ids, gp.traced, np.uint32(0)) + ((np.uint32(0),) * 2 if summary else ())

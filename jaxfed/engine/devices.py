@@ -17,12 +17,6 @@ from jax.sharding import Mesh
 from jaxfed import validation
 from jaxfed.store import StoreError
 
-MICRO_BATCH = {"cpu": 512, "gpu": 16384, "tpu": 16384}
-"""Trials per micro-batch, by platform: every trial is computed in a micro-batch of one point ×
-this many trials (see :func:`jaxfed.engine.compiled.batched_metrics`), and a device's share of a
-chunk is a multiple of it. It enters the compiled shape of a trial, so it is part of a stored
-run's identity."""
-
 MEMORY_FRACTION = 0.25  # default budget: this fraction of the device's (or host's) memory
 
 
@@ -57,11 +51,6 @@ def make_mesh(devices: int | None = None) -> Mesh:
 def platform(mesh: Mesh | None) -> str:
     """The platform ("cpu", "gpu", …) of the mesh's devices, or of the default device without a mesh."""
     return (mesh.devices.flat[0] if mesh is not None else jax.devices()[0]).platform
-
-
-def micro_batch_width(mesh: Mesh | None) -> int:
-    """The micro-batch width (trials) on the mesh's platform (:data:`MICRO_BATCH`)."""
-    return MICRO_BATCH.get(platform(mesh), MICRO_BATCH["gpu"])
 
 
 def default_memory_budget(mesh: Mesh) -> int:

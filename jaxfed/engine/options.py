@@ -270,7 +270,8 @@ class RunOptions:
     )
     micro_batch: int | None = option(
         None,
-        "trials per micro-batch (default jaxfed.engine.MICRO_BATCH of the platform): every trial is computed in "
+        "trials per micro-batch (default jaxfed.engine.choose_width: 512 on CPU, wider on an accelerator, a stored "
+        "run's own when it grows): every trial is computed in "
         "a fixed-shape program of one point x this many trials; part of a stored run's identity "
         "(run_experiment: the experiment's own)",
         check=_micro_batch,

@@ -1,0 +1,526 @@
+"""Sizing: the micro-batch width (:func:`choose_width`, from a :class:`DeviceSpec` and one trial's
+bytes), what a run may allocate (host results, a chunk on the device), the chunk size that fits
+the memory budget (:func:`sized_chunk_fn`, from the compiled chunk's memory analysis and the
+memory probe, whose figures are cached: :func:`probe_key`), refused with one line before anything
+is computed when it does not fit."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+from typing import NamedTuple
+
+import jax
+import numpy as np
+from jax.extend import core as jax_core
+from jax.sharding import Mesh
+
+from jaxfed import stats
+from jaxfed.engine.compiled import ChunkFn, ChunkJob, Compiler
+from jaxfed.engine.devices import default_memory_budget, make_mesh, platform
+from jaxfed.engine.points import group_points
+from jaxfed.store import StoreError, atomic_write_json
+
+# --------------------------------------------------------------------------- the micro-batch width
+MICRO_BATCH = {"cpu": 512, "gpu": 262144, "tpu": 262144}
+"""The widest micro-batch, in trials, by platform (:func:`choose_width`): every trial is computed
+in a micro-batch of one point × W trials (see :func:`jaxfed.engine.compiled.batched_metrics`), and
+a device's share of a chunk is a multiple of W. W enters the compiled shape of a trial, so it is
+part of a stored run's identity. On a CPU W is this width; on an accelerator the widest power of
+two up to it that the memory budget allows (:func:`choose_width`): each of a trial's sequential
+steps is one launch over the micro-batch, and 16,384 trials left an H200 mostly idle (502.5 ms per
+2^20 Fig. 3 trials against 78.0 ms at 262,144; issue 35)."""
+
+MIN_WIDTH = 1024
+"""The narrowest micro-batch an accelerator is given by :func:`choose_width` (a trial too large for
+it is refused by the chunk's memory check, as before)."""
+
+WIDTH_FRACTION = 1 / 4
+"""Share of a device's memory budget one micro-batch's working set may take (:func:`choose_width`):
+a chunk is several micro-batches' outputs besides, and the estimate of a trial's working set
+(:func:`trial_live_bytes`) counts what XLA may fuse away, but not its scratch."""
+
+SUMMARY_BYTES_PER_CELL = 20
+"""Bytes per trial and metric cell the summary adds to a micro-batch (float64 value and square, int32 bin)."""
+
+
+class DeviceSpec(NamedTuple):
+    """A described device: what :func:`choose_width` decides from (a real one: :func:`device_spec`)."""
+
+    platform: str  # "cpu", "gpu", "tpu"
+    memory_bytes: int  # the memory budget a device gives a chunk (--max-memory, default a quarter of its memory)
+
+
+def device_spec(mesh: Mesh | None, budget: int | None = None) -> DeviceSpec:
+    """The :class:`DeviceSpec` of the mesh's devices (the default device without a mesh) at
+    ``budget`` bytes (default :func:`jaxfed.engine.devices.default_memory_budget`)."""
+    if budget is None:
+        budget = default_memory_budget(mesh if mesh is not None else make_mesh(1))
+    return DeviceSpec(platform(mesh), int(budget))
+
+
+def choose_width(device: DeviceSpec, trial_bytes: float, n_trials: int | None = None) -> int:
+    """Trials per micro-batch on ``device`` for a trial whose working set is ``trial_bytes`` bytes
+    (:func:`width_bytes`).
+
+    On a CPU: ``MICRO_BATCH["cpu"]`` (512), whatever the trial (the cores are filled at that width,
+    and its figures are the ones measured). On an accelerator: the largest power of two W with
+
+        W ≤ MICRO_BATCH[platform],  W · trial_bytes ≤ WIDTH_FRACTION · memory_bytes,
+        W ≤ 2^⌈log2 n_trials⌉ (a run of n trials pads at most to the next power of two),
+
+    and at least :data:`MIN_WIDTH`. A power of two is a multiple of ``stats.SUMMARY_BLOCK``, as a
+    summary needs. The width is part of the run's identity: a stored run keeps its own
+    (:func:`jaxfed.engine.core.plan` reads it back), whatever this rule says on another machine.
+    """
+    if device.platform == "cpu":
+        return MICRO_BATCH["cpu"]
+    widest = MICRO_BATCH.get(device.platform, MICRO_BATCH["gpu"])
+    fits = WIDTH_FRACTION * device.memory_bytes / max(float(trial_bytes), 1.0)
+    if n_trials is not None:
+        widest = min(widest, 1 << max(int(n_trials) - 1, 0).bit_length())
+    width = MIN_WIDTH
+    while width * 2 <= min(widest, fits):
+        width *= 2
+    return width
+
+
+def micro_batch_width(mesh: Mesh | None = None, trial_bytes: float = 0.0, n_trials: int | None = None) -> int:
+    """:func:`choose_width` on the mesh's devices (the default device without one) at their default
+    budget: without ``trial_bytes``, the platform's widest (:data:`MICRO_BATCH`)."""
+    return choose_width(device_spec(mesh), trial_bytes, n_trials)
+
+
+def width_bytes(live_bytes: int, specs: dict) -> int:
+    """One trial's bytes in a micro-batch: its working set ``live_bytes`` (:func:`trial_live_bytes`),
+    its metrics (``specs``: metric -> (shape, dtype)) twice (the values and their copy in trial
+    order) and the summary's :data:`SUMMARY_BYTES_PER_CELL` per metric cell."""
+    cells = sum(math.prod(shape) for shape, _ in specs.values())
+    return int(live_bytes) + 2 * trial_bytes(1, specs) + SUMMARY_BYTES_PER_CELL * cells
+
+
+def trial_live_bytes(jaxpr) -> int:
+    """An upper estimate of one trial's working set: the largest total size of the values live at
+    once while ``jaxpr`` (one trial's, closed or not) runs its equations in order, a value live from
+    the equation that makes it to its last use, and a loop's or call's body adding its own peak
+    at its equation (its operands counted twice). XLA reuses and fuses buffers, so a compiled trial
+    needs at most about this much per lane of a micro-batch."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    last_use: dict = {}
+    for i, eqn in enumerate(jaxpr.eqns):
+        for v in eqn.invars:
+            if isinstance(v, jax_core.Var):
+                last_use[v] = i
+    for v in jaxpr.outvars:
+        if isinstance(v, jax_core.Var):
+            last_use[v] = len(jaxpr.eqns)
+    live = sum(_bytes(v) for v in (*jaxpr.constvars, *jaxpr.invars))
+    peak = live
+    for i, eqn in enumerate(jaxpr.eqns):
+        inner = max((trial_live_bytes(sub) for sub in jax_core.jaxprs_in_params(eqn.params)), default=0)
+        made = sum(_bytes(v) for v in eqn.outvars if not isinstance(v, jax_core.DropVar))
+        peak = max(peak, live + made + inner)
+        live += made
+        used = {v for v in eqn.invars if isinstance(v, jax_core.Var)}
+        live -= sum(_bytes(v) for v in used if last_use.get(v) == i)
+        live -= sum(_bytes(v) for v in eqn.outvars if isinstance(v, jax_core.Var) and v not in last_use)
+    return int(peak)
+
+
+def _bytes(v) -> int:
+    aval = v.aval
+    shape = getattr(aval, "shape", ())
+    try:
+        itemsize = np.dtype(aval.dtype).itemsize
+    except TypeError:  # (a PRNG key's extended dtype)
+        itemsize = getattr(aval.dtype, "itemsize", 8)
+    return math.prod(shape) * itemsize
+
+
+# --------------------------------------------------------------------------- memory budgets
+BUDGET_FOR_CHUNKS = 0.75  # share of the budget a chunk's buffers may take
+
+
+HOST_FRACTION = 0.75  # share of the host's memory that raw results or summary states may take
+
+
+SUMMARY_BYTES_PER_BIN = 20  # int32: state, a chunk's counts, the folded state, the one being written and its bytes
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def balanced_chunk(n_trials: int, fits: int, step: int) -> int:
+    """The chunk size for ``n_trials`` when at most ``fits`` trials fit in one chunk: as few
+    chunks as fit, of equal size (a multiple of ``step``), so that the last one is not mostly
+    padding (262,144 trials in chunks of 190,784 computed 381,568).
+
+    ceil(n / ceil(n / fits)) rounded up to ``step``; at least ``step``, at most ``n_trials``.
+    """
+    fits = max(step, fits // step * step)
+    n_chunks = -(-n_trials // fits)
+    return min(n_trials, round_up(-(-n_trials // n_chunks), step))
+
+
+def trial_bytes(n_points: int, specs: dict) -> int:
+    """Bytes of one trial's metrics (``specs``: metric -> (shape, dtype)) at every one of ``n_points`` points."""
+    return n_points * sum(math.prod(shape) * np.dtype(dt).itemsize for shape, dt in specs.values())
+
+
+def host_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def size_text(n: float) -> str:
+    """Bytes in the largest binary unit that keeps the number >= 1, e.g. ``'1.5 GiB'``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} TiB"
+
+
+def check_host_memory(keep: str, n_points: int, n_trials: int, specs: dict) -> None:
+    """Refuses, before anything is allocated, results that cannot fit in the host's memory."""
+    cells = sum(math.prod(shape) for shape, _ in specs.values())
+    if keep == "raw":
+        need = n_trials * trial_bytes(n_points, specs)
+        hint = "keep fewer trials or use keep='summary' (--keep summary)"
+    else:
+        need = n_points * cells * (stats.N_BINS * SUMMARY_BYTES_PER_BIN + 64)
+        hint = "use smaller metric shapes"
+    budget = HOST_FRACTION * host_memory()
+    if need > budget:
+        raise ValueError(
+            f"keep={keep!r}: the results would need {size_text(need)} of host memory, more than the budget of "
+            f"{size_text(budget)} ({HOST_FRACTION:.0%} of this machine's); {hint}"
+        )
+
+
+def refuse_chunk(chunk_size: int, minimum: bool, need: float, budget: int) -> None:
+    if need > budget:
+        what, hint = (
+            (f"the smallest chunk ({chunk_size} trials)", "smaller shapes")
+            if minimum
+            else (f"a chunk of {chunk_size} trials", "a smaller chunk size")
+        )
+        raise ValueError(
+            f"{what} would need {size_text(need)} per device, more than the memory budget of {size_text(budget)} "
+            f"(--max-memory / max_memory); use {hint} or a larger budget"
+        )
+
+
+def check_chunk_outputs(
+    n_points: int, specs: dict, chunk_size: int | None, n_devices: int, width: int, budget: int
+) -> None:
+    """Refuses a chunk whose outputs alone (a device's share plus the host copy) exceed the
+    budget: the smallest chunk (a micro-batch of ``width`` trials on every device), or the given
+    one. Needs only shapes, so it runs before compiling."""
+    step = width * n_devices
+    batch = step if chunk_size is None else round_up(chunk_size, step)
+    out_per_trial = trial_bytes(n_points, specs)
+    refuse_chunk(chunk_size or step, chunk_size is None, batch * out_per_trial * (1 + 1 / n_devices), budget)
+
+
+def summary_output_bytes(n_points: int, specs: dict) -> int:
+    """Bytes of a summary chunk's outputs that do not grow with the batch: int32 counts and
+    histograms, the float64 partial sums (at most 2 per level and sum), and the raw tail block."""
+    per_cell = 4 * (stats.N_BINS + 2) + 8 * 2 * 2 * stats.SUM_LEVELS
+    return n_points * sum(
+        math.prod(shape) * (per_cell + stats.SUMMARY_BLOCK * np.dtype(dt).itemsize) + 4 for shape, dt in specs.values()
+    )
+
+
+# --------------------------------------------------------------------------- the memory probe's cache
+
+
+def probe_key(program: str, mesh: Mesh, **batched) -> str:
+    """Digest of what the memory probe's figures depend on: the trial's program (``program``, a
+    digest of its jaxpr), what batching adds (``batched``: points, mode, …), the devices and the
+    versions of JAX and jaxfed (which builds the batched program)."""
+    from jaxfed import __version__
+
+    device = mesh.devices.flat[0]
+    what = json.dumps(
+        [
+            jax.__version__,
+            __version__,
+            device.platform,
+            getattr(device, "device_kind", ""),
+            mesh.size,
+            program,
+            batched,
+        ],
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(what.encode()).hexdigest()
+
+
+def load_probe(cache_dir: str | None, key: str) -> dict | None:
+    """The cached memory figures {"temp", "output"} (bytes) for ``key``, or None (absent, unreadable or malformed)."""
+    if cache_dir is None:
+        return None
+    try:
+        with open(os.path.join(cache_dir, "jaxfed-memory", f"{key}.json"), "rb") as f:
+            figures = json.loads(f.read().decode())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    ok = isinstance(figures, dict) and all(type(figures.get(k)) is int and figures[k] >= 0 for k in ("temp", "output"))
+    return figures if ok else None
+
+
+def save_probe(cache_dir: str | None, key: str, figures: dict) -> None:
+    """Caches the memory figures; a cache that cannot be written is only a missed saving."""
+    if cache_dir is None:
+        return
+    try:
+        os.makedirs(os.path.join(cache_dir, "jaxfed-memory"), exist_ok=True)
+        atomic_write_json(os.path.join(cache_dir, "jaxfed-memory", f"{key}.json"), figures)
+    except (OSError, StoreError):
+        pass
+
+
+# --------------------------------------------------------------------------- the chunk size
+
+
+def sized_chunk_fn(job: ChunkJob, chunk_size: int | None) -> tuple[int, ChunkFn, dict]:
+    """(chunk size, compiled chunk function, compile record): ``chunk_size``, or the largest that
+    fits ``job.budget``.
+
+    Without a given size, a run whose metrics take at most :data:`WHOLE_RUN_FRACTION` of a
+    chunk's memory (:func:`_chunk_limit`), of at most :data:`WHOLE_RUN_MICRO_BATCHES`
+    micro-batches per device, is compiled once, as one chunk of every trial, and
+    resized (below) only if its memory analysis says it does not fit; the record's
+    ``memory_probe_cached`` is then None. A larger run compiles for a probe batch of one
+    micro-batch per device and reads the memory analysis: temporaries and outputs scale linearly
+    with the batch (arguments do not), plus the host copy of the outputs; a chunk may take 75% of
+    the budget (on a CPU at most ``CPU_CHUNK_BYTES`` on all host devices together), the rest is
+    left to the process itself and to the summaries or result arrays. The probe's executable is
+    reused when the size it implies needs no larger batch. ``job.fixed`` bytes of outputs are not
+    extrapolated, but reserved three times (device output, scatter, host copy). The probe's
+    figures are cached (:func:`_probed_size`).
+
+    A chosen size is corrected from the compiled chunk's own memory analysis when it exceeds the
+    budget, and shrunk when the device refuses memory while compiling (a GPU allocates while it
+    autotunes; the refused size scales the chunk down), at most ``MAX_RESIZES`` times.
+
+    The record holds ``compile_s`` (seconds spent compiling), ``compile_cached`` (every
+    executable came from the persistent cache) and ``memory_probe_cached``.
+
+    Raises:
+        ValueError: the smallest possible chunk (or the given one) needs more than the budget,
+            checked from the output shapes before compiling and from the memory analysis after,
+            or the device refused it while compiling.
+    """
+    compile_batch = Compiler(job)
+    chosen = chunk_size is None
+    if chunk_size is None and _compiled_whole(job):
+        # A run whose every value is a small part of a chunk's memory is compiled once, as one
+        # chunk: no probe (the probe and the chunk each compile the whole trial program; the
+        # kmeans groups of `jaxfed reproduce` took 41-100 s each); its own memory analysis
+        # confirms that it fits, or sizes it again.
+        return _fitted(job, compile_batch, job.n_trials, chosen, _chunk_limit(job))
+    if chunk_size is None:
+        chunk_size, probe = _probed_size(job, compile_batch)
+        if probe is not None and chunk_size <= job.step:  # the probe's program is the chunk's
+            return chunk_size, probe, compile_batch.record
+    return _fitted(job, compile_batch, chunk_size, chosen)
+
+
+def _probed_size(job: ChunkJob, compile_batch: Compiler) -> tuple[int, ChunkFn | None]:
+    """(chunk size, the probe's compiled function or None) from the memory probe's figures.
+
+    The figures are cached in ``job.cache_dir`` under a digest of ``job.program`` (one trial's
+    jaxpr, digested) and of what the batched program adds (points, devices, mode), so a rerun
+    neither lowers nor compiles the probe, only the chunk function (itself from JAX's persistent
+    cache). A cached figure is a hint, never a reason to refuse: when it would refuse the smallest
+    chunk, or size the chunk at one micro-batch per device, the probe is compiled and its own
+    figures decide (and replace the cached ones); a larger chunk sized from a stale figure is
+    corrected from the compiled chunk's own memory analysis (:func:`_fitted`).
+    """
+    points = len(job.group.point_ids)
+    key = probe_key(
+        job.program,
+        job.mesh,
+        points=points,
+        lanes=job.width,
+        common=job.common,
+        summary="in the micro-batch loop" if job.summary else False,  # (figures of the summary after the loop differ)
+        fixed=job.fixed,
+    )
+    cached = load_probe(job.cache_dir, key)
+    chunk_size = None if cached is None else _probe_chunk(cached, job)
+    probe = None
+    # (a cache file edited to temp = 1e15 refused every later run: "would need 909 TiB")
+    if chunk_size is None or chunk_size <= job.step:
+        probe, figures = compile_batch(job.step)
+        if figures != cached:
+            save_probe(job.cache_dir, key, figures)
+        chunk_size = _probe_chunk(figures, job, refuse=True)
+        cached = cached if figures == cached else None
+    compile_batch.record["memory_probe_cached"] = cached is not None
+    assert chunk_size is not None  # (refused otherwise)
+    return chunk_size, probe
+
+
+def _fitted(
+    job: ChunkJob, compile_batch: Compiler, chunk_size: int, chosen: bool, limit: float | None = None
+) -> tuple[int, ChunkFn, dict]:
+    """The chunk function compiled for ``chunk_size`` (given, or ``chosen`` from the probe or as
+    the whole run), resized while it does not fit (see :func:`sized_chunk_fn`): a chosen chunk
+    needing more than ``limit`` bytes (default: the budget) is sized again to ``limit`` (default:
+    ``BUDGET_FOR_CHUNKS`` of the budget)."""
+    step, budget = job.step, job.budget
+
+    ceiling = budget if limit is None else limit
+    limit = BUDGET_FOR_CHUNKS * budget if limit is None else limit
+
+    def resized(size: int, need: float) -> int:
+        """The chunk size for which ``need`` bytes at ``size`` trials scale to fit, smaller than ``size``."""
+        fits = balanced_chunk(job.n_trials, int(limit * round_up(size, step) / need), step)
+        return min(fits, max(step, round_up(size // 2, step)))
+
+    for _ in range(MAX_RESIZES):
+        try:
+            compiled, figures = compile_batch(round_up(chunk_size, step))
+        except jax.errors.JaxRuntimeError as err:
+            # A GPU allocates while it compiles (autotuning): a chunk too large for the device can
+            # be refused there, before any memory analysis can be read.
+            if "RESOURCE_EXHAUSTED" not in str(err):
+                raise
+            refused = refused_bytes(err)
+            if not chosen or chunk_size <= step:
+                what = f"the smallest chunk ({chunk_size} trials)" if chosen else f"a chunk of {chunk_size} trials"
+                asked = size_text(refused) if refused else "more than was free"
+                raise ValueError(
+                    f"{what} does not fit in the device's memory: compiling it asked for {asked}; "
+                    "use a smaller --chunk-size / chunk_size or smaller shapes"
+                ) from err
+            chunk_size = resized(chunk_size, refused or 2 * limit)
+            continue
+        need = figures["temp"] + figures["output"]
+        if chosen and need > ceiling and chunk_size > step:
+            # The probe's linear extrapolation can underestimate a program whose memory does not
+            # scale like the probe's (a 1e6-trial summary chunk needed 21 GiB where 4 were
+            # predicted): size again from this compilation's own figure.
+            chunk_size = resized(chunk_size, need)
+            continue
+        refuse_chunk(chunk_size, False, need, budget)
+        return chunk_size, compiled, compile_batch.record
+    raise ValueError(
+        f"no chunk size fitting the memory budget of {size_text(budget)} was found in {MAX_RESIZES} compilations "
+        "(--max-memory / max_memory); give --chunk-size / chunk_size"
+    )
+
+
+def _probe_chunk(figures: dict, job: ChunkJob, refuse: bool = False) -> int | None:
+    """The chunk size the probe's memory ``figures`` (one micro-batch of ``job.width`` trials per
+    device, ``job.step`` trials in all) imply for the budget; None when even ``step`` trials would
+    not fit (``refuse``: ValueError instead, the one-line refusal)."""
+    step, width, mesh, budget, fixed = job.step, job.width, job.mesh, job.budget, job.fixed
+    # A summary's running histogram and sums are the micro-batch loop's carry (temporaries) besides
+    # its outputs: counted as per-trial bytes, that carry (14 MB of gfvl-topologies histograms over
+    # a 512-trial probe) sized chunks at 29,696 trials, for 0.8 KB per trial of real growth.
+    carry = fixed if job.summary else 0
+    per_trial_device = max(figures["temp"] + figures["output"] - fixed - carry, 0) / width
+    per_trial_host = max(figures["output"] - fixed, 0) / width
+    per_trial = per_trial_device / mesh.size + per_trial_host
+    need = step * per_trial + 3 * fixed + carry
+    if refuse:
+        refuse_chunk(step, True, need, budget)
+    elif need > budget:
+        return None
+    usable = BUDGET_FOR_CHUNKS * budget - 3 * fixed - carry  # the rest: the process itself, summaries, results
+    fits = usable // max(per_trial, 1.0)
+    if mesh.devices.flat[0].platform == "cpu":
+        # Host devices share the host's memory: the cap is on the chunk's buffers on all of them.
+        fits = min(fits, CPU_CHUNK_BYTES // max(per_trial_device + per_trial_host, 1.0))
+    return balanced_chunk(job.n_trials, int(fits), step)
+
+
+def _chunk_limit(job: ChunkJob) -> float:
+    """Bytes a chosen chunk may take per device: ``BUDGET_FOR_CHUNKS`` of the budget, on a CPU at
+    most ``CPU_CHUNK_BYTES`` on all host devices together."""
+    limit = BUDGET_FOR_CHUNKS * job.budget
+    if job.mesh.devices.flat[0].platform == "cpu":
+        limit = min(limit, CPU_CHUNK_BYTES / job.mesh.size)
+    return limit
+
+
+WHOLE_RUN_FRACTION = 1 / 8
+"""Without a given chunk size, a run whose metrics take at most this share of a chunk's memory
+(:func:`_chunk_limit`), and of at most :data:`WHOLE_RUN_MICRO_BATCHES` micro-batches per device,
+is compiled once as one chunk, without the memory probe."""
+WHOLE_RUN_MICRO_BATCHES = 16
+"""A longer run is chunked from the probe's figures, as before: one chunk of every trial would
+show no progress and store no summary state until its end (10^6 k-means trials of milliseconds
+each in one chunk)."""
+
+
+def _compiled_whole(job: ChunkJob) -> bool:
+    """Whether a run without a given chunk size is compiled once, as one chunk of every trial
+    (see :data:`WHOLE_RUN_FRACTION`)."""
+    small = job.n_trials * job.trial_bytes <= _chunk_limit(job) * WHOLE_RUN_FRACTION
+    return small and job.n_trials <= WHOLE_RUN_MICRO_BATCHES * job.step
+
+
+# On a CPU a chunk's buffers are fresh host memory: the first call of a 6 GiB chunk (262,144
+# gfvl-topologies trials) ran 50% slower than the next ones (page faults), while chunks of 32,768
+# (0.8 GiB) run at full speed from the first, and several chunks let the host's work on one
+# overlap the next. A chosen chunk on a CPU takes at most this much, on all its host devices
+# together (they share the host's memory); a given one is not limited.
+CPU_CHUNK_BYTES = 2**30
+MAX_RESIZES = 6  # compilations of the chunk function that may be refused or found too large before giving up
+_SIZE_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def refused_bytes(err: Exception) -> float | None:
+    """The size of the allocation a RESOURCE_EXHAUSTED error names ("… allocate 299.02GiB …"), or None."""
+    match = re.search(r"allocate ([0-9.]+) ?(TiB|GiB|MiB|KiB|B)\b", str(err))
+    return float(match.group(1)) * _SIZE_UNITS[match.group(2)] if match else None
+
+
+def chunk_function(
+    trial,
+    points: list,
+    chunk_size: int,
+    seed: int = 0,
+    devices: int | None = None,
+    common: bool = False,
+    micro_batch: int | None = None,
+):
+    """The function the engine runs for one chunk's metrics, with its arguments (for benchmarks).
+
+    ``fn(*args)`` computes trials [0, batch) of every point, batch = ``chunk_size`` rounded up to
+    a multiple of the micro-batch width × devices (``micro_batch``, default the engine's
+    :func:`choose_width` for this trial, ``chunk_size`` trials and the devices' default budget),
+    returning metrics of shape (n_points, batch, …); ``fn.lower(*args).compile()`` compiles it
+    ahead of time. On one device ``fn`` is the jitted trial program itself (its arguments end with
+    the micro-batch loop's trip count), on several a :class:`~jaxfed.engine.compiled.ChunkFn`.
+    The points must form a single group (equal static parts).
+    """
+    from jaxfed.engine.points import metric_specs, rebuild
+
+    groups = group_points(points)
+    if len(groups) != 1:
+        raise ValueError(f"points must share their static leaves to form one compiled group, got {len(groups)} groups")
+    group, traced = groups[0]
+    mesh = make_mesh(devices)
+    width = micro_batch
+    if width is None:
+        jaxpr, shapes = jax.make_jaxpr(lambda k, t: trial(k, rebuild(group, t)), return_shape=True)(
+            jax.random.key(0), [x[0] for x in traced]
+        )
+        specs = metric_specs([shapes], groups)
+        width = choose_width(device_spec(mesh), width_bytes(trial_live_bytes(jaxpr), specs), chunk_size)
+    batch = round_up(chunk_size, width * mesh.size)
+    fn = ChunkFn(trial, group, batch, mesh, width, common, flags=False)
+    args = (np.uint32(seed), np.asarray(group.point_ids, np.uint32), traced, np.uint32(0))
+    if mesh.size == 1:
+        return jax.jit(fn.metrics), fn.metrics_args(*args, 0)
+    return fn, args
