@@ -39,7 +39,7 @@ from common import add_common_arguments, compile_time, machine, median_time, wri
 from oac_channel import numpy_explicit  # noqa: E402
 
 from jaxfed import engine  # noqa: E402
-from jaxfed.experiments import _kmeans_common, kmeans_mall  # noqa: E402
+from jaxfed.experiments import kmeans_mall, kmeans_trials  # noqa: E402
 
 DIGITS = 4
 
@@ -104,7 +104,7 @@ def sweep_run(trials: int) -> dict:
     """The whole kmeans-snr (D = 4) sweep through ``engine.run`` with its default memory budget."""
     cfg = kmeans_mall.SnrConfig(digits_list=(DIGITS,))
     labels = [lab for lab in kmeans_mall._snr_labels(cfg) if lab["method"] == "oac" and not lab.get("noise_free")]
-    sweep = _kmeans_common.mall_sweep(cfg, labels)
+    sweep = kmeans_trials.mall_sweep(cfg, labels)
     start = time.perf_counter()
     info = engine.run(sweep.trial, sweep.points, trials, common_random_numbers=True).info
     wall = time.perf_counter() - start
@@ -157,7 +157,7 @@ def main(argv=None):
     for mode in ("aggregate", "explicit"):
         for common in (False, True):
             mcfg = kmeans_mall.SnrConfig(digits_list=(DIGITS,), channel=mode)
-            sweep = _kmeans_common.mall_sweep(mcfg, labels)
+            sweep = kmeans_trials.mall_sweep(mcfg, labels)
             fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, args.chunk, common=common)
             t_compile, compiled = compile_time(fn, *fn_args)
             t_chunk = median_time(lambda: compiled(*fn_args), args.repeats)

@@ -11,7 +11,8 @@ divergence), ``sample_score`` (draws with their scores T(θ) − μ(η)) and ``f
   tests/test_expfam_families.py measure it against mpmath);
 - the Fisher matrix is ``family.fisher(η) = ∇²A(η)`` and the mean parameters ``family.mean(η) = ∇A(η)``.
 
-Families (conjugate to the likelihood in brackets; :func:`by_name` looks them up):
+Families (conjugate to the likelihood in brackets), registered by name (:func:`register`, :func:`get`,
+:func:`names`; :mod:`jaxfed.registry`; a user's family is registered the same way):
 
 - :data:`BETA` [Bernoulli]: T(θ) = (log θ, log(1−θ)), η = (a, b), h(θ) = 1/(θ(1−θ)) on (0, 1),
   A(η) = log B(a, b). (Not η = (a − 1, b − 1) with h = 1: in float32 the shift by one rounds away
@@ -40,20 +41,22 @@ from jax import lax
 from jax.scipy.special import digamma, gammaln, polygamma
 
 from jaxfed import numerics, validation
+from jaxfed.registry import Registry
 
 __all__ = [
     "ExpFamily",
     "BETA",
     "NORMAL",
     "GAMMA",
-    "FAMILIES",
     "dirichlet",
     "mean_field_normal",
     "mean_field_natural",
     "mean_field_moments",
     "mean_field_sample_score",
     "mean_field_fisher_solve",
-    "by_name",
+    "register",
+    "get",
+    "names",
     "check_natural",
     "log_prob",
     "kl",
@@ -901,20 +904,35 @@ def mean_field_moments(eta: jax.Array) -> tuple[jax.Array, jax.Array]:
     return m, 1.0 / p
 
 
-# --------------------------------------------------------------------------- lookup and validation
-FAMILIES = ("beta", "normal", "gamma", "dirichlet")
-"""Names accepted by :func:`by_name`."""
+# --------------------------------------------------------------------------- the registry and validation
+_FAMILIES: Registry[ExpFamily] = Registry("family")
 
 
-def by_name(name: str, n_categories: int = 3) -> ExpFamily:
-    """The family called ``name`` (one of :data:`FAMILIES`); ``n_categories`` is the Dirichlet's C.
+def register(family: ExpFamily) -> ExpFamily:
+    """Adds ``family`` under ``family.name`` (replacing one of that name) and returns it. A user's family
+    needs the required fields of :class:`ExpFamily`; the non-conjugate solver
+    (:func:`jaxfed.gfvl.natgrad_solver`, REINFORCE) uses ``sample`` with the generic score and Fisher
+    solve where ``sample_score`` and ``fisher_solve`` are None."""
+    validation.check("family", type(family).__name__, isinstance(family, ExpFamily), "an ExpFamily")
+    return _FAMILIES.register(family.name, family)
 
-    Raises:
-        ValueError: naming the parameter, the value and the allowed names.
+
+def get(name: str) -> ExpFamily:
+    """The family called ``name``; ValueError listing the registered ones otherwise.
+
+    >>> get("gamma").dim, names()
+    (2, ('beta', 'normal', 'gamma', 'dirichlet'))
     """
-    validation.one_of("family", name, FAMILIES)
-    named = {"beta": BETA, "normal": NORMAL, "gamma": GAMMA}
-    return named[name] if name in named else dirichlet(n_categories)
+    return _FAMILIES.get(name)
+
+
+def names() -> tuple[str, ...]:
+    """The registered families' names, built-ins first ("dirichlet" is C = 3; :func:`dirichlet` makes others)."""
+    return _FAMILIES.names()
+
+
+for _family in (BETA, NORMAL, GAMMA, dirichlet(3)):
+    register(_family)
 
 
 def check_natural(family: ExpFamily, eta, name: str = "eta") -> None:

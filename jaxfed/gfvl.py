@@ -264,7 +264,7 @@ def natgrad_solver(
     validation.integer("n_samples", n_samples, 2 if baseline in ("leave-one-out", "control-variate") else 1)
     if baseline == "reparameterisation":
         allowed = f"one of {natgrad.REPARAMETERISABLE} for baseline='reparameterisation'"
-        validation.check("family", family.name, family.name in natgrad.REPARAMETERISABLE, allowed)
+        validation.check("family", family.name, natgrad.reparameterisable(family), allowed)
     if not callable(rho):
         validation.positive("rho", rho)
     validation.positive("alpha", alpha)

@@ -1,4 +1,4 @@
-"""Conjugate data models for G-FVL studies: values in a registry, like the channels of :mod:`jaxfed.oac`.
+"""Conjugate data models for G-FVL studies: values in a registry (:mod:`jaxfed.registry`), like the channels of :mod:`jaxfed.oac`.
 
 A :class:`ConjugateModel` holds everything an experiment needs about a family and its data: q's
 exponential family, a weak prior, the global data parameter θ, how agents' θ_k spread around it,
@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxfed import expfam, likelihoods, validation
+from jaxfed.registry import Registry
 
 __all__ = ["ConjugateModel", "register", "get", "names"]
 
@@ -46,26 +47,23 @@ class ConjugateModel(NamedTuple):
     link_text: str  # how θ_k spreads around θ, e.g. "logit(θ_k) = logit(θ) + τ ε_k"
 
 
-_MODELS: dict[str, ConjugateModel] = {}
+_MODELS: Registry[ConjugateModel] = Registry("conjugate model")
 
 
 def register(model: ConjugateModel) -> ConjugateModel:
     """Adds ``model`` under ``model.name`` (replacing one of that name) and returns it."""
     validation.check("model", type(model).__name__, isinstance(model, ConjugateModel), "a ConjugateModel")
-    validation.check("name", model.name, isinstance(model.name, str) and model.name != "", "a non-empty string")
-    _MODELS[model.name] = model
-    return model
+    return _MODELS.register(model.name, model)
 
 
 def names() -> tuple[str, ...]:
     """The registered model names, built-ins first."""
-    return tuple(_MODELS)
+    return _MODELS.names()
 
 
 def get(name: str) -> ConjugateModel:
-    """The model called ``name``; ValueError naming the registered ones otherwise."""
-    validation.one_of("family", name, names())
-    return _MODELS[name]
+    """The model called ``name``; ValueError listing the registered ones otherwise (:mod:`jaxfed.registry`)."""
+    return _MODELS.get(name)
 
 
 # --------------------------------------------------------------------------- built-in models

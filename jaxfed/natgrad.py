@@ -50,6 +50,7 @@ __all__ = [
     "BASELINES",
     "ESTIMATORS",
     "REPARAMETERISABLE",
+    "reparameterisable",
     "reparameterisation_gradient",
     "estimate_gradient",
     "estimator_variance",
@@ -77,6 +78,23 @@ ESTIMATORS = BASELINES + ("reparameterisation",)
 """Gradient estimators of :func:`estimate_gradient`: REINFORCE with one of :data:`BASELINES`, or the
 reparameterisation gradient (Gaussian families only, :data:`REPARAMETERISABLE`)."""
 REPARAMETERISABLE = ("normal", "mean_field_normal")
+
+
+def _gaussian(family: expfam.ExpFamily) -> str | None:
+    """ "normal" or "mean_field_normal" for the built-in Gaussian families, recognised by their closed-form
+    draws rather than their names (a registered family may take any name); None for another family."""
+    if family.sample_score is expfam.normal_sample_score:
+        return "normal"
+    if family.sample_score is expfam.mean_field_sample_score:
+        return "mean_field_normal"
+    return None
+
+
+def reparameterisable(family: expfam.ExpFamily) -> bool:
+    """True for a family the reparameterisation gradient handles (:data:`REPARAMETERISABLE`)."""
+    return _gaussian(family) is not None
+
+
 """Families whose draws are θ = m + ε/√p, so that :func:`reparameterisation_gradient` applies."""
 
 
@@ -160,7 +178,7 @@ def reparameterisation_gradient(
     validation.check(
         "family",
         family.name,
-        family.name in REPARAMETERISABLE,
+        reparameterisable(family),
         f"one of {REPARAMETERISABLE} for baseline='reparameterisation'",
     )
     validation.integer("n_samples", n_samples, 1)
@@ -169,7 +187,7 @@ def reparameterisation_gradient(
     s = 1.0 / jnp.sqrt(p)
     eps = numerics.standard_normal(key, (n_samples,) + m.shape, eta.dtype)
     theta = m + eps * s
-    as_input = (lambda t: t[..., 0]) if family.name == "normal" else (lambda t: t)  # NORMAL's θ is a scalar
+    as_input = (lambda t: t[..., 0]) if _gaussian(family) == "normal" else (lambda t: t)  # NORMAL's θ is a scalar
     per_sample = jax.grad(lambda t: jnp.sum(loss(as_input(t))))(theta)  # (S, d): ∇L(θ_s), samples independent
     g_m = jnp.mean(per_sample, axis=0)
     g_v = jnp.mean(per_sample * eps / (2.0 * s), axis=0)
@@ -232,7 +250,7 @@ def natural_gradient_estimate(key, family, eta, loss, n_samples: int, estimator:
     """FIM(η)⁻¹ ĝ, the natural-gradient estimate of ∇_η E_q[L] by ``estimator`` (:func:`estimate_gradient`
     and :func:`fisher_solve`); for the mean-field Gaussian with REINFORCE and the constant or leave-one-out
     baseline, the same estimate on the same draws by :func:`mean_field_reinforce_natural_gradient`."""
-    if family.name == "mean_field_normal" and estimator in ("constant", "leave-one-out"):
+    if _gaussian(family) == "mean_field_normal" and estimator in ("constant", "leave-one-out"):
         validation.integer("n_samples", n_samples, 1 if estimator == "constant" else 2)
         return mean_field_reinforce_natural_gradient(key, eta, loss, n_samples, estimator, c)
     return fisher_solve(family, eta, estimate_gradient(key, family, eta, loss, n_samples, estimator, c))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from jaxfed import cli, engine, oac
-from jaxfed.experiments import _kmeans_common, catalog, make_config
+from jaxfed.experiments import catalog, kmeans_trials, make_config
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "docs", "examples", "rician_channel.py")
 SMALL = ["--set", "n_points=200", "--set", "n_rounds=3", "--set", "rows=2", "--set", "cols=2"]
@@ -83,21 +83,21 @@ def test_per_device_state_reaches_the_channel_through_the_trial_hook():
         weighted = jnp.asarray(gain, noise_var.dtype) @ oac.channel.activation(numerals, beta, active)
         return oac.channel.aggregate_energy(key, weighted, noise_var, symbol_energy)
 
-    oac.register_channel("test-gains", gained, params={"gain": 1.0})
-    cfg = make_config(_kmeans_common.MallConfig, {"n_points": "200", "n_rounds": "4", "rows": "2", "cols": "2"})
+    oac.channel.register("test-gains", gained, params={"gain": 1.0})
+    cfg = make_config(kmeans_trials.MallConfig, {"n_points": "200", "n_rounds": "4", "rows": "2", "cols": "2"})
     labels = [{"method": "oac", "digits": 2, "snr_db": 20.0}]
 
     def run(channel_for=None, channel="aggregate"):
-        sweep = _kmeans_common.mall_sweep(
+        sweep = kmeans_trials.mall_sweep(
             make_config(type(cfg), {**_small(cfg), "channel": channel}), labels, channel_for=channel_for
         )
         return np.asarray(engine.run(sweep.trial, sweep.points, 8, seed=0, progress=False)["loss"])
 
     def unit_gains(key, point):
-        return oac.channel_model("test-gains").with_params(gain=jnp.ones(4))
+        return oac.channel.get("test-gains").with_params(gain=jnp.ones(4))
 
     def residual_gains(key, point):  # log-normal, 3 dB spread, per trial
-        return oac.channel_model("test-gains").with_params(gain=10 ** (3.0 * jax.random.normal(key, (4,)) / 10))
+        return oac.channel.get("test-gains").with_params(gain=10 ** (3.0 * jax.random.normal(key, (4,)) / 10))
 
     plain = run()
     np.testing.assert_array_equal(run(unit_gains, "test-gains"), plain)
@@ -119,7 +119,7 @@ def test_a_channel_file_loaded_with_import_runs_a_built_in_experiment_and_must_b
         "def flat(key, numerals, beta, noise_var, symbol_energy, active, level):\n"
         "    counts = oac.channel.resource_counts(numerals, beta, active).astype(jnp.float32)\n"
         "    return symbol_energy * counts * level + noise_var\n\n\n"
-        "oac.register_channel('flat-test', flat, variance=None, params={'level': 1.0})\n"
+        "oac.channel.register('flat-test', flat, variance=None, params={'level': 1.0})\n"
     )
     out = str(tmp_path / "flat")
     args = ["run", "kmeans-convergence", "--import", str(channel_file), "--out", out, "--quiet", "--trials", "2"]

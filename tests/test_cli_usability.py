@@ -18,7 +18,7 @@ CHOICES = {
     "vmax_rule": kmeans.VMAX_RULES,
     "init": kmeans.INITS,
     "inits": kmeans.INITS,
-    "channel": oac.channels(),
+    "channel": oac.channel.names(),
     "symbol_energy": ("beta", "sqrt-beta"),
     "topologies": tuple(graphs.TOPOLOGIES),
     "splits": SPLITS,

@@ -1,7 +1,7 @@
 """One compiled program per sweep where a choice only selects code (issue 24 part 8).
 
 The k-means experiments' method, split and init are traced indices
-(:func:`jaxfed.experiments._kmeans_common._trace_choices`), so the engine groups a sweep's points by
+(:func:`jaxfed.experiments.kmeans_trials.trace_choices`), so the engine groups a sweep's points by
 their shapes alone. The values must be bit-identical to the trial with the choices given by
 name, which traces the named code only (the reference)."""
 
@@ -12,14 +12,14 @@ import pytest
 
 from jaxfed import engine, kmeans
 from jaxfed.engine.points import group_points
-from jaxfed.experiments import _kmeans_common, kmeans_ablation, kmeans_mall, kmeans_studies
+from jaxfed.experiments import kmeans_ablation, kmeans_mall, kmeans_studies, kmeans_trials
 
 TINY = dict(rows=2, cols=2, n_points=60, n_components=3, n_clusters=3, n_rounds=3)
 
 
 def _by_name(cfg, labels: list[dict]) -> list[dict]:
     """The labels' points with the choices as names (static leaves): the reference trial."""
-    return [_kmeans_common._point(cfg, lab) for lab in labels]
+    return [kmeans_trials.label_point(cfg, lab) for lab in labels]
 
 
 def _groups(sweep) -> int:
@@ -43,7 +43,7 @@ def _values(trial, points, n_trials=3):
 
 
 def _assert_traced_equal_named(cfg, labels, n_groups: int = 1, **diagnostics):
-    sweep = _kmeans_common.mall_sweep(cfg, labels, **diagnostics)
+    sweep = kmeans_trials.mall_sweep(cfg, labels, **diagnostics)
     assert _groups(sweep) == n_groups
     traced = _values(sweep.trial, sweep.points)
     named_points = _by_name(cfg, labels)
@@ -90,4 +90,4 @@ def test_choice_indices_validate_like_the_names():
     for key, bad in (("method", "lloyd"), ("split", "random"), ("init", "k-means++")):
         lab = {"method": "oac", key: bad}
         with pytest.raises(ValueError, match=f"^{key} must be one of"):
-            _kmeans_common._point(cfg, lab)
+            kmeans_trials.label_point(cfg, lab)

@@ -11,9 +11,10 @@ import types
 import numpy as np
 import pytest
 
-from jaxfed import graphs, stats, validation
+from jaxfed import expfam, graphs, registry, stats, validation
+from jaxfed.oac import aggregators
 
-MODULES = [graphs, stats, validation]
+MODULES = [graphs, stats, validation, registry, expfam, aggregators]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=[m.__name__ for m in MODULES])
@@ -102,7 +103,8 @@ def test_the_site_has_every_page_and_an_api_page_per_public_module():
         for m in re.findall(r"^::: (\S+)$", (ROOT / "docs" / p).read_text(), re.M)
     }
     modules = [n for n in jaxfed.__all__ if isinstance(getattr(jaxfed, n), types.ModuleType)]
-    for name in [*modules, "experiments", "models", "logistic", "plotting", "store"]:
+    extra = ["experiments", "experiments.kmeans_trials", "experiments.gfvl_trials", "models", "registry"]
+    for name in [*modules, *extra, "logistic", "plotting", "store"]:
         assert f"jaxfed.{name}" in documented, f"no API page renders jaxfed.{name}"
 
 

@@ -7,9 +7,9 @@ import pytest
 
 from jaxfed import cli, stats
 from jaxfed.experiments import (
-    _gfvl_common,
     gfvl_local_iters,
     gfvl_topologies,
+    gfvl_trials,
     gfvl_unlearning,
     make_config,
     run_experiment,
@@ -32,7 +32,7 @@ def test_nonconjugate_unlearning_reaches_the_asymptote_before_retraining():
     kl, hit = results["kl"], results["hit"]
     assert kl.shape == (2, 64, 150) and np.all(np.isfinite(kl)) and np.all(kl >= 0)
     assert hit.shape == (2, 64) and np.array_equal(hit[0], hit[1])  # one walk per trial, shared by the points
-    level = _gfvl_common.ASYMPTOTE_TOLERANCE * _gfvl_common.asymptote(stats.band(kl).median[1])
+    level = gfvl_trials.ASYMPTOTE_TOLERANCE * gfvl_trials.asymptote(stats.band(kl).median[1])
     faster = gfvl_unlearning.verdicts(cfg, config_json["points"], results, level, "near")[0]
     assert faster.verdict == stats.REPRODUCED and faster.estimate > 0, faster
     assert "unlearning within 1.5× of the retrained asymptote" in exp.report(cfg, config_json["points"], results).text
@@ -166,7 +166,7 @@ def _unlearning_case(n_trials=40, n_slots=60, seed=0):
 def test_unlearning_verdicts_count_from_us_visit_and_are_real_when_detectable():
     unlearn, retrain, hit = _unlearning_case()
     unlearn[:, 0] = 0.5  # a dip below the level before u is forgotten is not unlearning
-    faster, at_hit = _gfvl_common.unlearning_verdicts(unlearn, retrain, hit, 1.5, "at the level", shift=3.0)
+    faster, at_hit = gfvl_trials.unlearning_verdicts(unlearn, retrain, hit, 1.5, "at the level", shift=3.0)
     assert faster.verdict == stats.REPRODUCED and at_hit.verdict == stats.REPRODUCED
     assert at_hit.estimate == 0.0  # unlearning's slot is exactly u's hitting time, not slot 1
 
@@ -175,11 +175,11 @@ def test_unlearning_verdicts_are_not_testable_when_nothing_is_left_to_unlearn():
     """The vacuous case of gfvl-logistic: the learnt model is within the level before u is ever scheduled."""
     unlearn, retrain, hit = _unlearning_case()
     unlearn = np.minimum(unlearn, 1.2)
-    verdicts = _gfvl_common.unlearning_verdicts(unlearn, retrain, hit, 1.5, "at the level")
+    verdicts = gfvl_trials.unlearning_verdicts(unlearn, retrain, hit, 1.5, "at the level")
     assert [v.verdict for v in verdicts] == [stats.NOT_TESTABLE] * 2
     assert "just before u is forgotten the median KL to the target without u is 1.2" in verdicts[0].reason
     unlearn, retrain, hit = _unlearning_case()
-    small_shift = _gfvl_common.unlearning_verdicts(unlearn, retrain, hit, 1.5, "at the level", shift=0.17)
+    small_shift = gfvl_trials.unlearning_verdicts(unlearn, retrain, hit, 1.5, "at the level", shift=0.17)
     assert small_shift[0].verdict == stats.NOT_TESTABLE and "move the target by KL 0.17" in small_shift[0].reason
 
 
@@ -187,5 +187,5 @@ def test_unlearning_that_lags_us_visit_is_not_reproduced_at_the_visit():
     unlearn, retrain, hit = _unlearning_case()
     slots = np.arange(1, unlearn.shape[1] + 1)
     unlearn = np.where(slots[None, :] >= hit[:, None] + 8, 1.0, 5.0)  # gets there 8 slots after the visit
-    faster, at_hit = _gfvl_common.unlearning_verdicts(unlearn, retrain, hit, 1.5, "at the level", shift=3.0)
+    faster, at_hit = gfvl_trials.unlearning_verdicts(unlearn, retrain, hit, 1.5, "at the level", shift=3.0)
     assert at_hit.verdict == stats.NOT_REPRODUCED and at_hit.estimate == 8.0

@@ -79,7 +79,7 @@ def _stats(name, seed, sizes, spread=0.5):
 def _paths(name: str, n_slots: int):
     """The experiments' path (MH walk with carried visit counts, K-distinct-KL trajectory) and the step
     kernel (:func:`gfvl.learn` with :func:`gfvl.conjugate_solver`), jitted once per family and shape."""
-    family = expfam.by_name(name)
+    family = expfam.get(name)
 
     def run(key, adjacency, stats, alpha, prior):
         walk = gossip.mh_walk(key, adjacency, n_slots)
@@ -180,7 +180,7 @@ def test_float32_fast_path_is_exact_at_cover_time(name):
         ),
         (
             lambda: scenarios.agent_thetas(jax.random.key(0), "poisson", 1.0, 3, 0.5),
-            r"family must be one of \('beta', 'normal', 'gamma', 'dirichlet'.*\), got 'poisson'",
+            "^unknown conjugate model 'poisson'; choose one of: beta, normal, gamma, dirichlet",
         ),
     ],
 )

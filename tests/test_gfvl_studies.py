@@ -14,8 +14,8 @@ import pytest
 from jaxfed import cli, expfam, gfvl, gossip, graphs, likelihoods, stats
 from jaxfed.experiments import (
     REGISTRY,
-    _gfvl_common,
     gfvl_graphs,
+    gfvl_trials,
     gfvl_wallclock,
     load_results,
     make_config,
@@ -365,7 +365,7 @@ def test_wallclock_nonconjugate_trial_is_gfvl_local_iters_trial():
         record_every: int = cfg.record_every
         rho_schedule: str = "constant"
 
-    reference = _gfvl_common.local_iters_trial(LocalItersConfig())
+    reference = gfvl_trials.local_iters_trial(LocalItersConfig())
     for n_iters in (1, 5, 20):
         key = jax.random.key(11)
         got = jax.jit(lambda k, n: mine(k, {"model": "non-conjugate", "local_iters": n}))(key, jnp.int32(n_iters))

@@ -293,7 +293,7 @@ def test_estimate_sum_accepts_leading_axes():
         ({"beta": 1}, "beta"),
         ({"digits": 0}, "digits"),
         ({"beta": 3, "digits": 20}, "int32"),
-        ({"mode": "coherent"}, r"channel must be one of the registered channels \('explicit', 'aggregate', 'ideal'"),
+        ({"mode": "coherent"}, "unknown channel 'coherent'; choose one of: explicit, aggregate, ideal"),
         ({"snr_db": 1000.0}, "decibels"),
         ({"snr_db": float("nan")}, "decibels"),
         ({"snr_db": -np.inf}, "decibels"),

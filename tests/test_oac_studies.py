@@ -18,7 +18,7 @@ import pytest
 from scipy import stats
 
 from jaxfed import cli, kmeans, oac
-from jaxfed.experiments import _kmeans_common, kmeans_channels, kmeans_counts, make_config
+from jaxfed.experiments import kmeans_channels, kmeans_counts, kmeans_trials, make_config
 from jaxfed.oac import channel, impairments
 
 BETA, N_DEV, N_VAL, DIGITS = 3, 12, 2, 2
@@ -173,7 +173,7 @@ def test_the_channels_study_refuses_bad_values_in_one_line_before_any_work(setti
 
 def test_a_channel_sweep_checks_every_value():
     with pytest.raises(ValueError, match="k_factor must be finite and >= 0, got -1.0"):
-        make_config(_kmeans_common.MallConfig, {"channel": "rician-fading", "channel_sweep": "k_factor=0,-1"})
+        make_config(kmeans_trials.MallConfig, {"channel": "rician-fading", "channel_sweep": "k_factor=0,-1"})
 
 
 # --------------------------------------------------------------------------- counts through a back-end

@@ -211,9 +211,9 @@ def test_an_edited_file_of_a_registered_channel_named_by_a_parameter_is_refused(
     spec_ = importlib.util.spec_from_file_location("tiny_channel_for_identity", chan)
     module = importlib.util.module_from_spec(spec_)
     spec_.loader.exec_module(module)
-    oac.register_channel(name, module.energy, variance=None)
+    oac.channel.register(name, module.energy, variance=None)
     try:
-        body = "oac.channel_model(cfg.channel).energy(key, None, 1, 0.0, 1.0, None)[0] + x"
+        body = "oac.channel.get(cfg.channel).energy(key, None, 1, 0.0, 1.0, None)[0] + x"
         spec = _tiny(tmp_path / "tiny.py", imports="from jaxfed import oac\n", body=body)
         assert _run(spec, tmp_path / "d", 4, "--set", f"channel={name}") == 0
         code = json.loads((tmp_path / "d" / "identity.json").read_text())["code"]
@@ -223,7 +223,7 @@ def test_an_edited_file_of_a_registered_channel_named_by_a_parameter_is_refused(
         assert _run(spec, tmp_path / "d", 6, "--set", f"channel={name}") == 2
         assert "code.tiny_channel.py: stored sha256" in capsys.readouterr().err
     finally:
-        oac.channel._CHANNELS.pop(name, None)
+        oac.channel._CHANNELS.unregister(name)
 
 
 def test_a_plugin_experiment_identity_holds_its_distribution_version_and_module(tmp_path, monkeypatch, capsys):
@@ -259,3 +259,56 @@ def test_a_plugin_experiment_identity_holds_its_distribution_version_and_module(
 def test_built_in_experiments_identity_holds_no_code_key():
     exp = get("gfvl-topologies")
     assert catalog.code_identity(exp, make_config(exp.config_cls)) == {}
+
+
+# --------------------------------------------------------------------------- every extension point from one file
+EXTENSIONS = pathlib.Path(__file__).parent / "data" / "user_extensions.py"
+
+
+@pytest.fixture
+def extensions():
+    """tests/data/user_extensions.py's path; afterwards its registrations are removed and its module
+    forgotten, so that no other test sees them and the next load registers them again."""
+    from jaxfed import experiments, expfam, oac
+
+    yield str(EXTENSIONS)
+    experiments.REGISTRY.unregister("user-kmeans")
+    oac.channel._CHANNELS.unregister("user-line-of-sight")
+    oac.aggregators._METHODS.unregister("user-lossy")
+    expfam._FAMILIES.unregister("user-exponential")
+    for name, module in list(sys.modules.items()):
+        if name.startswith("jaxfed_user_") and getattr(module, "__file__", None) == str(EXTENSIONS):
+            del sys.modules[name]
+
+
+def _metrics(out):
+    return {k: v for k, v in np.load(out / "metrics.npz").items()}
+
+
+def test_a_registered_user_experiment_runs_by_name_with_import(extensions, tmp_path, capsys):
+    assert cli.main(["run", "user-kmeans", "--trials", "2", "--out", str(tmp_path / "k"), "--quiet"]) == 2
+    assert "unknown experiment 'user-kmeans'; choose one of: gfvl-graphs, " in capsys.readouterr().err
+    args = ["run", "user-kmeans", "--import", extensions, "--trials", "2", "--out", str(tmp_path / "k"), "--quiet"]
+    assert cli.main(args) == 0
+    assert np.isfinite(_metrics(tmp_path / "k")["loss"]).all()
+
+
+def test_a_user_channel_and_aggregation_method_run_in_the_kmeans_trial_layer(extensions, tmp_path):
+    from jaxfed.experiments import kmeans_trials
+
+    spec = f"{extensions}:KMEANS"
+    for name, setting in (("channel", "channel=user-line-of-sight"), ("method", "method=user-lossy")):
+        out = tmp_path / name
+        assert cli.main(["run", spec, "--trials", "4", "--out", str(out), "--set", setting, "--quiet"]) == 0
+        loss = _metrics(out)["loss"]
+        assert loss.shape == (1, 4, 3) and np.isfinite(loss).all()
+    assert kmeans_trials.method_label({"method": "user-lossy"}) == "lossy p=0.25"
+    assert "user-lossy" in kmeans_trials.methods()
+
+
+def test_a_user_family_runs_in_natural_gradient_steps(extensions, tmp_path):
+    out = tmp_path / "family"
+    assert cli.main(["run", f"{extensions}:FAMILY", "--trials", "8", "--out", str(out), "--quiet"]) == 0
+    mean = _metrics(out)["mean"][0]  # (trial, iteration): E_q θ = 1/λ from the prior's 1 towards the optimum 3
+    assert np.isfinite(mean).all() and np.median(mean[:, -1]) > 1.5
+    assert cli.main(["run", f"{extensions}:FAMILY", "--set", "family=gamma-exp", "--out", str(out)]) == 2

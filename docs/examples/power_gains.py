@@ -8,7 +8,7 @@ energy detector then estimates Σ_k g_k v_k, not Σ_k v_k. Nothing in the packag
 - a channel with a per-ED parameter, registered here: |y_l|² ~ (E_s Σ_k g_k 1[k on l] + σ²)·Exp(1)
   (the "aggregate" law with weighted counts; g = 1 is that channel bit for bit);
 - the mall trial's ``channel_for`` hook draws the gains per trial from its own key
-  (``_kmeans_common.mall_sweep(cfg, labels, channel_for=…)``);
+  (``kmeans_trials.mall_sweep(cfg, labels, channel_for=…)``);
 - the spread is swept as a traced channel parameter (``channel_sweep``), so one compiled program
   serves every spread.
 
@@ -24,7 +24,7 @@ import numpy as np
 
 from jaxfed import oac, plotting, stats
 from jaxfed.experiments import Experiment, Reading
-from jaxfed.experiments._kmeans_common import SWEPT, MallConfig, final_values, mall_sweep, parse_channel_sweep
+from jaxfed.experiments.kmeans_trials import SWEPT, MallConfig, final_values, mall_sweep, parse_channel_sweep
 
 
 def residual_gain_energy(key, numerals, beta, noise_var, symbol_energy, active, gain, spread_db):
@@ -34,7 +34,7 @@ def residual_gain_energy(key, numerals, beta, noise_var, symbol_energy, active, 
     return oac.channel.aggregate_energy(key, counts, noise_var, symbol_energy)
 
 
-oac.register_channel("residual-gains", residual_gain_energy, variance=None, params={"gain": 1.0, "spread_db": 0.0})
+oac.channel.register("residual-gains", residual_gain_energy, variance=None, params={"gain": 1.0, "spread_db": 0.0})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +51,7 @@ def gains_for(key, point):
     """The trial's channel: per-ED gains drawn once per trial with the point's spread (traced)."""
     spread = point.get(SWEPT, 0.0)  # (the centralized point has none: it uses no channel)
     gains = 10 ** (spread * jax.random.normal(key, (point["rows"] * point["cols"],)) / 10)
-    return oac.channel_model("residual-gains").with_params(gain=gains, spread_db=spread)
+    return oac.channel.get("residual-gains").with_params(gain=gains, spread_db=spread)
 
 
 def build(cfg: Config):

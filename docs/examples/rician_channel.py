@@ -45,6 +45,6 @@ def rician_energy(key, numerals, beta, noise_var, symbol_energy, active, k_facto
 
 
 # The detector is the built-in unbiased one; the Rayleigh variance formula does not hold for κ > 0.
-oac.register_channel("rician", rician_energy, variance=None, params={"k_factor": 0.0})
+oac.channel.register("rician", rician_energy, variance=None, params={"k_factor": 0.0})
 
 EXPERIMENT = kmeans_mall.SNR

@@ -2,7 +2,7 @@
 
 An experiment is found by name among
 
-- the built-in ones (:data:`jaxfed.experiments.REGISTRY`, ``jaxfed list``);
+- the registered ones (:data:`jaxfed.experiments.REGISTRY`, :func:`jaxfed.experiments.register`, ``jaxfed list``);
 - a user's file: ``path/to/file.py:ATTRIBUTE`` names an :class:`~jaxfed.experiments.Experiment`
   defined in that file, run with the same CLI, store, resume and report as a built-in one;
 - installed packages that declare an entry point in the group ``jaxfed.experiments``
@@ -56,7 +56,7 @@ __all__ = [
 ENTRY_POINT_GROUP = "jaxfed.experiments"
 
 
-def find(name: str, registry: dict):
+def find(name: str, registry):
     """The experiment ``name``: built-in, ``file.py:ATTRIBUTE`` or an installed plugin.
 
     A file experiment comes back with ``source`` set to the absolute ``path:ATTRIBUTE``, which the
@@ -74,10 +74,7 @@ def find(name: str, registry: dict):
     if name in found:
         value = found[name].load()
         return dataclasses.replace(value, plugin=name) if isinstance(value, Experiment) else value
-    known = sorted(registry) + sorted(found)
-    raise ValueError(
-        f"unknown experiment {name!r}; choose one of: {', '.join(known)}, or give a user experiment as path/to/file.py:NAME"
-    )
+    raise registry.unknown(name, tuple(sorted(registry) + sorted(found)))
 
 
 def from_file(path: str, attribute: str):
@@ -201,14 +198,19 @@ _DIGEST_ATTRIBUTE = "__jaxfed_sha256__"  # on a user experiment file's module: S
 _JAXFED_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package's own code
 
 
+_REGISTRY_MODULES = ("jaxfed.oac.channel", "jaxfed.oac.aggregators", "jaxfed.models", "jaxfed.expfam")
+"""The modules whose registries (``names()``, ``get(name)``) a string parameter may name a value of."""
+
+
 def code_identity(exp, config) -> dict:
     """What a run's identity holds about its code, besides the experiment's name (empty for a
     built-in experiment that uses no user code):
 
     - ``"code"``: ``{file: SHA-256 of its bytes}`` for every user file the run executes: the
       experiment file (the bytes that were executed); the modules that define the experiment's
-      ``build``, ``plot``, ``report`` and ``config_cls``; the functions of every registered channel
-      (:func:`jaxfed.oac.register_channel`) named by a string parameter (``channel=NAME``); and,
+      ``build``, ``plot``, ``report`` and ``config_cls``; the functions of every registered channel,
+      aggregation method, conjugate model or family (:data:`_REGISTRY_MODULES`) named by a string
+      parameter (``channel=NAME``, ``family=NAME``); and,
       transitively, every user module named in the globals of a module already counted (an
       ``import helpers``, a ``from helpers import lossy``, or an Aggregator, ExpFamily or channel
       value built there). A user file is a Python source file outside the jaxfed package, the
@@ -253,13 +255,14 @@ def code_identity(exp, config) -> dict:
                 owned.append(os.path.dirname(top_file) if package else top_file)
                 base = os.path.dirname(os.path.dirname(top_file) if package else top_file)
         out["plugin"] = plugin
-    channel_module = sys.modules.get("jaxfed.oac.channel")  # not imported: no channel registered
     values = dataclasses.asdict(config) if dataclasses.is_dataclass(config) and not isinstance(config, type) else {}
-    if channel_module is not None:
-        for text in _strings(values):
-            name = channel_module.channel_name(text)  # "NAME" or "NAME:key=value"
-            if name in channel_module.channels():
-                roots.append(channel_module.channel_model(name))
+    for module_name in _REGISTRY_MODULES:
+        module = sys.modules.get(module_name)  # not imported: nothing registered there
+        if module is not None:
+            for text in _strings(values):
+                name = text.partition(":")[0]  # "NAME", or a channel's "NAME:key=value"
+                if name in module.names():
+                    roots.append(module.get(name))
     files = _user_files(roots, forced, owned)
     if base is None:
         base = os.path.dirname(_source_file(exp.build) or "") or None

@@ -32,8 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, scenarios, stats, validation
-from jaxfed.experiments._gfvl_common import target_text
 from jaxfed.experiments.base import Experiment, Reading, Sweep, check_bernoulli_setting, check_loss_normalisation
+from jaxfed.experiments.gfvl_trials import summary_reading, target_text
 
 NAME = "gfvl-graphs"
 COVER_MARGIN = 0.05
@@ -420,21 +420,9 @@ def reading_text(cover_checks: list, predictor_checks: list) -> str:
     return f"{cover} Mean per-trial rank correlation across the graphs: " + "; ".join(map(said, predictor_checks)) + "."
 
 
-def report(cfg: Config, labels, results, extra: Mapping | None = None) -> Reading:
-    names = [lab["graph"] for lab in labels]
-    text = [
-        f"Conjugate G-FVL (Beta–Bernoulli, N_k = {cfg.n_per_agent}, α = {cfg.alpha:g}; KL to "
-        f"{target_text(cfg.loss_normalisation, cfg.alpha)}) on each graph; random graphs drawn once from "
-        f"graph_seed = {cfg.graph_seed}. The KL is 0 exactly from the cover time on; the slots to KL <= {cfg.level:g} "
-        "come earlier (a few unvisited agents move the posterior by less than the level).",
-        "",
-    ]
-    if isinstance(results["cover"], stats.Summary):
-        text.append("**Reading.** The comparisons need the raw trials (`--keep raw`).")
-        return Reading("\n".join(text) + "\n")
-    props = [properties(a, cfg.exact_max_agents) for a in adjacencies(cfg, labels, extra)]
-    cover = np.asarray(results["cover"], np.float64)
-    level = np.asarray(results["slots_to_level"], np.float64)
+def _graph_rows(cfg: Config, names: list[str], props: list[dict], cover: np.ndarray, level: np.ndarray) -> list[str]:
+    """A row per graph of the report's table: its properties, the measured mean cover time and the
+    median slots to the level (``cover``, ``level``: (point, trial) slots) with their intervals."""
     rows = []
     for p, name in enumerate(names):
         pr = props[p]
@@ -447,6 +435,25 @@ def report(cfg: Config, labels, results, extra: Mapping | None = None) -> Readin
             f"{est:.2f} [{lo:.2f}, {hi:.2f}] | {np.mean(cover[p] > cfg.n_slots):.1%} | "
             f"{med:.0f} [{mlo:.0f}, {mhi:.0f}] | {np.mean(level[p] > cfg.n_slots):.1%} |"
         )
+    return rows
+
+
+def report(cfg: Config, labels, results, extra: Mapping | None = None) -> Reading:
+    names = [lab["graph"] for lab in labels]
+    text = [
+        f"Conjugate G-FVL (Beta–Bernoulli, N_k = {cfg.n_per_agent}, α = {cfg.alpha:g}; KL to "
+        f"{target_text(cfg.loss_normalisation, cfg.alpha)}) on each graph; random graphs drawn once from "
+        f"graph_seed = {cfg.graph_seed}. The KL is 0 exactly from the cover time on; the slots to KL <= {cfg.level:g} "
+        "come earlier (a few unvisited agents move the posterior by less than the level).",
+        "",
+    ]
+    reading = "**Reading.** The comparisons need the raw trials (`--keep raw`)."
+    if (partial := summary_reading(results, text, "cover", reading)) is not None:
+        return partial
+    props = [properties(a, cfg.exact_max_agents) for a in adjacencies(cfg, labels, extra)]
+    cover = np.asarray(results["cover"], np.float64)
+    level = np.asarray(results["slots_to_level"], np.float64)
+    rows = _graph_rows(cfg, names, props, cover, level)
     text += [
         "Per graph: the MH chain's spectral gap 1 − λ₂ and relaxation time, the mean hitting time over pairs, the "
         "exact expected cover time (slots, counting the first, from a uniform start: the chain on (visited set, "

@@ -29,8 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import gfvl, gossip, graphs, likelihoods, models, plotting, scenarios, stats, validation
-from jaxfed.experiments._gfvl_common import first_slot_at_or_below, target_text
 from jaxfed.experiments.base import Experiment, Reading, Sweep, band_table, check_loss_normalisation
+from jaxfed.experiments.gfvl_trials import first_slot_at_or_below, summary_reading, target_text
 
 NAME = "gfvl-heterogeneity"
 THRESHOLD = 1e-2
@@ -61,7 +61,7 @@ class Config:
     loss_normalisation: str = "sum"  # "sum" (target p(θ|D) at α = 1) or "mean" (statistics × 1/N_k: tempered)
 
     def __post_init__(self):
-        validation.one_of("family", self.family, models.names())
+        models.get(self.family)  # ValueError listing the registered models
         check_loss_normalisation(self.loss_normalisation)
         validation.integer("n_agents", self.n_agents, 2)
         validation.integer("n_per_agent", self.n_per_agent, 0)
@@ -215,9 +215,8 @@ def report(cfg: Config, labels, results) -> Reading:
         "",
         f"Median KL(q^(i) ‖ {'p(θ|D)' if cfg.loss_normalisation == 'sum' else 'q*'}) [75% band] by slot:\n\n{table}",
     ]
-    if isinstance(results["kl"], stats.Summary):
-        text.append("\n**Reading.** Paired verdicts need the raw trials (run with `--keep raw`).")
-        return Reading("\n".join(text) + "\n")
+    if (partial := summary_reading(results, text)) is not None:
+        return partial
     kl = np.asarray(results["kl"])
     text += [
         "",

@@ -16,7 +16,6 @@ import dataclasses
 import numpy as np
 
 from jaxfed import natgrad, plotting, stats, validation
-from jaxfed.experiments._gfvl_common import PAPER_CONVENTION, local_iters_trial, preset_differences, target_text
 from jaxfed.experiments.base import (
     Experiment,
     Reading,
@@ -25,6 +24,13 @@ from jaxfed.experiments.base import (
     check_bernoulli_setting,
     check_natgrad_setting,
     preset_variant,
+)
+from jaxfed.experiments.gfvl_trials import (
+    PAPER_CONVENTION,
+    local_iters_trial,
+    preset_differences,
+    summary_reading,
+    target_text,
 )
 
 NAME = "gfvl-local-iters"
@@ -221,9 +227,8 @@ def report(cfg: Config, labels, results) -> Reading:
     ]
     if len(names) < 2:
         return Reading("\n".join(text + ["", "**Reading.** One L only: nothing to compare."]) + "\n")
-    if isinstance(results["kl"], stats.Summary):
-        text.append("\n**Reading.** Paired verdicts need the raw trials (run with `--keep raw`).")
-        return Reading("\n".join(text) + "\n")
+    if (partial := summary_reading(results, text)) is not None:
+        return partial
     paired = verdicts(cfg, labels, np.asarray(results["kl"]))
     text += [
         "",

@@ -36,8 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, logistic, natgrad, plotting, stats, validation
-from jaxfed.experiments._gfvl_common import ASYMPTOTE_TOLERANCE, asymptote, unlearning_verdicts
 from jaxfed.experiments.base import Experiment, Reading, Sweep, band_table, check_loss_normalisation
+from jaxfed.experiments.gfvl_trials import ASYMPTOTE_TOLERANCE, asymptote, summary_reading, unlearning_verdicts
 
 NAME = "gfvl-logistic"
 SPLITS = ("iid", "label-skew")
@@ -349,9 +349,8 @@ def claims(cfg: Config, labels, results) -> Claims:
 def report(cfg: Config, labels, results) -> Reading:
     names = [_name(lab) for lab in labels]
     text = [_setting_text(cfg), *_band_tables(cfg, names, results)]
-    if isinstance(results["kl"], stats.Summary):
-        text.append("\n**Reading.** Paired verdicts need the raw trials (run with `--keep raw`).")
-        return Reading("\n".join(text) + "\n")
+    if (partial := summary_reading(results, text)) is not None:
+        return partial
     finite = np.all(np.isfinite(np.asarray(results["kl"])), axis=-1) & np.all(
         np.isfinite(np.asarray(results["log_lik"])), axis=-1
     )

@@ -16,7 +16,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, scenarios, stats, validation
-from jaxfed.experiments._gfvl_common import first_slot_at_or_below
 from jaxfed.experiments.base import (
     Experiment,
     Reading,
@@ -25,6 +24,7 @@ from jaxfed.experiments.base import (
     check_bernoulli_setting,
     check_loss_normalisation,
 )
+from jaxfed.experiments.gfvl_trials import first_slot_at_or_below, summary_reading
 
 NAME = "gfvl-topologies"
 
@@ -126,6 +126,38 @@ def verdicts(cfg: Config, names: list, kl: np.ndarray) -> list:
     return out
 
 
+def _cover_table(cfg: Config, names: list[str], exact: np.ndarray) -> str:
+    """Markdown table of the mean cover time per topology from the (point, trial) slots ``exact``."""
+    cover_rows = []
+    for p, name in enumerate(names):
+        est, lo, hi = stats.bootstrap_interval(exact[p], "mean")
+        censored = np.mean(exact[p] > cfg.n_slots)
+        cover_rows.append(f"| {name} | {est:.1f} [{lo:.1f}, {hi:.1f}] | {censored:.1%} |")
+    return "\n".join(
+        [
+            "| topology | mean slot of KL = 0 (cover time) [95% interval] | trials not covered within n_slots |",
+            "|---|---|---|",
+            *cover_rows,
+        ]
+    )
+
+
+def _complete_cover_check(cfg: Config, exact: np.ndarray):
+    """(verdict, reading sentence): the complete graph's mean cover time (per-trial slots ``exact``)
+    within 5% of 1 + (K−1)H_(K−1)."""
+    theory = complete_cover_time(cfg.n_agents)
+    claim = f"check of an explanation: mean slot of KL = 0 on complete within 5% of 1 + (K−1)H_(K−1) = {theory:.2f}"
+    v = stats.paired_verdict(
+        exact, np.full(exact.shape[0], theory), claim, expect="equal", statistic="mean", margin=0.05 * theory
+    )
+    text = (
+        f"Cover-time connection (the KL is 0 exactly from the cover time on, by construction and tested; the "
+        f"paper gives its mean on the complete graph): measured − formula = {v.interval_text()} slots "
+        f"(95% interval, margin ±{0.05 * theory:.2f}), **{v.verdict}**."
+    )
+    return v, text
+
+
 def report(cfg: Config, labels, results) -> Reading:
     b = stats.band(results["kl"])
     names = [lab["topology"] for lab in labels]
@@ -144,47 +176,21 @@ def report(cfg: Config, labels, results) -> Reading:
         "",
         f"Median KL(q^(i) ‖ target) [75% band] by slot:\n\n{table}",
     ]
-    if isinstance(results["kl"], stats.Summary):
-        text.append("\n**Reading.** Paired verdicts need the raw trials (run with `--keep raw`).")
-        return Reading("\n".join(text) + "\n")
+    if (partial := summary_reading(results, text)) is not None:
+        return partial
     kl = np.asarray(results["kl"])
     exact = first_slot_at_or_below(kl, 0.0)  # the cover time: KL = 0 once every agent is visited
-    cover_rows = []
-    for p, name in enumerate(names):
-        est, lo, hi = stats.bootstrap_interval(exact[p], "mean")
-        censored = np.mean(exact[p] > cfg.n_slots)
-        cover_rows.append(f"| {name} | {est:.1f} [{lo:.1f}, {hi:.1f}] | {censored:.1%} |")
-    cover = "\n".join(
-        [
-            "| topology | mean slot of KL = 0 (cover time) [95% interval] | trials not covered within n_slots |",
-            "|---|---|---|",
-            *cover_rows,
-        ]
-    )
     text += [
         "",
         "Slot from which KL = 0 exactly (= the walk's cover time: q is the exact posterior once every agent has "
         "been visited; trials not covered count as n_slots + 1, so the mean is a lower bound where any are):",
         "",
-        cover,
+        _cover_table(cfg, names, exact),
     ]
     reading, checks = [], []
     if "complete" in names:
-        theory = complete_cover_time(cfg.n_agents)
-        claim = f"check of an explanation: mean slot of KL = 0 on complete within 5% of 1 + (K−1)H_(K−1) = {theory:.2f}"
-        v = stats.paired_verdict(
-            exact[names.index("complete")],
-            np.full(kl.shape[1], theory),
-            claim,
-            expect="equal",
-            statistic="mean",
-            margin=0.05 * theory,
-        )
-        reading.append(
-            f"Cover-time connection (the KL is 0 exactly from the cover time on, by construction and tested; the "
-            f"paper gives its mean on the complete graph): measured − formula = {v.interval_text()} slots "
-            f"(95% interval, margin ±{0.05 * theory:.2f}), **{v.verdict}**."
-        )
+        v, text_v = _complete_cover_check(cfg, exact[names.index("complete")])
+        reading.append(text_v)
         checks.append(v)
     paired = verdicts(cfg, names, kl)
     if paired:

@@ -41,14 +41,6 @@ from jaxfed import (
     stats,
     validation,
 )
-from jaxfed.experiments._gfvl_common import (
-    ASYMPTOTE_TOLERANCE,
-    PAPER_CONVENTION,
-    asymptote,
-    preset_differences,
-    target_text,
-    unlearning_verdicts,
-)
 from jaxfed.experiments.base import (
     Experiment,
     Reading,
@@ -58,6 +50,15 @@ from jaxfed.experiments.base import (
     check_loss_normalisation,
     check_natgrad_setting,
     preset_variant,
+)
+from jaxfed.experiments.gfvl_trials import (
+    ASYMPTOTE_TOLERANCE,
+    PAPER_CONVENTION,
+    asymptote,
+    preset_differences,
+    summary_reading,
+    target_text,
+    unlearning_verdicts,
 )
 
 NAME = "gfvl-unlearning"
@@ -374,10 +375,8 @@ def report(cfg: Config, labels, results) -> Reading:
         "",
         f"{_HEAD}\n\n{_table(cfg, labels, b)}",
     ]
-    if isinstance(results["kl"], stats.Summary):
-        return Reading(
-            "\n".join(text + ["", "**Reading.** Paired verdicts need the raw trials (run with `--keep raw`)."]) + "\n"
-        )
+    if (partial := summary_reading(results, text)) is not None:
+        return partial
     what = f"within {ASYMPTOTE_TOLERANCE:g}× of the retrained asymptote ({level:.3g})"
     paired = verdicts(cfg, labels, results, level, what)
     retrain = b.median[methods.index("retrain")]
@@ -412,10 +411,8 @@ def report_conjugate(cfg: ConjugateConfig, labels, results) -> Reading:
         "",
         f"{_HEAD}\n\n{_table(cfg, labels, b)}",
     ]
-    if isinstance(results["kl"], stats.Summary):
-        return Reading(
-            "\n".join(text + ["", "**Reading.** Paired verdicts need the raw trials (run with `--keep raw`)."]) + "\n"
-        )
+    if (partial := summary_reading(results, text)) is not None:
+        return partial
     paired = verdicts(cfg, labels, results, EXACT, "exact")
     text += [
         "",

@@ -44,8 +44,8 @@ from jaxfed import (
     stats,
     validation,
 )
-from jaxfed.experiments._gfvl_common import noisy_data, target_text
 from jaxfed.experiments.base import Experiment, Reading, Sweep, check_bernoulli_setting, check_natgrad_setting
+from jaxfed.experiments.gfvl_trials import noisy_data, summary_reading, target_text
 
 NAME = "gfvl-wallclock"
 MODELS = ("conjugate", "non-conjugate")
@@ -124,7 +124,7 @@ class Config:
 # --------------------------------------------------------------------------- trials
 def make_trial(cfg: Config):
     """Both models as one trial over L (traced): noisy Bernoulli data (non-conjugate, as in gfvl-local-iters:
-    :func:`jaxfed.experiments._gfvl_common.noisy_data`) or Bernoulli data (conjugate), the MH walk on the complete
+    :func:`jaxfed.experiments.gfvl_trials.noisy_data`) or Bernoulli data (conjugate), the MH walk on the complete
     graph, and G-FVL one local iteration at a time (:func:`jaxfed.gfvl.learn_by_iteration`) with REINFORCE
     natural-gradient iterations (:func:`jaxfed.gfvl.natgrad_iteration`) or exact-gradient ones
     (:func:`jaxfed.gfvl.conjugate_natgrad_iteration`); ``kl`` (record,) after every ``record_every`` local
@@ -430,9 +430,9 @@ def report(cfg: Config, labels, results) -> Reading:
         "(the link rate at which sending η takes r·t_compute).",
         "",
     ]
-    if isinstance(results["kl"], stats.Summary):
-        text.append("**Reading.** The wall-clock transform and the paired verdicts need the raw trials (`--keep raw`).")
-        return Reading("\n".join(text) + "\n")
+    reading = "**Reading.** The wall-clock transform and the paired verdicts need the raw trials (`--keep raw`)."
+    if (partial := summary_reading(results, text, reading=reading)) is not None:
+        return partial
     kl = np.asarray(results["kl"])
     verdicts, readings = [], []
     for model in dict.fromkeys(lab["model"] for lab in labels):

@@ -24,7 +24,8 @@ import dataclasses
 import numpy as np
 
 from jaxfed import kmeans, plotting, stats, validation
-from jaxfed.experiments._kmeans_common import (
+from jaxfed.experiments.base import Experiment, Reading, band_table
+from jaxfed.experiments.kmeans_trials import (
     DIFFERENCE_TEXT,
     LOSS_LABEL,
     MICRO_BATCH,
@@ -37,7 +38,6 @@ from jaxfed.experiments._kmeans_common import (
     mall_sweep,
     verdict_block,
 )
-from jaxfed.experiments.base import Experiment, Reading, band_table
 
 VARIANTS = {  # name -> (adaptive v_max, re-initialisation)
     "full": (True, True),
@@ -195,16 +195,9 @@ def _summary_rows(summary: stats.Summary, rows) -> stats.Summary:
     return stats.Summary(*(np.asarray(f)[rows] for f in summary))
 
 
-def _report(cfg: AblationConfig, labels, results) -> Reading:
-    b = stats.band(results["loss"])
-    names = [f"{lab['variant']}, {lab['split']}, init {lab['init']}" for lab in labels]
-    table = band_table("round", [cfg.n_rounds], names, b, [cfg.n_rounds - 1])
-    text = f"Final loss (1)/|D| (m²), OAC D={cfg.digits} at {cfg.snr_db:g} dB unless named, median [75% band]:\n\n{table}\n\n"
-    last = final_values(results)
-    if last is None:
-        return Reading(text + RAW_NEEDED)
-    inits = list(dict.fromkeys((cfg.init,) + tuple(cfg.inits)))
-    reinits = np.asarray(results["reinits"]).sum(-1)  # (point, trial): firings per run
+def _firings_table(labels, reinits: np.ndarray, inits: list[str]) -> list[str]:
+    """Lines of the table of re-initialisation firings per run (``reinits``: (point, trial) counts) by
+    init and variant, tile split."""
     fire = [
         "| init | "
         + " | ".join(
@@ -219,6 +212,19 @@ def _report(cfg: AblationConfig, labels, results) -> Reading:
             r = reinits[index_of(labels, variant=variant, split="tiles", init=init)]
             cells.append(f"{r.mean():.2f} per run ({(r > 0).mean():.0%} of runs)")
         fire.append(f"| {init} | " + " | ".join(cells) + " |")
+    return fire
+
+
+def _report(cfg: AblationConfig, labels, results) -> Reading:
+    b = stats.band(results["loss"])
+    names = [f"{lab['variant']}, {lab['split']}, init {lab['init']}" for lab in labels]
+    table = band_table("round", [cfg.n_rounds], names, b, [cfg.n_rounds - 1])
+    text = f"Final loss (1)/|D| (m²), OAC D={cfg.digits} at {cfg.snr_db:g} dB unless named, median [75% band]:\n\n{table}\n\n"
+    last = final_values(results)
+    if last is None:
+        return Reading(text + RAW_NEEDED)
+    inits = list(dict.fromkeys((cfg.init,) + tuple(cfg.inits)))
+    fire = _firings_table(labels, np.asarray(results["reinits"]).sum(-1), inits)
     effect_rows = [
         "| enhancement | split, init | with − without, mean (m²) [95% interval] | runs it changed | sign-test p | verdict |",
         "|---|---|---|---|---|---|",

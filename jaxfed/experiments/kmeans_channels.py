@@ -27,7 +27,8 @@ import math
 import numpy as np
 
 from jaxfed import oac, plotting, stats, validation
-from jaxfed.experiments._kmeans_common import (
+from jaxfed.experiments.base import Experiment, Reading, band_table
+from jaxfed.experiments.kmeans_trials import (
     DIFFERENCE_TEXT,
     LOSS_LABEL,
     MICRO_BATCH,
@@ -42,7 +43,6 @@ from jaxfed.experiments._kmeans_common import (
     symbol_energy_value,
     verdict_block,
 )
-from jaxfed.experiments.base import Experiment, Reading, band_table
 from jaxfed.oac import impairments
 
 POWER, RICIAN, BLOCK = "power-control", "rician-fading", "block-fading"
@@ -51,7 +51,7 @@ POWER, RICIAN, BLOCK = "power-control", "rician-fading", "block-fading"
 @dataclasses.dataclass(frozen=True)
 class ChannelsConfig(MallConfig):
     # not used here: each point names its own (power-control, rician-fading, block-fading); elsewhere one of
-    # oac.channels()
+    # oac.channel.names()
     channel: str = "aggregate"
     digits: int = 4  # D of OAC at every point but the 'more digits' remedy's
     more_digits: int = 6  # D of the 'more digits' remedy (power control, at s = 0 and remedy_spread_db)

@@ -22,7 +22,8 @@ import math
 import numpy as np
 
 from jaxfed import kmeans, plotting, stats, validation
-from jaxfed.experiments._kmeans_common import (
+from jaxfed.experiments.base import Experiment, Reading, band_table
+from jaxfed.experiments.kmeans_trials import (
     DIFFERENCE_TEXT,
     LOSS_LABEL,
     MICRO_BATCH,
@@ -36,7 +37,6 @@ from jaxfed.experiments._kmeans_common import (
     ratio_verdict,
     verdict_block,
 )
-from jaxfed.experiments.base import Experiment, Reading, band_table
 
 
 @dataclasses.dataclass(frozen=True)

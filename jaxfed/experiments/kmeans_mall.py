@@ -10,7 +10,7 @@
 
 The ablation is in :mod:`jaxfed.experiments.kmeans_ablation`; the sweep over the number of edge
 devices (EDs) and the study of D = 1 in :mod:`jaxfed.experiments.kmeans_studies`; what they share
-(the trial, the sweep, the verdict helpers) in :mod:`jaxfed.experiments._kmeans_common`.
+(the trial, the sweep, the verdict helpers) in :mod:`jaxfed.experiments.kmeans_trials`.
 
 Every experiment stores ``loss`` (point, trial, round): the loss of the paper's equation (1), the
 within-cluster squared distance of the partition the centroids induce, divided by the number of
@@ -36,7 +36,8 @@ import jax
 import numpy as np
 
 from jaxfed import kmeans, oac, plotting, scenarios, stats, validation
-from jaxfed.experiments._kmeans_common import (
+from jaxfed.experiments.base import Experiment, Reading, band_table
+from jaxfed.experiments.kmeans_trials import (
     LAST_ROUND_DIAGNOSTICS,
     LOSS_LABEL,
     MICRO_BATCH,
@@ -53,7 +54,6 @@ from jaxfed.experiments._kmeans_common import (
     symbol_energy_value,
     verdict_block,
 )
-from jaxfed.experiments.base import Experiment, Reading, band_table
 
 
 # --------------------------------------------------------------------------- kmeans-convergence
@@ -424,9 +424,9 @@ def _gap_explanation(cfg: SnrConfig, labels, results, d_max: int) -> str:
     )
 
 
-def _report_snr(cfg: SnrConfig, labels, results) -> Reading:
-    b = stats.band(results["loss"])
-    final = b.median[:, -1]
+def _snr_table(cfg: SnrConfig, labels, b) -> list[str]:
+    """The lines of the table of final losses: a row per D, a column per SNR, without noise and with
+    quantisation only."""
     head = (
         "| D | "
         + " | ".join(f"{s:g} dB" for s in cfg.snrs_db)
@@ -440,6 +440,13 @@ def _report_snr(cfg: SnrConfig, labels, results) -> Reading:
             index_of(labels, method="quantized", digits=d),
         ]
         lines.append(f"| {d} | " + " | ".join(cell(i) for i in rows) + " |")
+    return lines
+
+
+def _report_snr(cfg: SnrConfig, labels, results) -> Reading:
+    b = stats.band(results["loss"])
+    final = b.median[:, -1]
+    lines = _snr_table(cfg, labels, b)
     d_max, d_min = max(cfg.digits_list), min(cfg.digits_list)
     rows = _oac_rows(labels, d_max)
     by_digits = ", ".join(f"D={d}: {final[_oac_rows(labels, d)[-1]]:.2f}" for d in cfg.digits_list)
@@ -466,6 +473,14 @@ def _report_snr(cfg: SnrConfig, labels, results) -> Reading:
             f"With D = 1 the loss rises with SNR ({final[low[0]]:.2f} m² at {cfg.snrs_db[0]:g} dB, "
             f"{final[low[-1]]:.2f} m² at {cfg.snrs_db[-1]:g} dB): see `kmeans-digits1` for why.\n\n"
         )
+    verdicts = _snr_verdicts(cfg, labels, last)
+    return Reading(text + verdict_block(verdicts), tuple(verdicts))
+
+
+def _snr_verdicts(cfg: SnrConfig, labels, last) -> list:
+    """kmeans-snr's paired claims on the final losses ``last`` (point, trial)."""
+    d_max = max(cfg.digits_list)
+    rows = _oac_rows(labels, d_max)
     top = cfg.snrs_db[-1]
     verdicts = []
     for d in cfg.digits_list:
@@ -497,7 +512,7 @@ def _report_snr(cfg: SnrConfig, labels, results) -> Reading:
     )
     free = index_of(labels, method="oac", digits=d_max, noise_free=True)
     verdicts.append(ratio_verdict(last, free, 0, f"OAC D={d_max} without noise ≈ centralized", "equal"))
-    return Reading(text + verdict_block(verdicts), tuple(verdicts))
+    return verdicts
 
 
 SNR = Experiment(

@@ -23,7 +23,8 @@ import math
 import numpy as np
 
 from jaxfed import kmeans, plotting, stats, validation
-from jaxfed.experiments._kmeans_common import (
+from jaxfed.experiments.base import Experiment, Reading, band_table
+from jaxfed.experiments.kmeans_trials import (
     LOSS_LABEL,
     MICRO_BATCH,
     RAW_NEEDED,
@@ -35,7 +36,6 @@ from jaxfed.experiments._kmeans_common import (
     ratio_verdict,
     verdict_block,
 )
-from jaxfed.experiments.base import Experiment, Reading, band_table
 
 
 # --------------------------------------------------------------------------- kmeans-devices

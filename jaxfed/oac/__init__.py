@@ -2,13 +2,15 @@
 
 - :mod:`jaxfed.oac.balanced`: ``encode`` / ``decode`` of balanced base-β numerals;
 - :mod:`jaxfed.oac.channel`: resource mapping, transmitter, the registry of channel models
-  (built in: Rayleigh ``explicit`` / ``aggregate``, and ``ideal``), energy detector and the entry
-  point :func:`over_the_air_sum`;
+  (``channel.register`` / ``get`` / ``names``; built in: Rayleigh ``explicit`` / ``aggregate``, and
+  ``ideal``), energy detector and the entry point :func:`over_the_air_sum`;
 - :mod:`jaxfed.oac.antennas`: M receive antennas with energy combining (``combining-2``,
   ``combining-4``), a model added through the registry;
 - :mod:`jaxfed.oac.impairments`: channels the paper assumes away (``power-control``,
   ``rician-fading``, ``block-fading``), with the detector's derived mean and variance;
-- :mod:`jaxfed.oac.aggregators`: aggregation back-ends as values (``ideal``, ``quantized``, ``oac``).
+- :mod:`jaxfed.oac.aggregators`: aggregation back-ends as values (``ideal``, ``quantized``, ``oac``), and
+  the registry of the k-means experiments' aggregation methods (``aggregators.register`` / ``get`` /
+  ``names``).
 """
 
 from jaxfed.oac import aggregators, antennas, balanced, channel, impairments
@@ -17,11 +19,8 @@ from jaxfed.oac.channel import (
     MODES,
     ChannelModel,
     OverTheAirSum,
-    channel_model,
-    channels,
     n_resources,
     over_the_air_sum,
-    register_channel,
     resolve_channel,
     resource_index,
 )
@@ -33,9 +32,6 @@ __all__ = [
     "channel",
     "impairments",
     "ChannelModel",
-    "channel_model",
-    "channels",
-    "register_channel",
     "resolve_channel",
     "encode",
     "decode",

@@ -15,7 +15,10 @@ to sweep them with ``vmap``), and the round's key, values, active mask and v_max
 
 A user-made aggregator is any ``Aggregator(aggregate, quantize)`` with the signatures below; the
 k-means round (:func:`jaxfed.kmeans.federated_round`, through ``Settings.aggregator``) needs nothing
-else.
+else. A *named* one joins the k-means experiments' methods (a sweep label's ``method``, beside
+``"centralized"``) through the registry: :func:`register`, :func:`get`, :func:`names`
+(:mod:`jaxfed.registry`); the built-in methods ``"ideal"``, ``"quantized"`` and ``"oac"`` are
+registered the same way.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ import jax.numpy as jnp
 from jaxfed import validation
 from jaxfed.oac import balanced
 from jaxfed.oac import channel as _channel
+from jaxfed.registry import Registry
 
-__all__ = ["Aggregator", "ideal", "quantized", "oac"]
+__all__ = ["Aggregator", "ideal", "quantized", "oac", "Method", "register", "get", "names"]
 
 
 class Aggregator(NamedTuple):
@@ -103,3 +107,59 @@ def oac(channel, beta: int, digits: int, snr_db, symbol_energy=None) -> Aggregat
         ).estimate
 
     return Aggregator(aggregate, quantize)
+
+
+# --------------------------------------------------------------------------- named methods
+class Method(NamedTuple):
+    """A named aggregation method of the k-means experiments (:func:`register`).
+
+    ``build(beta, digits, snr_db, symbol_energy, channel) -> Aggregator``: the back-end of a point
+    (β and D static; the SNR in dB and E_s traced scalars; ``channel`` the point's
+    :class:`~jaxfed.oac.channel.ChannelModel`), built inside the trial. ``label(lab) -> str``: the
+    legend text of a sweep label. ``over_channel``: the back-end sends through ``channel``, so the
+    channel's variance formula predicts its error (the ``centroid_noise_pred`` diagnostic; 0 for
+    other methods) and a ``channel_sweep`` repeats its points.
+    """
+
+    build: Callable[..., Aggregator]
+    label: Callable[[dict], str]
+    over_channel: bool = False
+
+
+_METHODS: Registry[Method] = Registry("aggregation method")
+
+
+def register(name: str, build: Callable[..., Aggregator], label=None, over_channel: bool = False) -> Method:
+    """Registers the k-means aggregation method ``name`` (see :class:`Method`; ``label`` None: the
+    name) and returns it; a sweep label ``{"method": name, "digits": D, "snr_db": ...}`` then runs it.
+
+    >>> names(), get("quantized").label({"digits": 2})
+    (('ideal', 'quantized', 'oac'), 'quantisation only D=2')
+    """
+    validation.check("build", build, callable(build), "a function (beta, digits, snr_db, symbol_energy, channel)")
+    validation.check("label", label, label is None or callable(label), "a function (label dict) -> str, or None")
+    return _METHODS.register(name, Method(build, label or (lambda lab: name), bool(over_channel)))
+
+
+def get(name: str) -> Method:
+    """The aggregation method called ``name``; ValueError listing the registered ones otherwise."""
+    return _METHODS.get(name)
+
+
+def names() -> tuple[str, ...]:
+    """The registered aggregation methods' names, built-ins first."""
+    return _METHODS.names()
+
+
+register("ideal", lambda beta, digits, snr_db, symbol_energy, channel: ideal(), lambda lab: "ideal federated")
+register(
+    "quantized",
+    lambda beta, digits, snr_db, symbol_energy, channel: quantized(beta, digits),
+    lambda lab: f"quantisation only D={lab['digits']}",
+)
+register(
+    "oac",
+    lambda beta, digits, snr_db, symbol_energy, channel: oac(channel, beta, digits, snr_db, symbol_energy),
+    lambda lab: f"OAC D={lab['digits']} {lab['snr_db']:g} dB",
+    over_channel=True,
+)

@@ -1,5 +1,5 @@
 """M receive antennas with energy combining: a channel model the paper does not have, added
-through the registry (:func:`jaxfed.oac.channel.register_channel`) without touching
+through the registry (:func:`jaxfed.oac.channel.register`) without touching
 :mod:`jaxfed.oac.channel` (docs/kmeans.md, "Adding a channel").
 
 The ES has M antennas with independent Rayleigh fading and noise on each branch, and adds the
@@ -11,7 +11,7 @@ branches' energies:
 
 Combining divides the detector's variance, self-noise included, by M: the estimate's floor at
 high SNR falls M-fold. Registered as ``"combining-2"`` and ``"combining-4"``; another M is one
-line: ``register_channel(f"combining-{m}", *energy_combining(m))``.
+line: ``oac.channel.register(f"combining-{m}", *energy_combining(m))``.
 
 Static: M. Traced: as for every channel (σ², E_s, the key, the active mask).
 """
@@ -22,7 +22,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxfed import validation
-from jaxfed.oac.channel import ChannelModel, register_channel, resource_counts
+from jaxfed.oac import channel
+from jaxfed.oac.channel import ChannelModel, resource_counts
 
 __all__ = ["energy_combining"]
 
@@ -52,4 +53,4 @@ def energy_combining(n_antennas: int) -> ChannelModel:
 
 
 for _m in (2, 4):
-    register_channel(f"combining-{_m}", *energy_combining(_m))
+    channel.register(f"combining-{_m}", *energy_combining(_m))

@@ -16,7 +16,7 @@ The ES detects energies and decodes linearly:
 the active resource and unit average energy per resource. The document names E_s = √β; pass
 ``symbol_energy`` to use another value (the transmitter and the detector use the same one).
 
-Channel models live in a registry (:func:`register_channel`, :func:`channel_model`, :func:`channels`):
+Channel models live in a registry (:func:`register`, :func:`get`, :func:`names`; :mod:`jaxfed.registry`):
 each is a :class:`ChannelModel`, a function with one signature that turns the numerals into the
 resources' received energies, with the detector that reads the counts back. The built-in ones
 (:data:`MODES`):
@@ -29,7 +29,7 @@ resources' received energies, with the detector that reads the counts back. The 
 - ``"ideal"``: no fading and no noise, |y_l|² = E_s K_l: the estimate is exactly the sum of the
   quantised values (isolates the quantisation error). ``snr_db`` is ignored.
 
-A new model is registered, not added here: ``register_channel("name", energy_fn, ...)`` from any
+A new model is registered, not added here: ``oac.channel.register("name", energy_fn, ...)`` from any
 module (docs/kmeans.md, "Adding a channel"); :mod:`jaxfed.oac.antennas` is one built that way.
 
 Static: β, D, the channel and the shapes (K, Q). Traced: the key, the values, v_max, ``snr_db``,
@@ -50,15 +50,16 @@ from jax import lax
 
 from jaxfed import validation
 from jaxfed.oac.balanced import check_base, decode, encode
+from jaxfed.registry import Registry
 
 __all__ = [
     "MODES",
     "ChannelModel",
-    "register_channel",
-    "channel_model",
+    "register",
+    "get",
+    "names",
     "resolve_channel",
     "channel_name",
-    "channels",
     "rayleigh_count_variance",
     "SNR_DB_RANGE",
     "OverTheAirSum",
@@ -406,10 +407,10 @@ class ChannelModel(NamedTuple):
         return self.variance(counts, noise_var, symbol_energy, **params)
 
 
-_CHANNELS: dict[str, ChannelModel] = {}
+_CHANNELS: Registry[ChannelModel] = Registry("channel")
 
 
-def register_channel(
+def register(
     name: str, energy, detect=detect, variance=rayleigh_count_variance, noisy: bool = True, params=None, check=None
 ) -> ChannelModel:
     """Registers a channel model under ``name`` (see :class:`ChannelModel` for the signatures) and
@@ -420,7 +421,7 @@ def register_channel(
     of |y_l|² passes its own ``variance`` (or None). Registering a name again replaces its model.
     ``params`` ({name: default}) makes a family of channels: the functions take the parameters as
     keyword arguments, and ``"NAME:key=value,…"`` (:func:`resolve_channel`) or
-    ``channel_model(NAME).with_params(key=value)`` sets them; a parameter may be traced, so it can
+    ``get(NAME).with_params(key=value)`` sets them; a parameter may be traced, so it can
     be swept like the SNR. ``check(**params)`` (optional) raises a ValueError for a value a
     parameter may not take; it runs whenever parameters are set, and once on the defaults.
 
@@ -430,7 +431,7 @@ def register_channel(
     ...     counts = oac.channel.resource_counts(numerals, beta, active).astype(jnp.float32)
     ...     noise = jax.random.exponential(key, counts.shape) * noise_var  # |w_l|², w ~ CN(0, σ²)
     ...     return symbol_energy * counts + noise  # mean E_s K_l + σ²
-    >>> _ = oac.register_channel("line-of-sight", no_fading, variance=None)
+    >>> _ = oac.channel.register("line-of-sight", no_fading, variance=None)
     >>> out = oac.over_the_air_sum(jax.random.key(0), jnp.ones((4, 2)), 3, 2, 4.0, 60.0, "line-of-sight")
     >>> [round(float(v), 3) for v in out.estimate]
     [4.0, 4.0]
@@ -444,16 +445,13 @@ def register_channel(
     model = ChannelModel(energy, detect, variance, bool(noisy), MappingProxyType(dict(params or {})), check)
     if check is not None:
         check(**model.params)
-    _CHANNELS[name] = model
-    return model
+    return _CHANNELS.register(name, model)
 
 
-def channel_model(name: str) -> ChannelModel:
+def get(name: str) -> ChannelModel:
     """The registered model called ``name``; ValueError listing the registered names otherwise
     (the one place channel names are validated)."""
-    ok = isinstance(name, str) and name in _CHANNELS
-    validation.check("channel", name, ok, f"one of the registered channels {channels()}")
-    return _CHANNELS[name]
+    return _CHANNELS.get(name)
 
 
 def resolve_channel(channel) -> ChannelModel:
@@ -469,7 +467,7 @@ def resolve_channel(channel) -> ChannelModel:
         "channel", channel, isinstance(channel, str), "a registered name, 'NAME:key=value' or a ChannelModel"
     )
     name, _, settings = channel.partition(":")
-    model = channel_model(name)
+    model = get(name)
     values = {}
     for item in filter(None, settings.split(",")):
         key, sep, text = item.partition("=")
@@ -486,9 +484,9 @@ def channel_name(channel) -> str | None:
     return channel.partition(":")[0] if isinstance(channel, str) else None
 
 
-def channels() -> tuple[str, ...]:
+def names() -> tuple[str, ...]:
     """Names of the registered channel models, built-ins (:data:`MODES`) first."""
-    return tuple(_CHANNELS)
+    return _CHANNELS.names()
 
 
 def _explicit(key, numerals, beta, noise_var, symbol_energy, active):
@@ -504,9 +502,9 @@ def _ideal(key, numerals, beta, noise_var, symbol_energy, active):
     return symbol_energy * resource_counts(numerals, beta, active).astype(jnp.result_type(symbol_energy))
 
 
-register_channel("explicit", _explicit)
-register_channel("aggregate", _aggregate)
-register_channel("ideal", _ideal, variance=lambda counts, noise_var, symbol_energy: jnp.zeros_like(counts), noisy=False)
+register("explicit", _explicit)
+register("aggregate", _aggregate)
+register("ideal", _ideal, variance=lambda counts, noise_var, symbol_energy: jnp.zeros_like(counts), noisy=False)
 
 
 def _in_snr_range(snr_db):
@@ -554,7 +552,7 @@ def over_the_air_sum(
         vmax: v_max > 0, scalar or (Q,), shared by all EDs (traced).
         snr_db: SNR = 1/σ² of one ED at the ES, **in dB** (traced scalar; +inf: no noise).
         mode: the channel (static structure): a registered name, ``"explicit"``, ``"aggregate"``,
-            ``"ideal"`` (see the module docstring) or one added by :func:`register_channel`;
+            ``"ideal"`` (see the module docstring) or one added by :func:`register`;
             ``"NAME:key=value,…"``; or a :class:`ChannelModel` whose ``params`` may be traced.
         active: optional (K,) bool mask; inactive EDs transmit nothing (traced).
         symbol_energy: E_s, energy on an active resource (traced); default β (docs/kmeans.md §B4 [choice]).

@@ -1,6 +1,6 @@
 """Channels the OAC k-means paper assumes away (docs/kmeans.md §B10): imperfect power control,
 Rician fading and block fading, registered at import through
-:func:`jaxfed.oac.channel.register_channel` like :mod:`jaxfed.oac.antennas`, each with the mean
+:func:`jaxfed.oac.channel.register` like :mod:`jaxfed.oac.antennas`, each with the mean
 and variance of the energy detector K̂_l = (|y_l|² − σ²)/E_s given the count K_l of EDs active on
 resource l (a = σ²/E_s below).
 
@@ -48,7 +48,7 @@ from jax import lax
 
 from jaxfed import validation
 from jaxfed.oac import channel as _channel
-from jaxfed.oac.channel import activation, aggregate_energy, qpsk, register_channel, resource_counts, resource_index
+from jaxfed.oac.channel import activation, aggregate_energy, qpsk, resource_counts, resource_index
 
 __all__ = [
     "power_control_gains",
@@ -213,17 +213,17 @@ def _check_block_fading(block=1):
     check_block(block)
 
 
-register_channel(
+_channel.register(
     "power-control",
     power_control_energy,
     variance=power_control_variance,
     params={"spread_db": 0.0, "gain": None},
     check=_check_power_control,
 )
-register_channel(
+_channel.register(
     "rician-fading", rician_energy, variance=rician_variance, params={"k_factor": 0.0}, check=_check_rician
 )
-register_channel(
+_channel.register(
     "block-fading",
     block_fading_energy,
     variance=block_fading_variance,

@@ -1,7 +1,12 @@
-"""What the G-FVL experiments share (no experiment module imports another): how a report states
-the KL's target and the presets, first-slot statistics, the unlearning verdicts with their
-detectability rule (used by gfvl-unlearning, its paper preset and conjugate variant, and
-gfvl-logistic), and the trial of Fig. 4 (gfvl-local-iters and gfvl-wallclock)."""
+"""The G-FVL trial layer: what the G-FVL experiments share (no experiment module imports another),
+and what a user's G-FVL study may build on (docs/extending.md):
+
+- report texts: the KL's target (:func:`target_text`), the presets (:func:`preset_differences`,
+  :data:`PAPER_CONVENTION`) and the report of a run kept as summaries (:func:`summary_reading`);
+- first-slot statistics (:func:`first_slot_at_or_below`, :func:`asymptote`);
+- the unlearning verdicts with their detectability rule (:func:`unlearning_verdicts`: gfvl-unlearning,
+  its paper preset and conjugate variant, and gfvl-logistic);
+- the trial of Fig. 4 (:func:`local_iters_trial`, :func:`noisy_data`: gfvl-local-iters and gfvl-wallclock)."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, natgrad, quadrature, scenarios, stats
+from jaxfed.experiments.base import Reading
 
 
 def target_text(loss_normalisation: str, alpha: float) -> str:
@@ -39,6 +45,17 @@ def preset_differences(cfg) -> str:
         diff = [f"{k} = {getattr(cfg, k)!r} (there {v!r})" for k, v in values.items() if getattr(cfg, k) != v]
         parts.append(f"Differs from preset `{name}` in " + (", ".join(diff) if diff else "nothing") + ".")
     return " ".join(parts)
+
+
+PAIRED_NEEDS_RAW = "\n**Reading.** Paired verdicts need the raw trials (run with `--keep raw`)."
+
+
+def summary_reading(results, text: list[str], metric: str = "kl", reading: str = PAIRED_NEEDS_RAW) -> Reading | None:
+    """The whole report of a run that kept ``metric`` as summaries: ``text`` (what summaries give: the
+    setting, the band tables) and ``reading``, which says what needs the raw trials; None for raw trials."""
+    if not isinstance(results[metric], stats.Summary):
+        return None
+    return Reading("\n".join([*text, reading]) + "\n")
 
 
 def first_slot_at_or_below(kl: np.ndarray, level: float) -> np.ndarray:

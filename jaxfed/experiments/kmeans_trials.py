@@ -1,9 +1,18 @@
-"""What the k-means experiments share (no experiment module imports another): the mall
-configuration, the trial (centralized Lloyd's, ideal federated, quantised or over-the-air
-aggregation on the same customers, initial centroids and channel draws), the sweep, the resource
-table and the paired-verdict helpers. The experiments are :mod:`jaxfed.experiments.kmeans_mall`
-(convergence, SNR), :mod:`~jaxfed.experiments.kmeans_ablation` and
-:mod:`~jaxfed.experiments.kmeans_studies` (devices, D = 1)."""
+"""The k-means trial layer: what the k-means experiments share, and what a user's k-means study
+builds on (docs/extending.md). No experiment module imports another.
+
+- :class:`MallConfig`: the mall scenario and the algorithm's parameters;
+- :func:`mall_sweep`: a :class:`~jaxfed.experiments.Sweep` of sweep labels
+  (``{"method": ..., "digits": D, "snr_db": ...}``), each run on the same customers, initial
+  centroids and channel draws; its trial (:func:`make_trial`) runs centralized Lloyd's or a
+  federated method, one of :func:`methods` (``"centralized"`` and the registered aggregation
+  methods, :func:`jaxfed.oac.aggregators.register`), and takes a ``channel_for`` hook;
+- :func:`resources_table` and the paired-verdict helpers (:func:`final_values`,
+  :func:`ratio_verdict`, :func:`difference_verdict`, :func:`verdict_block`).
+
+The experiments built on it are :mod:`jaxfed.experiments.kmeans_mall` (convergence, SNR),
+:mod:`~jaxfed.experiments.kmeans_ablation`, :mod:`~jaxfed.experiments.kmeans_studies` (devices,
+D = 1), :mod:`~jaxfed.experiments.kmeans_counts` and :mod:`~jaxfed.experiments.kmeans_channels`."""
 
 from __future__ import annotations
 
@@ -21,8 +30,6 @@ from jaxfed import kmeans, oac, scenarios, stats, validation
 from jaxfed.experiments.base import Sweep
 
 SYMBOL_ENERGIES = ("beta", "sqrt-beta")
-METHODS = ("centralized", "ideal", "quantized", "oac")
-"""The methods a label's ``method`` names; a point holds the index (traced: one program for all)."""
 SPLITS = ("tiles", "iid")
 """The splits of the customers over the EDs a label's ``split`` names (default "tiles")."""
 EQUAL_MARGIN = stats.EQUAL_RATIO_MARGIN  # "≈": the paired median ratio's interval lies within [1/1.05, 1.05]
@@ -38,7 +45,7 @@ class MallConfig:
     """Scenario and algorithm parameters shared by the k-means experiments.
 
     Static: rows, cols, n_points, n_components, n_clusters, n_rounds, beta, digits, channel,
-    vmax_rule. Traced per point: the method, the split and init (as indices, see :func:`_point`),
+    vmax_rule. Traced per point: the method, the split and init (as indices, see :func:`label_point`),
     SNR, E_s and the enhancement switches. Closure constants: the rest."""
 
     rows: int = 10  # mall tiles per column; K = rows · cols edge devices (EDs), one per tile
@@ -54,7 +61,7 @@ class MallConfig:
     s_min: float = 1.0  # re-initialise clusters with fewer points
     sigma_c: float = 1.0  # re-initialisation jitter (m)
     vmax_fixed: float = 1000.0  # [choice] v_max when adaptive v_max is off (m); first value of the lagged readings
-    # a registered channel, one of oac.channels() ("aggregate" is the fast one), or "NAME:key=value,…"
+    # a registered channel, one of oac.channel.names() ("aggregate" is the fast one), or "NAME:key=value,…"
     # for a channel with parameters
     channel: str = "aggregate"
     # "key=v1,v2,…": every OAC point once per value of the channel's parameter `key` (traced: one
@@ -115,11 +122,11 @@ def check_snrs(name: str, snrs) -> None:
 
 
 # --------------------------------------------------------------------------- points and the trial
-def _point(cfg: MallConfig, lab: dict) -> dict:
+def label_point(cfg: MallConfig, lab: dict) -> dict:
     """Engine point of a label: D, the tiling (rows, cols), the v_max reading and the optional
     channel and count digits are static (they change shapes or the rounds' code); SNR, E_s and
     the switches are traced. The method, the split and init are names here (static: the trial
-    runs the named code only, the reference), and indices after :func:`_trace_choices`, so that
+    runs the named code only, the reference), and indices after :func:`trace_choices`, so that
     the points of a D, tiling and reading share one compiled program, in which ``lax.switch``
     runs the chosen method's, split's and init's code only. The switches sit around whole
     computations (the rounds of a method, the initial centroids, the owners): a branch boundary
@@ -131,7 +138,7 @@ def _point(cfg: MallConfig, lab: dict) -> dict:
     counts |S_{k,c}| sent over the point's channel with that many digits (static) instead of
     exactly."""
     return {
-        "method": validation.one_of("method", lab["method"], METHODS),
+        "method": validation.one_of("method", lab["method"], methods()),
         "digits": lab.get("digits", 4),
         "snr_db": jnp.float32(lab.get("snr_db", 0.0)),  # unused by non-OAC methods
         "adaptive": jnp.bool_(lab.get("adaptive", True)),
@@ -142,7 +149,7 @@ def _point(cfg: MallConfig, lab: dict) -> dict:
         "es": jnp.float32(symbol_energy_value(lab.get("symbol_energy", cfg.symbol_energy), cfg.beta)),
         "rows": lab.get("rows", cfg.rows),
         "cols": lab.get("cols", cfg.cols),
-        **({SWEPT: jnp.float32(lab[_swept_key(cfg)])} if cfg.channel_sweep and lab["method"] == "oac" else {}),
+        **({SWEPT: jnp.float32(lab[_swept_key(cfg)])} if cfg.channel_sweep and over_channel(lab["method"]) else {}),
         **(_own_channel(lab) if "channel" in lab else {}),
         **({"count_digits": lab["count_digits"]} if "count_digits" in lab else {}),
     }
@@ -160,10 +167,23 @@ def _select(choice, names: tuple, branches: dict, *operands):
     return lax.switch(branch_of[choice], distinct, *operands)
 
 
+def methods() -> tuple[str, ...]:
+    """The methods a label's ``method`` may name: ``"centralized"`` (Lloyd's on all customers) and the
+    registered aggregation methods (:func:`jaxfed.oac.aggregators.names`); a point holds the index
+    (traced: one program for all, see :func:`trace_choices`)."""
+    return ("centralized", *oac.aggregators.names())
+
+
+def over_channel(method: str) -> bool:
+    """True for a method that sends through the point's channel (``"oac"``, or a registered method
+    with ``over_channel``): a ``channel_sweep`` repeats its labels."""
+    return method != "centralized" and oac.aggregators.get(method).over_channel
+
+
 def _by_method(centralized: Callable, federated: Callable) -> dict:
-    """The branches of :func:`_select` over :data:`METHODS`: ``centralized()`` and, for each
+    """The branches of :func:`_select` over :func:`methods`: ``centralized()`` and, for each
     federated method m, ``federated(m)``."""
-    return {"centralized": centralized, **{m: functools.partial(federated, m) for m in METHODS[1:]}}
+    return {"centralized": centralized, **{m: functools.partial(federated, m) for m in methods()[1:]}}
 
 
 def _own_channel(lab: dict) -> dict:
@@ -193,12 +213,9 @@ def point_channel(cfg: MallConfig, point: dict) -> oac.ChannelModel:
 
 
 def _aggregator(cfg: MallConfig, point: dict, channel: oac.ChannelModel, method: str) -> oac.aggregators.Aggregator:
-    """The back-end of a federated method: built inside the trial, so SNR and E_s stay traced."""
-    if method == "ideal":
-        return oac.aggregators.ideal()
-    if method == "quantized":
-        return oac.aggregators.quantized(cfg.beta, point["digits"])
-    return oac.aggregators.oac(channel, cfg.beta, point["digits"], point["snr_db"], point["es"])
+    """The back-end of a federated method (registered in :mod:`jaxfed.oac.aggregators`): built inside
+    the trial, so SNR and E_s stay traced."""
+    return oac.aggregators.get(method).build(cfg.beta, point["digits"], point["snr_db"], point["es"], channel)
 
 
 def _count_aggregator(cfg: MallConfig, point: dict, channel: oac.ChannelModel):
@@ -260,50 +277,19 @@ def make_trial(
     per trial from ``key`` and kept for every round (a (K,) parameter of the channel).
     """
 
-    def channel_of(key, point):
-        if channel_for is None:
-            return point_channel(cfg, point)
-        return channel_for(jax.random.fold_in(key, CHANNEL_STREAM), point)
-
     def trial(key, point):
         k_scene, k_split, k_init, k_run = jax.random.split(key, 4)
-        rows, cols = point["rows"], point["cols"]
-        scene = scenarios.mall(k_scene, cfg.n_points, cfg.n_components, cfg.spread, cfg.side, rows, cols)
-        owners = {"tiles": lambda: scene.owner, "iid": lambda: scenarios.iid_owner(k_split, cfg.n_points, rows * cols)}
-        owner = _select(point["split"], point.get("splits", SPLITS), owners)
-
-        def initial(method):
-            return kmeans.initial_centroids(k_init, scene.points, cfg.n_clusters, method, 0.0, cfg.side)
-
-        inits = {name: functools.partial(initial, name) for name in kmeans.INITS}
-        init = _select(point["init"], point.get("inits", kmeans.INITS), inits)
+        scene, owner, init = _customers(cfg, point, k_scene, k_split, k_init)
         data = kmeans.flat_data(scene.points, owner)
-        channel = channel_of(key, point)
+        if channel_for is None:
+            channel = point_channel(cfg, point)
+        else:
+            channel = channel_for(jax.random.fold_in(key, CHANNEL_STREAM), point)
 
         def rand_index(part):  # inside each round: stacking the rounds' assignments costs as much
             return kmeans.adjusted_rand_index(part.index, scene.labels, cfg.n_clusters, cfg.n_components)
 
-        def centralized():
-            """Lloyd's has no back-end: v_max and aggregate 0, no dead zone, and where the federated
-            methods estimate the sizes, the exact ones (estimates without error)."""
-            history, info = kmeans.lloyd_rounds(scene.points, init, cfg.n_rounds, observe=rand_index)
-            return history, _same_fields(
-                info,
-                dead_zone=jnp.zeros_like(info.reinitialised),
-                aggregate=jnp.zeros((cfg.n_rounds, history[0].size), history.dtype),
-                estimated_sizes=info.cluster_sizes if "count_digits" in point else None,
-            )
-
-        def federated(method: str):
-            settings = _settings(cfg, point, channel, method)
-            history, info = kmeans.federated_rounds(
-                k_run, data, rows * cols, init, cfg.n_rounds, settings, observe=rand_index
-            )
-            return history, _same_fields(info)
-
-        # Each method's rounds are a branch of their own: a branch boundary inside a round (e.g. a
-        # switch over the back-ends alone) changes what XLA fuses, and the results by an ulp.
-        history, info = _select(point["method"], point.get("methods", METHODS), _by_method(centralized, federated))
+        history, info = _rounds(cfg, point, scene.points, data, init, channel, k_run, rand_index)
         # The rounds report on the centroids they start from; the metric after round n is about
         # the centroids it ends with, i.e. the next round's, and one more evaluation for the last.
         weight = data.mask.astype(data.coords.dtype)
@@ -318,12 +304,56 @@ def make_trial(
             out["movement"] = jnp.mean(jnp.linalg.norm(history - started, axis=-1), axis=-1)
             out["dead_zone"] = jnp.sum(info.dead_zone, -1) / jnp.maximum(jnp.sum(info.cluster_sizes > 0, -1), 1)
         if last_round_diagnostics:
-            out.update(_last_round_noise(cfg, point, channel, data, rows * cols, started[-1], info))
+            n_devices = point["rows"] * point["cols"]
+            out.update(_last_round_noise(cfg, point, channel, data, n_devices, started[-1], info))
         if count_diagnostics:
             out.update(_count_diagnostics(cfg, info))
         return out
 
     return trial
+
+
+def _customers(cfg: MallConfig, point: dict, k_scene, k_split, k_init):
+    """(scene, owner, init): the trial's mall customers (:func:`jaxfed.scenarios.mall` on the point's
+    tiling), the ED owning each customer by the point's ``split`` (its tile, or i.i.d.) and the
+    initial centroids by the point's ``init``."""
+    rows, cols = point["rows"], point["cols"]
+    scene = scenarios.mall(k_scene, cfg.n_points, cfg.n_components, cfg.spread, cfg.side, rows, cols)
+    owners = {"tiles": lambda: scene.owner, "iid": lambda: scenarios.iid_owner(k_split, cfg.n_points, rows * cols)}
+    owner = _select(point["split"], point.get("splits", SPLITS), owners)
+
+    def initial(method):
+        return kmeans.initial_centroids(k_init, scene.points, cfg.n_clusters, method, 0.0, cfg.side)
+
+    inits = {name: functools.partial(initial, name) for name in kmeans.INITS}
+    return scene, owner, _select(point["init"], point.get("inits", kmeans.INITS), inits)
+
+
+def _rounds(cfg: MallConfig, point: dict, points, data, init, channel, key, observe):
+    """(centroid history, :class:`jaxfed.kmeans.RoundInfo`) of the point's method over ``cfg.n_rounds``
+    rounds from ``init``, with ``observe`` (the adjusted Rand index) evaluated in each round.
+
+    Each method's rounds are a branch of their own: a branch boundary inside a round (e.g. a switch
+    over the back-ends alone) changes what XLA fuses, and the results by an ulp."""
+
+    def centralized():
+        """Lloyd's has no back-end: v_max and aggregate 0, no dead zone, and where the federated
+        methods estimate the sizes, the exact ones (estimates without error)."""
+        history, info = kmeans.lloyd_rounds(points, init, cfg.n_rounds, observe=observe)
+        return history, _same_fields(
+            info,
+            dead_zone=jnp.zeros_like(info.reinitialised),
+            aggregate=jnp.zeros((cfg.n_rounds, history[0].size), history.dtype),
+            estimated_sizes=info.cluster_sizes if "count_digits" in point else None,
+        )
+
+    def federated(method: str):
+        settings = _settings(cfg, point, channel, method)
+        n_devices = point["rows"] * point["cols"]
+        history, info = kmeans.federated_rounds(key, data, n_devices, init, cfg.n_rounds, settings, observe=observe)
+        return history, _same_fields(info)
+
+    return _select(point["method"], point.get("methods", methods()), _by_method(centralized, federated))
 
 
 def _same_fields(info: kmeans.RoundInfo, **fields) -> kmeans.RoundInfo:
@@ -370,12 +400,11 @@ def _last_round_noise(cfg: MallConfig, point, channel, data, n_devices: int, cen
         sizes = jnp.repeat(jnp.sum(counts, axis=0), data.coords.shape[0])  # |S_c| of each value q = c·L + l
         vmax = info.vmax[-1]
         exact = jnp.sum(values, axis=0)
-        if method == "ideal":
+        quantize = _aggregator(cfg, point, channel, method).quantize
+        if quantize is None:  # a back-end that sends the values exactly
             quantised = exact
         else:
-            quantised = jnp.sum(
-                jnp.where(active[:, None], oac.balanced.quantize(values, cfg.beta, point["digits"], vmax), 0), 0
-            )
+            quantised = jnp.sum(jnp.where(active[:, None], quantize(values, vmax), 0), 0)
         n_clusters = jnp.maximum(jnp.sum(jnp.sum(counts, axis=0) > 0), 1)
 
         def rms(squared):  # per value → RMS centroid displacement over the clusters with points
@@ -388,9 +417,10 @@ def _last_round_noise(cfg: MallConfig, point, channel, data, n_devices: int, cen
             "centroid_noise_pred": zero,
             "centroid_noise_floor": zero,
         }
-        if method == "oac" and channel.variance is None:  # a registered channel without a formula
+        sent_over_channel = oac.aggregators.get(method).over_channel
+        if sent_over_channel and channel.variance is None:  # a registered channel without a formula
             out["centroid_noise_pred"] = out["centroid_noise_floor"] = jnp.full((), jnp.nan, jnp.float32)
-        elif method == "oac":
+        elif sent_over_channel:
             numerals = oac.encode(values, cfg.beta, point["digits"], vmax)
             resources = oac.channel.resource_counts(numerals, cfg.beta, active)
             noise_var = oac.channel.noise_variance(point["snr_db"]) if channel.noisy else 0.0
@@ -400,18 +430,13 @@ def _last_round_noise(cfg: MallConfig, point, channel, data, n_devices: int, cen
             out["centroid_noise_pred"], out["centroid_noise_floor"] = rms(variance), rms(floor)
         return out
 
-    return _select(point["method"], point.get("methods", METHODS), _by_method(centralized, federated))
+    return _select(point["method"], point.get("methods", methods()), _by_method(centralized, federated))
 
 
 def method_label(lab: dict) -> str:
-    m = lab["method"]
-    if m == "centralized":
-        return "centralized"
-    if m == "ideal":
-        return "ideal federated"
-    if m == "quantized":
-        return f"quantisation only D={lab['digits']}"
-    return f"OAC D={lab['digits']} {lab['snr_db']:g} dB"
+    """A sweep label's legend text (the aggregation method's ``label``)."""
+    method = lab["method"]
+    return method if method == "centralized" else oac.aggregators.get(method).label(lab)
 
 
 def mall_sweep(
@@ -423,14 +448,14 @@ def mall_sweep(
     count_diagnostics: bool = False,
 ) -> Sweep:
     """The sweep of ``labels`` (each OAC label once per value of ``cfg.channel_sweep``); see
-    :func:`make_trial` for the diagnostics and the ``channel_for`` hook, :func:`_point` for the
+    :func:`make_trial` for the diagnostics and the ``channel_for`` hook, :func:`label_point` for the
     optional label keys ``channel`` and ``count_digits``."""
     if cfg.channel_sweep:
         key, values = parse_channel_sweep(cfg.channel_sweep)
         labels = [
-            {**lab, key: v} if lab["method"] == "oac" else lab
+            {**lab, key: v} if over_channel(lab["method"]) else lab
             for lab in labels
-            for v in (values if lab["method"] == "oac" else (None,))
+            for v in (values if over_channel(lab["method"]) else (None,))
         ]
     axes: dict[str, tuple[str, ...]] = {"loss": ("round",), "ari": ("round",), "reinits": ("round",)}
     if round_diagnostics:
@@ -440,32 +465,35 @@ def mall_sweep(
     if count_diagnostics:
         axes.update(dict.fromkeys(COUNT_DIAGNOSTICS, ("round",)))
     trial = make_trial(cfg, round_diagnostics, last_round_diagnostics, channel_for, count_diagnostics)
-    points = _trace_choices([_point(cfg, lab) for lab in labels])
+    points = trace_choices([label_point(cfg, lab) for lab in labels])
     return Sweep(trial, points, labels, axes)
 
 
-CHOICES = {"method": METHODS, "split": SPLITS, "init": kmeans.INITS}
-"""The point keys :func:`_trace_choices` turns into indices, with the names each may take."""
+def _choices() -> dict[str, tuple[str, ...]]:
+    """The point keys :func:`trace_choices` turns into indices, with the names each may take."""
+    return {"method": methods(), "split": SPLITS, "init": kmeans.INITS}
 
 
-def _trace_choices(points: list[dict]) -> list[dict]:
-    """The points with each choice of :data:`CHOICES` as a traced index into a static tuple of the
+def trace_choices(points: list[dict]) -> list[dict]:
+    """The points with each choice of :func:`_choices` as a traced index into a static tuple of the
     names among the points that share the other static leaves (one compiled group), under the key
     ``<choice>s``: the group's program holds a branch for each of these only (a group whose points
     all take one method, split and init compiles as before)."""
 
+    choices = _choices()
+
     def static_key(point):
-        leaves, treedef = jax.tree.flatten({k: v for k, v in point.items() if k not in CHOICES})
+        leaves, treedef = jax.tree.flatten({k: v for k, v in point.items() if k not in choices})
         return treedef, tuple(leaf for leaf in leaves if not isinstance(leaf, (jax.Array, np.ndarray)))
 
     present: dict = {}
     for point in points:
-        for choice in CHOICES:
+        for choice in choices:
             present.setdefault((static_key(point), choice), set()).add(point[choice])
     out = []
     for point in points:
         traced = dict(point)
-        for choice, names in CHOICES.items():
+        for choice, names in choices.items():
             among = tuple(n for n in names if n in present[static_key(point), choice])
             traced[choice], traced[choice + "s"] = jnp.int32(among.index(point[choice])), among
         out.append(traced)
@@ -528,8 +556,3 @@ def verdict_block(verdicts, how: str = RATIO_TEXT, what: str = "median ratio a/b
         + stats.verdict_table(verdicts, what)
         + "\n"
     )
-
-
-def paired_ratio_band(values, reference, mass: float = 0.75):
-    """Median and central band over trials of values/reference (point, trial, …)/(trial, …)."""
-    return stats.band(np.asarray(values) / np.asarray(reference)[None], mass)

@@ -1,0 +1,95 @@
+"""Named values that users extend: the one registry behind every extension point.
+
+Each extension point keeps a :class:`Registry` and offers the same three functions over it:
+
+- ``register(...)`` adds a value under its name (registering a name again replaces its value);
+- ``get(name)`` returns it, or raises the one error for an unknown name, which lists the known ones;
+- ``names()`` is the registered names in registration order (built-ins first).
+
+They are :func:`jaxfed.oac.channel.register` (channel models), :func:`jaxfed.oac.aggregators.register`
+(k-means aggregation methods), :func:`jaxfed.models.register` (conjugate data models),
+:func:`jaxfed.expfam.register` (exponential families) and :func:`jaxfed.experiments.register`
+(experiments). A leaf module: it imports nothing from jaxfed.
+
+>>> shapes = Registry("shape")
+>>> shapes.register("square", 4)
+4
+>>> shapes.get("square"), shapes.names()
+(4, ('square',))
+>>> shapes.get("circle")
+Traceback (most recent call last):
+...
+ValueError: unknown shape 'circle'; choose one of: square
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+__all__ = ["Registry"]
+
+V = TypeVar("V")
+
+
+class Registry(Generic[V]):
+    """Values of one kind by name; read like a read-only mapping (``name in r``, ``r[name]``, ``len``,
+    iteration over the names, ``items()``, ``values()``).
+
+    Args:
+        kind: what a value is, in the error for an unknown name (e.g. ``"channel"``).
+        hint: text appended to that error (e.g. another way to name a value).
+    """
+
+    def __init__(self, kind: str, hint: str = ""):
+        self.kind = kind
+        self.hint = hint
+        self._values: dict[str, V] = {}
+
+    def register(self, name: str, value: V) -> V:
+        """Adds ``value`` under ``name`` (a non-empty string), replacing a value of that name, and returns it."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name must be a non-empty string (the {self.kind}'s name), got {name!r}")
+        self._values[name] = value
+        return value
+
+    def unregister(self, name: str) -> None:
+        """Removes ``name`` if registered (for tests that register a value of their own)."""
+        self._values.pop(name, None)
+
+    def get(self, name: str) -> V:
+        """The value called ``name``; :meth:`unknown`'s ValueError otherwise."""
+        if isinstance(name, str) and name in self._values:
+            return self._values[name]
+        raise self.unknown(name)
+
+    def names(self) -> tuple[str, ...]:
+        """The registered names, in registration order."""
+        return tuple(self._values)
+
+    def unknown(self, name: object, known: tuple[str, ...] | None = None) -> ValueError:
+        """The error for an unknown name: ``unknown KIND 'name'; choose one of: a, b, c`` and the hint
+        (``known``: the names to list, by default :meth:`names`)."""
+        listed = ", ".join(self.names() if known is None else known)
+        return ValueError(f"unknown {self.kind} {name!r}; choose one of: {listed}{self.hint}")
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._values
+
+    def __getitem__(self, name: str) -> V:
+        return self.get(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def items(self):
+        return self._values.items()
+
+    def values(self):
+        return self._values.values()
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}: {', '.join(self._values)})"
