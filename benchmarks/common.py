@@ -33,6 +33,31 @@ def compile_time(jitted, *args) -> tuple[float, object]:
     return time.perf_counter() - start, compiled
 
 
+def device_to_host_bandwidth(n_bytes: int = 2**28, repeats: int = 5) -> dict:
+    """Bytes per second from the default device into fresh host memory: the median over ``repeats``
+    copies of a float32 array of ``n_bytes`` computed anew on the device each time (JAX keeps the
+    host copy of an array it has transferred once, so a second transfer of the same array is free).
+
+    On an accelerator the copy is ``np.asarray`` (the transfer over the link); on a CPU the array
+    already lives in host memory and ``np.asarray`` may return it without copying, so the figure is
+    ``np.array(copy=True)``, one host memory copy (what raw mode's values then still cost).
+    """
+    import jax.numpy as jnp
+    import numpy as np
+
+    make = jax.jit(lambda x: jnp.full((n_bytes // 4,), x, jnp.float32))
+    on_cpu = jax.devices()[0].platform == "cpu"
+    times = []
+    for i in range(repeats + 1):  # the first compiles and warms the path: not counted
+        values = make(np.float32(i)).block_until_ready()
+        start = time.perf_counter()
+        np.array(values, copy=True) if on_cpu else np.asarray(values)
+        if i:
+            times.append(time.perf_counter() - start)
+    seconds = statistics.median(times)
+    return {"bytes": n_bytes, "seconds": seconds, "bytes_per_s": n_bytes / seconds, "host_copy": on_cpu}
+
+
 def machine() -> dict:
     dev = jax.devices()[0]
     return {

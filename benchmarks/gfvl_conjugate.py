@@ -5,12 +5,16 @@ per trial: Binomial data, an MH schedule and KL(q^(i) ‖ p(θ|D)) for every slo
 
 Measured in one run on the same machine:
 - jaxfed: the engine's jitted chunk function over all trials and topologies (compile timed apart);
+- plain vmap: ``jax.jit(jax.vmap(jax.vmap(trial)))`` of the same trial on the same trials (the keys
+  the engine gives them), what a researcher writes without the engine: the engine's kernel over it
+  is the issue's "chunk function >= 0.9x a plain jit(vmap)";
 - (a) NumPy, one trial at a time, a Python loop over slots (as a researcher would first write it);
-- (b) NumPy vectorised over trials, a loop over slots only (as an expert would write it);
+- (b) NumPy vectorised over trials, a loop over slots only (as an expert would write it), on
+  ``--numpy-trials`` trials and scaled to ``--trials``;
 - the random-number limit: JAX drawing only the uniforms the simulation needs (K + n_slots per trial).
 Throughput is trial·slots per second; ratios are jaxfed over each reference.
 
-    python benchmarks/gfvl_conjugate.py [--trials 10000] [--quick] [--out FILE]
+    python benchmarks/gfvl_conjugate.py [--trials 10000] [--numpy-trials N] [--quick] [--out FILE]
 """
 
 from __future__ import annotations
@@ -104,10 +108,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10_000)
     parser.add_argument("--loop-trials", type=int, default=30, help="trials per topology for reference (a)")
+    parser.add_argument("--numpy-trials", type=int, default=None, help="trials for reference (b) (default --trials)")
     add_common_arguments(parser, "gfvl_conjugate", repeats=5)
     args = parser.parse_args(argv)
     if args.quick:
         args.trials, args.loop_trials, args.repeats = 500, 3, 2
+    numpy_trials = min(args.numpy_trials or args.trials, args.trials)
 
     cfg = gfvl_topologies.Config()
     sweep = gfvl_topologies.build(cfg)
@@ -117,6 +123,25 @@ def main(argv=None):
     fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, args.trials)
     t_compile, compiled = compile_time(fn, *fn_args)
     t_jax = median_time(lambda: compiled(*fn_args), args.repeats)
+
+    # The plain jit(vmap) of the same trial on the same trials: keys as the engine's, no micro-batches.
+    adjacency = jnp.stack([point["adjacency"] for point in sweep.points])
+
+    def plain(seed, point_ids, first):
+        def one(p, a, t):
+            return sweep.trial(jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), p), t), {"adjacency": a})
+
+        trials = first + jnp.arange(args.trials, dtype=jnp.uint32)
+        return jax.vmap(lambda p, a: jax.vmap(lambda t: one(p, a, t))(trials))(point_ids, adjacency)
+
+    plain_args = (fn_args[0], fn_args[1], fn_args[3])
+    t_plain_compile, plain_compiled = compile_time(jax.jit(plain), *plain_args)
+    t_plain = median_time(lambda: plain_compiled(*plain_args), args.repeats)
+    same_values = bool(
+        np.array_equal(
+            np.asarray(plain_compiled(*plain_args)["kl"]), np.asarray(compiled(*fn_args)["kl"])[:, : args.trials]
+        )
+    )
 
     # The random-number limit: only the K + n_slots uniforms per trial, keyed as the engine does.
     def draws(seed, point_ids, first):
@@ -140,8 +165,8 @@ def main(argv=None):
     t_loop = (time.perf_counter() - start) * args.trials / args.loop_trials
     start = time.perf_counter()
     for a in adjacencies:
-        numpy_vectorised(rng, a, cfg, args.trials)
-    t_vec = time.perf_counter() - start
+        numpy_vectorised(rng, a, cfg, numpy_trials)
+    t_vec = (time.perf_counter() - start) * args.trials / numpy_trials
 
     result = {
         "benchmark": "gfvl_conjugate",
@@ -149,10 +174,15 @@ def main(argv=None):
         "sizes": {"trials": args.trials, "slots": cfg.n_slots, "topologies": list(cfg.topologies), "K": cfg.n_agents},
         "compile_s": t_compile,
         "jaxfed_s": t_jax,
+        "plain_vmap_s": t_plain,
+        "plain_vmap_compile_s": t_plain_compile,
+        "plain_vmap_same_values": same_values,
+        "kernel_over_plain_vmap": t_plain / t_jax,
         "rng_limit_s": t_rng,
         "numpy_loop_s": t_loop,
         "numpy_loop_measured_trials_per_topology": args.loop_trials,
         "numpy_vectorised_s": t_vec,
+        "numpy_vectorised_measured_trials": numpy_trials,
         "throughput_trial_slots_per_s": work / t_jax,
         "speedup_vs_numpy_loop": t_loop / t_jax,
         "speedup_vs_numpy_vectorised": t_vec / t_jax,
@@ -171,9 +201,10 @@ def main(argv=None):
     print(f"{result['machine']['device']}  {args.trials} trials x {cfg.n_slots} slots x {n_points} topologies")
     print(f"compile            {t_compile:8.3f} s")
     print(f"jaxfed             {t_jax:8.3f} s   {work / t_jax:12.3e} trial·slots/s")
+    print(f"plain jit(vmap)    {t_plain:8.3f} s   (jaxfed at {t_plain / t_jax:.2f}x it; same values: {same_values})")
     print(f"RNG limit          {t_rng:8.3f} s   (jaxfed at {t_rng / t_jax:.2f} of the limit)")
     print(f"NumPy loop (a)     {t_loop:8.3f} s   ratio {t_loop / t_jax:8.1f}x  (scaled from {args.loop_trials} trials)")
-    print(f"NumPy vector (b)   {t_vec:8.3f} s   ratio {t_vec / t_jax:8.1f}x")
+    print(f"NumPy vector (b)   {t_vec:8.3f} s   ratio {t_vec / t_jax:8.1f}x  (scaled from {numpy_trials} trials)")
     write_json(args.out, result)
     return result
 

@@ -29,7 +29,7 @@ BENCHMARKS = {
 }
 # on an accelerator: larger batches where the device does the work, NumPy references kept small
 ACCELERATOR = {
-    "gfvl_conjugate": ["--trials", "100000", "--loop-trials", "2", "--repeats", "5"],
+    "gfvl_conjugate": ["--trials", "100000", "--loop-trials", "2", "--numpy-trials", "2000", "--repeats", "5"],
     "gfvl_nonconjugate": ["--trials", "10000", "--loop-trials", "1", "--repeats", "3"],
     "gfvl_logistic": ["--trials", "4096", "--loop-trials", "1", "--repeats", "3"],
     "oac_channel": ["--trials", "10000", "--seconds", "2", "--numpy-seconds", "1"],

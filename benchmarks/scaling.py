@@ -81,7 +81,14 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import add_common_arguments, compile_time, machine, median_time, write_json  # noqa: E402
+from common import (  # noqa: E402
+    add_common_arguments,
+    compile_time,
+    device_to_host_bandwidth,
+    machine,
+    median_time,
+    write_json,
+)
 
 
 def device_child(n_devices: int, trials: int, repeats: int) -> dict:
@@ -136,17 +143,22 @@ def power_of_two(n: float) -> int:
     return max(1024, 2 ** int(round(np.log2(max(n, 1.0)))))
 
 
+def at_first_trial(fn_args: tuple, first: int) -> tuple:
+    """``engine.chunk_function``'s arguments for the chunk starting at trial ``first``: the first
+    trial is the fourth argument; any after it (on one device, the micro-batch loop's trip count)
+    stay."""
+    return (*fn_args[:3], np.uint32(first), *fn_args[4:])
+
+
 def raw_bytes_per_trial() -> int:
     """Bytes of one gfvl-topologies trial's raw metrics, all points."""
     import jax
 
-    from jaxfed import engine
     from jaxfed.experiments import gfvl_topologies
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
-    fn, args = engine.chunk_function(sweep.trial, sweep.points, engine.micro_batch_width(None))
-    shapes = jax.eval_shape(fn, *args)
-    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes)) // engine.micro_batch_width(None)
+    shapes = jax.eval_shape(sweep.trial, jax.random.key(0), sweep.points[0])
+    return len(sweep.points) * sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes))
 
 
 def engine_comparisons(args, work: str, save=lambda rows: None) -> dict:
@@ -164,7 +176,7 @@ def engine_comparisons(args, work: str, save=lambda rows: None) -> dict:
     wanted = set(args.parts)
     if args.sweep_seconds:  # sizes from the kernel's speed on this machine (a GPU's is not known ahead)
         probe = kernel_throughput(args.kernel_probe, args.repeats)
-        args.sweep_trials = power_of_two(probe * args.sweep_seconds)
+        args.sweep_trials = max(power_of_two(probe * args.sweep_seconds), args.sweep_min)
         raw_cap = 2 ** int(np.log2(RAW_BYTES_CAP / raw_bytes_per_trial()))
         args.raw_trials = min(power_of_two(probe * args.sweep_seconds / 4), raw_cap)
         rows["sizing"] = {"probe_trials": args.kernel_probe, "probe_trials_per_s": probe, "seconds": args.sweep_seconds}
@@ -245,13 +257,17 @@ def summary_and_raw(args, out, cache) -> dict:
 
     def timed_kernel():
         t0 = time.perf_counter()
-        jax.block_until_ready([compiled(*fn_args[:3], np.uint32(start)) for start in starts])
+        jax.block_until_ready([compiled(*at_first_trial(fn_args, start)) for start in starts])
         return time.perf_counter() - t0
 
     rounds = [(timed_kernel(), timed_run(64)[0], timed_run(args.raw_trials)[0]) for _ in range(max(args.repeats, 5))]
     kernel_s, fixed, raw_s = (statistics.median(r[i] for r in rounds) for i in range(3))
     raw_rate = (args.raw_trials - 64) / max(raw_s - fixed, 1e-9)
     raw_kernel = args.raw_trials / kernel_s  # (the last call's padding is the engine's too)
+    # The link's own speed, measured here: raw mode moves every value off the device once.
+    trial_bytes = raw_bytes_per_trial()
+    link = device_to_host_bandwidth(min(2**30, max(2**24, args.raw_trials * trial_bytes // 4)))
+    raw_bytes = raw_rate * trial_bytes
     per_round = paired_verdict(
         [(args.raw_trials - 64) / max(run - small, 1e-9) / (args.raw_trials / k) for k, small, run in rounds], 0.9
     )
@@ -266,11 +282,15 @@ def summary_and_raw(args, out, cache) -> dict:
         "ratio_to_kernel": raw_rate / raw_kernel,
         "ratio_per_round": per_round,
         "rounds_s": rounds,
+        "bytes_per_s": raw_bytes,
+        "device_to_host": link,
+        "fraction_of_device_to_host": raw_bytes / link["bytes_per_s"],
     }
     print(
         f"raw without --out {args.raw_trials} trials: {raw_s:.1f} s, {raw_rate / raw_kernel:.2f} x kernel; "
         f"per round {per_round['median']:.2f} [{per_round['low']:.2f}, {per_round['high']:.2f}]: "
-        f"{per_round['verdict']} (>= 0.9)"
+        f"{per_round['verdict']} (>= 0.9); {raw_bytes / 1e9:.2f} GB/s of values = "
+        f"{raw_bytes / link['bytes_per_s']:.2f} of the measured device-to-host {link['bytes_per_s'] / 1e9:.2f} GB/s"
     )
     return rows
 
@@ -301,7 +321,7 @@ def summary_in_process(args, cache) -> dict:
         return time.perf_counter() - t0
 
     def kernel():
-        jax.block_until_ready([compiled(*fn_args[:3], np.uint32(start)) for start in starts])
+        jax.block_until_ready([compiled(*at_first_trial(fn_args, start)) for start in starts])
 
     rounds = [
         (
@@ -657,6 +677,12 @@ def main(argv=None):
         "measured first at --kernel-probe trials (for a GPU, whose speed is not known ahead)",
     )
     parser.add_argument("--kernel-probe", type=int, default=65_536)
+    parser.add_argument(
+        "--sweep-min",
+        type=int,
+        default=0,
+        help="with --sweep-seconds: at least this many sweep trials (a target's size)",
+    )
     parser.add_argument("--million", type=int, default=1_000_000)
     parser.add_argument("--snr-target", type=float, default=1.0, help="target s.e. of kmeans-snr's final loss")
     parser.add_argument("--snr-max", type=int, default=2048)
