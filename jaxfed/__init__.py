@@ -3,12 +3,11 @@
 G-FVL (docs/gfvl.md): graphs, gossip, expfam, likelihoods, natgrad, quadrature, numerics, gfvl.
 Over-the-air federated k-means (docs/kmeans.md): oac (codec, channel), kmeans.
 Shared: scenarios (data), engine (sweeps), stats, plotting, experiments, validation (argument checks); cli.
-Results as labelled data (docs/results.md): open_results, to_xarray, bands, verdicts (jaxfed.results).
+Results as labelled data (docs/results.md): open_results, to_xarray, bands, verdicts (jaxfed.results);
+the result directory they read: jaxfed.rundir.
 """
 
-__version__ = "0.1.0"
-
-from jaxfed import (  # noqa: E402,F401
+from jaxfed import (  # noqa: F401
     engine,
     expfam,
     gfvl,
@@ -24,7 +23,8 @@ from jaxfed import (  # noqa: E402,F401
     stats,
     validation,
 )
-from jaxfed.results import bands, open_results, to_xarray, verdicts  # noqa: E402  (xarray/pandas: on first use)
+from jaxfed._version import __version__
+from jaxfed.results import bands, open_results, to_xarray, verdicts  # (xarray/pandas: on first use)
 
 __all__ = [
     "engine",

@@ -16,9 +16,16 @@ import time
 import typing
 from collections.abc import Callable
 
-from jaxfed import validation
+import jax
+import tqdm
+
+from jaxfed import report, store, validation
+from jaxfed.engine import devices
 from jaxfed.engine.options import MAX_DEVICES as MAX_DEVICES  # (--devices at most; re-exported)
 from jaxfed.engine.options import RunOptions
+from jaxfed.engine.progress import Overall
+from jaxfed.experiments import REGISTRY, catalog, describe, get, load_results, make_config, run_experiment
+from jaxfed.results import FORMATS, export
 
 DEFAULT_OUT = "results"
 DEFAULT_MAX_TRIALS = 1_000_000  # trials per point at most in a precision-targeted run
@@ -36,8 +43,6 @@ def _parse_sets(items: list[str]) -> dict[str, str]:
 
 
 def _cmd_list(args) -> int:
-    from jaxfed.experiments import REGISTRY
-
     width = max(len(name) for name in REGISTRY)
     for name, exp in REGISTRY.items():
         print(f"{name:<{width}}  {exp.description}")
@@ -45,16 +50,12 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_show(args) -> int:
-    from jaxfed.experiments import describe, get
-
     print(describe(get(args.name)))
     return 0
 
 
 def _say(line: str) -> None:
     """A status line on stderr, above any progress bar (never written into one)."""
-    import tqdm
-
     tqdm.tqdm.write(line, file=sys.stderr)
 
 
@@ -64,8 +65,6 @@ def _quiet(args) -> bool:
 
 def _run_one(exp, overrides, args, out_dir, n_trials):
     """Runs one experiment with the command's run options into ``out_dir``; returns (config, config_json, results)."""
-    from jaxfed.experiments import make_config, run_experiment
-
     cfg = make_config(exp.config_cls, overrides)
     options = dataclasses.replace(_run_options(args), out_dir=out_dir)
     if not _quiet(args):
@@ -86,8 +85,6 @@ def _run_one(exp, overrides, args, out_dir, n_trials):
 
 
 def _cmd_run(args) -> int:
-    from jaxfed.experiments import get
-
     exp = get(args.name)
     n_trials = exp.default_trials if args.trials is None else args.trials
     if args.target_se is None and (
@@ -100,8 +97,6 @@ def _cmd_run(args) -> int:
         if args.target_metric is None:
             raise ValueError("--target-se needs --target-metric NAME[@index]")
         n_trials = args.max_trials or DEFAULT_MAX_TRIALS
-    import jax
-
     out_dir = args.out or os.path.join(DEFAULT_OUT, exp.name)
     start = time.perf_counter()
     cfg, config_json, results = _run_one(exp, _parse_sets(args.set), args, out_dir, n_trials)
@@ -115,16 +110,12 @@ def _cmd_run(args) -> int:
 
 def _write_report(out_dir: str, exp, cfg, config_json: dict, results: dict, seconds: float) -> str:
     """``out_dir/report.md``: the verdict policy, the table of claims and the experiment's section."""
-    from jaxfed import report
-
     return report.write(out_dir, [(exp.name, report.section(exp, cfg, config_json, results, seconds))], seconds)
 
 
 def _reproduced(only: str | None) -> list:
     """The experiments ``jaxfed reproduce`` runs: every built-in one, or those ``--only`` names
     (comma-separated, in that order); ValueError listing the known names for an unknown one."""
-    from jaxfed.experiments import REGISTRY
-
     if only is None:
         return list(REGISTRY.values())
     names = list(dict.fromkeys(name.strip() for name in only.split(",") if name.strip()))
@@ -135,12 +126,6 @@ def _reproduced(only: str | None) -> list:
 
 
 def _cmd_reproduce(args) -> int:
-
-    import jax
-
-    from jaxfed import report
-    from jaxfed.engine.progress import Overall
-
     experiments = _reproduced(args.only)
     trials = {exp.name: max(1, round(exp.default_trials * args.scale)) for exp in experiments}
     # Which experiment of how many, and an overall ETA weighted by trials; the engine's
@@ -177,9 +162,6 @@ def _cmd_reproduce(args) -> int:
 def _finished_run(args):
     """(experiment, config, config_json, results) of the verified run in ``args.dir``, with the code
     the user names (``--experiment``, ``--import``), never code the directory names."""
-    from jaxfed import store
-    from jaxfed.experiments import load_results, make_config
-
     config_json, results = load_results(args.dir)
     if config_json.get("imports", {}) != (args.imported or {}):
         raise ValueError(
@@ -215,8 +197,6 @@ def _plotting_experiment(out_dir: str, config_json: dict, named: str | None):
     """The experiment whose plot redraws ``out_dir``: a built-in found by the recorded name, or the
     one the user names (``--experiment``). A result directory is data: code it names (a user
     file, a plugin) is never imported on its say-so."""
-    from jaxfed.experiments import REGISTRY, get
-
     recorded = config_json["experiment"]
     # (a built-in run with user code, e.g. an --import'ed channel, is read with that code named
     # again: its digests are checked below)
@@ -239,9 +219,6 @@ def _plotting_experiment(out_dir: str, config_json: dict, named: str | None):
 def _check_code(out_dir: str, exp, cfg, config_json: dict) -> None:
     """ValueError unless the named experiment's code is the code that wrote ``out_dir`` (the
     digests of its files and its plugin's version, as in the run's identity)."""
-    from jaxfed import store
-    from jaxfed.experiments import catalog
-
     current = catalog.code_identity(exp, cfg)
     stored = {k: config_json[k] for k in ("code", "plugin") if k in config_json}
     if current != stored:
@@ -332,8 +309,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_export_command(export: argparse.ArgumentParser) -> None:
-    from jaxfed.results import FORMATS
-
     export.add_argument("dir", help="result directory of a finished run (read and verified, nothing run)")
     export.add_argument(
         "--format",
@@ -352,9 +327,7 @@ def _add_export_command(export: argparse.ArgumentParser) -> None:
 
 
 def _cmd_export(args) -> int:
-    from jaxfed import results
-
-    print(results.export(args.dir, args.format, metric=args.metric, with_bands=args.bands, out=args.out))
+    print(export(args.dir, args.format, metric=args.metric, with_bands=args.bands, out=args.out))
     return 0
 
 
@@ -492,8 +465,6 @@ def _start_devices(args) -> None:
     (docs/performance.md)."""
     if not hasattr(args, "distributed"):  # (list, show, plot, report run nothing)
         return
-    from jaxfed.engine import devices
-
     n = args.num_processes
     cluster = devices.scheduler_processes(os.environ) if args.distributed != "off" and n != 1 else None
     by_hand = cluster is None and n is not None and n > 1
@@ -516,8 +487,6 @@ def _start_devices(args) -> None:
         found = "" if cluster is None else f" ({cluster.n_processes} {cluster.scheduler} processes)"
         _initialize_distributed(args.coordinator, n, args.process_id, args.coordinator_timeout, found)
     if args.devices:
-        import jax
-
         present = jax.local_devices()
         if args.devices > len(present):
             raise ValueError(
@@ -535,7 +504,6 @@ def _initialize_distributed(
     JAX itself aborts the process with a multi-line fatal log on its own timeout, so a watchdog
     thread (JAX's wait releases the interpreter) reports first and ends the process.
     """
-    from jaxfed.engine import devices
 
     def give_up():
         where = f"the coordinator {coordinator}" if coordinator else f"the coordinator found by jax{found}"
@@ -558,16 +526,14 @@ def _initialize_distributed(
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # The CLI only writes figures to files: the Agg backend, chosen here, when a command runs, not on
+    # `import jaxfed.cli` (the library leaves the backend to its caller: a notebook keeps its own).
     import matplotlib
 
-    # The CLI only writes figures to files; the library leaves the backend to its caller (a
-    # notebook keeps its inline backend).
     matplotlib.use("Agg")
     debug = args.debug or os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
     try:
         _start_devices(args)
-        from jaxfed.experiments import catalog
-
         args.imported = catalog.import_extensions(args.imports)  # before any name is resolved
         return args.func(args)
     except KeyboardInterrupt:
@@ -587,8 +553,6 @@ def _error_line(err: Exception) -> str | None:
     ``build``, trial, plot), prefixed with the user file and line where it was raised; None for
     an unexpected exception in jaxfed's own code. A bad value, path or memory need that jaxfed
     reports (naming the parameter or file) keeps its message alone, wherever it was called from."""
-    from jaxfed.experiments import catalog
-
     expected = isinstance(err, (ValueError, OSError, MemoryError))
     where = catalog.user_frame(err, raised_there=expected)
     at = f"{where[0]}:{where[1]}: " if where is not None else ""

@@ -265,7 +265,7 @@ def as_adjacency(graph, name: str = "graph") -> np.ndarray:
     """
     if hasattr(graph, "nodes") and hasattr(graph, "edges") and hasattr(graph, "is_directed"):
         try:
-            import networkx
+            import networkx  # an optional dependency, needed only when given a networkx graph
         except ImportError:
             raise ValueError(
                 f"{name}: a networkx graph needs networkx, which is not installed (python -m pip install "

@@ -14,9 +14,12 @@ The style every experiment's figure follows, so that a reader understands it wit
 
 from __future__ import annotations
 
+import io
+import textwrap
+
 import numpy as np
 
-from jaxfed import stats
+from jaxfed import stats, store
 
 __all__ = [
     "band_plot",
@@ -154,8 +157,6 @@ def coincide_note(b: stats.Band, labels, width: int = 60) -> str:
     points (at least two) whose medians each lie inside every other's band at every x where both are finite,
     or "" when there are none. The largest such group, greedily from each point in turn; lines of at most
     ``width`` characters (a panel's title)."""
-    import textwrap
-
     n = len(labels)
     med, lo, hi = (np.asarray(v).reshape(n, -1) for v in (b.median, b.lower, b.upper))
 
@@ -272,7 +273,7 @@ def figure(nrows: int = 1, ncols: int = 1, **kwargs):
     outside pyplot: no global figure registry to close, and no pyplot import (0.1 s of every run).
     The figure has a constrained layout: titles, labels and an outside :func:`legend` are fitted
     inside it, none clipped."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # on the first figure: `import jaxfed` does not load matplotlib
 
     fig = Figure(figsize=kwargs.pop("figsize", None), layout="constrained")
     return fig, fig.subplots(nrows, ncols, **kwargs)
@@ -282,10 +283,6 @@ def save(fig, path: str) -> None:
     """Writes the figure as PNG to ``path`` atomically (a new file renamed over it, never through
     a symbolic link: see :func:`jaxfed.store.atomic_write_bytes`), with readable log ticks
     (:func:`readable_ticks`) and, for a figure without a layout engine, a tight layout."""
-    import io
-
-    from jaxfed import store
-
     _say_what_is_empty(fig)
     for ax in fig.axes:
         readable_ticks(ax)
@@ -302,7 +299,7 @@ def readable_ticks(ax) -> None:
     unlabelled minor ticks), and labels at 1, 2 and 5 of each decade in plain numbers when it spans
     at most three (not two labelled ticks). Wider axes keep powers of ten. Axes whose ticks were set
     by their experiment are left as they are."""
-    from matplotlib import ticker
+    from matplotlib import ticker  # on the first figure: `import jaxfed` does not load matplotlib
 
     for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
         if axis.get_scale() != "log" or not isinstance(axis.get_major_formatter(), ticker.LogFormatterSciNotation):

@@ -8,14 +8,16 @@ import datetime
 import json
 import os
 
+from jaxfed import rundir, stats, store
+from jaxfed._version import __version__
+from jaxfed.experiments.spec import Reading
+
 __all__ = ["section", "write"]
 
 
 def section(exp, config, config_json: dict, results: dict, seconds: float):
-    """The :class:`jaxfed.experiments.base.Reading` of one finished experiment: its markdown section
+    """The :class:`jaxfed.experiments.Reading` of one finished experiment: its markdown section
     (plot path relative to the report) and the verdicts it states."""
-    from jaxfed.experiments.base import Reading, nonfinite_lines
-
     reading = exp.report(config, config_json["points"], results)
     if isinstance(reading, str):
         reading = Reading(reading)
@@ -23,7 +25,7 @@ def section(exp, config, config_json: dict, results: dict, seconds: float):
     engine = config_json["engine"]
     # Said where the numbers below are NaN: a point whose every trial failed has no band or verdict.
     counts = config_json.get("nonfinite_trials", {})
-    nonfinite = [f"- {line}" for line in nonfinite_lines(counts, config_json["points"], config_json["n_trials"])]
+    nonfinite = [f"- {line}" for line in rundir.nonfinite_lines(counts, config_json["points"], config_json["n_trials"])]
     nonfinite += [""] if nonfinite else []
     lines = [
         f"## {exp.name}",
@@ -49,8 +51,6 @@ def section(exp, config, config_json: dict, results: dict, seconds: float):
 
 def summary(named_sections: list) -> str:
     """The table of every claim of the report: (section name, Reading) pairs in report order."""
-    from jaxfed import stats
-
     names = [name for name, reading in named_sections for _ in reading.verdicts]
     verdicts = [v for _, reading in named_sections for v in reading.verdicts]
     return stats.verdict_table(verdicts, "paired statistic", sections=[f"[{n}](#{n})" for n in names])
@@ -59,8 +59,6 @@ def summary(named_sections: list) -> str:
 def write(out_dir: str, sections: list, seconds: float) -> str:
     """Writes ``<out_dir>/report.md`` from (experiment name, :func:`section`) pairs, and its claims
     as ``<out_dir>/verdicts.json`` (:func:`jaxfed.results.verdicts`), and returns the report's path."""
-    from jaxfed import __version__, results, stats, store
-
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     head = [
         "# jaxfed reproduction report",
@@ -95,6 +93,5 @@ def write(out_dir: str, sections: list, seconds: float) -> str:
     path = os.path.join(out_dir, "report.md")
     store.atomic_write_bytes(path, ("\n".join(head + [reading.text for _, reading in sections]) + "\n").encode())
     # The claims as data too (jaxfed.results.verdicts reads them into a table without running anything).
-    records = {"format": 1, "report": "report.md", "verdicts": results.verdict_records(sections)}
-    store.atomic_write_json(os.path.join(out_dir, results.VERDICTS_FILE), records)
+    rundir.write_verdicts(out_dir, sections, "report.md")
     return path

@@ -1,10 +1,10 @@
 """Results as labelled data: a run as an :class:`xarray.Dataset`, bands and verdicts as pandas tables.
 
 - :func:`open_results` reads a finished run's directory (``config.json`` and ``metrics.npz``,
-  verified as ``jaxfed plot`` verifies them: :func:`jaxfed.experiments.load_results`) into a
+  verified as ``jaxfed plot`` verifies them: :func:`jaxfed.rundir.load_results`) into a
   dataset; nothing the directory names is imported or run.
 - :func:`to_xarray` does the same for an in-memory :class:`jaxfed.engine.RunResult` and its
-  :class:`~jaxfed.experiments.Sweep` (``RunResult.to_xarray``).
+  :class:`~jaxfed.experiments.Sweep`.
 - :func:`bands` is :func:`jaxfed.stats.band` as a table, :func:`verdicts` a report's claims as one.
 - :func:`unstack` turns the ``point`` dimension into one dimension per label key.
 
@@ -34,13 +34,15 @@ xarray and pandas are imported when a function here is first called, not with ``
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from collections.abc import Mapping
 
 import numpy as np
 
-from jaxfed import stats
+from jaxfed import rundir, stats, store
+from jaxfed.rundir import VERDICT_COLUMNS, VERDICTS_FILE  # (re-exported: the names results has had)
 
 __all__ = ["open_results", "to_xarray", "unstack", "bands", "verdicts", "for_netcdf", "QUANTILES", "VERDICTS_FILE"]
 
@@ -50,21 +52,29 @@ QUANTILES = (0.125, 0.5, 0.875)
 SUMMARY_FIELDS = ("count", "nan_count", "mean", "se", "hist")
 """The stored fields of a summary metric (:class:`jaxfed.stats.Summary`), variables ``NAME_FIELD``."""
 
-VERDICTS_FILE = "verdicts.json"
-"""Written beside report.md (``jaxfed run``, ``report``, ``reproduce``): the claims of its sections."""
-
 _NOT_ATTRIBUTES = ("points", "metrics", "coords")
+
+
+_MISSING_TEXT = (
+    "jaxfed's labelled results need xarray and pandas (core dependencies of jaxfed): "
+    "python -m pip install xarray pandas"
+)
 
 
 def _xarray():
     try:
-        import xarray
+        import xarray  # on first use: `import jaxfed` and `jaxfed run` do not load it
     except ImportError:  # a core dependency: only a broken install lacks it
-        raise ValueError(
-            "jaxfed's labelled results need xarray and pandas (core dependencies of jaxfed): "
-            "python -m pip install xarray pandas"
-        ) from None
+        raise ValueError(_MISSING_TEXT) from None
     return xarray
+
+
+def _pandas():
+    try:
+        import pandas  # on first use: `import jaxfed` and `jaxfed run` do not load it
+    except ImportError:  # a core dependency: only a broken install lacks it
+        raise ValueError(_MISSING_TEXT) from None
+    return pandas
 
 
 # --------------------------------------------------------------------------- building a dataset
@@ -72,7 +82,7 @@ def open_results(directory: str | os.PathLike, *, unstack: bool = False):
     """The finished run in ``directory`` as an :class:`xarray.Dataset` (layout: module docstring).
 
     The directory is data: ``config.json`` and ``metrics.npz`` are read and verified (identity,
-    digests, shapes; no link followed) by :func:`jaxfed.experiments.load_results`, and no code
+    digests, shapes; no link followed) by :func:`jaxfed.rundir.load_results`, and no code
     it names is imported.
 
     Args:
@@ -82,12 +92,10 @@ def open_results(directory: str | os.PathLike, *, unstack: bool = False):
     Raises:
         ValueError: one line naming the file, when ``directory`` is not a finished run.
     """
-    from jaxfed.experiments.base import load_results
-
     directory = os.fspath(directory)
     if not os.path.isdir(directory):
         raise ValueError(f"{directory}: is not a directory (a finished run's result directory)")
-    config_json, results = load_results(directory)
+    config_json, results = rundir.load_results(directory)
     ds = _dataset(
         results,
         config_json["points"],
@@ -113,13 +121,11 @@ def to_xarray(result: Mapping, sweep=None, *, labels=None, metric_axes=None, coo
     Args:
         result: metric -> raw array (point, trial, …) or Summary (point, …), e.g. ``engine.run(…)``.
         sweep: the :class:`~jaxfed.experiments.Sweep` that was run: its labels, metric axes and
-            coordinate values (:func:`jaxfed.experiments.base.axis_coords`).
+            coordinate values (:func:`jaxfed.rundir.axis_coords`).
         labels, metric_axes, coords: instead of (or over) the sweep's; without either, ``point``
             is 0, 1, … and the axes ``dim_0``, ``dim_1``, …
         unstack: one dimension per label key instead of ``point`` (:func:`unstack`).
     """
-    from jaxfed.experiments.base import axis_coords
-
     results = dict(result)
     if not results:
         raise ValueError("result: holds no metric")
@@ -127,16 +133,15 @@ def to_xarray(result: Mapping, sweep=None, *, labels=None, metric_axes=None, coo
     n_points = (first.mean if isinstance(first, stats.Summary) else np.asarray(first)).shape[0]
     labels = labels if labels is not None else (sweep.labels if sweep is not None else None)
     labels = labels if labels is not None else [{} for _ in range(n_points)]  # point: 0, 1, …
-    shapes = {
-        name: tuple(v.mean.shape[1:] if isinstance(v, stats.Summary) else np.shape(v)[2:])
-        for name, v in results.items()
-    }
+    shapes = rundir.trial_shapes(results)
     if metric_axes is None:
         metric_axes = sweep.metric_axes if sweep is not None else {}
     metric_axes = {
         name: tuple(metric_axes.get(name, [f"dim_{i}" for i in range(len(s))])) for name, s in shapes.items()
     }
-    recorded = dict(axis_coords(metric_axes, sweep.coords if sweep is not None else None, shapes), **(coords or {}))
+    recorded = dict(
+        rundir.axis_coords(metric_axes, sweep.coords if sweep is not None else None, shapes), **(coords or {})
+    )
     info = getattr(result, "info", None)
     attrs = {"engine": info.record()} if info is not None else {}
     nonfinite = attrs.get("engine", {}).pop("nonfinite_trials", None)
@@ -228,8 +233,7 @@ def _label_columns(labels: list) -> dict:
 
 def _with_point_index(ds, labels: list, n_points: int):
     """``ds`` with the point labels as a MultiIndex on ``point`` (its levels the label keys)."""
-    import pandas as pd
-
+    pd = _pandas()
     columns = _label_columns(labels)
     if not columns:
         return ds.assign_coords(point=np.arange(n_points))
@@ -255,8 +259,7 @@ def unstack(ds):
 
 
 def _unstack_points(ds):
-    import pandas as pd
-
+    pd = _pandas()
     xr = _xarray()
     if "point" not in ds.dims:
         raise ValueError("unstack: the dataset has no point dimension (already unstacked?)")
@@ -359,8 +362,7 @@ def for_netcdf(ds):
 
 
 def _is_multi(ds) -> bool:
-    import pandas as pd
-
+    pd = _pandas()
     return "point" in ds.indexes and isinstance(ds.indexes["point"], pd.MultiIndex)
 
 
@@ -391,8 +393,7 @@ def bands(ds_or_dir, metric: str, mass: float = 0.75):
     Raises:
         ValueError: an unknown metric (naming the run's), or an unstacked dataset.
     """
-    import pandas as pd
-
+    pd = _pandas()
     ds = open_results(ds_or_dir) if isinstance(ds_or_dir, (str, os.PathLike)) else ds_or_dir
     if "point" not in ds.dims:
         raise ValueError("bands: needs the dataset with its point dimension (not unstacked)")
@@ -439,73 +440,7 @@ def verdicts(directory: str):
     Raises:
         ValueError: no verdicts.json there (write one with ``jaxfed report DIR``), or not readable.
     """
-    import pandas as pd
-
-    from jaxfed import store
-
-    path = os.path.join(directory, VERDICTS_FILE)
-    store.check_no_link(path)
-    if not os.path.isfile(path):
-        raise ValueError(f"{path}: does not exist; `jaxfed report {directory}` writes it with report.md")
-    try:
-        with open(path, "rb") as f:
-            rows = json.loads(f.read().decode())["verdicts"]
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{path}: not a verdicts file ({type(err).__name__})") from None
-    return pd.DataFrame(rows, columns=list(VERDICT_COLUMNS))
-
-
-VERDICT_COLUMNS = (
-    "section",
-    "claim",
-    "estimate",
-    "lower",
-    "upper",
-    "level",
-    "interval",
-    "p_value",
-    "fraction_greater",
-    "n",
-    "n_dropped",
-    "n_untied",
-    "verdict",
-    "reason",
-)
-"""The columns of :func:`verdicts` (``verdicts.json``'s fields)."""
-
-
-def verdict_records(named_sections: list) -> list[dict]:
-    """The rows of ``verdicts.json``: per claim of the (section name, Reading) pairs its
-    :class:`jaxfed.stats.Verdict` fields, the section and the interval as report.md prints it
-    (NaN as null)."""
-
-    def number(x):
-        x = float(x)
-        return x if np.isfinite(x) else None
-
-    rows = []
-    for section, reading in named_sections:
-        for v in reading.verdicts:
-            testable = v.verdict != stats.NOT_TESTABLE
-            rows.append(
-                {
-                    "section": section,
-                    "claim": v.claim,
-                    "estimate": number(v.estimate),
-                    "lower": number(v.lower),
-                    "upper": number(v.upper),
-                    "level": number(v.level),
-                    "interval": v.interval_text() if testable else "",
-                    "p_value": number(v.p_value),
-                    "fraction_greater": number(v.fraction_greater),
-                    "n": int(v.n),
-                    "n_dropped": int(v.n_dropped),
-                    "n_untied": int(v.n_untied),
-                    "verdict": v.verdict,
-                    "reason": v.reason,
-                }
-            )
-    return rows
+    return _pandas().DataFrame(rundir.read_verdicts(directory), columns=list(VERDICT_COLUMNS))
 
 
 # --------------------------------------------------------------------------- exports
@@ -521,8 +456,6 @@ def _needs(fmt: str) -> None:
     if fmt not in EXTRAS:
         return
     packages, extra = EXTRAS[fmt]
-    import importlib.util
-
     for package in packages:
         if importlib.util.find_spec(package) is None:
             raise ValueError(
@@ -561,8 +494,7 @@ def export(directory: str, fmt: str, metric: str | None = None, with_bands: bool
         ValueError: not a finished run, an unknown metric or format, a missing optional package
             (naming the extra that installs it).
     """
-    import pandas as pd
-
+    pd = _pandas()
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
     _needs(fmt)
@@ -596,8 +528,6 @@ def export(directory: str, fmt: str, metric: str | None = None, with_bands: bool
 
 def _write(path: str, write) -> str:
     """Calls ``write(tmp)`` for a new temporary file beside ``path`` and renames it over ``path``."""
-    from jaxfed import store
-
     store.check_no_link(path)
     tmp = f"{path}.{os.getpid()}.tmp"
     if os.path.lexists(tmp):
@@ -614,17 +544,15 @@ def _write(path: str, write) -> str:
 
 
 # --------------------------------------------------------------------------- the layout, for the docs
-def layout_table(names=None) -> str:
-    """The Markdown table of docs/results.md: per built-in experiment (at its default parameters;
-    ``names``: these only) each metric's dims in a raw run, the label keys (``point``'s levels;
-    those :func:`unstack` makes dimensions in bold) and the coordinate values of its axes. Built
-    from each experiment's sweep, nothing run (tests/test_results_xarray.py checks the page holds
-    it)."""
-    from jaxfed.experiments import REGISTRY
-    from jaxfed.experiments.base import AXES_NUMBERED_FROM_1
-
+def layout_table(experiments: Mapping, names=None) -> str:
+    """The Markdown table of docs/results.md: per experiment of ``experiments`` (name ->
+    :class:`~jaxfed.experiments.Experiment`, e.g. ``jaxfed.experiments.REGISTRY``; at its default
+    parameters; ``names``: these only) each metric's dims in a raw run, the label keys
+    (``point``'s levels; those :func:`unstack` makes dimensions in bold) and the coordinate values
+    of its axes. Built from each experiment's sweep, nothing run (tests/test_results_xarray.py
+    checks the page holds it)."""
     rows = ["| experiment | metrics: dims of a raw run | `point` levels | axis coordinates |", "|---|---|---|---|"]
-    for name, exp in REGISTRY.items():
+    for name, exp in experiments.items():
         if names is not None and name not in names:
             continue
         sweep = exp.build(exp.config_cls())
@@ -641,7 +569,7 @@ def layout_table(names=None) -> str:
             if given is not None:
                 shown = ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in given[:3])
                 coords.append(f"{axis}: {shown}, …, {given[-1]}" if len(given) > 3 else f"{axis}: {shown}")
-            elif axis in AXES_NUMBERED_FROM_1:
+            elif axis in rundir.AXES_NUMBERED_FROM_1:
                 coords.append(f"{axis}: 1, 2, …")
             else:
                 coords.append(f"{axis}: by position")

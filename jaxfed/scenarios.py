@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
-from jaxfed import validation
+from jaxfed import models, validation
 
 __all__ = [
     "bernoulli_counts",
@@ -59,8 +59,6 @@ def bernoulli_counts(key: jax.Array, n_agents: int, n_per_agent: int, theta) -> 
 
 
 def _model(family):
-    from jaxfed import models
-
     return family if isinstance(family, models.ConjugateModel) else models.get(family)
 
 

@@ -43,6 +43,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jaxfed import stats
+
 __all__ = [
     "STORE_FORMAT",
     "StoreError",
@@ -723,20 +725,14 @@ def _summary_name(group: int) -> str:
 
 
 def _n_bins() -> int:
-    from jaxfed import stats
-
     return stats.N_BINS
 
 
 def _levels() -> int:
-    from jaxfed import stats
-
     return stats.SUM_LEVELS
 
 
 def _block() -> int:
-    from jaxfed import stats
-
     return stats.SUMMARY_BLOCK
 
 

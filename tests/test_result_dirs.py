@@ -13,8 +13,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxfed import cli, engine, plotting, store
-from jaxfed.experiments import base
+from jaxfed import cli, engine, plotting, rundir, store
+from jaxfed.experiments import Experiment, Sweep, run_experiment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +25,7 @@ class ToyConfig:
 def toy_build(cfg):
     points = [{"scale": np.float32(cfg.scale)}, {"scale": np.float32(2 * cfg.scale)}]
     trial = lambda key, point: {"x": jax.random.normal(key, (3,)) * point["scale"]}  # noqa: E731
-    return base.Sweep(trial, points, [{"p": 0}, {"p": 1}], {"x": ("i",)})
+    return Sweep(trial, points, [{"p": 0}, {"p": 1}], {"x": ("i",)})
 
 
 def toy_plot(cfg, labels, results, path):
@@ -34,7 +34,7 @@ def toy_plot(cfg, labels, results, path):
     plotting.save(fig, path)
 
 
-TOY = base.Experiment("toy", "toy", ToyConfig, toy_build, toy_plot, lambda *a: "")
+TOY = Experiment("toy", "toy", ToyConfig, toy_build, toy_plot, lambda *a: "")
 
 
 @pytest.fixture(autouse=True)
@@ -43,7 +43,7 @@ def unjitted(monkeypatch):
 
 
 def run(out, n_trials=6, **kwargs):
-    return base.run_experiment(TOY, ToyConfig(), n_trials, out_dir=str(out), quiet=True, **kwargs)
+    return run_experiment(TOY, ToyConfig(), n_trials, out_dir=str(out), quiet=True, **kwargs)
 
 
 @pytest.fixture
@@ -66,7 +66,7 @@ def test_a_file_that_is_a_link_is_refused_and_its_target_untouched(tmp_path, out
     assert outside.read_text() == "the user's own data"
     if name in ("config.json", "metrics.npz"):  # what reading a directory opens
         with pytest.raises(ValueError, match=rf"{name}: is a symbolic link"):
-            base.load_results(str(out))
+            rundir.load_results(str(out))
 
 
 def test_chunks_as_a_link_is_refused_and_the_other_directory_untouched(tmp_path):
@@ -82,7 +82,7 @@ def test_chunks_as_a_link_is_refused_and_the_other_directory_untouched(tmp_path)
             run(out, n_trials=12, overwrite=overwrite)
     assert sorted(os.listdir(elsewhere)) == ["g000_t0000000000_0000000006.npz"]
     with pytest.raises(ValueError, match="chunks: is a symbolic link"):
-        base.load_results(str(out))
+        rundir.load_results(str(out))
 
 
 @pytest.mark.parametrize("name", ["config.json", "verdicts.json"])
@@ -110,7 +110,7 @@ def test_a_directory_of_someone_elses_files_is_refused_unless_overwrite(tmp_path
         "metrics.npz",
     ]
     run(proj, overwrite=True)
-    assert base.load_results(str(proj))[0]["n_trials"] == 6
+    assert rundir.load_results(str(proj))[0]["n_trials"] == 6
 
 
 def test_an_experiment_name_cannot_climb_out_of_the_directory():
@@ -139,7 +139,7 @@ def test_an_edited_config_json_is_refused_naming_it(tmp_path, what, change):
     run(out)
     _edit(out / "config.json", change)
     with pytest.raises(store.StoreError, match=rf"config\.json: {what} differ\(s\) from .*identity\.json"):
-        base.load_results(str(out))
+        rundir.load_results(str(out))
 
 
 def test_records_forged_together_are_refused_by_the_chunk_headers(tmp_path):
@@ -152,14 +152,14 @@ def test_records_forged_together_are_refused_by_the_chunk_headers(tmp_path):
         lambda c: c.update(points=identity["points"], identity_sha256=store.identity_digest(identity)),
     )
     with pytest.raises(store.StoreError, match=r"g000_t\d+_\d+\.npz: is not a chunk of the run"):
-        base.load_results(str(out))
+        rundir.load_results(str(out))
     other = tmp_path / "other"
-    base.run_experiment(TOY, ToyConfig(scale=2.0), 6, out_dir=str(other), quiet=True)
+    run_experiment(TOY, ToyConfig(scale=2.0), 6, out_dir=str(other), quiet=True)
     shutil.copy(other / "identity.json", tmp_path / "run2_identity.json")
     run(tmp_path / "run2")
     shutil.copy(tmp_path / "run2_identity.json", tmp_path / "run2" / "identity.json")
     with pytest.raises(store.StoreError, match=r"config\.json: does not name .*identity\.json"):
-        base.load_results(str(tmp_path / "run2"))
+        rundir.load_results(str(tmp_path / "run2"))
 
 
 def test_metrics_that_do_not_fit_the_record_are_refused(tmp_path):
@@ -167,7 +167,7 @@ def test_metrics_that_do_not_fit_the_record_are_refused(tmp_path):
     run(out)
     _edit(out / "config.json", lambda c: c.update(n_trials=7))
     with pytest.raises(ValueError, match=r"metric 'x' is \[2, 6, 3\] in metrics\.npz, which does not fit the record"):
-        base.load_results(str(out))
+        rundir.load_results(str(out))
 
 
 # --------------------------------------------------------------------------- jaxfed plot runs no code

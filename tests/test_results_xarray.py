@@ -129,11 +129,11 @@ def test_sel_on_gfvl_topologies_and_the_in_memory_run(topologies):
     assert star.dims == ("trial", "slot")
     with np.load(os.path.join(topologies["raw"], "metrics.npz")) as z:
         assert _same_bits(star.values, z["kl"][0])
-    # the same run in memory (RunResult.to_xarray with its sweep) gives the same dataset's data
+    # the same run in memory (jaxfed.to_xarray with its sweep) gives the same dataset's data
     exp = REGISTRY["gfvl-topologies"]
     sweep = exp.build(make_config(exp.config_cls, SMALL["gfvl-topologies"]))
     run = engine.run(sweep.trial, sweep.points, TRIALS, seed=0, common_random_numbers=True, progress=False)
-    memory = run.to_xarray(sweep)
+    memory = jaxfed.to_xarray(run, sweep)
     assert _same_bits(memory.kl.values, ds.kl.values)
     xr.testing.assert_identical(memory.kl.coords.to_dataset(), ds.kl.coords.to_dataset())
 
@@ -304,15 +304,17 @@ def test_docs_layout_table_is_the_one_the_code_gives():
     names = [n for n in REGISTRY if n not in SLOW_BUILDS]
     rows = _docs_layout_table().splitlines()
     kept = [r for r in rows[:2]] + [r for r in rows[2:] if r.split(" | ")[0].lstrip("| ") in names]
-    assert "\n".join(kept) == results.layout_table(names), REGENERATE
+    assert "\n".join(kept) == results.layout_table(REGISTRY, names), REGENERATE
 
 
 @pytest.mark.slow  # builds gfvl-logistic's sweep at its default size
 def test_docs_layout_table_is_the_whole_table_the_code_gives():
-    assert _docs_layout_table() == results.layout_table(), REGENERATE
+    assert _docs_layout_table() == results.layout_table(REGISTRY), REGENERATE
 
 
-REGENERATE = "regenerate: python -c 'from jaxfed import results; print(results.layout_table())'"
+REGENERATE = (
+    "regenerate: python -c 'from jaxfed import experiments, results; print(results.layout_table(experiments.REGISTRY))'"
+)
 
 
 def test_import_and_list_do_not_load_xarray_or_pandas():

@@ -21,8 +21,8 @@ import numpy as np
 
 from jaxfed import kmeans, plotting
 from jaxfed.experiments import Experiment, Sweep
-from jaxfed.experiments.base import check
 from jaxfed.oac.aggregators import Aggregator
+from jaxfed.validation import check
 
 
 def lossy(loss_prob) -> Aggregator:

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import jax
+from jax.experimental.compilation_cache import compilation_cache as jax_cache
 
 CACHE_ENV = "JAXFED_COMPILATION_CACHE"
 """Environment variable: the compilation cache directory, or ``off``."""
@@ -42,8 +43,6 @@ def use_compilation_cache(option: str | None = None, note=lambda message: None) 
     cache is off or the directory cannot be created or written (then ``note`` says why and the
     run compiles as usual). Damaged entries in the directory are skipped by JAX with a warning
     and recompiled."""
-    from jax.experimental.compilation_cache import compilation_cache as jax_cache
-
     path = compilation_cache_dir(option)
     if path is not None:
         try:
@@ -77,8 +76,6 @@ def compilation_cache(option: str | None = None, note=lambda message: None):
         yield path
     finally:
         if previous[0] != path:
-            from jax.experimental.compilation_cache import compilation_cache as jax_cache
-
             jax.config.update("jax_compilation_cache_dir", previous[0])
             jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
             jax_cache.reset_cache()

@@ -138,20 +138,12 @@ class RunInfo(Mapping):
 
 class RunResult(dict):
     """What :func:`run` returns: a dict metric -> raw array (point, trial, …) or
-    :class:`jaxfed.stats.Summary`, plus ``info``, a :class:`RunInfo`."""
+    :class:`jaxfed.stats.Summary`, plus ``info``, a :class:`RunInfo`. As a labelled
+    :class:`xarray.Dataset`: :func:`jaxfed.results.to_xarray` (``jaxfed.to_xarray(result, sweep)``)."""
 
     def __init__(self, metrics: dict, info: RunInfo):
         super().__init__(metrics)
         self.info = info
-
-    def to_xarray(self, sweep=None, *, labels=None, metric_axes=None, coords=None, unstack: bool = False):
-        """This run as an :class:`xarray.Dataset` with named dims, coordinates and the point
-        labels (see :func:`jaxfed.results.to_xarray`): ``sweep`` is the
-        :class:`~jaxfed.experiments.Sweep` that was run, or give ``labels`` (one dict per point),
-        ``metric_axes`` and ``coords`` yourself."""
-        from jaxfed import results
-
-        return results.to_xarray(self, sweep, labels=labels, metric_axes=metric_axes, coords=coords, unstack=unstack)
 
 
 # --------------------------------------------------------------------------- the plan

@@ -12,6 +12,8 @@ from typing import NamedTuple
 
 import jax
 import numpy as np
+from jax._src import xla_bridge  # (backends_started: JAX offers no public test)
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
 from jaxfed import validation
@@ -66,8 +68,6 @@ def default_memory_budget(mesh: Mesh) -> int:
 def to_host(tree):
     """The chunk function's outputs (a pytree) as NumPy arrays on process 0, gathered from every process."""
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
         tree = multihost_utils.process_allgather(tree, tiled=True)
     return jax.tree.map(np.asarray, tree)
 
@@ -76,8 +76,6 @@ def broadcast_from_0(array: np.ndarray) -> np.ndarray:
     """Process 0's value of a small int64 array on every process (the work plan)."""
     if jax.process_count() == 1:
         return array
-    from jax.experimental import multihost_utils
-
     n = multihost_utils.broadcast_one_to_all(np.int64(array.size))
     padded = np.zeros(int(n), np.int64)
     if jax.process_index() == 0:
@@ -106,8 +104,6 @@ initialises its backends."""
 def backends_started() -> bool:
     """Whether JAX has initialised its backends (after which ``XLA_FLAGS`` and
     ``jax.distributed.initialize`` have no effect). JAX offers no public test of it."""
-    from jax._src import xla_bridge
-
     return bool(xla_bridge.backends_are_initialized())
 
 

@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from jaxfed import validation
+from jaxfed import stats, validation
 from jaxfed.engine.progress import Progress
 from jaxfed.engine.target import TARGET_STATISTICS
 
@@ -113,8 +113,6 @@ def _is(name: str, kinds: tuple, allowed: str) -> Callable[[Any], Any]:
 
 
 def _micro_batch(value):
-    from jaxfed import stats
-
     validation.check(
         "micro_batch",
         value,

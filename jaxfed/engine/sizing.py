@@ -19,9 +19,10 @@ from jax.extend import core as jax_core
 from jax.sharding import Mesh
 
 from jaxfed import stats
+from jaxfed._version import __version__
 from jaxfed.engine.compiled import ChunkFn, ChunkJob, Compiler
 from jaxfed.engine.devices import default_memory_budget, make_mesh, platform
-from jaxfed.engine.points import group_points
+from jaxfed.engine.points import group_points, metric_specs, rebuild
 from jaxfed.store import StoreError, atomic_write_json
 
 # --------------------------------------------------------------------------- the micro-batch width
@@ -242,8 +243,6 @@ def probe_key(program: str, mesh: Mesh, **batched) -> str:
     """Digest of what the memory probe's figures depend on: the trial's program (``program``, a
     digest of its jaxpr), what batching adds (``batched``: points, mode, …), the devices and the
     versions of JAX and jaxfed (which builds the batched program)."""
-    from jaxfed import __version__
-
     device = mesh.devices.flat[0]
     what = json.dumps(
         [
@@ -504,8 +503,6 @@ def chunk_function(
     the micro-batch loop's trip count), on several a :class:`~jaxfed.engine.compiled.ChunkFn`.
     The points must form a single group (equal static parts).
     """
-    from jaxfed.engine.points import metric_specs, rebuild
-
     groups = group_points(points)
     if len(groups) != 1:
         raise ValueError(f"points must share their static leaves to form one compiled group, got {len(groups)} groups")

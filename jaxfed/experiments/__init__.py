@@ -1,7 +1,8 @@
 """The reproduced experiments, by name (:func:`register`, :func:`get`, :func:`names`; the registry
 :data:`REGISTRY` is a :class:`jaxfed.registry.Registry`). Each module defines a config dataclass, a
-sweep (trial + points) and a plot; :mod:`jaxfed.experiments.base` runs them and writes the result
-directory. The trial layers they share, which a user's experiment may build on too, are
+sweep (trial + points) and a plot (:mod:`jaxfed.experiments.spec`); :mod:`jaxfed.experiments.runner`
+runs them and writes the result directory (:mod:`jaxfed.rundir`). The trial layers they share,
+which a user's experiment may build on too, are
 :mod:`jaxfed.experiments.kmeans_trials` and :mod:`jaxfed.experiments.gfvl_trials`."""
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from jaxfed.experiments import (
     kmeans_mall,
     kmeans_studies,
 )
-from jaxfed.experiments.base import Experiment, Reading, Sweep, load_results, make_config, run_experiment
 from jaxfed.experiments.catalog import describe, find
+from jaxfed.experiments.runner import run_experiment
+from jaxfed.experiments.spec import Experiment, Reading, Sweep, make_config
 from jaxfed.registry import Registry
+from jaxfed.rundir import load_results
 
 __all__ = [
     "REGISTRY",

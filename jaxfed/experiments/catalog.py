@@ -41,6 +41,7 @@ import tokenize
 import typing
 
 from jaxfed import validation
+from jaxfed.experiments.spec import Experiment, check_config_class
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -63,8 +64,6 @@ def find(name: str, registry):
     result directory records so that ``jaxfed plot`` finds it again; a plugin's with ``plugin`` set
     to its entry point's name (its distribution and version join the run's identity).
     """
-    from jaxfed.experiments.base import Experiment
-
     if name in registry:
         return registry[name]
     path, sep, attribute = name.rpartition(":")
@@ -79,8 +78,6 @@ def find(name: str, registry):
 
 def from_file(path: str, attribute: str):
     """Loads ``attribute`` (an Experiment) from the Python file ``path``; ValueError naming what is wrong."""
-    from jaxfed.experiments.base import Experiment
-
     path = os.path.abspath(path)
     module = load_file(path)
     candidates = sorted(k for k, v in vars(module).items() if isinstance(v, Experiment))
@@ -395,9 +392,7 @@ class Parameter(typing.NamedTuple):
 
 def parameters(config_cls: type) -> list[Parameter]:
     """Every field of a config dataclass: name, type, default and the comment that documents it
-    (ValueError for a class that is not a config dataclass: see :func:`~jaxfed.experiments.base.check_config_class`)."""
-    from jaxfed.experiments.base import check_config_class
-
+    (ValueError for a class that is not a config dataclass: see :func:`~jaxfed.experiments.spec.check_config_class`)."""
     hints = check_config_class(config_cls)
     comments = _field_comments(config_cls)
     out = []

@@ -32,8 +32,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, scenarios, stats, validation
-from jaxfed.experiments.base import Experiment, Reading, Sweep, check_bernoulli_setting, check_loss_normalisation
+from jaxfed.experiments.gfvl_checks import check_bernoulli_setting, check_loss_normalisation
 from jaxfed.experiments.gfvl_trials import summary_reading, target_text
+from jaxfed.experiments.spec import Experiment, Reading, Sweep
 
 NAME = "gfvl-graphs"
 COVER_MARGIN = 0.05

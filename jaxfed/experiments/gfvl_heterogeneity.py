@@ -29,8 +29,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import gfvl, gossip, graphs, likelihoods, models, plotting, scenarios, stats, validation
-from jaxfed.experiments.base import Experiment, Reading, Sweep, band_table, check_loss_normalisation
+from jaxfed.experiments.gfvl_checks import check_loss_normalisation
 from jaxfed.experiments.gfvl_trials import first_slot_at_or_below, summary_reading, target_text
+from jaxfed.experiments.spec import Experiment, Reading, Sweep, band_table
 
 NAME = "gfvl-heterogeneity"
 THRESHOLD = 1e-2

@@ -16,15 +16,7 @@ import dataclasses
 import numpy as np
 
 from jaxfed import natgrad, plotting, stats, validation
-from jaxfed.experiments.base import (
-    Experiment,
-    Reading,
-    Sweep,
-    band_table,
-    check_bernoulli_setting,
-    check_natgrad_setting,
-    preset_variant,
-)
+from jaxfed.experiments.gfvl_checks import check_bernoulli_setting, check_natgrad_setting
 from jaxfed.experiments.gfvl_trials import (
     PAPER_CONVENTION,
     local_iters_trial,
@@ -32,6 +24,7 @@ from jaxfed.experiments.gfvl_trials import (
     summary_reading,
     target_text,
 )
+from jaxfed.experiments.spec import Experiment, Reading, Sweep, band_table, preset_variant
 
 NAME = "gfvl-local-iters"
 

@@ -36,8 +36,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, logistic, natgrad, plotting, stats, validation
-from jaxfed.experiments.base import Experiment, Reading, Sweep, band_table, check_loss_normalisation
+from jaxfed.experiments.gfvl_checks import check_loss_normalisation
 from jaxfed.experiments.gfvl_trials import ASYMPTOTE_TOLERANCE, asymptote, summary_reading, unlearning_verdicts
+from jaxfed.experiments.spec import Experiment, Reading, Sweep, band_table
 
 NAME = "gfvl-logistic"
 SPLITS = ("iid", "label-skew")

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, natgrad, quadrature, scenarios, stats
-from jaxfed.experiments.base import Reading
+from jaxfed.experiments.spec import Reading
 
 
 def target_text(loss_normalisation: str, alpha: float) -> str:

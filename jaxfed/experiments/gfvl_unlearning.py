@@ -41,16 +41,7 @@ from jaxfed import (
     stats,
     validation,
 )
-from jaxfed.experiments.base import (
-    Experiment,
-    Reading,
-    Sweep,
-    band_table,
-    check_bernoulli_setting,
-    check_loss_normalisation,
-    check_natgrad_setting,
-    preset_variant,
-)
+from jaxfed.experiments.gfvl_checks import check_bernoulli_setting, check_loss_normalisation, check_natgrad_setting
 from jaxfed.experiments.gfvl_trials import (
     ASYMPTOTE_TOLERANCE,
     PAPER_CONVENTION,
@@ -60,6 +51,7 @@ from jaxfed.experiments.gfvl_trials import (
     target_text,
     unlearning_verdicts,
 )
+from jaxfed.experiments.spec import Experiment, Reading, Sweep, band_table, preset_variant
 
 NAME = "gfvl-unlearning"
 NAME_CONJUGATE = "gfvl-unlearning-conjugate"

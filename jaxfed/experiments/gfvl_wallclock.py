@@ -44,8 +44,9 @@ from jaxfed import (
     stats,
     validation,
 )
-from jaxfed.experiments.base import Experiment, Reading, Sweep, check_bernoulli_setting, check_natgrad_setting
+from jaxfed.experiments.gfvl_checks import check_bernoulli_setting, check_natgrad_setting
 from jaxfed.experiments.gfvl_trials import noisy_data, summary_reading, target_text
+from jaxfed.experiments.spec import Experiment, Reading, Sweep
 
 NAME = "gfvl-wallclock"
 MODELS = ("conjugate", "non-conjugate")

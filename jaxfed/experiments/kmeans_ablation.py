@@ -24,7 +24,6 @@ import dataclasses
 import numpy as np
 
 from jaxfed import kmeans, plotting, stats, validation
-from jaxfed.experiments.base import Experiment, Reading, band_table
 from jaxfed.experiments.kmeans_trials import (
     DIFFERENCE_TEXT,
     LOSS_LABEL,
@@ -38,6 +37,7 @@ from jaxfed.experiments.kmeans_trials import (
     mall_sweep,
     verdict_block,
 )
+from jaxfed.experiments.spec import Experiment, Reading, band_table
 
 VARIANTS = {  # name -> (adaptive v_max, re-initialisation)
     "full": (True, True),

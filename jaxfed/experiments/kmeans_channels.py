@@ -27,7 +27,6 @@ import math
 import numpy as np
 
 from jaxfed import oac, plotting, stats, validation
-from jaxfed.experiments.base import Experiment, Reading, band_table
 from jaxfed.experiments.kmeans_trials import (
     DIFFERENCE_TEXT,
     LOSS_LABEL,
@@ -43,6 +42,7 @@ from jaxfed.experiments.kmeans_trials import (
     symbol_energy_value,
     verdict_block,
 )
+from jaxfed.experiments.spec import Experiment, Reading, band_table
 from jaxfed.oac import impairments
 
 POWER, RICIAN, BLOCK = "power-control", "rician-fading", "block-fading"

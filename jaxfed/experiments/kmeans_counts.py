@@ -22,7 +22,6 @@ import math
 import numpy as np
 
 from jaxfed import kmeans, plotting, stats, validation
-from jaxfed.experiments.base import Experiment, Reading, band_table
 from jaxfed.experiments.kmeans_trials import (
     DIFFERENCE_TEXT,
     LOSS_LABEL,
@@ -37,6 +36,7 @@ from jaxfed.experiments.kmeans_trials import (
     ratio_verdict,
     verdict_block,
 )
+from jaxfed.experiments.spec import Experiment, Reading, band_table
 
 
 @dataclasses.dataclass(frozen=True)

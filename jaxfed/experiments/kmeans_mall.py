@@ -36,7 +36,6 @@ import jax
 import numpy as np
 
 from jaxfed import kmeans, oac, plotting, scenarios, stats, validation
-from jaxfed.experiments.base import Experiment, Reading, band_table
 from jaxfed.experiments.kmeans_trials import (
     LAST_ROUND_DIAGNOSTICS,
     LOSS_LABEL,
@@ -54,6 +53,7 @@ from jaxfed.experiments.kmeans_trials import (
     symbol_energy_value,
     verdict_block,
 )
+from jaxfed.experiments.spec import Experiment, Reading, band_table
 
 
 # --------------------------------------------------------------------------- kmeans-convergence

@@ -23,7 +23,6 @@ import math
 import numpy as np
 
 from jaxfed import kmeans, plotting, stats, validation
-from jaxfed.experiments.base import Experiment, Reading, band_table
 from jaxfed.experiments.kmeans_trials import (
     LOSS_LABEL,
     MICRO_BATCH,
@@ -36,6 +35,7 @@ from jaxfed.experiments.kmeans_trials import (
     ratio_verdict,
     verdict_block,
 )
+from jaxfed.experiments.spec import Experiment, Reading, band_table
 
 
 # --------------------------------------------------------------------------- kmeans-devices

@@ -27,7 +27,7 @@ import numpy as np
 from jax import lax
 
 from jaxfed import kmeans, oac, scenarios, stats, validation
-from jaxfed.experiments.base import Sweep
+from jaxfed.experiments.spec import Sweep
 
 SYMBOL_ENERGIES = ("beta", "sqrt-beta")
 SPLITS = ("tiles", "iid")

@@ -1,0 +1,36 @@
+"""Checks of the parameters the G-FVL experiments share (the Bernoulli setting, the loss
+normalisation, the natural-gradient solver's settings), for their config classes' ``__post_init__``."""
+
+from __future__ import annotations
+
+from jaxfed import likelihoods, natgrad, validation
+
+__all__ = ["check_bernoulli_setting", "check_loss_normalisation", "check_natgrad_setting"]
+
+
+def check_bernoulli_setting(cfg, min_agents: int = 2) -> None:
+    """Validates the fields every G-FVL experiment shares: n_agents, n_per_agent, prior_a, prior_b,
+    alpha, theta_true."""
+    validation.integer("n_agents", cfg.n_agents, min_agents)
+    validation.integer("n_per_agent", cfg.n_per_agent, 1)
+    validation.positive("prior_a", cfg.prior_a)
+    validation.positive("prior_b", cfg.prior_b)
+    validation.positive("alpha", cfg.alpha)
+    validation.probability("theta_true", cfg.theta_true)
+
+
+def check_loss_normalisation(value) -> None:
+    """``loss_normalisation`` is one of :data:`jaxfed.likelihoods.LOSS_NORMALISATIONS` ("sum", "mean")."""
+    allowed = likelihoods.LOSS_NORMALISATIONS
+    validation.one_of("loss_normalisation", value, allowed)
+
+
+def check_natgrad_setting(cfg) -> None:
+    """Validates the fields of the non-conjugate (natural-gradient) G-FVL experiments: epsilon,
+    loss_normalisation, rho, baseline, n_samples."""
+    validation.number("epsilon", cfg.epsilon, 0.0, 0.5, high_open=True)
+    check_loss_normalisation(cfg.loss_normalisation)
+    validation.positive("rho", cfg.rho)
+    validation.one_of("baseline", cfg.baseline, natgrad.BASELINES)
+    minimum = 1 if cfg.baseline == "constant" else 2
+    validation.integer("n_samples", cfg.n_samples, minimum)

@@ -1,0 +1,358 @@
+"""The result directory of a finished run: what is in it, how it is written and how it is read back.
+
+A run of an experiment (:func:`jaxfed.experiments.run_experiment`) leaves in its directory:
+
+- ``config.json``: every parameter, the points (``"points"``, in point-axis order), seed, trials,
+  each metric's axes (``"metrics"``: :func:`metric_doc`) and their coordinate values (``"coords"``:
+  :func:`axis_coords`), per point the trials with non-finite metrics (``"nonfinite_trials"``),
+  versions, device and the SHA-256 of ``metrics.npz`` (written after it; the figure comes last);
+- ``metrics.npz``: one array per metric with axes (point, trial, …) as listed in config.json, or a
+  summary's fields as ``NAME/FIELD`` arrays (:func:`npz_arrays`);
+- ``<name>.png``: the figure; ``report.md`` and ``verdicts.json``: the report and its claims as data
+  (:func:`write_verdicts`);
+- ``chunks/``, ``identity.json``: the store (see :mod:`jaxfed.store`), so an interrupted run resumes
+  and a finished one can grow.
+
+A directory is data: :func:`load_results` verifies config.json against the store and metrics.npz
+against config.json before believing either, follows no link and imports nothing it names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+
+import jax
+import numpy as np
+
+from jaxfed import stats, store, validation
+from jaxfed._version import __version__
+
+__all__ = [
+    "CONFIG_FILE",
+    "METRICS_FILE",
+    "VERDICTS_FILE",
+    "VERDICT_COLUMNS",
+    "AXES_NUMBERED_FROM_1",
+    "JSON_TYPES",
+    "axis_coords",
+    "check_json",
+    "load_results",
+    "metric_doc",
+    "nonfinite_lines",
+    "read_verdicts",
+    "verdict_records",
+    "write_results",
+    "write_verdicts",
+]
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.npz"
+VERDICTS_FILE = "verdicts.json"
+"""Written beside report.md (``jaxfed run``, ``report``, ``reproduce``): the claims of its sections."""
+
+
+# --------------------------------------------------------------------------- what config.json can hold
+JSON_TYPES = "str, int, float, bool, None, and lists and dicts with string keys of these"
+"""What a label or parameter may hold: what config.json and the store's identity can record."""
+
+
+def check_json(name: str, value) -> None:
+    """Refuses a value that JSON cannot record as it is (``JSON_TYPES``; NumPy scalars count as
+    numbers), naming the first offending entry, e.g. ``labels[0]['o']``."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            validation.check(f"{name} key", key, isinstance(key, str), "a string (JSON keys are strings)")
+            check_json(f"{name}[{key!r}]", item)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            check_json(f"{name}[{i}]", item)
+    elif not (value is None or isinstance(value, (str, int, float, bool, np.integer, np.floating))):
+        raise ValueError(f"{name} must be JSON ({JSON_TYPES}), got {value!r} of type {type(value).__name__}")
+
+
+def jsonable(obj):
+    """``obj`` with tuples as lists and NumPy scalars as Python numbers (what json.dumps writes)."""
+    if isinstance(obj, dict):
+        return {k: jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, (np.floating, np.integer)):
+        return obj.item()
+    return obj
+
+
+def versions() -> dict:
+    """config.json's ``"versions"``: of jaxfed, JAX and NumPy."""
+    return {"jaxfed": __version__, "jax": jax.__version__, "numpy": np.__version__}
+
+
+# --------------------------------------------------------------------------- metrics and their axes
+AXES_NUMBERED_FROM_1 = ("slot", "round")
+"""Axes whose coordinate values default to 1, 2, …, n (slot i = 1..n_slots, round 1..n_rounds)."""
+
+
+def axis_coords(
+    metric_axes: Mapping, coords: Mapping | None, shapes: Mapping[str, tuple], warn: Callable[[str], None] | None = None
+) -> dict:
+    """The coordinate values of each metric axis (config.json's ``"coords"``): a sweep's own
+    (``coords``, :attr:`jaxfed.experiments.Sweep.coords`), else 1..n for the axes of
+    :data:`AXES_NUMBERED_FROM_1`; an axis with neither has none (it is read by position).
+    ``metric_axes``: metric -> axis names; ``shapes``: metric -> shape of one trial's value
+    (:func:`trial_shapes`). Values whose count is not the axis's length are left out, with a line
+    to ``warn``."""
+    lengths: dict[str, int] = {}
+    for name, axes in metric_axes.items():
+        for axis, length in zip(axes, shapes.get(name, ())):
+            lengths.setdefault(axis, length)
+    out = {}
+    for axis, length in lengths.items():
+        given = (coords or {}).get(axis)
+        if given is None:
+            if axis in AXES_NUMBERED_FROM_1:
+                out[axis] = list(range(1, length + 1))
+        elif len(given) == length:
+            out[axis] = jsonable(list(given))
+        elif warn is not None:
+            warn(f"coords[{axis!r}] has {len(given)} values, the axis has {length}; not recorded")
+    return out
+
+
+def trial_shapes(results: Mapping) -> dict:
+    """metric -> the shape of one trial's value (after (point, trial) of a raw array, or (point,) of
+    a :class:`jaxfed.stats.Summary`)."""
+    return {
+        name: tuple(value.mean.shape[1:] if isinstance(value, stats.Summary) else np.shape(value)[2:])
+        for name, value in results.items()
+    }
+
+
+def metric_doc(value, axes) -> dict:
+    """config.json's entry for one metric (``"metrics"``): kept raw or as a summary, its arrays'
+    axes and shape (and a summary's histogram)."""
+    if isinstance(value, stats.Summary):
+        cells = ["point", *axes]
+        return {
+            "kept": "summary",
+            "arrays": {f"{field}": cells + (["bin"] if field == "hist" else []) for field in stats.Summary._fields},
+            "shape": list(value.mean.shape),
+            "histogram": {
+                "log10_min": stats.HIST_LOG_MIN,
+                "log10_max": stats.HIST_LOG_MAX,
+                "bins_per_decade": stats.HIST_PER_DECADE,
+                "quantile_relative_error": 10 ** (1 / stats.HIST_PER_DECADE) - 1,
+            },
+        }
+    return {"kept": "raw", "axes": ["point", "trial", *axes], "shape": list(value.shape), "dtype": str(value.dtype)}
+
+
+def npz_arrays(results: Mapping) -> dict:
+    """metrics.npz layout: raw metrics by name; summaries as ``name/field`` arrays."""
+    out = {}
+    for name, value in results.items():
+        if isinstance(value, stats.Summary):
+            out.update({f"{name}/{field}": v for field, v in value._asdict().items()})
+        else:
+            out[name] = value
+    return out
+
+
+def nonfinite_lines(nonfinite: dict, labels: list, n_trials: int) -> list[str]:
+    """One line per (metric, point) with trials holding NaN or ±inf (``nonfinite``: metric -> per-point counts)."""
+    lines = []
+    for name, counts in nonfinite.items():
+        for label, count in zip(labels, counts):
+            if count:
+                where = ", ".join(f"{k}={v}" for k, v in label.items())
+                lines.append(
+                    f"{name}: {count} of {n_trials} trials of point {where} have NaN or infinite values "
+                    "(left out of bands and summaries; counted in config.json)"
+                )
+    return lines
+
+
+# --------------------------------------------------------------------------- writing
+def write_results(out_dir: str, config_json: dict, results: Mapping, started: float) -> dict:
+    """Writes ``metrics.npz`` of ``results``, then ``config.json``: ``config_json`` with the digests
+    of identity.json and metrics.npz and ``wall_s``, the seconds since ``started`` (a
+    :func:`time.perf_counter` reading taken when the run began). Both atomically (no link
+    followed); returns the config.json written."""
+    data = store.savez_bytes(npz_arrays(results))
+    store.atomic_write_bytes(os.path.join(out_dir, METRICS_FILE), data)
+    with open(os.path.join(out_dir, "identity.json"), "rb") as f:
+        config_json["identity_sha256"] = store.identity_digest(json.loads(f.read().decode()))
+    config_json["metrics_sha256"] = hashlib.sha256(data).hexdigest()
+    config_json["wall_s"] = round(time.perf_counter() - started, 3)  # what producing these results took
+    store.atomic_write_json(os.path.join(out_dir, CONFIG_FILE), config_json)
+    return config_json
+
+
+# --------------------------------------------------------------------------- reading
+def load_results(out_dir: str, read_metrics: bool = True) -> tuple[dict, dict]:
+    """Reads ``config.json`` and ``metrics.npz`` of a finished run (raw arrays or Summaries).
+
+    A result directory is data: nothing in it is executed, no link in it is followed, and its
+    record is verified before it is believed: config.json must agree with identity.json and the
+    stored chunk headers (:func:`jaxfed.store.verify_record`), metrics.npz must be the file
+    config.json was written with (SHA-256), and every metric must have the shape config.json
+    gives it, with one row per point and (raw) ``n_trials`` trials. With ``read_metrics=False``
+    only config.json is read and verified (the results are ``{}``).
+
+    Raises:
+        ValueError: one line naming the file, when either is missing, unreadable, a link, or not
+            of one run with the others.
+    """
+    config_path, metrics_path = os.path.join(out_dir, CONFIG_FILE), os.path.join(out_dir, METRICS_FILE)
+    store.check_no_link(config_path)
+    try:
+        with open(config_path, "rb") as f:
+            config_json = json.loads(f.read().decode())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ValueError(
+            f"{config_path}: cannot be read as JSON ({type(err).__name__}); is {out_dir} a finished run?"
+        ) from None
+    required = {
+        "experiment": str,
+        "parameters": dict,
+        "points": list,
+        "n_trials": int,
+        "metrics": dict,
+        "metrics_sha256": str,
+        "identity_sha256": str,
+    }
+    if not isinstance(config_json, dict) or not all(isinstance(config_json.get(k), t) for k, t in required.items()):
+        needs = ", ".join(f"{k} ({t.__name__})" for k, t in required.items())
+        raise ValueError(f"{config_path}: not the config.json of a finished run (needs {needs})")
+    store.verify_record(out_dir, config_json, config_path)
+    if not read_metrics:
+        return config_json, {}
+    store.check_no_link(metrics_path)
+    try:
+        with open(metrics_path, "rb") as f:
+            data = f.read()
+    except OSError as err:
+        raise ValueError(f"{metrics_path}: cannot be read ({err.strerror})") from None
+    if hashlib.sha256(data).hexdigest() != config_json["metrics_sha256"]:
+        raise ValueError(f"{metrics_path}: does not match config.json (checksum); rerun the command to rewrite both")
+    results: dict = {}
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        for key in z.files:
+            if "/" in key:
+                name, field = key.split("/", 1)
+                results.setdefault(name, {})[field] = z[key]
+            else:
+                results[key] = z[key]
+    results = {k: stats.Summary(**v) if isinstance(v, dict) else v for k, v in results.items()}
+    _check_shapes(config_path, config_json, results)
+    return config_json, results
+
+
+def stored_record(out_dir: str) -> dict | None:
+    """The config.json of ``out_dir`` when it and metrics.npz verify (see :func:`load_results`),
+    or None when they cannot be used (absent, damaged, of another run)."""
+    try:
+        record, _ = load_results(out_dir)
+    except ValueError:
+        return None
+    return record
+
+
+def _check_shapes(config_path: str, config_json: dict, results: dict) -> None:
+    """ValueError unless every metric has the shape config.json gives it, one row per point and,
+    raw, ``n_trials`` trials."""
+    documented = config_json["metrics"]
+    if set(documented) != set(results):
+        raise ValueError(f"{config_path}: lists metrics {sorted(documented)}, metrics.npz holds {sorted(results)}")
+    n_points, n_trials = len(config_json["points"]), config_json["n_trials"]
+    for name, value in results.items():
+        shape = list((value.mean if isinstance(value, stats.Summary) else value).shape)
+        doc = documented[name]
+        expected_lead = [n_points] if isinstance(value, stats.Summary) else [n_points, n_trials]
+        if not isinstance(doc, dict) or doc.get("shape") != shape or shape[: len(expected_lead)] != expected_lead:
+            raise ValueError(
+                f"{config_path}: metric {name!r} is {shape} in metrics.npz, which does not fit the record "
+                f"({n_points} points, {n_trials} trials, shape {doc.get('shape') if isinstance(doc, dict) else doc})"
+            )
+
+
+# --------------------------------------------------------------------------- verdicts.json
+VERDICT_COLUMNS = (
+    "section",
+    "claim",
+    "estimate",
+    "lower",
+    "upper",
+    "level",
+    "interval",
+    "p_value",
+    "fraction_greater",
+    "n",
+    "n_dropped",
+    "n_untied",
+    "verdict",
+    "reason",
+)
+"""The fields of a claim in ``verdicts.json`` (the columns of :func:`jaxfed.results.verdicts`)."""
+
+
+def verdict_records(named_sections: list) -> list[dict]:
+    """The rows of ``verdicts.json``: per claim of the (section name, Reading) pairs its
+    :class:`jaxfed.stats.Verdict` fields, the section and the interval as report.md prints it
+    (NaN as null)."""
+
+    def number(x):
+        x = float(x)
+        return x if np.isfinite(x) else None
+
+    rows = []
+    for section, reading in named_sections:
+        for v in reading.verdicts:
+            testable = v.verdict != stats.NOT_TESTABLE
+            rows.append(
+                {
+                    "section": section,
+                    "claim": v.claim,
+                    "estimate": number(v.estimate),
+                    "lower": number(v.lower),
+                    "upper": number(v.upper),
+                    "level": number(v.level),
+                    "interval": v.interval_text() if testable else "",
+                    "p_value": number(v.p_value),
+                    "fraction_greater": number(v.fraction_greater),
+                    "n": int(v.n),
+                    "n_dropped": int(v.n_dropped),
+                    "n_untied": int(v.n_untied),
+                    "verdict": v.verdict,
+                    "reason": v.reason,
+                }
+            )
+    return rows
+
+
+def write_verdicts(out_dir: str, named_sections: list, report: str = "report.md") -> None:
+    """Writes ``<out_dir>/verdicts.json``: the claims of ``report``'s (section name, Reading) pairs
+    (:func:`verdict_records`), atomically."""
+    records = {"format": 1, "report": report, "verdicts": verdict_records(named_sections)}
+    store.atomic_write_json(os.path.join(out_dir, VERDICTS_FILE), records)
+
+
+def read_verdicts(directory: str) -> list[dict]:
+    """The claims in ``<directory>/verdicts.json`` (rows of :data:`VERDICT_COLUMNS`). Read only.
+
+    Raises:
+        ValueError: no verdicts.json there (``jaxfed report DIR`` writes one), a link, or not readable.
+    """
+    path = os.path.join(directory, VERDICTS_FILE)
+    store.check_no_link(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: does not exist; `jaxfed report {directory}` writes it with report.md")
+    try:
+        with open(path, "rb") as f:
+            rows = json.loads(f.read().decode())["verdicts"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}: not a verdicts file ({type(err).__name__})") from None
+    return rows

@@ -1,0 +1,289 @@
+"""The package's import graph, read from the source with ``ast`` (nothing is imported): no cycle,
+counting imports inside functions; the lower layers (the result directory, labelled results, the
+engine) import nothing above them; a function imports only a heavy optional dependency, with the
+reason on its line or the line above."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "jaxfed"
+
+LAZY_ALLOWED = ("xarray", "pandas", "matplotlib", "h5netcdf", "pyarrow", "networkx")
+"""The only packages a function may import (heavy, or optional: `import jaxfed` must not load them)."""
+
+_ABOVE_RESULTS = ("jaxfed.experiments", "jaxfed.report", "jaxfed.plotting", "jaxfed.cli")
+LAYERS_BELOW = {
+    # module (or package prefix) -> what it must not reach, directly or through other modules;
+    # "jaxfed" alone is the package root, which imports every layer.
+    "jaxfed.rundir": ("jaxfed", "jaxfed.engine", "jaxfed.results", *_ABOVE_RESULTS),
+    "jaxfed.results": ("jaxfed", "jaxfed.engine", *_ABOVE_RESULTS),
+    "jaxfed.engine": ("jaxfed", "jaxfed.results", *_ABOVE_RESULTS),
+}
+
+
+class Import:
+    """One import statement's target module inside the package (or outside it), where it is."""
+
+    def __init__(self, source: str, target: str, line: int, in_function: bool):
+        self.source, self.target, self.line, self.in_function = source, target, line, in_function
+
+    def __repr__(self) -> str:
+        where = "in a function" if self.in_function else "at module level"
+        return f"{self.source}:{self.line} imports {self.target} {where}"
+
+
+def module_files(root: pathlib.Path = PACKAGE) -> dict[str, pathlib.Path]:
+    """Module name -> file, for every module of the package (``jaxfed.engine`` for its __init__.py)."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, modules) -> list[str]:
+    """The modules an import statement loads: ``from P import x`` is ``P.x`` when that is a module
+    of the package, else ``P``; relative imports are resolved against ``module``."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.level:
+        base = module.split(".") if is_package else module.split(".")[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        prefix = ".".join(base + ([node.module] if node.module else []))
+    else:
+        prefix = node.module or ""
+    return [f"{prefix}.{a.name}" if f"{prefix}.{a.name}" in modules else prefix for a in node.names]
+
+
+def imports(root: pathlib.Path = PACKAGE) -> list[Import]:
+    """Every import statement of the package, module-level and inside functions (``if
+    TYPE_CHECKING`` blocks count: they are the same dependency)."""
+    modules = module_files(root)
+    out = []
+    for module, path in modules.items():
+        is_package = path.name == "__init__.py"
+
+        def visit(node, in_function: bool) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.Import, ast.ImportFrom)):
+                    for target in _targets(child, module, is_package, modules):
+                        out.append(Import(module, target, child.lineno, in_function))
+                visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+        visit(ast.parse(path.read_text(), str(path)), False)
+    return out
+
+
+def graph(found: list[Import], root: pathlib.Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports."""
+    modules = set(module_files(root))
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    for i in found:
+        if i.target in modules:
+            edges[i.source].add(i.target)
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (or a module importing itself),
+    each as its sorted modules (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out = []
+    for start in sorted(edges):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in edges[node]:
+                    out.append(sorted(component))
+    return out
+
+
+def closed_path(component: list[str], edges: dict[str, set[str]]) -> list[str]:
+    """A path from the component's first module back to itself, inside the component (shown in a failure)."""
+    inside = set(component)
+    start = component[0]
+    previous: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for node in frontier:
+            for child in sorted(edges[node] & inside):
+                if child == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(previous[path[-1]])
+                    return [start, *reversed(path[:-1]), start] if node != start else [start, start]
+                if child not in previous:
+                    previous[child] = node
+                    nxt.append(child)
+        frontier = nxt
+    return component
+
+
+def path_to(edges: dict[str, set[str]], start: str, forbidden) -> list[str] | None:
+    """The shortest import path from ``start`` to a module matched by ``forbidden``, or None."""
+    previous = {start: start}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for node in frontier:
+            for child in sorted(edges.get(node, ())):
+                if child in previous:
+                    continue
+                previous[child] = node
+                if forbidden(child):
+                    path = [child]
+                    while path[-1] != start:
+                        path.append(previous[path[-1]])
+                    return list(reversed(path))
+                nxt.append(child)
+        frontier = nxt
+    return None
+
+
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or (prefix != "jaxfed" and module.startswith(prefix + "."))
+
+
+def layer_violations(edges: dict[str, set[str]]) -> list[str]:
+    out = []
+    for layer, above in LAYERS_BELOW.items():
+        for module in sorted(m for m in edges if _under(m, layer)):
+            path = path_to(edges, module, lambda m: any(_under(m, a) for a in above) and not _under(m, layer))
+            if path is not None:
+                out.append(" -> ".join(path))
+    return out
+
+
+def lazy_violations(found: list[Import], root: pathlib.Path = PACKAGE) -> list[str]:
+    """Imports inside functions of anything but :data:`LAZY_ALLOWED`, or without a reason comment."""
+    files = module_files(root)
+    lines = {m: p.read_text().splitlines() for m, p in files.items()}
+    out = []
+    for i in found:
+        if not i.in_function:
+            continue
+        if i.target.split(".")[0] not in LAZY_ALLOWED:
+            out.append(f"{i!r}: move it to the top of the module (only {', '.join(LAZY_ALLOWED)} are imported late)")
+            continue
+        text = lines[i.source]
+        here, above = text[i.line - 1], text[i.line - 2].strip() if i.line > 1 else ""
+        if "#" not in here and not above.startswith("#"):
+            out.append(f"{i!r}: say why it is imported late, in a comment on its line or the line above")
+    return out
+
+
+def test_the_package_has_no_import_cycle():
+    edges = graph(imports())
+    found = cycles(edges)
+    assert not found, "import cycles (counting imports inside functions):\n" + "\n".join(
+        f"  {len(c)} modules ({', '.join(c)}), e.g. " + " -> ".join(closed_path(c, edges)) for c in found
+    )
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS_BELOW))
+def test_a_lower_layer_imports_nothing_above_it(layer):
+    edges = graph(imports())
+    assert any(_under(m, layer) for m in edges), f"{layer}: no such module"
+    wrong = [v for v in layer_violations(edges) if v.startswith(layer)]
+    assert not wrong, f"{layer} reaches a layer above it:\n  " + "\n  ".join(wrong)
+
+
+def test_functions_import_only_heavy_optional_dependencies():
+    wrong = lazy_violations(imports())
+    assert not wrong, "\n".join(wrong)
+
+
+# --------------------------------------------------------------------------- the checker itself
+def _package(tmp_path, files: dict[str, str]) -> pathlib.Path:
+    root = tmp_path / "jaxfed"
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_the_checker_finds_a_cycle_through_a_function_level_and_a_relative_import(tmp_path):
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a.py": "from jaxfed import b\n",
+            "b.py": "def f():\n    from . import c\n",
+            "c.py": "import jaxfed.a\n",
+            "d.py": "from jaxfed import __version__\n",
+        },
+    )
+    found = imports(root)
+    edges = graph(found, root)
+    assert cycles(edges) == [["jaxfed.a", "jaxfed.b", "jaxfed.c"]]
+    assert closed_path(cycles(edges)[0], edges) == ["jaxfed.a", "jaxfed.b", "jaxfed.c", "jaxfed.a"]
+    assert {(i.source, i.target) for i in found} >= {("jaxfed.b", "jaxfed.c"), ("jaxfed.d", "jaxfed")}
+    assert lazy_violations(found, root) == [
+        "jaxfed.b:2 imports jaxfed.c in a function: move it to the top of the "
+        "module (only xarray, pandas, matplotlib, h5netcdf, pyarrow, networkx "
+        "are imported late)"
+    ]
+
+
+def test_the_checker_finds_a_layer_reached_through_another_module(tmp_path):
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "from jaxfed import results\n",
+            "results.py": "from jaxfed import stats\n",
+            "stats.py": "def f():\n    import pandas  # heavy\n    import xarray\n\n\nfrom jaxfed.experiments import x\n",
+            "experiments/__init__.py": "",
+            "experiments/x.py": "",
+            "engine/__init__.py": "from jaxfed.engine import core\n",
+            "engine/core.py": "from jaxfed import __version__\n",
+        },
+    )
+    found = imports(root)
+    edges = graph(found, root)
+    assert sorted(layer_violations(edges)) == [
+        "jaxfed.engine -> jaxfed.engine.core -> jaxfed",
+        "jaxfed.engine.core -> jaxfed",
+        "jaxfed.results -> jaxfed.stats -> jaxfed.experiments.x",
+    ]
+    assert cycles(edges) == []  # the engine's root import is a layer violation, not (here) a cycle
+    assert lazy_violations(found, root) == [
+        "jaxfed.stats:3 imports xarray in a function: say why it is imported late, in a comment on its line or "
+        "the line above"
+    ]
