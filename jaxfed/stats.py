@@ -36,8 +36,10 @@ from __future__ import annotations
 
 import math
 import warnings
+from math import lgamma
 from typing import Any, NamedTuple
 
+import jax
 import numpy as np
 
 from jaxfed import validation
@@ -195,8 +197,6 @@ def _float32_level(magnitude, edges, xp):
     if xp is np:
         prefix = magnitude.view(np.uint32) >> 16
     else:
-        import jax
-
         prefix = jax.lax.shift_right_logical(jax.lax.bitcast_convert_type(magnitude, np.uint32), np.uint32(16))
     guess = xp.asarray(_FLOAT32_LEVELS)[prefix]
     return xp.minimum(guess + (magnitude >= edges[guess + 1]).astype(np.int32), _N_SIDE - 1)
@@ -370,8 +370,6 @@ def _dyadic_sums(blocks, first, n, xp):
         level = np.zeros(buffer_shape, blocks.dtype)
         level[:, int(first - base) : int(first - base) + width] = blocks
     else:
-        import jax
-
         start = (0, first - base) + (0,) * (blocks.ndim - 2)
         level = jax.lax.dynamic_update_slice(xp.zeros(buffer_shape, blocks.dtype), blocks, start)
     out = xp.zeros((n_points, len(levels)) + tuple(blocks.shape[2:]), blocks.dtype)
@@ -408,8 +406,6 @@ def _histogram(bins, used, xp, method: str):
         return hist.reshape((n_points,) + cells + (N_BINS,))
     if method != "sort":
         raise ValueError(f"histogram={method!r}: expected one of {', '.join(HISTOGRAM_METHODS)}")
-    import jax
-
     keys = xp.where(used, bins, N_BINS)  # unused values sort after every bin
     keys = xp.sort(xp.moveaxis(keys, 1, -1).reshape(n_cells, n_trials), axis=-1)
     edges = xp.arange(N_BINS + 1, dtype=keys.dtype)
@@ -749,8 +745,6 @@ def sign_test(differences) -> float:
 
 
 def _log_comb(n: int, k: np.ndarray) -> np.ndarray:
-    from math import lgamma
-
     return np.array([lgamma(n + 1) - lgamma(int(i) + 1) - lgamma(n - int(i) + 1) for i in k])
 
 
