@@ -2,7 +2,8 @@
 
 Workload: one chunk of gfvl-topologies (3 topologies × 300 slots per trial) of ``--chunk`` trials.
 Each row is a jitted function of the same trials that returns only some outputs of the summarised
-chunk (:func:`jaxfed.stats.chunk_summary`); XLA drops what is not returned, so the difference to
+chunk (:func:`jaxfed.stats.chunk_summary`, whose parts share one pass over the values,
+:func:`jaxfed.stats.summary_pass`); XLA drops what is not returned, so the difference to
 ``kernel_sum`` is what that part costs on the device:
 
 - ``kernel``: the trials alone (``jit(vmap(vmap(trial)))``, the values returned, as in raw mode);

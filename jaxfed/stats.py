@@ -65,7 +65,8 @@ __all__ = [
     "bin_index",
     "chunk_summary",
     "summary_of_blocks",
-    "block_sums",
+    "summary_pass",
+    "SummaryPass",
     "count_into",
     "dyadic_pieces",
     "level_total",
@@ -390,55 +391,83 @@ as differences of :func:`jax.numpy.searchsorted` positions of the bin edges (no 
 one place)."""
 
 
-def _histogram(bins, used, xp, method: str):
-    """Counts (points, *cells, N_BINS) of the bins ``bins`` (points, T, *cells) where ``used``."""
+def _histogram(bins, xp, method: str):
+    """Counts (points, *cells, N_BINS) of the bins ``bins`` (points, T, *cells) of :class:`SummaryPass`
+    (``N_BINS``: a value not counted)."""
     n_points, n_trials = bins.shape[:2]
     cells = tuple(bins.shape[2:])
     n_cells = n_points * math.prod(cells)
     if xp is np or method == "scatter":
         cell_index = xp.arange(n_cells, dtype=np.int32).reshape((n_points, 1) + cells)
-        flat = (cell_index * N_BINS + bins).ravel()
-        weights = used.astype(np.int32).ravel()
+        flat = xp.where(bins < N_BINS, cell_index * N_BINS + bins, n_cells * N_BINS).ravel()  # past the end: dropped
         if xp is np:
-            hist = np.bincount(flat, weights, minlength=n_cells * N_BINS).astype(np.int32)
+            hist = np.bincount(flat, minlength=n_cells * N_BINS + 1)[:-1].astype(np.int32)
         else:
-            hist = xp.zeros(n_cells * N_BINS, np.int32).at[flat].add(weights)
+            hist = xp.zeros(n_cells * N_BINS, np.int32).at[flat].add(1, mode="drop")
         return hist.reshape((n_points,) + cells + (N_BINS,))
     if method != "sort":
         raise ValueError(f"histogram={method!r}: expected one of {', '.join(HISTOGRAM_METHODS)}")
-    keys = xp.where(used, bins, N_BINS)  # unused values sort after every bin
-    keys = xp.sort(xp.moveaxis(keys, 1, -1).reshape(n_cells, n_trials), axis=-1)
+    keys = xp.sort(xp.moveaxis(bins, 1, -1).reshape(n_cells, n_trials), axis=-1)  # N_BINS sorts after every bin
     edges = xp.arange(N_BINS + 1, dtype=keys.dtype)
     at = jax.vmap(lambda row: xp.searchsorted(row, edges, side="left"))(keys)
     return xp.diff(at, axis=-1).astype(np.int32).reshape((n_points,) + cells + (N_BINS,))
 
 
-def count_into(hist, row, bins, used, xp, method: str):
-    """``hist`` (rows, *cells, N_BINS) int32 with the counts of the bins ``bins`` (T, *cells) where
-    ``used`` added to row ``row`` (may be traced): a micro-batch's values counted straight into a
-    device's running histogram (jax.numpy), by one of :data:`HISTOGRAM_METHODS`.
+def count_into(hist, row, bins, xp, method: str):
+    """``hist`` (rows, *cells, N_BINS) int32 with the counts of the bins ``bins`` (T, *cells) of a
+    :class:`SummaryPass` added to row ``row`` (may be traced): a micro-batch's values counted
+    straight into a device's running histogram (jax.numpy), by one of :data:`HISTOGRAM_METHODS`.
 
     ``scatter`` adds into ``hist`` in place (no histogram of the micro-batch is formed: adding a
-    dense one per micro-batch would cost more than the values' own scatter); ``sort`` counts the
-    micro-batch (:func:`_histogram`) and adds it to the row.
+    dense one per micro-batch would cost more than the values' own scatter), a value not counted
+    (bin ``N_BINS``) sent past the end and dropped; ``sort`` counts the micro-batch
+    (:func:`_histogram`) and adds it to the row.
     """
     if method != "scatter":
-        return hist.at[row].add(_histogram(bins[None], used[None], xp, method)[0])
+        return hist.at[row].add(_histogram(bins[None], xp, method)[0])
     n_cells = math.prod(bins.shape[1:])
     cell = xp.arange(n_cells, dtype=np.int32).reshape(bins.shape[1:])
-    flat = ((row * n_cells + cell) * N_BINS + bins).ravel()
-    return hist.reshape(-1).at[flat].add(used.astype(np.int32).ravel()).reshape(hist.shape)
+    flat = xp.where(bins < N_BINS, (row * n_cells + cell) * N_BINS + bins, hist.size).ravel()
+    return hist.reshape(-1).at[flat].add(1, mode="drop").reshape(hist.shape)
 
 
-def block_sums(values, used, xp):
-    """(Σx, Σx²) of each block of :data:`SUMMARY_BLOCK` trials in float64, by the fixed tree of
-    :func:`_tree_sum` (values outside ``used`` count as 0): ``values`` (points, T, *cells) ->
-    two arrays (points, T / SUMMARY_BLOCK, *cells). A block's sums depend on its values only, so
-    they are the same bits whether taken over a whole chunk or one micro-batch at a time; the
-    squares of float32 values are exact in float64."""
+class SummaryPass(NamedTuple):
+    """What a summary needs from values (points, T, *cells), read once (:func:`summary_pass`)."""
+
+    bins: Any  # (points, T, *cells) int32: each value's histogram bin, N_BINS where it does not count
+    sums: Any  # (points, T / SUMMARY_BLOCK, *cells) float64: Σx of each block's counted values
+    squares: Any  # the same for Σx²
+    nonfinite_trials: Any  # (points,) int32: valid trials with a NaN or ±inf in some cell
+
+
+def summary_pass(values, valid, xp) -> SummaryPass:
+    """The bins, block sums and non-finite trials of ``values`` (points, T, *cells), T a multiple of
+    :data:`SUMMARY_BLOCK`, where ``valid`` (broadcast to ``values``) says which trials count: one
+    elementwise pass computes each value's finiteness, bin (:func:`bin_index`, or ``N_BINS`` when
+    it is not counted) and float64 value and square, which the fixed trees of :func:`_tree_sum`
+    add (XLA fuses the pass into its consumers; stacking values and squares into one tree copied a
+    stored chunk's values and gained nothing inside the micro-batch loop on a CPU): a value counts
+    when it is finite and valid,
+
+        Σx, Σx² over each block of SUMMARY_BLOCK trials of the counted values (others as 0),
+        non-finite trials = #{t valid : some cell of trial t is NaN or ±inf},
+
+    the bits of computing finiteness, bins, sums and non-finite trials each from the values again
+    (the separate passes, kept as the reference in tests/test_summary_sums.py).
+    A block's sums depend on its values only, so they are the same bits whether taken over a
+    whole chunk or one micro-batch at a time; the squares of float32 values are exact in float64,
+    so the device's bits are NumPy's (a float64 value's square rounds, and XLA may fuse it into
+    the tree's first addition, an FMA: its Σx² may differ from NumPy's in the last bit).
+    """
+    n_points, n_trials = values.shape[:2]
+    cells = tuple(values.shape[2:])
+    finite = xp.isfinite(values)
+    used = finite & valid
+    bins = xp.where(used, bin_index(values, xp), N_BINS)
     clean = xp.where(used, values, 0).astype(np.float64)
-    blocks = clean.reshape((values.shape[0], values.shape[1] // SUMMARY_BLOCK, SUMMARY_BLOCK) + values.shape[2:])
-    return _tree_sum(blocks, 2), _tree_sum(blocks * blocks, 2)
+    blocks = clean.reshape((n_points, n_trials // SUMMARY_BLOCK, SUMMARY_BLOCK) + cells)
+    nonfinite = ((~finite) & valid).reshape(n_points, n_trials, -1).any(-1).sum(1, dtype=np.int32)
+    return SummaryPass(bins, _tree_sum(blocks, 2), _tree_sum(blocks * blocks, 2), nonfinite)
 
 
 def chunk_summary(values, n_valid, xp, first_block=0, n_blocks=None, histogram: str = "scatter") -> dict:
@@ -461,14 +490,12 @@ def chunk_summary(values, n_valid, xp, first_block=0, n_blocks=None, histogram: 
     cells = values.shape[2:]
     per_point = xp.asarray(n_valid).reshape((-1, 1) + (1,) * len(cells))  # (1 or points, 1, …)
     valid = xp.arange(n_trials).reshape((1, n_trials) + (1,) * len(cells)) < per_point
-    finite = xp.isfinite(values)
-    used, bad = finite & valid, (~finite) & valid
-    sums, squares = block_sums(values, used, xp)
+    one = summary_pass(values, valid, xp)
     return summary_of_blocks(
-        _histogram(bin_index(values, xp), used, xp, histogram),
-        sums,
-        squares,
-        bad.reshape(n_points, n_trials, -1).any(-1).sum(1, dtype=np.int32),
+        _histogram(one.bins, xp, histogram),
+        one.sums,
+        one.squares,
+        one.nonfinite_trials,
         n_valid,
         first_block,
         n_blocks,
@@ -478,7 +505,7 @@ def chunk_summary(values, n_valid, xp, first_block=0, n_blocks=None, histogram: 
 
 def summary_of_blocks(hist, sums, squares, nonfinite_trials, n_valid, first_block, n_blocks, xp) -> dict:
     """A chunk's summary from its histogram ``hist`` (points, *time, N_BINS), its block sums
-    ``sums`` and ``squares`` (points, M, *time) of :func:`block_sums` over the blocks
+    ``sums`` and ``squares`` (points, M, *time) of :func:`summary_pass` over the blocks
     ``first_block`` + [0, M) and its ``nonfinite_trials`` (points,), of which trials
     [0, ``n_valid``) count (``n_blocks``: as in :func:`chunk_summary`).
 

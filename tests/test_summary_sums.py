@@ -1,5 +1,8 @@
 """The summary's float64 sums (a binary counter of aligned block ranges) and its histogram
-methods: the same bits whatever the chunking, on the host and on the device."""
+methods: the same bits whatever the chunking, on the host and on the device; the one pass over the
+values (stats.summary_pass) is the bits of the separate passes."""
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -130,24 +133,110 @@ def histogram_cases():
     }
 
 
-@pytest.mark.parametrize("case", list(histogram_cases()))
-def test_histogram_methods_give_the_same_counts(case):
-    values = histogram_cases()[case]
+def fused_cases():
+    """histogram_cases and more: ±inf and NaN among finite values, subnormals, float64 values."""
+    cases = dict(histogram_cases())
+    rng = np.random.default_rng(1)
+    mixed = adversarial(rng, (2, 192, 3)).astype(np.float32)
+    mixed[0, 3, 1], mixed[0, 70, 0], mixed[1, 100] = np.nan, np.inf, -np.inf
+    cases["with nan and inf"] = mixed
+    tiny = np.array([1e-45, -1e-45, 1e-40, -1e-38, 0.0, -0.0, 1e-12, 9.9999e-13], np.float32)
+    cases["subnormals and zeros"] = np.tile(tiny, 24).reshape(1, 192, 1)
+    cases["float64"] = adversarial(rng, (2, 128, 2))
+    return cases
+
+
+def separate_passes(values, valid, xp, method: str) -> dict:
+    """The summary's parts each from its own pass over ``values`` (points, T, *cells): the block sums
+    and the sums of squares in two trees, the bins counted with the counted values as weights, the
+    non-finite trials from the values again (the engine before issue 35): the reference of
+    :func:`jaxfed.stats.summary_pass`."""
+    n_points, n_trials = values.shape[:2]
+    cells = tuple(values.shape[2:])
+    finite = xp.isfinite(values)
+    used = finite & valid
+    clean = xp.where(used, values, 0).astype(np.float64)
+    blocks = clean.reshape((n_points, n_trials // stats.SUMMARY_BLOCK, stats.SUMMARY_BLOCK) + cells)
+    bins = stats.bin_index(values, xp)
+    n_cells = n_points * int(np.prod(cells))
+    if xp is np or method == "scatter":
+        flat = (xp.arange(n_cells, dtype=np.int32).reshape((n_points, 1) + cells) * stats.N_BINS + bins).ravel()
+        weights = used.astype(np.int32).ravel()
+        if xp is np:
+            hist = np.bincount(flat, weights, minlength=n_cells * stats.N_BINS).astype(np.int32)
+        else:
+            hist = xp.zeros(n_cells * stats.N_BINS, np.int32).at[flat].add(weights)
+        hist = hist.reshape((n_points,) + cells + (stats.N_BINS,))
+    else:  # (sorted with the uncounted values last: the sentinel)
+        hist = _histogram(xp.where(used, bins, stats.N_BINS), xp, method)
+    return {
+        "sums": stats._tree_sum(blocks, 2),
+        "squares": stats._tree_sum(blocks * blocks, 2),
+        "hist": hist,
+        "nonfinite_trials": ((~finite) & valid).reshape(n_points, n_trials, -1).any(-1).sum(1, dtype=np.int32),
+    }
+
+
+def _fused(values, valid, xp, method: str) -> dict:
+    one = stats.summary_pass(values, valid, xp)
+    hist = _histogram(one.bins, xp, method)
+    running = jnp.zeros((2,) + hist.shape[1:], np.int32) if xp is jnp else None
+    out = {"sums": one.sums, "squares": one.squares, "hist": hist, "nonfinite_trials": one.nonfinite_trials}
+    if running is not None:  # the engine's loop: each point's bins counted into row 1 of a running histogram
+        out["counted"] = jnp.stack(
+            [stats.count_into(running, 1, one.bins[p], jnp, method)[1] for p in range(len(hist))]
+        )
+    return out
+
+
+@functools.cache
+def _on_device(fn, method: str):
+    """``fn(values, valid, jnp, method)`` jitted (compiled once per shape, kept across the cases)."""
+    return jax.jit(lambda v, u: fn(v, u, jnp, method))
+
+
+@pytest.mark.parametrize("case", list(fused_cases()))
+def test_the_fused_pass_is_the_bits_of_the_separate_passes(case):
+    """stats.summary_pass (values read once) against the separate passes, on the host and jitted
+    with each histogram method, with every trial valid and with the last 5 (a partial block) and
+    the first 100 (not a multiple of the sum block) left out; sums compared as bits. For float64
+    values the sums of squares only to rounding: a float64 square rounds, and XLA may fuse it into
+    its sum (an FMA, one rounding less) in one program and not another (so it did before)."""
+    values = fused_cases()[case]
     n_trials = values.shape[1]
-    used = np.isfinite(values) & (np.arange(n_trials) < n_trials - 5).reshape(1, -1, *([1] * (values.ndim - 2)))
-    bins = stats.bin_index(values, np)
-    want = _histogram(bins, used, np, "scatter")
-    assert want.sum() == used.sum()
-    for method in stats.HISTOGRAM_METHODS:
-        got = jax.jit(lambda b, u, m=method: _histogram(b, u, jnp, m))(bins, used)
-        np.testing.assert_array_equal(np.asarray(got), want, err_msg=method)
+    shape = (1, n_trials) + (1,) * (values.ndim - 2)
+    for n_valid in (n_trials, n_trials - 5, min(100, n_trials)):
+        valid = (np.arange(n_trials) < n_valid).reshape(shape)
+        host = separate_passes(values, valid, np, "scatter")
+        assert host["hist"].sum() == (np.isfinite(values) & valid).sum()
+        checks = [("numpy", _fused(values, valid, np, "scatter"), host)]
+        with jax.enable_x64(True):
+            for method in stats.HISTOGRAM_METHODS:
+                reference = _on_device(separate_passes, method)(values, valid)
+                fused = _on_device(_fused, method)(values, valid)
+                if values.dtype == np.float32:
+                    checks.append((f"{method}: separate passes vs the host", reference, host))
+                    checks.append((method, fused, reference))
+                else:  # a float64 square rounds: XLA may fuse it into its sum (an FMA) in one program, not another
+                    np.testing.assert_allclose(np.asarray(fused["squares"]), host["squares"], rtol=1e-15)
+                    checks.append((method, dict(fused, squares=host["squares"]), host))
+        for where, got, want in checks:
+            for key, array in want.items():
+                bits = np.asarray(got[key]).view(np.uint8)
+                np.testing.assert_array_equal(
+                    bits, np.asarray(array).view(np.uint8), err_msg=f"{n_valid}, {where}: {key}"
+                )
+            if "counted" in got:
+                np.testing.assert_array_equal(np.asarray(got["counted"]), host["hist"], err_msg=f"{where}: count_into")
     if case == "every bin once":  # the values are the bins' lower edges, in order
-        np.testing.assert_array_equal(bins.ravel(), np.arange(bins.size))
+        np.testing.assert_array_equal(stats.bin_index(values, np).ravel(), np.arange(values.size))
+    if case == "all non-finite":
+        assert host["hist"].sum() == 0 and host["nonfinite_trials"].tolist() == [n_valid, n_valid]
 
 
 def test_an_unknown_histogram_method_names_the_choices():
     with pytest.raises(ValueError, match="histogram='dense': expected one of scatter, sort"):
-        _histogram(jnp.zeros((1, 64), jnp.int32), jnp.ones((1, 64), bool), jnp, "dense")
+        _histogram(jnp.zeros((1, 64), jnp.int32), jnp, "dense")
 
 
 def test_the_float32_bin_from_the_bits_is_the_bin_of_the_definition():

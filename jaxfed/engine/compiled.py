@@ -289,9 +289,9 @@ def batched_summary(trial: Trial, group: Group, local: int, width: int, common: 
     device's :func:`share_summary` of trials first_trial + [0, local), summarised inside the
     micro-batch loop of :func:`batched_metrics` (unjitted).
 
-    Each micro-batch's values are counted into the running histogram, their float64
-    :data:`~jaxfed.stats.SUMMARY_BLOCK` sums placed at their blocks, their non-finite trials
-    counted and the raw tail block kept while they are in cache; the share's values are never
+    Each micro-batch's values are read once (:func:`jaxfed.stats.summary_pass`): counted into the
+    running histogram, their float64 :data:`~jaxfed.stats.SUMMARY_BLOCK` sums placed at their
+    blocks, their non-finite trials counted and the raw tail block kept while they are in cache; the share's values are never
     stored (a 12,288-trial share of gfvl-topologies held 44 MB of them, written out and read back
     by a second program). The trials are the same program as in raw mode, and every output is the
     bits of :func:`share_summary` of their values: counts are integers, a block's sums a fixed
@@ -349,18 +349,16 @@ def _added(c: _SummaryCarry, v, row, block, width: int, n_valid, tail_at, histog
     from ``tail_at`` on is kept when it lies in this micro-batch."""
     offset = block * width
     valid = (offset + jnp.arange(width, dtype=jnp.int32) < n_valid).reshape((width,) + (1,) * (v.ndim - 1))
-    finite = jnp.isfinite(v)
-    used = finite & valid
-    sums, squares = stats.block_sums(v[None], used[None], jnp)
+    one = stats.summary_pass(v[None], valid[None], jnp)  # the micro-batch's values read once
     at = (row, block * (width // stats.SUMMARY_BLOCK)) + (jnp.int32(0),) * (v.ndim - 1)
     start = jnp.clip(tail_at - offset, 0, width - stats.SUMMARY_BLOCK)
     here = (tail_at >= offset) & (tail_at < offset + width)
     tail = jnp.where(here, jax.lax.dynamic_slice_in_dim(v, start, stats.SUMMARY_BLOCK), c.tail[row])
     return _SummaryCarry(
-        hist=stats.count_into(c.hist, row, stats.bin_index(v, jnp), used, jnp, histogram),
-        sums=jax.lax.dynamic_update_slice(c.sums, sums, at),
-        squares=jax.lax.dynamic_update_slice(c.squares, squares, at),
-        nonfinite=c.nonfinite.at[row].add(((~finite) & valid).reshape(width, -1).any(-1).sum(dtype=jnp.int32)),
+        hist=stats.count_into(c.hist, row, one.bins[0], jnp, histogram),
+        sums=jax.lax.dynamic_update_slice(c.sums, one.sums, at),
+        squares=jax.lax.dynamic_update_slice(c.squares, one.squares, at),
+        nonfinite=c.nonfinite.at[row].add(one.nonfinite_trials[0]),
         tail=c.tail.at[row].set(tail),
     )
 
