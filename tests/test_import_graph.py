@@ -195,9 +195,11 @@ def lazy_violations(found: list[Import], root: pathlib.Path = PACKAGE) -> list[s
     files = module_files(root)
     lines = {m: p.read_text().splitlines() for m, p in files.items()}
     out = []
+    seen = set()
     for i in found:
-        if not i.in_function:
+        if not i.in_function or (i.source, i.line, i.target) in seen:
             continue
+        seen.add((i.source, i.line, i.target))
         if i.target.split(".")[0] not in LAZY_ALLOWED:
             out.append(f"{i!r}: move it to the top of the module (only {', '.join(LAZY_ALLOWED)} are imported late)")
             continue
