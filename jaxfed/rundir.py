@@ -41,17 +41,24 @@ __all__ = [
     "JSON_TYPES",
     "axis_coords",
     "check_json",
+    "jsonable",
     "load_results",
     "metric_doc",
     "nonfinite_lines",
+    "npz_arrays",
     "read_verdicts",
+    "stored_record",
+    "trial_shapes",
     "verdict_records",
+    "versions",
     "write_results",
     "write_verdicts",
 ]
 
 CONFIG_FILE = "config.json"
+"""The run's record: parameters, points, seed, trials, metric docs, coordinates, versions, digests."""
 METRICS_FILE = "metrics.npz"
+"""The metrics: one array per raw metric, ``NAME/FIELD`` arrays per summary (:func:`npz_arrays`)."""
 VERDICTS_FILE = "verdicts.json"
 """Written beside report.md (``jaxfed run``, ``report``, ``reproduce``): the claims of its sections."""
 
