@@ -11,7 +11,10 @@ Measured in one run on the same machine:
 - (a) NumPy, one trial at a time, a Python loop over slots (as a researcher would first write it);
 - (b) NumPy vectorised over trials, a loop over slots only (as an expert would write it), on
   ``--numpy-trials`` trials and scaled to ``--trials``;
-- the random-number limit: JAX drawing only the uniforms the simulation needs (K + n_slots per trial).
+- the random-number limit: JAX drawing only the uniforms the simulation needs (K + n_slots per trial);
+- the MH walk alone (its visit counts returned), at the platform's unroll (``gossip.mh_walk``'s
+  default: :data:`jaxfed.gossip.ACCELERATOR_UNROLL` slots per loop iteration off a CPU) and at one
+  slot per iteration: whether the unroll pays on this platform.
 Throughput is trial·slots per second; ratios are jaxfed over each reference.
 
     python benchmarks/gfvl_conjugate.py [--trials 10000] [--numpy-trials N] [--quick] [--out FILE]
@@ -32,7 +35,7 @@ from scipy.special import digamma, gammaln
 sys.path.insert(0, os.path.dirname(__file__))
 from common import add_common_arguments, compile_time, machine, median_time, write_json  # noqa: E402
 
-from jaxfed import engine, graphs  # noqa: E402
+from jaxfed import engine, gossip, graphs  # noqa: E402
 from jaxfed.experiments import gfvl_topologies  # noqa: E402
 
 
@@ -157,6 +160,20 @@ def main(argv=None):
     _, rng_compiled = compile_time(rng_fn, *rng_args)
     t_rng = median_time(lambda: rng_compiled(*rng_args), args.repeats)
 
+    def walk(unroll):
+        def visits(seed, point_ids, first):
+            def one(p, a, t):
+                key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), p), t)
+                return gossip.mh_walk(key, a, cfg.n_slots, unroll).n_visited
+
+            trials = first + jnp.arange(args.trials, dtype=jnp.uint32)
+            return jax.vmap(lambda p, a: jax.vmap(lambda t: one(p, a, t))(trials))(point_ids, adjacency)
+
+        _, walk_compiled = compile_time(jax.jit(visits), *plain_args)
+        return median_time(lambda: walk_compiled(*plain_args), args.repeats)
+
+    t_walk, t_walk_one = walk(None), walk(1)
+
     rng = np.random.default_rng(0)
     adjacencies = [graphs.by_name(name, cfg.n_agents) for name in cfg.topologies]
     start = time.perf_counter()
@@ -179,6 +196,9 @@ def main(argv=None):
         "plain_vmap_same_values": same_values,
         "kernel_over_plain_vmap": t_plain / t_jax,
         "rng_limit_s": t_rng,
+        "walk_s": t_walk,
+        "walk_one_slot_per_iteration_s": t_walk_one,
+        "walk_unroll_speedup": t_walk_one / t_walk,
         "numpy_loop_s": t_loop,
         "numpy_loop_measured_trials_per_topology": args.loop_trials,
         "numpy_vectorised_s": t_vec,
@@ -203,6 +223,7 @@ def main(argv=None):
     print(f"jaxfed             {t_jax:8.3f} s   {work / t_jax:12.3e} trial·slots/s")
     print(f"plain jit(vmap)    {t_plain:8.3f} s   (jaxfed at {t_plain / t_jax:.2f}x it; same values: {same_values})")
     print(f"RNG limit          {t_rng:8.3f} s   (jaxfed at {t_rng / t_jax:.2f} of the limit)")
+    print(f"MH walk alone      {t_walk:8.3f} s   (one slot per loop iteration: {t_walk_one:.3f} s)")
     print(f"NumPy loop (a)     {t_loop:8.3f} s   ratio {t_loop / t_jax:8.1f}x  (scaled from {args.loop_trials} trials)")
     print(f"NumPy vector (b)   {t_vec:8.3f} s   ratio {t_vec / t_jax:8.1f}x  (scaled from {numpy_trials} trials)")
     write_json(args.out, result)

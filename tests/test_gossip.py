@@ -155,3 +155,23 @@ def test_walk_equals_the_slot_by_slot_reference_bit_for_bit(adjacency):
         schedule, counts = _reference_walk(keys[t], adjacency, n_slots)
         np.testing.assert_array_equal(np.asarray(got.schedule[t]), schedule)
         np.testing.assert_array_equal(np.asarray(got.n_visited[t]), counts)
+
+
+def test_unrolled_walk_is_the_same_walk():
+    """The scan's unroll (ACCELERATOR_UNROLL on a GPU, 1 on a CPU) changes the speed only: unrolls
+    that do not divide the 59 moves give the same schedule and visit counts bit for bit, for both
+    visited sets. (A CPU compiles a long unrolled body slowly: the test keeps them short.)"""
+    keys = jax.random.split(jax.random.key(3), 32)
+    for adjacency, unrolls in ((graphs.ring(10), (gossip.ACCELERATOR_UNROLL, 7)), (graphs.complete(40), (7,))):
+
+        def walks(unroll, adjacency=adjacency):
+            return jax.jit(jax.vmap(lambda key: gossip.mh_walk(key, jnp.asarray(adjacency), 60, unroll)))(keys)
+
+        reference = walks(1)
+        np.testing.assert_array_equal(walks(None).schedule, reference.schedule)  # the platform's choice
+        for unroll in unrolls:
+            got = walks(unroll)
+            np.testing.assert_array_equal(got.schedule, reference.schedule)
+            np.testing.assert_array_equal(got.n_visited, reference.n_visited)
+    with pytest.raises(ValueError, match="unroll"):
+        gossip.mh_walk(keys[0], graphs.ring(4), 10, unroll=0)
