@@ -69,7 +69,8 @@ def write(out_dir: str, sections: list, seconds: float) -> str:
         "",
         "**How verdicts are decided** (every section, `jaxfed.stats.paired_verdict`). A claim compares two "
         "metrics on the same trials (common random numbers): the statistic of the paired differences or "
-        "ratios with its 95% percentile-bootstrap interval, and the exact sign test. *Reproduced*: the "
+        "ratios with its 95% interval (for a median exact, from order statistics; for a mean the percentile "
+        "bootstrap), and the exact sign test. *Reproduced*: the "
         "interval lies on the claimed side of the margin and, for a claim of direction, at least "
         f"{stats.MIN_UNTIED_PAIRS} pairs differ and the sign test agrees (p < {stats.SIGN_TEST_ALPHA:g}, "
         "most differing pairs in the claimed direction). *Not reproduced*: the interval lies on the other "

@@ -365,7 +365,7 @@ def plot(cfg: Config, labels, results, path, extra: Mapping | None = None):
         for p in range(len(names)):
             if not np.isfinite(x[p]):
                 continue
-            est, lo, hi = stats.bootstrap_interval(level[p], "median", n_boot=400)
+            est, lo, hi = stats.interval(level[p], "median")
             style = plotting.series_style(p)
             ax.errorbar(
                 [x[p]], [est], yerr=[[est - lo], [hi - est]], color=style["color"], marker=style["marker"], ms=4
@@ -428,7 +428,7 @@ def _graph_rows(cfg: Config, names: list[str], props: list[dict], cover: np.ndar
     for p, name in enumerate(names):
         pr = props[p]
         est, lo, hi = stats.bootstrap_interval(cover[p], "mean")
-        med, mlo, mhi = stats.bootstrap_interval(level[p], "median")
+        med, mlo, mhi = stats.interval(level[p], "median")
         exact = f"{pr['cover_exact']:.2f}" if np.isfinite(pr["cover_exact"]) else "–"
         rows.append(
             f"| {name} | {pr['agents']} | {pr['edges']} | {pr['gap']:.4f} | {pr['relaxation']:.3g} | "

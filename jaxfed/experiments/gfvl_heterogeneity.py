@@ -164,8 +164,8 @@ def _first_slot_rows(cfg: Config, labels, kl) -> list[str]:
     rows = []
     for p, lab in enumerate(labels):
         first, exact = first_slot_at_or_below(kl[p], THRESHOLD), first_slot_at_or_below(kl[p], 0.0)
-        est, lo, hi = stats.bootstrap_interval(first, "median")
-        ex = stats.bootstrap_interval(exact, "median")
+        est, lo, hi = stats.interval(first, "median")
+        ex = stats.interval(exact, "median")
         rows.append(
             f"| {lab['topology']} | {lab['spread']:g} | {est:.0f} [{lo:.0f}, {hi:.0f}] | "
             f"{ex[0]:.0f} [{ex[1]:.0f}, {ex[2]:.0f}] | {np.mean(first > cfg.n_slots):.0%} |"
@@ -222,7 +222,7 @@ def report(cfg: Config, labels, results) -> Reading:
     text += [
         "",
         f"Median first slot with KL <= {THRESHOLD:g} and with KL = 0 (every agent holding data visited: the cover "
-        "time when no agent is empty, earlier otherwise) [95% bootstrap interval]; "
+        "time when no agent is empty, earlier otherwise) [95% interval]; "
         "censored trials count as n_slots + 1:",
         "",
         "| topology | τ | KL <= threshold | KL = 0 | not below threshold within n_slots |",

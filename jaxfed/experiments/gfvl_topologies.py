@@ -106,7 +106,7 @@ def complete_cover_time(n_agents: int) -> float:
 
 def verdicts(cfg: Config, names: list, kl: np.ndarray) -> list:
     """Paired verdicts on the order complete < ring < star of the first slot at which KL <= THRESHOLD
-    and at which it is exactly 0 (median paired difference of slots, 95% bootstrap interval)."""
+    and at which it is exactly 0 (median paired difference of slots, exact 95% interval)."""
     out = []
     expected = [n for n in ("complete", "ring", "star") if n in names]
     for level, what in ((THRESHOLD, f"KL <= {THRESHOLD:g}"), (0.0, "KL = 0")):

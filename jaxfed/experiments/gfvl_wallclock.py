@@ -358,12 +358,12 @@ def plot(cfg: Config, labels, results, path):
 
 # --------------------------------------------------------------------------- report
 def _median_text(values) -> str:
-    est, lo, hi = stats.bootstrap_interval(values, "median")
+    est, lo, hi = stats.interval(values, "median")
     return f"{est:.4g} [{lo:.4g}, {hi:.4g}]"
 
 
 def _crossover_text(cross: np.ndarray) -> str:
-    est, lo, hi = stats.bootstrap_interval(cross, "median")
+    est, lo, hi = stats.interval(cross, "median")
     return f"{est:.3g} [{lo:.3g}, {hi:.3g}]" + (
         f" ({np.mean(np.isinf(cross)):.0%} of trials never)" if np.isinf(cross).any() else ""
     )
@@ -394,7 +394,7 @@ def _model_section(cfg: Config, model: str, a: dict) -> list[str]:
     return [
         f"### {model}",
         "",
-        f"KL is measured against {target}. Median [95% bootstrap interval] over the trials; wall-clock in units of "
+        f"KL is measured against {target}. Median [95% interval] over the trials; wall-clock in units of "
         "t_compute; a trial that never reaches the level counts at total_iters + record_every (a lower bound):",
         "",
         head,

@@ -24,7 +24,7 @@ only the floor plan; ``"forgy"`` (C customers) and ``"kmeans++"`` (centralized D
 alternatives. The i.i.d. split sends every customer to an ED drawn uniformly at random.
 
 Verdicts on the paper's claims end every report section: :func:`jaxfed.stats.paired_verdict` on the
-per-trial ratio of final losses, with a 95% bootstrap interval of its median; "≈" claims hold
+per-trial ratio of final losses, with the exact 95% interval of its median; "≈" claims hold
 when that interval lies within ±5% (:data:`EQUAL_MARGIN`).
 """
 
@@ -149,11 +149,11 @@ def _plot_convergence(cfg: ConvergenceConfig, labels, results, path):
 
 
 def _paired_ratio_panel(ax, rounds, loss, names) -> None:
-    """Median over trials of loss / centralized loss (point 0) in the same trial, with its 95% bootstrap
+    """Median over trials of loss / centralized loss (point 0) in the same trial, with its exact 95%
     interval: the paired comparison separates the methods that the spread over trials hides. Methods whose
     intervals contain each other's medians at every round are named in the title."""
     log_ratio = np.moveaxis(np.log(loss[1:] / loss[0][None]), 1, -1)  # (method, round, trial)
-    est, lo, hi = (np.exp(v) for v in stats.bootstrap_interval(log_ratio, "median", n_boot=400))
+    est, lo, hi = (np.exp(v) for v in stats.interval(log_ratio, "median"))
     for i in range(est.shape[0]):
         line = plotting.series_line(ax, rounds, est[i], i + 1, len(names), lw=1.6)  # as in the loss panel
         ax.fill_between(rounds, lo[i], hi[i], color=line.get_color(), alpha=0.2, lw=0)
@@ -347,21 +347,19 @@ def _noise_free_row(labels, d: int, where) -> int | None:
 
 def _snr_ratio_panel(ax, cfg, labels, last, series, reference: int, snrs, free_x) -> None:
     """Median over trials of final loss / point ``reference``'s in the same trial (0: centralized, 1: ideal
-    federated), with its 95% bootstrap interval, at the SNRs ``snrs`` and without noise (at ``free_x``);
+    federated), with its exact 95% interval, at the SNRs ``snrs`` and without noise (at ``free_x``);
     dotted: quantisation only. A linear axis for a ratio range under a factor 2, else log."""
     drawn = []
     for k, (d, where) in enumerate(series):
         rows = [r for r in _oac_rows(labels, d, where) if labels[r]["snr_db"] in set(snrs.tolist())]
-        est, lo, hi = (
-            np.exp(v) for v in stats.bootstrap_interval(np.log(last[rows] / last[reference][None]), "median")
-        )
+        est, lo, hi = (np.exp(v) for v in stats.interval(np.log(last[rows] / last[reference][None]), "median"))
         style = plotting.series_style(k)
         ax.plot(snrs, est, ms=4, **style)
         ax.fill_between(snrs, lo, hi, color=style["color"], alpha=0.25, lw=0)
         free = _noise_free_row(labels, d, where)
         if free is not None:
             f_est, f_lo, f_hi = (
-                float(np.exp(v)) for v in stats.bootstrap_interval(np.log(last[free] / last[reference]), "median")
+                float(np.exp(v)) for v in stats.interval(np.log(last[free] / last[reference]), "median")
             )
             ax.errorbar(
                 [free_x],

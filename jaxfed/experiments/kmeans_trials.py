@@ -545,7 +545,7 @@ def difference_verdict(final, a: int, b: int, claim: str, expect: str = "less"):
     return stats.paired_verdict(final[a], final[b], claim, expect=expect, statistic="mean")
 
 
-RATIO_TEXT = "per-trial ratio a/b of final losses; median with its 95% bootstrap interval"
+RATIO_TEXT = "per-trial ratio a/b of final losses; median with its 95% interval"
 DIFFERENCE_TEXT = "per-trial difference a − b of final losses (m²); mean with its 95% bootstrap interval"
 
 
