@@ -59,7 +59,6 @@ __all__ = [
     "get",
     "names",
     "resolve_channel",
-    "channel_name",
     "rayleigh_count_variance",
     "SNR_DB_RANGE",
     "OverTheAirSum",
@@ -477,11 +476,6 @@ def resolve_channel(channel) -> ChannelModel:
         except ValueError:
             validation.fail(f"channel parameter {key.strip()}", text, "a number")
     return model.with_params(**values)
-
-
-def channel_name(channel) -> str | None:
-    """The registered name a channel spec starts with (None for a ChannelModel value)."""
-    return channel.partition(":")[0] if isinstance(channel, str) else None
 
 
 def names() -> tuple[str, ...]:
