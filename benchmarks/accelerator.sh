@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 35's targets on a lent GPU in under 8 minutes of device time, JAX's start-up included
-# (benchmarks/README.md, "The accelerator script"). The steps, each under its own time limit and
-# writing its JSON as it goes (a step cut short keeps what it finished):
+# (benchmarks/README.md, "The accelerator script"). The steps, each under its own time limit
+# (scaling.py writes its JSON after each part, so a cut keeps the parts it finished):
 #
 # 1. gfvl_conjugate.py: the Fig. 3 kernel (the engine's chunk function), a plain jit(vmap) of the
 #    same trial on the same trials, its RNG limit and its throughput in trial·slot/s;
@@ -51,9 +51,9 @@ step() {  # step SECONDS NAME COMMAND...: runs COMMAND under a time limit, recor
     date -u
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || true
     $py -c "import jax, numpy; print('jax', jax.__version__, 'numpy', numpy.__version__, jax.devices())"
-    step "${CONJUGATE_S:-90}" gfvl_conjugate $py benchmarks/gfvl_conjugate.py "${conjugate[@]}" \
+    step "${CONJUGATE_S:-80}" gfvl_conjugate $py benchmarks/gfvl_conjugate.py "${conjugate[@]}" \
         --out "$out/gfvl_conjugate.json"
-    step "${PARTS_S:-50}" summary_parts $py benchmarks/summary_parts.py "${parts[@]}" \
+    step "${PARTS_S:-70}" summary_parts $py benchmarks/summary_parts.py "${parts[@]}" \
         --out "$out/summary_parts.json"
     step "${ENGINE_S:-270}" engine $py benchmarks/scaling.py --engine --parts sweep million "${engine[@]}" \
         --out "$out/engine.json"
