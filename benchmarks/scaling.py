@@ -227,12 +227,15 @@ def summary_and_raw(args, out, cache) -> dict:
         "trials_per_s": sweep_rate,
         "ratio_to_kernel": sweep_rate / kernel,
         "ratio_to_kernel_compile_excluded": warm_rate / kernel,
+        # the device's busy share of the run: the kernel's time for the run's trials over its wall time
+        "device_busy_fraction": args.sweep_trials / kernel / big["seconds"],
         "chunk_sizes": big["engine"]["chunk_sizes"],
     }
     print(
         f"summary sweep {args.sweep_trials} trials: {big['seconds']:.1f} s (fixed {small['seconds']:.1f} s), "
         f"{sweep_rate:.3g} trials/s = {sweep_rate / kernel:.2f} x kernel "
-        f"({warm_rate / kernel:.2f} x without the two runs' compilations, {compiled_s[0]:.1f} and {compiled_s[1]:.1f} s)"
+        f"({warm_rate / kernel:.2f} x without the two runs' compilations, {compiled_s[0]:.1f} and {compiled_s[1]:.1f} s); "
+        f"device busy {rows['summary_sweep']['device_busy_fraction']:.2f} of the run's wall time"
     )
 
     # Raw without --out, in process: engine.run minus a 64-trial run, against the kernel doing the

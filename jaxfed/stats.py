@@ -562,7 +562,8 @@ def fold(state: SummaryState, part: dict, n_blocks: int, hist_in_place: bool = F
     returned state shares, instead of into a new array (the largest part of a fold: 14 MB for
     Fig. 3's 900 cells × N_BINS, a fresh array each chunk took twice as long as the addition);
     for a caller that owns that array and copies it before another thread reads it
-    (:class:`jaxfed.engine.sinks.SummarySink`). The counts are the same either way."""
+    (:class:`jaxfed.engine.sinks.SummarySink`). The counts are the same either way. A ``part``
+    without ``hist`` leaves the histograms to the caller (a sink that adds them on the device)."""
     total, total_sq = state.total, state.total_sq
     if n_blocks:
         done = np.asarray(state.blocks)
@@ -572,12 +573,15 @@ def fold(state: SummaryState, part: dict, n_blocks: int, hist_in_place: bool = F
             pieces = dyadic_pieces(int(n), n_blocks)
             total[rows] = _pushed(state.total[rows], int(n), pieces, np.asarray(part["sum_pieces"])[rows])
             total_sq[rows] = _pushed(state.total_sq[rows], int(n), pieces, np.asarray(part["sq_pieces"])[rows])
+    hist = state.hist
+    if "hist" in part:
+        hist = np.add(hist, part["hist"], out=hist) if hist_in_place else hist + part["hist"]
     return SummaryState(
         count=state.count + part["count"],
         nan_count=state.nan_count + part["nan_count"],
         total=total,
         total_sq=total_sq,
-        hist=np.add(state.hist, part["hist"], out=state.hist) if hist_in_place else state.hist + part["hist"],
+        hist=hist,
         nonfinite_trials=state.nonfinite_trials + part["nonfinite_trials"],
         blocks=state.blocks + n_blocks,
     )

@@ -97,6 +97,45 @@ def test_growth_and_a_kill_between_chunks_resume_bit_identically(tmp_path, devic
     )
 
 
+def test_histograms_kept_on_the_device_between_stores_give_the_same_summaries(tmp_path, device_summary, monkeypatch):
+    """As on an accelerator (forced here on the CPU): the chunks' histograms are added on the
+    device and pulled when the state is stored; the same bits in one run, grown, and resumed
+    after a kill between chunks; the host never folds a chunk's histogram."""
+    from jaxfed.engine import core, sinks
+
+    monkeypatch.setattr(core, "hists_on_device", lambda machine: True)
+    added, folded = [], []
+    real_running, real_fold = sinks._running_hist, stats.fold
+    monkeypatch.setattr(sinks, "_running_hist", lambda running, hist: added.append(1) or real_running(running, hist))
+    monkeypatch.setattr(stats, "fold", lambda state, part, *a, **k: folded.append("hist" in part) or real_fold(state, part, *a, **k))  # fmt: skip
+    out = engine.run(trial, POINTS, N, seed=5, keep="summary", chunk_size=64)
+    assert_summaries_equal(out, device_summary)
+    # three chunks of two metrics added on the device; the two with whole blocks folded on the host
+    # without their histograms (the folds with one: the host's summaries of the last partial block)
+    assert len(added) == 6 and folded == [False] * 4 + [True] * 2
+
+    killed, saves = str(tmp_path / "killed"), []
+    real_save = store.Store.save_summary
+
+    def save_then_die(self, *args):
+        real_save(self, *args)
+        saves.append(max(args[1]))
+        if len(saves) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(store.Store, "save_summary", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        engine.run(trial, POINTS, N, seed=5, keep="summary", chunk_size=64, out_dir=killed, identity={}, checkpoint_every=0)  # fmt: skip
+    monkeypatch.setattr(store.Store, "save_summary", real_save)
+    resumed = engine.run(trial, POINTS, N, seed=5, keep="summary", chunk_size=64, out_dir=killed, identity={}, checkpoint_every=1e9)  # fmt: skip
+    assert_summaries_equal(resumed, device_summary)
+    grown = str(tmp_path / "grown")
+    engine.run(trial, POINTS, 100, seed=5, keep="summary", chunk_size=64, out_dir=grown, identity={}, checkpoint_every=1e9)  # fmt: skip
+    assert_summaries_equal(
+        engine.run(trial, POINTS, N, seed=5, keep="summary", out_dir=grown, identity={}), device_summary
+    )
+
+
 _CHILD = """
 import numpy as np, sys
 sys.path.insert(0, {tests!r})

@@ -13,7 +13,7 @@ def test_the_next_chunk_is_dispatched_before_the_previous_one_is_handled(monkeyp
     events = []
     real_pipelined = core.pipelined
 
-    def spy(chunks, dispatch, handle, writer):
+    def spy(chunks, dispatch, handle, writer, *to_copy):
         def logged_dispatch(chunk):
             events.append(("dispatch", int(chunk[0])))
             return dispatch(chunk)
@@ -22,7 +22,7 @@ def test_the_next_chunk_is_dispatched_before_the_previous_one_is_handled(monkeyp
             events.append(("handle", int(chunk[0])))
             return handle(chunk, out)
 
-        return real_pipelined(chunks, logged_dispatch, logged_handle, writer)
+        return real_pipelined(chunks, logged_dispatch, logged_handle, writer, *to_copy)
 
     monkeypatch.setattr(core, "pipelined", spy)
     reference = engine.run(trial, POINTS, 23, seed=4, chunk_size=23)

@@ -274,7 +274,7 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
         resources.callback(bar.close)
         resources.callback(writer.close)
         specs_of = [GroupSpec(g, group.point_ids, specs) for g, (group, _) in enumerate(groups)]
-        sinks = open_sinks(store, specs_of, n_trials, results, writer, summary=keep == "summary", targeted=target is not None, checkpoint_every=options.checkpoint_every)  # fmt: skip
+        sinks = open_sinks(store, specs_of, n_trials, results, writer, summary=keep == "summary", targeted=target is not None, checkpoint_every=options.checkpoint_every, hist_on_device=hists_on_device(machine))  # fmt: skip
     except BaseException:
         resources.close()
         raise
@@ -317,6 +317,13 @@ def _stored_width(options: RunOptions, where: str) -> int | None:
     if stored is None or stored.get("platform") != where or type(width) is not int:
         return None
     return width if width > 0 and width % stats.SUMMARY_BLOCK == 0 else None
+
+
+def hists_on_device(machine: Machine) -> bool:
+    """Whether a summary's histograms stay on the device between the stores of its state
+    (:class:`jaxfed.engine.sinks.SummarySink`): on an accelerator, in one process. On a CPU the
+    device's arrays are the host's memory, and the host's in-place addition is the cheapest."""
+    return machine.mesh is not None and platform(machine.mesh) != "cpu" and jax.process_count() == 1
 
 
 def _trace(trial: Trial, groups: list, metric_axes: dict | None) -> tuple[dict, list[tuple[str, str]], int]:
@@ -539,7 +546,7 @@ def _run_fixed(plan: Plan, gp: GroupPlan, info: GroupInfo, chunk_fn, cache_dir: 
 
     while True:
         try:
-            pipelined(left[handled:], dispatch, handle, plan.writer)
+            pipelined(left[handled:], dispatch, handle, plan.writer, sink.host_part)
             return info if info.chunk_size is None else info._replace(chunk_size=size)  # (None: all stored)
         except jax.errors.JaxRuntimeError as err:
             if not out_of_memory(err):
