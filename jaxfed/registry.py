@@ -30,11 +30,13 @@ from typing import Generic, TypeVar
 __all__ = ["Registry"]
 
 V = TypeVar("V")
+_REQUIRED = object()  # get() without a default raises for an unknown name
 
 
 class Registry(Generic[V]):
-    """Values of one kind by name; read like a read-only mapping (``name in r``, ``r[name]``, ``len``,
-    iteration over the names, ``items()``, ``values()``).
+    """Values of one kind by name, which also reads and writes like a dict (``name in r``, ``r[name]``,
+    ``r[name] = value`` for :meth:`register`, ``del r[name]``, ``len``, iteration over the names,
+    ``items()``, ``values()``, ``get(name, default)``; so ``monkeypatch.setitem`` works on it).
 
     Args:
         kind: what a value is, in the error for an unknown name (e.g. ``"channel"``).
@@ -57,10 +59,13 @@ class Registry(Generic[V]):
         """Removes ``name`` if registered (for tests that register a value of their own)."""
         self._values.pop(name, None)
 
-    def get(self, name: str) -> V:
-        """The value called ``name``; :meth:`unknown`'s ValueError otherwise."""
+    def get(self, name: str, default=_REQUIRED):
+        """The value called ``name``; for an unknown name ``default`` if given (as ``dict.get``), else
+        :meth:`unknown`'s ValueError."""
         if isinstance(name, str) and name in self._values:
             return self._values[name]
+        if default is not _REQUIRED:
+            return default
         raise self.unknown(name)
 
     def names(self) -> tuple[str, ...]:
@@ -78,6 +83,12 @@ class Registry(Generic[V]):
 
     def __getitem__(self, name: str) -> V:
         return self.get(name)
+
+    def __setitem__(self, name: str, value: V) -> None:
+        self.register(name, value)
+
+    def __delitem__(self, name: str) -> None:
+        self.unregister(name)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._values)
