@@ -26,7 +26,7 @@ def test_every_step_of_the_accelerator_script_runs_on_one_cpu_device(tmp_path):
     log = (tmp_path / "log.txt").read_text()
     assert done.returncode == 0, log[-3000:]
     assert "failed steps" not in log
-    for name in ("gfvl_conjugate.json", "summary_parts.json", "engine.json", "targets.json", "targets.md"):
+    for name in ("gfvl_conjugate.json", "fig3_kernel.json", "summary_parts.json", "engine.json", "targets.md"):
         assert (tmp_path / name).exists(), name
     engine = json.loads((tmp_path / "engine.json").read_text())
     assert {"summary_sweep", "raw_no_out", "million_summary"} <= set(engine)
