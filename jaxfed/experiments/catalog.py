@@ -252,15 +252,7 @@ def code_identity(exp, config) -> dict:
                 owned.append(os.path.dirname(top_file) if package else top_file)
                 base = os.path.dirname(os.path.dirname(top_file) if package else top_file)
         out["plugin"] = plugin
-    values = dataclasses.asdict(config) if dataclasses.is_dataclass(config) and not isinstance(config, type) else {}
-    for module_name in _REGISTRY_MODULES:
-        module = sys.modules.get(module_name)  # not imported: nothing registered there
-        if module is not None:
-            for text in _strings(values):
-                name = text.partition(":")[0]  # "NAME", or a channel's "NAME:key=value"
-                if name in module.names():
-                    roots.append(module.get(name))
-    files = _user_files(roots, forced, owned)
+    files = _user_files(roots + _registered_values(config), forced, owned)
     if base is None:
         base = os.path.dirname(_source_file(exp.build) or "") or None
     code = {}
@@ -272,6 +264,20 @@ def code_identity(exp, config) -> dict:
     if code:
         out["code"] = code
     return out
+
+
+def _registered_values(config) -> list:
+    """The values of the registries (:data:`_REGISTRY_MODULES`) that a string parameter of ``config`` names."""
+    values = dataclasses.asdict(config) if dataclasses.is_dataclass(config) and not isinstance(config, type) else {}
+    found = []
+    for module_name in _REGISTRY_MODULES:
+        module = sys.modules.get(module_name)  # not imported: nothing registered there
+        if module is not None:
+            for text in _strings(values):
+                name = text.partition(":")[0]  # "NAME", or a channel's "NAME:key=value"
+                if name in module.names():
+                    found.append(module.get(name))
+    return found
 
 
 def _strings(value) -> list[str]:
