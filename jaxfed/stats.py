@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from math import lgamma
 from typing import Any, NamedTuple
 
 import jax
@@ -732,6 +731,17 @@ class Verdict(NamedTuple):
         return f"{fmt.format(self.estimate)} [{fmt.format(self.lower)}, {fmt.format(self.upper)}]"
 
 
+def _binomial_log_pmf(n: int, q: float, lo: int, hi: int) -> np.ndarray:
+    """log P[B = j] for j = lo … hi, B ~ Bin(n, q), 0 < q < 1: lgamma at hi, then downwards by the
+    ratio of neighbouring terms, log pmf(j − 1) − log pmf(j) = log(j/(n − j + 1)) − log(q/(1 − q)),
+    summed (the error grows away from hi, where a left tail's terms are smallest)."""
+    j = np.arange(hi, lo, -1, dtype=np.float64)
+    last = math.lgamma(n + 1) - math.lgamma(hi + 1) - math.lgamma(n - hi + 1) + hi * math.log(q)
+    last += (n - hi) * math.log1p(-q)
+    steps = np.log(j / (n - j + 1)) - (math.log(q) - math.log1p(-q))
+    return (last + np.concatenate([[0.0], np.cumsum(steps)]))[::-1]
+
+
 def _binomial_ranks(n: int, q: float, level: float) -> tuple[int, int]:
     """1-based ranks (l, u) of the order statistics that bound the q-quantile at ``level``.
 
@@ -741,12 +751,7 @@ def _binomial_ranks(n: int, q: float, level: float) -> tuple[int, int]:
     """
     sd = math.sqrt(n * q * (1 - q))
     lo, hi = max(0, math.floor(n * q - 40 * sd - 40)), min(n, math.ceil(n * q + 40 * sd + 40))
-    j = np.arange(lo, hi + 1, dtype=np.float64)
-    first = math.lgamma(n + 1) - math.lgamma(lo + 1) - math.lgamma(n - lo + 1) + lo * math.log(q)
-    first += (n - lo) * math.log1p(-q)
-    # log pmf(j + 1) − log pmf(j) = log((n − j) / (j + 1)) + log(q / (1 − q))
-    steps = np.log((n - j[:-1]) / (j[:-1] + 1)) + math.log(q) - math.log1p(-q)
-    log_pmf = first + np.concatenate([[0.0], np.cumsum(steps)])
+    log_pmf = _binomial_log_pmf(n, q, lo, hi)
     cdf = np.cumsum(np.exp(log_pmf - log_pmf.max()))
     cdf /= cdf[-1]
     tail = (1 - level) / 2
@@ -879,15 +884,10 @@ def sign_test(differences) -> float:
     if n == 0:
         return 1.0
     k = min(n_pos, n_neg)
-    # log of the Bin(n, 1/2) pmf at 0..k, summed stably.
-    j = np.arange(k + 1)
-    log_pmf = _log_comb(n, j) - n * np.log(2.0)
+    # Bin(n, 1/2) at k − 40σ − 40 … k (the terms below add less than 1e-25 of the sum), summed stably.
+    log_pmf = _binomial_log_pmf(n, 0.5, max(0, k - math.ceil(20 * math.sqrt(n) + 40)), k)
     top = log_pmf.max()
     return float(min(1.0, 2.0 * np.exp(top) * np.exp(log_pmf - top).sum()))
-
-
-def _log_comb(n: int, k: np.ndarray) -> np.ndarray:
-    return np.array([lgamma(n + 1) - lgamma(int(i) + 1) - lgamma(n - int(i) + 1) for i in k])
 
 
 MIN_UNTIED_PAIRS = 10

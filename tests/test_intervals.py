@@ -163,3 +163,9 @@ def test_interval_takes_the_exact_median_interval_and_the_bootstrap_of_the_mean(
     )
     with pytest.raises(ValueError, match="statistic must be one of"):
         stats.interval(x, "mode")
+
+
+@pytest.mark.parametrize("n_pos, n_neg", [(0, 1), (3, 0), (5, 5), (60_000, 59_000), (100_001, 100_000), (7, 200_000)])
+def test_sign_test_matches_scipy_at_any_size(n_pos, n_neg):
+    d = np.r_[np.ones(n_pos), -np.ones(n_neg), np.zeros(11)]
+    assert stats.sign_test(d) == pytest.approx(sps.binomtest(n_pos, n_pos + n_neg, 0.5).pvalue, rel=1e-9)
