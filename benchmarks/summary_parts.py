@@ -56,10 +56,12 @@ def part_functions(chunk: int):
     from jaxfed.engine.compiled import histogram_method, make_chunk_fn
     from jaxfed.engine.devices import make_mesh
     from jaxfed.engine.points import group_points
+    from jaxfed.engine.sizing import trial_width
     from jaxfed.experiments import gfvl_topologies
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
-    kernel, args = engine.chunk_function(sweep.trial, sweep.points, chunk)
+    width = trial_width(sweep.trial, sweep.points, chunk)  # the engine's width for this run, for every row
+    kernel, args = engine.chunk_function(sweep.trial, sweep.points, chunk, micro_batch=width)
     batch = kernel.lower(*args).out_info["kl"].shape[1]  # the chunk rounded up to whole micro-batches
     n_valid = np.uint32(batch // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK)
 
@@ -82,9 +84,9 @@ def part_functions(chunk: int):
         method = "sort" if name == "histogram_sort" else histogram_method(jax.devices()[0].platform)
         functions[name] = (only(keys, method), args)
     group, _ = group_points(sweep.points)[0]
-    summarised = make_chunk_fn(sweep.trial, group, batch, make_mesh(None), engine.micro_batch_width(None), False, True)
+    summarised = make_chunk_fn(sweep.trial, group, batch, make_mesh(None), width, False, True)
     functions["summary"] = (summarised, (*args[:4], n_valid, np.uint32(0)))
-    return functions, batch
+    return functions, batch, width
 
 
 def main(argv=None) -> dict:
@@ -94,7 +96,7 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     if args.quick:
         args.chunk, args.repeats = 1024, 2
-    functions, batch = part_functions(args.chunk)
+    functions, batch, width = part_functions(args.chunk)
     rows: dict = {}
     outputs = None
     for name, (fn, fn_args) in functions.items():
@@ -124,6 +126,7 @@ def main(argv=None) -> dict:
         "load_average": os.getloadavg(),
         "chunk": args.chunk,
         "batch": batch,
+        "micro_batch": width,
         "repeats": args.repeats,
         "rows": rows,
         "summary_over_kernel": rows["summary"]["seconds"] / kernel_s,

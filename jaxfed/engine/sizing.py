@@ -484,6 +484,22 @@ def refused_bytes(err: Exception) -> float | None:
     return float(match.group(1)) * _SIZE_UNITS[match.group(2)] if match else None
 
 
+def trial_width(trial, points: list, n_trials: int, mesh: Mesh | None = None) -> int:
+    """The width the engine chooses for a run of ``n_trials`` trials of ``trial`` at ``points`` on
+    the mesh's devices at their default budget: :func:`choose_width` of the largest working set
+    over the points' groups (:func:`trial_live_bytes`, :func:`width_bytes`)."""
+    groups = group_points(points)
+    traces = [
+        jax.make_jaxpr(lambda k, t, g=group: trial(k, rebuild(g, t)), return_shape=True)(
+            jax.random.key(0), [x[0] for x in traced]
+        )
+        for group, traced in groups
+    ]
+    specs = metric_specs([shapes for _, shapes in traces], groups)
+    live = max(trial_live_bytes(jaxpr) for jaxpr, _ in traces)
+    return choose_width(device_spec(mesh), width_bytes(live, specs), n_trials)
+
+
 def chunk_function(
     trial,
     points: list,
@@ -508,13 +524,7 @@ def chunk_function(
         raise ValueError(f"points must share their static leaves to form one compiled group, got {len(groups)} groups")
     group, traced = groups[0]
     mesh = make_mesh(devices)
-    width = micro_batch
-    if width is None:
-        jaxpr, shapes = jax.make_jaxpr(lambda k, t: trial(k, rebuild(group, t)), return_shape=True)(
-            jax.random.key(0), [x[0] for x in traced]
-        )
-        specs = metric_specs([shapes], groups)
-        width = choose_width(device_spec(mesh), width_bytes(trial_live_bytes(jaxpr), specs), chunk_size)
+    width = micro_batch or trial_width(trial, points, chunk_size, mesh)
     batch = round_up(chunk_size, width * mesh.size)
     fn = ChunkFn(trial, group, batch, mesh, width, common, flags=False)
     args = (np.uint32(seed), np.asarray(group.point_ids, np.uint32), traced, np.uint32(0))
