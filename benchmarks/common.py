@@ -26,6 +26,19 @@ def median_time(fn, repeats: int = 5) -> float:
     return statistics.median(times)
 
 
+def interleaved_times(fns: dict, repeats: int = 5) -> dict:
+    """name -> wall times (s) of ``fns[name]()`` over ``repeats`` rounds, each round calling every
+    function once in turn (blocked until its results are ready), so that ratios can be taken round
+    by round: a shared machine's changing load then hits the compared programs alike."""
+    times: dict = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            block(fn())
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
 def compile_time(jitted, *args) -> tuple[float, object]:
     """(seconds to lower and compile ``jitted`` for ``args``, the compiled executable)."""
     start = time.perf_counter()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 
@@ -33,7 +34,7 @@ import numpy as np
 from scipy.special import digamma, gammaln
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import add_common_arguments, compile_time, machine, median_time, write_json  # noqa: E402
+from common import add_common_arguments, compile_time, interleaved_times, machine, write_json  # noqa: E402
 
 from jaxfed import engine, gossip, graphs  # noqa: E402
 from jaxfed.experiments import gfvl_topologies  # noqa: E402
@@ -125,7 +126,6 @@ def main(argv=None):
 
     fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, args.trials)
     t_compile, compiled = compile_time(fn, *fn_args)
-    t_jax = median_time(lambda: compiled(*fn_args), args.repeats)
 
     # The plain jit(vmap) of the same trial on the same trials: keys as the engine's, no micro-batches.
     adjacency = jnp.stack([point["adjacency"] for point in sweep.points])
@@ -139,7 +139,6 @@ def main(argv=None):
 
     plain_args = (fn_args[0], fn_args[1], fn_args[3])
     t_plain_compile, plain_compiled = compile_time(jax.jit(plain), *plain_args)
-    t_plain = median_time(lambda: plain_compiled(*plain_args), args.repeats)
     same_values = bool(
         np.array_equal(
             np.asarray(plain_compiled(*plain_args)["kl"]), np.asarray(compiled(*fn_args)["kl"])[:, : args.trials]
@@ -158,7 +157,6 @@ def main(argv=None):
     rng_fn = jax.jit(draws)
     rng_args = (fn_args[0], fn_args[1], fn_args[3])
     _, rng_compiled = compile_time(rng_fn, *rng_args)
-    t_rng = median_time(lambda: rng_compiled(*rng_args), args.repeats)
 
     def walk(unroll):
         def visits(seed, point_ids, first):
@@ -169,10 +167,26 @@ def main(argv=None):
             trials = first + jnp.arange(args.trials, dtype=jnp.uint32)
             return jax.vmap(lambda p, a: jax.vmap(lambda t: one(p, a, t))(trials))(point_ids, adjacency)
 
-        _, walk_compiled = compile_time(jax.jit(visits), *plain_args)
-        return median_time(lambda: walk_compiled(*plain_args), args.repeats)
+        return compile_time(jax.jit(visits), *plain_args)[1]
 
-    t_walk, t_walk_one = walk(None), walk(1)
+    walk_compiled, walk_one_compiled = walk(None), walk(1)
+    # Timed in turn, round by round: the ratios are per round (a loaded machine's drift hits all alike).
+    times = interleaved_times(
+        {
+            "jaxfed": lambda: compiled(*fn_args),
+            "plain": lambda: plain_compiled(*plain_args),
+            "rng": lambda: rng_compiled(*rng_args),
+            "walk": lambda: walk_compiled(*plain_args),
+            "walk_one": lambda: walk_one_compiled(*plain_args),
+        },
+        args.repeats,
+    )
+    t_jax, t_plain, t_rng, t_walk, t_walk_one = (
+        statistics.median(times[name]) for name in ("jaxfed", "plain", "rng", "walk", "walk_one")
+    )
+
+    def per_round(over, under):
+        return statistics.median(a / b for a, b in zip(times[over], times[under]))
 
     rng = np.random.default_rng(0)
     adjacencies = [graphs.by_name(name, cfg.n_agents) for name in cfg.topologies]
@@ -194,11 +208,11 @@ def main(argv=None):
         "plain_vmap_s": t_plain,
         "plain_vmap_compile_s": t_plain_compile,
         "plain_vmap_same_values": same_values,
-        "kernel_over_plain_vmap": t_plain / t_jax,
+        "kernel_over_plain_vmap": per_round("plain", "jaxfed"),
         "rng_limit_s": t_rng,
         "walk_s": t_walk,
         "walk_one_slot_per_iteration_s": t_walk_one,
-        "walk_unroll_speedup": t_walk_one / t_walk,
+        "walk_unroll_speedup": per_round("walk_one", "walk"),
         "numpy_loop_s": t_loop,
         "numpy_loop_measured_trials_per_topology": args.loop_trials,
         "numpy_vectorised_s": t_vec,
@@ -206,7 +220,8 @@ def main(argv=None):
         "throughput_trial_slots_per_s": work / t_jax,
         "speedup_vs_numpy_loop": t_loop / t_jax,
         "speedup_vs_numpy_vectorised": t_vec / t_jax,
-        "fraction_of_rng_limit": t_rng / t_jax,
+        "fraction_of_rng_limit": per_round("rng", "jaxfed"),
+        "rounds_s": times,
     }
     result["summary"] = [
         {
@@ -214,15 +229,18 @@ def main(argv=None):
             "throughput": work / t_jax,
             "unit": "trial·slot/s",
             "vs_numpy": t_vec / t_jax,
-            "vs_rng_limit": t_rng / t_jax,
+            "vs_rng_limit": result["fraction_of_rng_limit"],
             "compile_s": t_compile,
         },
     ]
     print(f"{result['machine']['device']}  {args.trials} trials x {cfg.n_slots} slots x {n_points} topologies")
     print(f"compile            {t_compile:8.3f} s")
     print(f"jaxfed             {t_jax:8.3f} s   {work / t_jax:12.3e} trial·slots/s")
-    print(f"plain jit(vmap)    {t_plain:8.3f} s   (jaxfed at {t_plain / t_jax:.2f}x it; same values: {same_values})")
-    print(f"RNG limit          {t_rng:8.3f} s   (jaxfed at {t_rng / t_jax:.2f} of the limit)")
+    vs_plain, vs_rng = result["kernel_over_plain_vmap"], result["fraction_of_rng_limit"]
+    print(
+        f"plain jit(vmap)    {t_plain:8.3f} s   (jaxfed at {vs_plain:.2f}x it, per round; same values: {same_values})"
+    )
+    print(f"RNG limit          {t_rng:8.3f} s   (jaxfed at {vs_rng:.2f} of the limit, per round)")
     print(f"MH walk alone      {t_walk:8.3f} s   (one slot per loop iteration: {t_walk_one:.3f} s)")
     print(f"NumPy loop (a)     {t_loop:8.3f} s   ratio {t_loop / t_jax:8.1f}x  (scaled from {args.loop_trials} trials)")
     print(f"NumPy vector (b)   {t_vec:8.3f} s   ratio {t_vec / t_jax:8.1f}x  (scaled from {numpy_trials} trials)")
