@@ -41,12 +41,15 @@ __all__ = [
     "JSON_TYPES",
     "axis_coords",
     "check_json",
+    "chunks_digest",
+    "record_digest",
     "jsonable",
     "load_results",
     "metric_doc",
     "nonfinite_lines",
     "npz_arrays",
     "read_verdicts",
+    "same_metrics",
     "stored_record",
     "trial_shapes",
     "verdict_records",
@@ -185,17 +188,42 @@ def nonfinite_lines(nonfinite: dict, labels: list, n_trials: int) -> list[str]:
 # --------------------------------------------------------------------------- writing
 def write_results(out_dir: str, config_json: dict, results: Mapping, started: float) -> dict:
     """Writes ``metrics.npz`` of ``results``, then ``config.json``: ``config_json`` with the digests
-    of identity.json and metrics.npz and ``wall_s``, the seconds since ``started`` (a
-    :func:`time.perf_counter` reading taken when the run began). Both atomically (no link
-    followed); returns the config.json written."""
+    of identity.json, metrics.npz and the chunk set (:func:`chunks_digest`), ``wall_s``, the
+    seconds since ``started`` (a :func:`time.perf_counter` reading taken when the run began), and
+    last ``record_sha256``, the digest of everything else it holds (:func:`record_digest`). Both
+    atomically (no link followed); returns the config.json written."""
     data = store.savez_bytes(npz_arrays(results))
     store.atomic_write_bytes(os.path.join(out_dir, METRICS_FILE), data)
-    with open(os.path.join(out_dir, "identity.json"), "rb") as f:
-        config_json["identity_sha256"] = store.identity_digest(json.loads(f.read().decode()))
+    config_json["identity_sha256"] = store.identity_digest(store.read_json(os.path.join(out_dir, "identity.json")))
     config_json["metrics_sha256"] = hashlib.sha256(data).hexdigest()
+    config_json["chunks_sha256"] = chunks_digest(out_dir)
     config_json["wall_s"] = round(time.perf_counter() - started, 3)  # what producing these results took
+    config_json["record_sha256"] = record_digest(config_json)
     store.atomic_write_json(os.path.join(out_dir, CONFIG_FILE), config_json)
     return config_json
+
+
+def record_digest(record: Mapping) -> str:
+    """SHA-256 of a record (config.json, verdicts.json) without its ``record_sha256``: every entry
+    read back as truth (points, coordinates, non-finite counts, verdicts, …) is under it."""
+    body = {k: v for k, v in record.items() if k != "record_sha256"}
+    return hashlib.sha256(json.dumps(jsonable(body), sort_keys=True).encode()).hexdigest()
+
+
+def _chunk_names(out_dir: str) -> list[str]:
+    chunks = os.path.join(out_dir, "chunks")
+    store.check_no_link(chunks)
+    return [n for n in (sorted(os.listdir(chunks)) if os.path.isdir(chunks) else []) if store.is_chunk_name(n)]
+
+
+def chunks_digest(out_dir: str) -> str:
+    """SHA-256 of the chunk set in ``out_dir/chunks``: each chunk file's name and its header's own
+    SHA-256 (which covers the CRC-32 of every array the file holds, checked when it is read)."""
+    listed = []
+    for name in _chunk_names(out_dir):
+        header = store.chunk_header(os.path.join(out_dir, "chunks", name))
+        listed.append([name, header.get("sha256") if isinstance(header, dict) else None])
+    return hashlib.sha256(json.dumps(listed).encode()).hexdigest()
 
 
 # --------------------------------------------------------------------------- reading
@@ -214,14 +242,10 @@ def load_results(out_dir: str, read_metrics: bool = True) -> tuple[dict, dict]:
             of one run with the others.
     """
     config_path, metrics_path = os.path.join(out_dir, CONFIG_FILE), os.path.join(out_dir, METRICS_FILE)
-    store.check_no_link(config_path)
     try:
-        with open(config_path, "rb") as f:
-            config_json = json.loads(f.read().decode())
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise ValueError(
-            f"{config_path}: cannot be read as JSON ({type(err).__name__}); is {out_dir} a finished run?"
-        ) from None
+        config_json = store.read_json(config_path)
+    except store.StoreError as err:
+        raise ValueError(f"{err}; is {out_dir} a finished run?") from None
     required = {
         "experiment": str,
         "parameters": dict,
@@ -230,19 +254,25 @@ def load_results(out_dir: str, read_metrics: bool = True) -> tuple[dict, dict]:
         "metrics": dict,
         "metrics_sha256": str,
         "identity_sha256": str,
+        "record_sha256": str,
     }
     if not isinstance(config_json, dict) or not all(isinstance(config_json.get(k), t) for k, t in required.items()):
         needs = ", ".join(f"{k} ({t.__name__})" for k, t in required.items())
         raise ValueError(f"{config_path}: not the config.json of a finished run (needs {needs})")
     store.verify_record(out_dir, config_json, config_path)
+    if record_digest(config_json) != config_json["record_sha256"]:
+        raise ValueError(
+            f"{config_path}: does not match its own digest (record_sha256): it was edited after the run; "
+            "rerun the command to rewrite it"
+        )
+    if _chunk_names(out_dir) and chunks_digest(out_dir) != config_json.get("chunks_sha256"):
+        raise ValueError(
+            f"{out_dir}/chunks: is not the chunk set {config_path} was written with (chunks_sha256); "
+            "rerun the command to rewrite the record from the chunks"
+        )
     if not read_metrics:
         return config_json, {}
-    store.check_no_link(metrics_path)
-    try:
-        with open(metrics_path, "rb") as f:
-            data = f.read()
-    except OSError as err:
-        raise ValueError(f"{metrics_path}: cannot be read ({err.strerror})") from None
+    data = store.read_regular(metrics_path)
     if hashlib.sha256(data).hexdigest() != config_json["metrics_sha256"]:
         raise ValueError(f"{metrics_path}: does not match config.json (checksum); rerun the command to rewrite both")
     results: dict = {}
@@ -255,7 +285,91 @@ def load_results(out_dir: str, read_metrics: bool = True) -> tuple[dict, dict]:
                 results[key] = z[key]
     results = {k: stats.Summary(**v) if isinstance(v, dict) else v for k, v in results.items()}
     _check_shapes(config_path, config_json, results)
+    _check_against_chunks(out_dir, config_json, results)
+    _check_nonfinite(config_path, config_json, results)
     return config_json, results
+
+
+def _check_against_chunks(out_dir: str, config_json: dict, results: dict) -> None:
+    """ValueError unless metrics.npz is what the chunks beside it hold, bit for bit (each chunk
+    read whole, its checksums verified): every raw metric holds the trials of the raw chunks and
+    every trial is in one; every summary metric is the summary of its group's stored state
+    (:func:`jaxfed.stats.finish` of the state and its tail, as the engine finishes it)."""
+    names = _chunk_names(out_dir)
+    if not names:
+        return  # (a directory copied without its chunks: metrics.npz is checked against config.json alone)
+    n_trials = config_json["n_trials"]
+    raw = {name: value for name, value in results.items() if not isinstance(value, stats.Summary)}
+    covered = np.zeros((len(config_json["points"]), n_trials), bool)
+    summarised: set = set()
+    for name in names:
+        path = os.path.join(out_dir, "chunks", name)
+        header, arrays = store.read_chunk(path)
+        start, stop = header["trials"]
+        points = header["point_ids"]
+        if store.is_raw_chunk_name(name):
+            if start >= n_trials:
+                continue  # trials of a larger run, kept for growth
+            stop = min(stop, n_trials)
+            for metric, value in raw.items():
+                if metric in arrays and not _same_bytes(arrays[metric][:, : stop - start], value[points, start:stop]):
+                    raise _differs(out_dir, metric, path)
+            covered[points, start:stop] = True
+        else:
+            for metric, summary in _chunk_summaries(header, arrays).items():
+                value = results.get(metric)
+                if not isinstance(value, stats.Summary):
+                    continue
+                for field in stats.Summary._fields:
+                    if not _same_bytes(getattr(summary, field), getattr(value, field)[points]):
+                        raise _differs(out_dir, metric, path)
+                summarised.update(points)
+    if raw and not covered.all() and len(summarised) < covered.shape[0]:
+        raise ValueError(
+            f"{out_dir}/{METRICS_FILE}: holds {int((~covered).sum())} (point, trial) values no chunk holds; "
+            "rerun the command to rewrite it from the chunks"
+        )
+
+
+def _chunk_summaries(header: dict, arrays: dict) -> dict:
+    """metric -> the :class:`jaxfed.stats.Summary` a stored summary state finishes to (the engine's
+    own last step: the whole blocks' state and the tail of the points that ran to the end)."""
+    counts = np.asarray(header.get("point_trials", []), np.int64)
+    whole = counts // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK
+    tail_lengths = np.where(counts == counts.max(initial=0), counts - whole, 0)
+    states: dict = {}
+    for key, value in arrays.items():
+        metric, field = key.rsplit("/", 1)
+        states.setdefault(metric, {})[field] = value
+    out = {}
+    for metric, fields in states.items():
+        state = stats.SummaryState(**{f: fields[f] for f in stats.SummaryState._fields})
+        out[metric] = stats.finish(state, fields["tail"], tail_lengths)[1]
+    return out
+
+
+def _same_bytes(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == np.ascontiguousarray(b).tobytes()
+
+
+def _differs(out_dir: str, metric: str, path: str) -> ValueError:
+    return ValueError(
+        f"{out_dir}/{METRICS_FILE}: metric {metric!r} differs from {path}; metrics.npz is not what the run's "
+        "chunks hold: rerun the command to rewrite it from them"
+    )
+
+
+def _check_nonfinite(config_path: str, config_json: dict, results: dict) -> None:
+    """ValueError unless config.json's ``nonfinite_trials`` of each raw metric counts, per point,
+    the trials of metrics.npz with a NaN or ±inf in any cell."""
+    recorded = config_json.get("nonfinite_trials") or {}
+    for name, value in results.items():
+        if isinstance(value, stats.Summary) or not np.issubdtype(value.dtype, np.inexact):
+            continue
+        counts = (~np.isfinite(value.reshape(value.shape[:2] + (-1,))).all(-1)).sum(axis=1)
+        if name in recorded and list(recorded[name]) != counts.tolist():
+            raise ValueError(f"{config_path}: nonfinite_trials of {name!r} does not count the values in metrics.npz")
 
 
 def stored_record(out_dir: str) -> dict | None:
@@ -266,6 +380,23 @@ def stored_record(out_dir: str) -> dict | None:
     except ValueError:
         return None
     return record
+
+
+def same_metrics(out_dir: str, results: Mapping) -> bool:
+    """Whether ``out_dir/metrics.npz`` holds exactly ``results`` (the arrays a rerun served from
+    the chunks), bit for bit: a rerun with nothing to compute keeps the stored file only then."""
+    try:
+        with np.load(io.BytesIO(store.read_regular(os.path.join(out_dir, METRICS_FILE))), allow_pickle=False) as z:
+            stored = {key: z[key] for key in z.files}
+    except (ValueError, OSError):
+        return False
+    given = {k: np.asarray(v) for k, v in npz_arrays(results).items()}
+    return set(stored) == set(given) and all(
+        stored[k].dtype == given[k].dtype
+        and stored[k].shape == given[k].shape
+        and stored[k].tobytes() == given[k].tobytes()
+        for k in given
+    )
 
 
 def _check_shapes(config_path: str, config_json: dict, results: dict) -> None:
@@ -343,7 +474,11 @@ def verdict_records(named_sections: list) -> list[dict]:
 def write_verdicts(out_dir: str, named_sections: list, report: str = "report.md") -> None:
     """Writes ``<out_dir>/verdicts.json``: the claims of ``report``'s (section name, Reading) pairs
     (:func:`verdict_records`), atomically."""
-    records = {"format": 1, "report": report, "verdicts": verdict_records(named_sections)}
+    records: dict = {"format": 1, "report": report, "verdicts": verdict_records(named_sections)}
+    config_path = os.path.join(out_dir, CONFIG_FILE)
+    if os.path.isfile(config_path):  # a run's own directory: the verdicts name the record they were read from
+        records["config_record_sha256"] = store.read_json(config_path).get("record_sha256")
+    records["record_sha256"] = record_digest(records)
     store.atomic_write_json(os.path.join(out_dir, VERDICTS_FILE), records)
 
 
@@ -355,11 +490,21 @@ def read_verdicts(directory: str) -> list[dict]:
     """
     path = os.path.join(directory, VERDICTS_FILE)
     store.check_no_link(path)
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise ValueError(f"{path}: does not exist; `jaxfed report {directory}` writes it with report.md")
-    try:
-        with open(path, "rb") as f:
-            rows = json.loads(f.read().decode())["verdicts"]
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{path}: not a verdicts file ({type(err).__name__})") from None
-    return rows
+    records = store.read_json(path)
+    if not isinstance(records, dict) or not isinstance(records.get("verdicts"), list):
+        raise ValueError(f"{path}: not a verdicts file (no list of verdicts)")
+    if records.get("record_sha256") != record_digest(records):
+        raise ValueError(
+            f"{path}: does not match its own digest (record_sha256): it was edited after the report; "
+            f"`jaxfed report {directory}` rewrites it"
+        )
+    config_path = os.path.join(directory, CONFIG_FILE)
+    if "config_record_sha256" in records and records["config_record_sha256"] != load_results(directory, False)[0].get(
+        "record_sha256"
+    ):
+        raise ValueError(
+            f"{path}: was written from another record than {config_path}; `jaxfed report {directory}` rewrites it"
+        )
+    return records["verdicts"]

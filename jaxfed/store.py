@@ -37,6 +37,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import zipfile
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -55,7 +56,14 @@ __all__ = [
     "atomic_write_json",
     "atomic_savez",
     "check_no_link",
+    "open_regular",
+    "read_regular",
+    "read_json",
     "identity_digest",
+    "chunk_header",
+    "is_chunk_name",
+    "is_raw_chunk_name",
+    "read_chunk",
     "verify_record",
     "savez_bytes",
     "describe_differences",
@@ -140,6 +148,59 @@ def check_no_link(path: str) -> None:
     """StoreError if ``path`` is a symbolic link: nothing this package writes follows one."""
     if os.path.islink(path):
         raise StoreError(f"{path}: is a symbolic link; {_NOT_A_LINK}")
+
+
+MAX_READ_BYTES = 1 << 34
+"""The largest file read from a result directory (16 GiB): a bigger one is refused, not read."""
+
+
+def open_regular(path: str, limit: int = MAX_READ_BYTES):
+    """The regular file ``path`` opened for reading (binary), without following a link and
+    without blocking (``O_NONBLOCK``: a FIFO, device or socket put in place of a result file is
+    refused, never waited on), when it is at most ``limit`` bytes long.
+
+    Raises:
+        StoreError: one line naming ``path``: absent, a link, not a regular file, too large, unreadable.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        if os.path.islink(path):
+            raise StoreError(f"{path}: is a symbolic link; {_NOT_A_LINK}") from None
+        raise StoreError(f"{path}: cannot be read ({err.strerror or err})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+        os.close(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise StoreError(f"{path}: is not a regular file (a FIFO, device, socket or directory); not read")
+        raise StoreError(f"{path}: is {info.st_size:,} bytes, more than the {limit:,} read from a result directory")
+    return os.fdopen(fd, "rb")
+
+
+def read_regular(path: str, limit: int = MAX_READ_BYTES) -> bytes:
+    """The bytes of the regular file ``path`` (see :func:`open_regular`)."""
+    with open_regular(path, limit) as f:
+        try:
+            data = f.read(limit + 1)
+        except OSError as err:
+            raise StoreError(f"{path}: cannot be read ({err.strerror or err})") from None
+    if len(data) > limit:
+        raise StoreError(f"{path}: is more than the {limit:,} bytes read from a result directory")
+    return data
+
+
+MAX_JSON_BYTES = 1 << 30
+"""The largest JSON file read from a result directory (1 GiB)."""
+
+
+def read_json(path: str, limit: int = MAX_JSON_BYTES):
+    """The JSON value of the regular file ``path`` (:func:`read_regular`); StoreError, one line
+    naming the file, when it cannot be read or parsed (too deeply nested included)."""
+    data = read_regular(path, limit)
+    try:
+        return json.loads(data.decode())
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise StoreError(f"{path}: not readable JSON ({_one_line(err)[:120]})") from None
 
 
 # --------------------------------------------------------------------------- filesystem layer
@@ -296,9 +357,8 @@ def _unpack(path: str) -> tuple[dict, dict, dict]:
     reader checks each member's bytes against its CRC-32); StoreError if it is not a complete one."""
     if os.path.islink(path):
         raise StoreError(f"{path}: is a symbolic link, not a file this engine wrote; {_HINT}")
+    data = read_regular(path)  # (a FIFO or device in place of a chunk is refused, never waited on)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             arrays = {name: z[name] for name in z.files}
             crcs = {name: z.zip.getinfo(f"{name}.npy").CRC for name in z.files}
@@ -377,11 +437,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _read_json(path: str):
-    try:
-        with open(path, "rb") as f:
-            return json.loads(f.read().decode())
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise StoreError(f"{path}: not readable JSON ({_one_line(err)})") from None
+    return read_json(path)
 
 
 def stored_identity(out_dir: str) -> dict | None:
@@ -409,11 +465,44 @@ def identity_digest(identity: dict) -> str:
 def _header(path: str) -> dict | None:
     """A stored file's ``__meta__`` header alone (the other arrays are not read), or None."""
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with open_regular(path) as f, np.load(f, allow_pickle=False) as z:
             header = z[_META] if _META in z.files else None
         return json.loads(header.tobytes().decode()) if header is not None and header.dtype == np.uint8 else None
     except Exception:  # noqa: BLE001 - unreadable: no header
         return None
+
+
+def chunk_header(path: str) -> dict | None:
+    """The ``__meta__`` header of the chunk file ``path`` (its arrays are not read), or None."""
+    return _header(path)
+
+
+def is_chunk_name(name: str) -> bool:
+    """Whether ``name`` is a chunk file's name (raw or summary) as this store builds them."""
+    return bool(_RAW_NAME.fullmatch(name) or _SUMMARY_NAME.fullmatch(name))
+
+
+def is_raw_chunk_name(name: str) -> bool:
+    """Whether ``name`` is a raw chunk file's name as this store builds them."""
+    return bool(_RAW_NAME.fullmatch(name))
+
+
+def read_chunk(path: str) -> tuple[dict, dict]:
+    """(header, arrays) of the stored file ``path``, its checksums verified (the header's SHA-256,
+    every array's CRC-32 as the header lists it); StoreError naming it otherwise."""
+    meta, arrays, crcs = _unpack(path)
+    listed = meta.get("arrays")
+    trials, points = meta.get("trials"), meta.get("point_ids")
+    if (
+        meta.get("sha256") != _digest(meta)
+        or not isinstance(listed, dict)
+        or set(listed) != set(arrays)
+        or any(not isinstance(listed[n], list) or listed[n][2:] != [crcs[n]] for n in arrays)
+        or not (isinstance(trials, list) and len(trials) == 2 and all(type(t) is int for t in trials))
+        or not (isinstance(points, list) and all(type(p) is int for p in points))
+    ):
+        raise StoreError(f"{path}: checksum mismatch or no valid header; {_HINT}")
+    return meta, arrays
 
 
 def verify_record(out_dir: str, record: dict, record_path: str) -> None:

@@ -165,7 +165,7 @@ def test_records_forged_together_are_refused_by_the_chunk_headers(tmp_path):
 def test_metrics_that_do_not_fit_the_record_are_refused(tmp_path):
     out = tmp_path / "run"
     run(out)
-    _edit(out / "config.json", lambda c: c.update(n_trials=7))
+    _edit(out / "config.json", lambda c: c.update(n_trials=7, record_sha256=rundir.record_digest(dict(c, n_trials=7))))
     with pytest.raises(ValueError, match=r"metric 'x' is \[2, 6, 3\] in metrics\.npz, which does not fit the record"):
         rundir.load_results(str(out))
 

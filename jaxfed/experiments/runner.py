@@ -186,6 +186,8 @@ def _write_result_directory(exp, config, sweep, out_dir, config_json, results, s
     computed = any(size is not None for size in config_json["engine"]["chunk_sizes"])
     recorded = None if computed else rundir.stored_record(out_dir)
     n_trials = config_json["n_trials"]
+    if recorded is not None and recorded["n_trials"] == n_trials and not rundir.same_metrics(out_dir, results):
+        recorded = None  # metrics.npz is not what the chunks hold (verified before it is kept): rewritten
     if recorded is not None and (recorded["n_trials"], recorded["keep"]) == (n_trials, config_json["keep"]):
         figure = os.path.join(out_dir, f"{exp.name}.png")
         if not os.path.lexists(figure):  # (a plot that failed after the record was written)

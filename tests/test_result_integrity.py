@@ -1,0 +1,137 @@
+"""A result directory is verified as a whole (issue 37 part 3): metrics.npz agrees with the chunks
+beside it, every record read back as truth (coordinates, non-finite counts, verdicts.json) is under
+a digest, and a rerun with nothing to compute verifies metrics.npz before it keeps it."""
+
+import dataclasses
+import hashlib
+import json
+
+import numpy as np
+import pytest
+from test_result_dirs import TOY, ToyConfig, run, unjitted  # noqa: F401 (the fixture)
+
+from jaxfed import rundir, store
+from jaxfed.experiments import run_experiment
+
+
+def _forge_metrics(out, change):
+    """Rewrites metrics.npz through ``change`` and recomputes every digest config.json holds (what
+    a careless tool or a half-aware edit does)."""
+    with np.load(out / "metrics.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    change(arrays)
+    data = store.savez_bytes(arrays)
+    (out / "metrics.npz").write_bytes(data)
+    record = json.loads((out / "config.json").read_text())
+    record["metrics_sha256"] = hashlib.sha256(data).hexdigest()
+    record["record_sha256"] = rundir.record_digest(record)
+    (out / "config.json").write_text(json.dumps(record))
+
+
+def _edit_record(out, change):
+    record = json.loads((out / "config.json").read_text())
+    change(record)
+    (out / "config.json").write_text(json.dumps(record))
+
+
+def test_metrics_rewritten_with_their_checksum_are_refused_by_the_chunks(tmp_path):
+    out = tmp_path / "run"
+    run(out)
+    _forge_metrics(out, lambda a: a.update(x=a["x"] * 2))
+    with pytest.raises(ValueError, match=r"metrics\.npz: metric 'x' differs from .*chunks/g00\d_t"):
+        rundir.load_results(str(out))
+
+
+def test_a_rerun_with_nothing_to_compute_rewrites_forged_metrics(tmp_path):
+    out = tmp_path / "run"
+    _, results = run(out)
+    _forge_metrics(out, lambda a: a.update(x=a["x"] * 2))
+    run(out)  # nothing to compute: verified before it is kept
+    _, again = rundir.load_results(str(out))
+    np.testing.assert_array_equal(again["x"], results["x"])
+
+
+def test_a_rerun_of_a_summary_run_rewrites_forged_summaries(tmp_path):
+    out = tmp_path / "run"
+    toy = dataclasses.replace(TOY, plot=lambda *a: None)  # (the toy's figure draws raw trials)
+    _, results = run_experiment(toy, ToyConfig(), 6, out_dir=str(out), quiet=True, keep="summary")
+    _forge_metrics(out, lambda a: a.update({"x/mean": a["x/mean"] + 1}))
+    with pytest.raises(ValueError, match=r"metric 'x' differs from .*chunks/summary_g000\.npz"):
+        rundir.load_results(str(out))
+    run_experiment(toy, ToyConfig(), 6, out_dir=str(out), quiet=True, keep="summary")
+    _, again = rundir.load_results(str(out))
+    np.testing.assert_array_equal(again["x"].mean, results["x"].mean)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda r: r["coords"].update(i=[v * 1000 for v in r["coords"].get("i", [1, 2, 3])]),  # slots ×1000
+        lambda r: r["nonfinite_trials"].update(x=[1, 0]),
+        lambda r: r.update(description="forged"),
+    ],
+    ids=["coords", "nonfinite_trials", "description"],
+)
+def test_an_edited_record_entry_is_refused(tmp_path, change):
+    out = tmp_path / "run"
+    run(out)
+    _edit_record(out, change)
+    with pytest.raises(ValueError, match=r"config\.json: does not match its own digest"):
+        rundir.load_results(str(out))
+
+
+def test_nonfinite_counts_forged_with_their_digest_are_refused(tmp_path):
+    out = tmp_path / "run"
+    run(out)
+
+    def change(r):
+        r["nonfinite_trials"]["x"] = [3, 0]
+        r["record_sha256"] = rundir.record_digest(r)
+
+    _edit_record(out, change)
+    with pytest.raises(ValueError, match=r"nonfinite_trials of 'x' does not count"):
+        rundir.load_results(str(out))
+
+
+def test_a_chunk_set_other_than_the_recorded_one_is_refused(tmp_path):
+    out = tmp_path / "run"
+    run(out)
+    run(tmp_path / "more", n_trials=9)
+    chunk = sorted((out / "chunks").iterdir())[0]
+    chunk.unlink()
+    with pytest.raises(ValueError, match=r"chunks: is not the chunk set"):
+        rundir.load_results(str(out))
+
+
+def test_edited_verdicts_are_refused(tmp_path):
+    out = tmp_path / "run"
+    run(out)
+    rundir.write_verdicts(str(out), [])
+    rows = rundir.read_verdicts(str(out))
+    assert rows == []
+    records = json.loads((out / "verdicts.json").read_text())
+    records["verdicts"] = [{"claim": "forged", "verdict": "supported"}]
+    (out / "verdicts.json").write_text(json.dumps(records))
+    with pytest.raises(ValueError, match=r"verdicts\.json: does not match its own digest"):
+        rundir.read_verdicts(str(out))
+
+
+def test_verdicts_of_another_record_are_refused(tmp_path):
+    out = tmp_path / "run"
+    run(out)
+    rundir.write_verdicts(str(out), [])
+    run(out, n_trials=8)  # the record is rewritten; the verdicts are of the 6-trial one
+    with pytest.raises(ValueError, match=r"verdicts\.json: was written from another record"):
+        rundir.read_verdicts(str(out))
+
+
+def test_the_checks_read_every_chunk_once(tmp_path, monkeypatch):
+    """The cost of the whole-directory check: each raw chunk read once, beside metrics.npz."""
+    out = tmp_path / "run"
+    run(out, n_trials=6, chunk_size=2)
+    reads = []
+    real = store.read_regular
+    monkeypatch.setattr(store, "read_regular", lambda path, *a: reads.append(path) or real(path, *a))
+    rundir.load_results(str(out))
+    chunks = [p for p in reads if "/chunks/" in p]
+    assert len(chunks) == len(set(chunks)) == len(list((out / "chunks").iterdir())) == 6  # 2 groups × 3 chunks
