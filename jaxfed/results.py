@@ -35,8 +35,10 @@ xarray and pandas are imported when a function here is first called, not with ``
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -486,13 +488,19 @@ def export(directory: str, fmt: str, metric: str | None = None, with_bands: bool
     """Writes the run in ``directory`` (``jaxfed export``) and returns the file's path: the dataset
     as netCDF (``for_netcdf``; one metric's variables with ``metric``), or a table as CSV or
     Parquet: :func:`bands` with ``with_bands`` (every metric's, with a ``metric`` column, without
-    ``metric``), else :func:`table` of ``metric`` (needed when the run has several). The file is
-    ``out``, by default ``DIR/EXPERIMENT[.METRIC][.bands].EXT``, written beside its name and renamed
-    over it (never through a link).
+    ``metric``), else :func:`table` of ``metric`` (needed when the run has several).
+
+    The file is ``out``, by default ``DIR/EXPERIMENT[.METRIC][.bands].EXT`` (the name read from the
+    record must be a plain file name: a record naming ``../x`` is refused). It is built in memory
+    (netCDF too: the HDF5 library never writes to the disk, so a full disk cannot crash it), then
+    written to a temporary file beside its name and renamed over it (never through a link). It
+    is never one of the run's own files (config.json, metrics.npz, identity.json, verdicts.json,
+    report.md, the figure, the lock, anything under chunks/).
 
     Raises:
-        ValueError: not a finished run, an unknown metric or format, a missing optional package
-            (naming the extra that installs it).
+        ValueError: one line naming the file given: not a finished run, an unknown metric or
+            format, a missing optional package (naming the extra that installs it), a target
+            that is a directory, a file of the run, or cannot be written (read-only, full disk, …).
     """
     pd = _pandas()
     if fmt not in FORMATS:
@@ -503,14 +511,13 @@ def export(directory: str, fmt: str, metric: str | None = None, with_bands: bool
     if metric is not None and metric not in known:
         raise ValueError(f"unknown metric {metric!r}; this run's metrics: {', '.join(known)}")
     name = str(ds.attrs.get("experiment", "results"))
-    stem = ".".join([name] + ([metric] if metric else []) + (["bands"] if with_bands else []))
-    path = out or os.path.join(directory, f"{stem}.{FORMATS[fmt]}")
+    path = _export_target(directory, name, out, metric, with_bands, fmt)
     if fmt == "netcdf":
         if with_bands:
             raise ValueError("--bands writes a table: use --format csv or parquet")
         if metric is not None:
             ds = ds[[v for v, var in ds.data_vars.items() if var.attrs.get("metric") == metric]]
-        return _write(path, lambda tmp: for_netcdf(ds).to_netcdf(tmp, engine="h5netcdf"))
+        return _write(path, bytes(for_netcdf(ds).to_netcdf(engine="h5netcdf")))
     if with_bands:
         frames = [bands(ds, m).assign(metric=m) for m in ([metric] if metric else known)]
         frame = pd.concat(frames, ignore_index=True)
@@ -522,24 +529,52 @@ def export(directory: str, fmt: str, metric: str | None = None, with_bands: bool
             )
         frame = table(ds, metric or known[0])
     if fmt == "csv":
-        return _write(path, lambda tmp: frame.to_csv(tmp, index=False))
-    return _write(path, lambda tmp: frame.to_parquet(tmp, index=False))
+        return _write(path, frame.to_csv(index=False).encode())
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    return _write(path, buffer.getvalue())
 
 
-def _write(path: str, write) -> str:
-    """Calls ``write(tmp)`` for a new temporary file beside ``path`` and renames it over ``path``."""
-    store.check_no_link(path)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    if os.path.lexists(tmp):
-        os.remove(tmp)
+_RUN_FILES = (rundir.CONFIG_FILE, rundir.METRICS_FILE, "identity.json", VERDICTS_FILE, "report.md", ".lock", "chunks")
+"""The files of a result directory an export never writes (with the figure, EXPERIMENT.png)."""
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _export_target(directory: str, name: str, out: str | None, metric, with_bands: bool, fmt: str) -> str:
+    """The file an export writes: ``out`` as given, or the default name in ``directory`` built from
+    the record's experiment name (a plain file name, checked); ValueError naming it when it is a
+    directory, has no existing directory, or is a file of the run."""
+    if out is None:
+        stem = ".".join([name] + ([metric] if metric else []) + (["bands"] if with_bands else []))
+        if not _FILE_NAME.fullmatch(stem) or ".." in stem:
+            raise ValueError(
+                f"{directory}/{rundir.CONFIG_FILE}: its experiment name {name!r} is no plain file name; "
+                "give the file to write with --out"
+            )
+        out = os.path.join(directory, f"{stem}.{FORMATS[fmt]}")
+    out = os.fspath(out)
+    if os.path.isdir(out):
+        raise ValueError(f"{out}: is a directory; give the file to write (e.g. {os.path.join(out, 'export')})")
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        raise ValueError(f"{out}: its directory {parent} does not exist")
+    run = os.path.realpath(directory)
+    target = os.path.join(os.path.realpath(parent), os.path.basename(out))
+    own = [os.path.join(run, n) for n in _RUN_FILES] + [os.path.join(run, f"{name}.png")]
+    if target in own or target.startswith(os.path.join(run, "chunks") + os.sep):
+        raise ValueError(
+            f"{out}: is a file of the run in {directory}; an export never replaces one: give another --out"
+        )
+    return out
+
+
+def _write(path: str, data: bytes) -> str:
+    """Writes ``data`` to ``path`` through a temporary file beside it renamed over it (never through
+    a link; :func:`jaxfed.store.atomic_write_bytes`); ValueError naming ``path`` when it cannot."""
     try:
-        write(tmp)
-        store.check_no_link(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.remove(tmp)
-        raise
+        store.atomic_write_bytes(path, data)
+    except store.StoreError as err:
+        raise ValueError(str(err)) from None
     return path
 
 

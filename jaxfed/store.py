@@ -154,7 +154,7 @@ MAX_READ_BYTES = 1 << 34
 """The largest file read from a result directory (16 GiB): a bigger one is refused, not read."""
 
 
-def open_regular(path: str, limit: int = MAX_READ_BYTES):
+def open_regular(path: str, limit: int | None = None):
     """The regular file ``path`` opened for reading (binary), without following a link and
     without blocking (``O_NONBLOCK``: a FIFO, device or socket put in place of a result file is
     refused, never waited on), when it is at most ``limit`` bytes long.
@@ -168,6 +168,7 @@ def open_regular(path: str, limit: int = MAX_READ_BYTES):
         if os.path.islink(path):
             raise StoreError(f"{path}: is a symbolic link; {_NOT_A_LINK}") from None
         raise StoreError(f"{path}: cannot be read ({err.strerror or err})") from None
+    limit = MAX_READ_BYTES if limit is None else limit
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
         os.close(fd)
@@ -177,8 +178,10 @@ def open_regular(path: str, limit: int = MAX_READ_BYTES):
     return os.fdopen(fd, "rb")
 
 
-def read_regular(path: str, limit: int = MAX_READ_BYTES) -> bytes:
-    """The bytes of the regular file ``path`` (see :func:`open_regular`)."""
+def read_regular(path: str, limit: int | None = None) -> bytes:
+    """The bytes of the regular file ``path`` (see :func:`open_regular`; ``limit`` default
+    :data:`MAX_READ_BYTES`)."""
+    limit = MAX_READ_BYTES if limit is None else limit
     with open_regular(path, limit) as f:
         try:
             data = f.read(limit + 1)
@@ -193,10 +196,10 @@ MAX_JSON_BYTES = 1 << 30
 """The largest JSON file read from a result directory (1 GiB)."""
 
 
-def read_json(path: str, limit: int = MAX_JSON_BYTES):
+def read_json(path: str, limit: int | None = None):
     """The JSON value of the regular file ``path`` (:func:`read_regular`); StoreError, one line
     naming the file, when it cannot be read or parsed (too deeply nested included)."""
-    data = read_regular(path, limit)
+    data = read_regular(path, MAX_JSON_BYTES if limit is None else limit)
     try:
         return json.loads(data.decode())
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
