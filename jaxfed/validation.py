@@ -26,6 +26,8 @@ import jax
 import numpy as np
 
 __all__ = [
+    "INT32_NOTE",
+    "INT32_RANGE",
     "MAX_TRIALS",
     "SEED_LIMIT",
     "check",
@@ -45,6 +47,9 @@ __all__ = [
 ]
 
 MAX_TRIALS = 2**32  # trial indices are folded into PRNG keys as 32-bit integers
+INT32_RANGE = (-(2**31), 2**31 - 1)
+"""The sizes a parameter may give (slots, data points, agents, rounds): they reach the device as int32."""
+INT32_NOTE = " (a size reaches the device as a 32-bit integer)"
 SEED_LIMIT = 2**32  # seeds are 32-bit: [0, 2**32)
 
 T = TypeVar("T")

@@ -140,7 +140,9 @@ def test_unreachable_coordinator_times_out_with_one_line(tmp_path):
 
 
 def test_plot_of_a_directory_that_is_not_a_finished_run(capsys, tmp_path):
-    assert "config.json: cannot be read as JSON" in one_line_error(capsys, ["plot", str(tmp_path)])
+    assert "config.json: cannot be read (No such file or directory); is" in one_line_error(
+        capsys, ["plot", str(tmp_path)]
+    )
     (tmp_path / "config.json").write_text(
         json.dumps({"experiment": "x", "parameters": [], "points": [], "metrics_sha256": ""})
     )

@@ -11,8 +11,16 @@ __all__ = ["check_bernoulli_setting", "check_loss_normalisation", "check_natgrad
 def check_bernoulli_setting(cfg, min_agents: int = 2) -> None:
     """Validates the fields every G-FVL experiment shares: n_agents, n_per_agent, prior_a, prior_b,
     alpha, theta_true."""
-    validation.integer("n_agents", cfg.n_agents, min_agents)
-    validation.integer("n_per_agent", cfg.n_per_agent, 1)
+    high = validation.INT32_RANGE[1]
+    validation.integer("n_agents", cfg.n_agents, min_agents, high, note=validation.INT32_NOTE)
+    validation.integer("n_per_agent", cfg.n_per_agent, 1, high, note=validation.INT32_NOTE)
+    validation.check(
+        "n_per_agent",
+        cfg.n_per_agent,
+        cfg.n_agents * cfg.n_per_agent <= high,
+        f"at most {high // cfg.n_agents:,} with n_agents = {cfg.n_agents} (the data points of all agents, "
+        "n_agents·n_per_agent, are counted in a 32-bit integer)",
+    )
     validation.positive("prior_a", cfg.prior_a)
     validation.positive("prior_b", cfg.prior_b)
     validation.positive("alpha", cfg.alpha)

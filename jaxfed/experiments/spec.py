@@ -29,6 +29,7 @@ __all__ = [
     "check",
     "check_config_class",
     "check_finite",
+    "check_sizes",
     "check_json",
     "check_representable",
     "check_sweep",
@@ -174,6 +175,7 @@ def make_config(config_cls: type, overrides: dict[str, str] | None = None):
             raise ValueError(f"unknown parameter {key!r}; known parameters: {', '.join(sorted(fields))}")
         values[key] = _parse_value(key, text, hints[key])
     check_finite(config_cls, values)
+    check_sizes(config_cls, values)
     return config_cls(**values)
 
 
@@ -201,6 +203,24 @@ def check_finite(config_cls: type, values: dict) -> None:
         for entry in entries:
             if isinstance(entry, float):
                 validation.number(f.name, entry)
+
+
+def check_sizes(config_cls: type, values: dict) -> None:
+    """Refuses an integer parameter (or an entry of an integer tuple) of ``values`` outside the
+    32-bit range (:data:`jaxfed.validation.INT32_RANGE`): sizes (slots, data points, agents,
+    rounds, …) reach the device as 32-bit integers, where a larger one overflows inside JAX. Seeds
+    (fields named ``…seed``) are 32-bit unsigned and checked by their configs.
+
+    Runs before ``config_cls.__post_init__``, so a size is refused before any array is built.
+    """
+    low, high = validation.INT32_RANGE
+    for f in dataclasses.fields(config_cls):
+        if f.name not in values or f.name.endswith("seed"):
+            continue
+        value = values[f.name]
+        for entry in value if isinstance(value, tuple) else (value,):
+            if isinstance(entry, (int, np.integer)) and not isinstance(entry, (bool, np.bool_)):
+                validation.integer(f.name, entry, low, high, note=validation.INT32_NOTE)
 
 
 def check_representable(config, dtype: str) -> None:
