@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import signal
 import sys
 import threading
 import time
@@ -25,6 +26,7 @@ from jaxfed.engine.options import MAX_DEVICES as MAX_DEVICES  # (--devices at mo
 from jaxfed.engine.options import RunOptions
 from jaxfed.engine.progress import Overall
 from jaxfed.experiments import REGISTRY, catalog, describe, get, load_results, make_config, run_experiment
+from jaxfed.experiments.runner import still_running
 from jaxfed.results import FORMATS, export
 
 DEFAULT_OUT = "results"
@@ -50,8 +52,17 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_show(args) -> int:
-    print(describe(get(args.name)))
+    print(describe(_get(args.name)))
     return 0
+
+
+def _get(name: str):
+    """:func:`jaxfed.experiments.get`, saying on stderr when a user file's import takes long."""
+    path, sep, _ = name.rpartition(":")
+    if not (sep and path.endswith(".py")):
+        return get(name)
+    with still_running(f"importing {path}"):
+        return get(name)
 
 
 def _say(line: str) -> None:
@@ -85,7 +96,7 @@ def _run_one(exp, overrides, args, out_dir, n_trials):
 
 
 def _cmd_run(args) -> int:
-    exp = get(args.name)
+    exp = _get(args.name)
     n_trials = exp.default_trials if args.trials is None else args.trials
     if args.target_se is None and (
         args.target_metric is not None or args.max_trials is not None or args.target_statistic is not None
@@ -97,14 +108,14 @@ def _cmd_run(args) -> int:
         if args.target_metric is None:
             raise ValueError("--target-se needs --target-metric NAME[@index]")
         n_trials = args.max_trials or DEFAULT_MAX_TRIALS
-    out_dir = args.out or os.path.join(DEFAULT_OUT, exp.name)
+    out_dir = args.out or os.path.join(args.default_out, exp.name)
     start = time.perf_counter()
     cfg, config_json, results = _run_one(exp, _parse_sets(args.set), args, out_dir, n_trials)
     if jax.process_index() == 0 and "served_from" not in config_json:
         path = _write_report(out_dir, exp, cfg, config_json, results, time.perf_counter() - start)
         if not _quiet(args):
             _say(f"{exp.name}: report {path}")
-    print(out_dir)
+    print(args.out_given or os.path.join(DEFAULT_OUT, exp.name))  # (as given: the run went to its absolute form)
     return 0
 
 
@@ -532,19 +543,80 @@ def main(argv: list[str] | None = None) -> int:
 
     matplotlib.use("Agg")
     debug = args.debug or os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+    _resolve_paths(args)  # before any user code runs: a file that calls os.chdir at import moves nothing
+    signals: list = []  # SIGINTs received: a KeyboardInterrupt without one was raised by code, not the user
+    previous = _count_interrupts(signals)
     try:
         _start_devices(args)
-        args.imported = catalog.import_extensions(args.imports)  # before any name is resolved
+        with still_running(f"importing {', '.join(args.imports)}"):
+            args.imported = catalog.import_extensions(args.imports)  # before any name is resolved
         return args.func(args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
+        where = None if signals or previous is None else catalog.user_frame(err)
+        if where is not None and not debug:
+            print(
+                f"jaxfed: error: {where[0]}:{where[1]}: KeyboardInterrupt raised by the experiment's code (no "
+                "interrupt signal was received); the run did not finish",
+                file=sys.stderr,
+            )
+            return 2
         print("jaxfed: interrupted; rerun the same command to resume from the finished chunks", file=sys.stderr)
         return 130
+    except SystemExit as err:  # (argparse's exits come before: this one is code called inside the command)
+        where = catalog.user_frame(err)
+        if where is None or debug:
+            raise
+        print(
+            f"jaxfed: error: {where[0]}:{where[1]}: the experiment's code called sys.exit({err.code!r}); "
+            "the run did not finish (a file must define experiments, not exit)",
+            file=sys.stderr,
+        )
+        return 2
     except Exception as err:
         line = None if debug else _error_line(err)
         if line is None:
             raise  # --debug, or a fault in jaxfed's own code: the traceback is the report
         print(f"jaxfed: error: {line}", file=sys.stderr)
         return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _resolve_paths(args) -> None:
+    """Every path the command names made absolute, before any user code runs (``--out``, DIR,
+    ``--import`` files, ``FILE.py:NAME``): a user file that calls ``os.chdir`` at import or in
+    ``build()`` moves no result. ``args.out_given`` keeps ``--out`` as given (printed back)."""
+    args.out_given = getattr(args, "out", None)
+    args.default_out = os.path.abspath(DEFAULT_OUT)
+    for name in ("out", "dir"):
+        value = getattr(args, name, None)
+        if isinstance(value, str) and value:
+            setattr(args, name, os.path.abspath(value))
+    args.imports = [os.path.abspath(path) for path in getattr(args, "imports", [])]
+    for name in ("name", "experiment"):
+        value = getattr(args, name, None)
+        path, sep, attribute = value.rpartition(":") if isinstance(value, str) else ("", "", "")
+        if sep and path.endswith(".py"):
+            setattr(args, name, f"{os.path.abspath(path)}:{attribute}")
+
+
+def _count_interrupts(signals: list):
+    """Installs a SIGINT handler that notes each signal in ``signals`` and raises KeyboardInterrupt
+    as Python's own does; returns the handler it replaced (None: left as it was, off the main
+    thread or under another handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler:
+        return None
+
+    def noted(signum, frame):
+        signals.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, noted)
+    return previous
 
 
 def _error_line(err: Exception) -> str | None:

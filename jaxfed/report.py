@@ -21,6 +21,12 @@ def section(exp, config, config_json: dict, results: dict, seconds: float):
     reading = exp.report(config, config_json["points"], results)
     if isinstance(reading, str):
         reading = Reading(reading)
+    if not isinstance(reading, Reading):  # a user's report: named, not an AttributeError inside jaxfed
+        where = f" ({exp.source.rpartition(':')[0]})" if exp.source else ""
+        raise ValueError(
+            f"the report of experiment {exp.name!r}{where} returned a {type(reading).__name__}; "
+            "it must return markdown text (str) or a jaxfed.experiments.Reading"
+        )
     params = "\n".join(f"| `{k}` | {json.dumps(v)} |" for k, v in config_json["parameters"].items())
     engine = config_json["engine"]
     # Said where the numbers below are NaN: a point whose every trial failed has no band or verdict.

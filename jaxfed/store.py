@@ -140,7 +140,7 @@ def _lock_directory(out_dir: str):
 
 
 _NOT_A_LINK = "jaxfed writes only files it creates itself inside the result directory; remove the link"
-_OWN_NAMES = (".lock", "chunks")
+_OWN_NAMES = (".lock", "chunks", ".user-code-running")  # (the last: jaxfed.experiments.runner.MARKER)
 """What a result directory holds before its identity.json is written (a run killed that early)."""
 
 

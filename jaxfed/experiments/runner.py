@@ -3,10 +3,12 @@ experiment's identity and writes the result directory (:mod:`jaxfed.rundir`) and
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 
@@ -24,7 +26,7 @@ from jaxfed.experiments.spec import (
     check_sweep,
 )
 
-__all__ = ["run_experiment"]
+__all__ = ["run_experiment", "still_running"]
 
 
 def run_experiment(
@@ -75,8 +77,24 @@ def run_experiment(
     n_trials = exp.default_trials if n_trials is None else n_trials
     validation.trial_count(n_trials, "trials")
     dtype = _checked_dtype(config)
-    sweep = exp.build(config)
-    check_sweep(sweep)
+    if jax.config.jax_disable_jit:  # type: ignore[attr-defined]  # (set by a user file at import, or JAX_DISABLE_JIT)
+        raise ValueError(
+            f"{_where(exp)}jax_disable_jit is on: jaxfed compiles every trial ahead of time and cannot run without "
+            "jit; leave it off (do not set it in the experiment's file)"
+        )
+    marker = _start_marker(exp, options.out_dir)
+    try:
+        return _run(exp, config, n_trials, options, imports, dtype, started)
+    finally:
+        _end_marker(marker)
+
+
+def _run(exp, config, n_trials, options, imports, dtype, started) -> tuple[dict, dict]:
+    with still_running(f"{exp.name}: build() of {_file(exp) or exp.name}"):
+        sweep = exp.build(config)
+    _check_dtype_kept(exp, dtype, "build()")
+    with _naming_the_user_file(exp):
+        check_sweep(sweep)
     out_dir = options.out_dir
     if out_dir is not None and len(sweep.labels) >= FIGURE_SERIES_WARN:  # the plan counts the figure too
         _warn(exp)(_figure_cost(len(sweep.labels)))
@@ -85,7 +103,9 @@ def run_experiment(
             store.check_no_link(os.path.join(out_dir, name))
     identity = _identity(exp, config, sweep, options.seed, dtype, imports)
     options = _engine_options(exp, sweep, options, identity)
-    results = engine.run(sweep.trial, sweep.points, n_trials, options=options)
+    with _naming_the_user_file(exp):
+        results = engine.run(sweep.trial, sweep.points, n_trials, options=options)
+    _check_dtype_kept(exp, dtype, "the trial")
     config_json = _record(exp, identity, options, n_trials, sweep, results)
     if jax.process_index() == 0:
         for line in rundir.nonfinite_lines(config_json["nonfinite_trials"], sweep.labels, n_trials):
@@ -93,6 +113,119 @@ def run_experiment(
     if out_dir is None or jax.process_index() != 0:
         return config_json, results
     return _write_result_directory(exp, config, sweep, out_dir, config_json, results, started)
+
+
+# --------------------------------------------------------------------------- user code
+def _file(exp: Experiment) -> str:
+    """The user file of an experiment loaded from one (``path/to/file.py``), else ""."""
+    return exp.source.rpartition(":")[0] if exp.source else ""
+
+
+def _where(exp: Experiment) -> str:
+    return f"{_file(exp)}: " if exp.source else ""
+
+
+@contextlib.contextmanager
+def _naming_the_user_file(exp: Experiment):
+    """A ValueError that a user experiment's sweep provoked in jaxfed (a metric's axes that do not
+    fit its values, …) names the user's file; the store's own errors and errors raised in the
+    user's code (which name their line already) pass as they are."""
+    try:
+        yield
+    except store.StoreError:
+        raise
+    except ValueError as err:
+        if not exp.source or _file(exp) in str(err) or catalog.user_frame(err) is not None:
+            raise
+        raise ValueError(f"{_file(exp)}: {err}") from err
+
+
+def _check_dtype_kept(exp: Experiment, dtype: str, during: str) -> None:
+    """ValueError when user code switched ``jax_enable_x64`` after the run's dtype was checked (and
+    is recorded): the flag is put back, so that what is recorded is what is stored."""
+    now = "float64" if jax.config.read("jax_enable_x64") else "float32"
+    if now != dtype:
+        jax.config.update("jax_enable_x64", dtype == "float64")
+        raise ValueError(
+            f"{_where(exp)}jax_enable_x64 was switched ({dtype} to {now}) during {during}; the run is checked and "
+            "recorded in the dtype set before it: set JAX_ENABLE_X64=1 in the environment (or jax.config.update at "
+            "the top of the file) instead"
+        )
+
+
+STILL_RUNNING_AFTER = 5.0
+"""Seconds after which a user file's import or ``build()`` still running is said on stderr."""
+
+
+@contextlib.contextmanager
+def still_running(what: str, after: float | None = None):
+    """Says ``jaxfed: WHAT … still running after 5 s`` on stderr when the block takes longer than
+    ``after`` seconds (default :data:`STILL_RUNNING_AFTER`; a user file's import or ``build()``
+    that sleeps, downloads or computes)."""
+    after = STILL_RUNNING_AFTER if after is None else after
+    timer = threading.Timer(after, lambda: print(f"jaxfed: {what} … still running after {after:g} s", file=sys.stderr))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+MARKER = ".user-code-running"
+"""In a result directory while a user experiment's code runs (build, trials, figure): a run that
+ended without a word inside it (``os._exit``, a kill) leaves it, and the next run says so."""
+
+
+def _start_marker(exp: Experiment, out_dir: str | None) -> tuple[str, bool] | None:
+    """Writes ``out_dir/MARKER`` for a user or plugin experiment (after saying, when one is there
+    from a process no longer running, that the previous run ended inside user code): (its path,
+    whether the directory was created for it)."""
+    if out_dir is None or not (exp.source or exp.plugin) or jax.process_index() != 0:
+        return None
+    path = os.path.join(out_dir, MARKER)
+    if os.path.lexists(path):
+        try:
+            previous = store.read_json(path, 4096)
+        except store.StoreError:
+            previous = {}
+        pid = previous.get("pid") if isinstance(previous, dict) else None
+        if not (isinstance(pid, int) and _alive(pid)):
+            _warn(exp)(
+                f"the previous run on {out_dir} ended inside the experiment's code "
+                f"({previous.get('code', '?') if isinstance(previous, dict) else '?'}) without an error: "
+                "it called os._exit or was killed; its results were not written (this run computes them)"
+            )
+    created = not os.path.isdir(out_dir)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        store.atomic_write_json(path, {"pid": os.getpid(), "code": _file(exp) or exp.plugin})
+    except (OSError, store.StoreError):
+        return None  # (an unwritable --out is reported by the store, with its name)
+    return path, created
+
+
+def _end_marker(marker: tuple[str, bool] | None) -> None:
+    """Removes the marker (and the directory, when it was created for it and holds nothing else)."""
+    if marker is None:
+        return
+    path, created = marker
+    try:
+        os.remove(path)
+        if created and not os.listdir(os.path.dirname(path)):
+            os.rmdir(os.path.dirname(path))
+    except OSError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return pid != os.getpid()
 
 
 FIGURE_SERIES_WARN = 100

@@ -1,0 +1,163 @@
+"""User code cannot end a run silently or move it (issue 37 part 4): paths are resolved before it
+runs; an exit or a KeyboardInterrupt it raises is an error naming the file; os._exit is detected at
+the next run; jax_enable_x64 switched in build() and jax_disable_jit set at import are refused; a
+report of the wrong type or a sweep whose axes do not fit names the file; long imports and
+builds say so."""
+
+import os
+import subprocess
+import sys
+
+import jax
+import pytest
+
+from jaxfed import cli
+from jaxfed.experiments import runner
+
+USER_FILE = """
+import dataclasses, os, sys, time
+import jax
+from jaxfed.experiments import Experiment, Sweep
+
+MODE = {mode!r}
+if MODE == "chdir":
+    os.chdir({elsewhere!r})
+if MODE == "nojit":
+    jax.config.update("jax_disable_jit", True)
+if MODE == "sleep_import":
+    time.sleep(0.6)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    n: int = 2  # values
+
+
+def trial(key, point):
+    if MODE == "exit_trace":
+        sys.exit(0)
+    return {{"x": jax.random.normal(key, () if MODE == "scalar" else (2,))}}
+
+
+def build(cfg):
+    if MODE == "exit_build":
+        sys.exit(0)
+    if MODE == "os_exit":
+        os._exit(0)
+    if MODE == "x64":
+        jax.config.update("jax_enable_x64", True)
+    if MODE == "interrupt":
+        raise KeyboardInterrupt
+    if MODE == "sleep_build":
+        time.sleep(0.6)
+    return Sweep(trial, [{{}}], [{{"p": 0}}], {{"x": ("i",)}})
+
+
+def report(cfg, labels, results):
+    return 3 if MODE == "report_int" else ""
+
+
+EXPERIMENT = Experiment("mine", "mine", Config, build, plot=lambda *a: None, report=report)
+"""
+
+
+def _line(fragment: str, nth: int = 0) -> int:
+    """The line of the user file holding ``fragment`` (its ``nth`` occurrence)."""
+    lines = USER_FILE.splitlines()
+    return [i + 1 for i, text in enumerate(lines) if fragment in text][nth]
+
+
+def _user_file(tmp_path, mode):
+    (tmp_path / "elsewhere").mkdir(exist_ok=True)
+    path = tmp_path / f"exp_{mode}.py"
+    path.write_text(USER_FILE.format(mode=mode, elsewhere=str(tmp_path / "elsewhere")))
+    return path
+
+
+def _run(tmp_path, capsys, mode, *extra):
+    path = _user_file(tmp_path, mode)
+    code = cli.main(["run", f"{path.name}:EXPERIMENT", "--trials", "3", "--out", "out", "--quiet", *extra])
+    captured = capsys.readouterr()
+    return code, captured.err.strip(), path
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+def test_chdir_at_import_does_not_move_the_run(tmp_path, capsys):
+    code, err, _ = _run(tmp_path, capsys, "chdir")
+    assert code == 0, err
+    assert (tmp_path / "out" / "config.json").is_file()
+    assert not (tmp_path / "elsewhere" / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "mode, line", [("exit_build", _line("sys.exit(0)", 1)), ("exit_trace", _line("sys.exit(0)", 0))]
+)
+def test_sys_exit_in_user_code_is_an_error_naming_the_file(tmp_path, capsys, mode, line):
+    code, err, path = _run(tmp_path, capsys, mode)
+    assert code == 2 and err.count("\n") == 0
+    assert f"{path}:{line}: the experiment's code called sys.exit(0)" in err
+
+
+def test_a_keyboard_interrupt_raised_by_build_is_an_error_in_user_code(tmp_path, capsys):
+    code, err, path = _run(tmp_path, capsys, "interrupt")
+    assert (
+        code == 2
+        and f"{path}:{_line('raise KeyboardInterrupt')}: KeyboardInterrupt raised by the experiment's code" in err
+    )
+
+
+def test_x64_switched_in_build_is_refused_and_put_back(tmp_path, capsys):
+    before = jax.config.read("jax_enable_x64")
+    code, err, path = _run(tmp_path, capsys, "x64")
+    assert jax.config.read("jax_enable_x64") == before
+    assert code == 2 and f"{path}: jax_enable_x64 was switched (float32 to float64) during build()" in err
+    assert not (tmp_path / "out" / "metrics.npz").exists()
+
+
+def test_disable_jit_at_import_names_the_file(tmp_path, capsys):
+    try:
+        code, err, path = _run(tmp_path, capsys, "nojit")
+    finally:
+        jax.config.update("jax_disable_jit", False)
+    assert code == 2 and f"{path}: jax_disable_jit is on" in err
+
+
+def test_axes_that_do_not_fit_the_metric_name_the_file(tmp_path, capsys):
+    code, err, path = _run(tmp_path, capsys, "scalar")
+    assert code == 2 and err.startswith(f"jaxfed: error: {path}: metric_axes['x']")
+
+
+def test_a_report_of_the_wrong_type_names_the_file(tmp_path, capsys):
+    code, err, path = _run(tmp_path, capsys, "report_int")
+    assert code == 2 and err.count("\n") == 0
+    assert f"the report of experiment 'mine' ({path}) returned a int" in err
+
+
+@pytest.mark.parametrize("mode, what", [("sleep_import", "importing"), ("sleep_build", "mine: build() of")])
+def test_a_long_import_or_build_says_so(tmp_path, capsys, monkeypatch, mode, what):
+    monkeypatch.setattr(runner, "STILL_RUNNING_AFTER", 0.2)
+    code, err, path = _run(tmp_path, capsys, mode)
+    assert code == 0 and f"jaxfed: {what} {path} … still running after 0.2 s" in err
+
+
+def test_os_exit_in_build_is_reported_at_the_next_run(tmp_path):
+    path = _user_file(tmp_path, "os_exit")
+    command = [sys.executable, "-m", "jaxfed.cli", "run", f"{path}:EXPERIMENT", "--trials", "3", "--out", "out"]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    first = subprocess.run(command + ["--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0  # os._exit(0) cannot be caught in the process …
+    assert (tmp_path / "out" / runner.MARKER).exists()
+    path.write_text(path.read_text().replace("MODE = 'os_exit'", "MODE = ''"))
+    second = subprocess.run(command + ["--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert "the previous run on" in second.stderr and "ended inside the experiment's code" in second.stderr
+    assert not (tmp_path / "out" / runner.MARKER).exists() and (tmp_path / "out" / "config.json").exists()
+
+
+def test_a_failing_build_leaves_no_directory(tmp_path, capsys):
+    code, _, _ = _run(tmp_path, capsys, "x64")
+    assert code == 2 and not (tmp_path / "out").exists()
