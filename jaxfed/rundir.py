@@ -256,6 +256,16 @@ def load_results(out_dir: str, read_metrics: bool = True) -> tuple[dict, dict]:
         "identity_sha256": str,
         "record_sha256": str,
     }
+    older = {k: t for k, t in required.items() if k != "record_sha256"}
+    if (
+        isinstance(config_json, dict)
+        and "record_sha256" not in config_json
+        and all(isinstance(config_json.get(k), t) for k, t in older.items())
+    ):
+        raise ValueError(
+            f"{config_path}: was written before config.json carried its own digest (record_sha256); rerun the "
+            "command that made it (it computes nothing and rewrites the record)"
+        )
     if not isinstance(config_json, dict) or not all(isinstance(config_json.get(k), t) for k, t in required.items()):
         needs = ", ".join(f"{k} ({t.__name__})" for k, t in required.items())
         raise ValueError(f"{config_path}: not the config.json of a finished run (needs {needs})")

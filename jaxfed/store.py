@@ -87,7 +87,7 @@ _RAW_NAME = re.compile(r"g(\d{3,})_t(\d{10})_(\d{10})\.npz")
 _SUMMARY_NAME = re.compile(r"summary_g\d{3,}\.npz")
 # Temporary files of atomic writes (name.PID.tmp) of the files this package writes, nothing else.
 _TMP_NAME = re.compile(
-    r"(identity\.json|config\.json|metrics\.npz|report\.md|verdicts\.json|[A-Za-z0-9][A-Za-z0-9._-]*\.png"
+    r"(identity\.json|config\.json|metrics\.npz|report\.md|verdicts\.json|\.user-code-running|[A-Za-z0-9][A-Za-z0-9._-]*\.png"
     r"|g\d{3,}_t\d{10}_\d{10}\.npz|summary_g\d{3,}\.npz)\.\d+\.tmp"
 )
 _HINT = "delete it or use --overwrite (overwrite=True) to recompute it"
@@ -192,8 +192,9 @@ def read_regular(path: str, limit: int | None = None) -> bytes:
     return data
 
 
-MAX_JSON_BYTES = 1 << 30
-"""The largest JSON file read from a result directory (1 GiB)."""
+MAX_JSON_BYTES = 1 << 28
+"""The largest JSON file read from a result directory (256 MiB): a larger one is refused before
+it is read or parsed."""
 
 
 def read_json(path: str, limit: int | None = None):

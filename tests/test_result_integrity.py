@@ -135,3 +135,13 @@ def test_the_checks_read_every_chunk_once(tmp_path, monkeypatch):
     rundir.load_results(str(out))
     chunks = [p for p in reads if "/chunks/" in p]
     assert len(chunks) == len(set(chunks)) == len(list((out / "chunks").iterdir())) == 6  # 2 groups × 3 chunks
+
+
+def test_a_record_without_its_digest_is_refused_until_the_command_is_rerun(tmp_path):
+    out = tmp_path / "run"
+    run(out)
+    _edit_record(out, lambda r: r.pop("record_sha256"))  # (as a run before record_sha256 wrote it)
+    with pytest.raises(ValueError, match=r"written before config\.json carried its own digest .* rerun the command"):
+        rundir.load_results(str(out))
+    run(out)  # computes nothing, rewrites the record
+    assert "record_sha256" in rundir.load_results(str(out))[0]
