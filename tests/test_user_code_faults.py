@@ -12,7 +12,7 @@ import jax
 import pytest
 
 from jaxfed import cli
-from jaxfed.experiments import runner
+from jaxfed.experiments import catalog, run_experiment, runner
 
 USER_FILE = """
 import dataclasses, os, sys, time
@@ -50,6 +50,8 @@ def build(cfg):
         raise KeyboardInterrupt
     if MODE == "sleep_build":
         time.sleep(0.6)
+    if MODE == "chdir_build":
+        os.chdir({elsewhere!r})
     return Sweep(trial, [{{}}], [{{"p": 0}}], {{"x": ("i",)}})
 
 
@@ -100,6 +102,13 @@ def test_sys_exit_in_user_code_is_an_error_naming_the_file(tmp_path, capsys, mod
     code, err, path = _run(tmp_path, capsys, mode)
     assert code == 2 and err.count("\n") == 0
     assert f"{path}:{line}: the experiment's code called sys.exit(0)" in err
+
+
+def test_chdir_in_build_does_not_move_a_library_run(tmp_path):
+    exp = catalog.from_file(str(_user_file(tmp_path, "chdir_build")), "EXPERIMENT")
+    run_experiment(exp, exp.config_cls(), 3, out_dir="out", quiet=True)
+    assert (tmp_path / "out" / "config.json").is_file()
+    assert not (tmp_path / "elsewhere" / "out").exists()
 
 
 def test_a_keyboard_interrupt_raised_by_build_is_an_error_in_user_code(tmp_path, capsys):

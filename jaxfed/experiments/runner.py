@@ -74,6 +74,8 @@ def run_experiment(
     """
     started = time.perf_counter()
     options = _run_options(options, quiet, legacy)
+    if options.out_dir is not None:  # before user code runs: an os.chdir in build() moves no result
+        options = dataclasses.replace(options, out_dir=os.path.abspath(options.out_dir))
     n_trials = exp.default_trials if n_trials is None else n_trials
     validation.trial_count(n_trials, "trials")
     dtype = _checked_dtype(config)
