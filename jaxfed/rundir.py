@@ -196,7 +196,7 @@ def write_results(out_dir: str, config_json: dict, results: Mapping, started: fl
     store.atomic_write_bytes(os.path.join(out_dir, METRICS_FILE), data)
     config_json["identity_sha256"] = store.identity_digest(store.read_json(os.path.join(out_dir, "identity.json")))
     config_json["metrics_sha256"] = hashlib.sha256(data).hexdigest()
-    config_json["chunks_sha256"] = chunks_digest(out_dir)
+    config_json["chunks_sha256"] = chunks_digest(out_dir, config_json["n_trials"])
     config_json["wall_s"] = round(time.perf_counter() - started, 3)  # what producing these results took
     config_json["record_sha256"] = record_digest(config_json)
     store.atomic_write_json(os.path.join(out_dir, CONFIG_FILE), config_json)
@@ -216,11 +216,15 @@ def _chunk_names(out_dir: str) -> list[str]:
     return [n for n in (sorted(os.listdir(chunks)) if os.path.isdir(chunks) else []) if store.is_chunk_name(n)]
 
 
-def chunks_digest(out_dir: str) -> str:
-    """SHA-256 of the chunk set in ``out_dir/chunks``: each chunk file's name and its header's own
-    SHA-256 (which covers the CRC-32 of every array the file holds, checked when it is read)."""
+def chunks_digest(out_dir: str, n_trials: int) -> str:
+    """SHA-256 of the chunk set of a run of ``n_trials`` trials in ``out_dir/chunks``: each chunk
+    file's name and its header's own SHA-256 (which covers the CRC-32 of every array the file
+    holds, checked when it is read). Raw chunks of trials from ``n_trials`` on (a larger run's,
+    kept for growth, or a growth that was interrupted) are not the run's and are left out."""
     listed = []
     for name in _chunk_names(out_dir):
+        if store.is_raw_chunk_name(name) and store.raw_chunk_start(name) >= n_trials:
+            continue
         header = store.chunk_header(os.path.join(out_dir, "chunks", name))
         listed.append([name, header.get("sha256") if isinstance(header, dict) else None])
     return hashlib.sha256(json.dumps(listed).encode()).hexdigest()
@@ -275,7 +279,7 @@ def load_results(out_dir: str, read_metrics: bool = True) -> tuple[dict, dict]:
             f"{config_path}: does not match its own digest (record_sha256): it was edited after the run; "
             "rerun the command to rewrite it"
         )
-    if _chunk_names(out_dir) and chunks_digest(out_dir) != config_json.get("chunks_sha256"):
+    if _chunk_names(out_dir) and chunks_digest(out_dir, config_json["n_trials"]) != config_json.get("chunks_sha256"):
         raise ValueError(
             f"{out_dir}/chunks: is not the chunk set {config_path} was written with (chunks_sha256); "
             "rerun the command to rewrite the record from the chunks"

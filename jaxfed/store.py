@@ -63,6 +63,7 @@ __all__ = [
     "chunk_header",
     "is_chunk_name",
     "is_raw_chunk_name",
+    "raw_chunk_start",
     "read_chunk",
     "verify_record",
     "savez_bytes",
@@ -489,6 +490,14 @@ def is_chunk_name(name: str) -> bool:
 def is_raw_chunk_name(name: str) -> bool:
     """Whether ``name`` is a raw chunk file's name as this store builds them."""
     return bool(_RAW_NAME.fullmatch(name))
+
+
+def raw_chunk_start(name: str) -> int:
+    """The first trial of the raw chunk file ``name`` (:func:`is_raw_chunk_name`)."""
+    match = _RAW_NAME.fullmatch(name)
+    if match is None:
+        raise ValueError(f"{name}: not a raw chunk's name")
+    return int(match[2])
 
 
 def read_chunk(path: str) -> tuple[dict, dict]:

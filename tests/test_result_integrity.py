@@ -145,3 +145,14 @@ def test_a_record_without_its_digest_is_refused_until_the_command_is_rerun(tmp_p
         rundir.load_results(str(out))
     run(out)  # computes nothing, rewrites the record
     assert "record_sha256" in rundir.load_results(str(out))[0]
+
+
+def test_an_interrupted_growth_leaves_the_finished_run_readable(tmp_path, monkeypatch):
+    """Chunks of trials past the record's (a growth killed before its record) are not the run's."""
+    out = tmp_path / "run"
+    run(out, n_trials=6, chunk_size=3)
+    monkeypatch.setattr(rundir, "write_results", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        run(out, n_trials=9, chunk_size=3)  # its chunks [6, 9) are written, its record is not
+    assert any("t0000000006_0000000009" in p.name for p in (out / "chunks").iterdir())
+    assert rundir.load_results(str(out))[0]["n_trials"] == 6
