@@ -5,8 +5,10 @@ report of the wrong type or a sweep whose axes do not fit names the file; long i
 builds say so."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import jax
 import pytest
@@ -52,6 +54,9 @@ def build(cfg):
         time.sleep(0.6)
     if MODE == "chdir_build":
         os.chdir({elsewhere!r})
+    if MODE == "wait_build":
+        open({elsewhere!r} + "/started", "w").close()
+        time.sleep(60)
     return Sweep(trial, [{{}}], [{{"p": 0}}], {{"x": ("i",)}})
 
 
@@ -170,3 +175,16 @@ def test_os_exit_in_build_is_reported_at_the_next_run(tmp_path):
 def test_a_failing_build_leaves_no_directory(tmp_path, capsys):
     code, _, _ = _run(tmp_path, capsys, "x64")
     assert code == 2 and not (tmp_path / "out").exists()
+
+
+def test_the_users_ctrl_c_is_still_an_interrupt(tmp_path):
+    path = _user_file(tmp_path, "wait_build")
+    command = [sys.executable, "-m", "jaxfed.cli", "run", f"{path}:EXPERIMENT", "--trials", "3", "--out", "out"]
+    process = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    started = tmp_path / "elsewhere" / "started"
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130 and "jaxfed: interrupted" in err
