@@ -535,7 +535,16 @@ def export(directory: str, fmt: str, metric: str | None = None, with_bands: bool
     return _write(path, buffer.getvalue())
 
 
-_RUN_FILES = (rundir.CONFIG_FILE, rundir.METRICS_FILE, "identity.json", VERDICTS_FILE, "report.md", ".lock", "chunks")
+_RUN_FILES = (
+    rundir.CONFIG_FILE,
+    rundir.METRICS_FILE,
+    "identity.json",
+    VERDICTS_FILE,
+    "report.md",
+    "report.html",
+    ".lock",
+    "chunks",
+)
 """The files of a result directory an export never writes (with the figure, EXPERIMENT.png)."""
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
