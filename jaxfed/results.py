@@ -83,9 +83,10 @@ def _pandas():
 def open_results(directory: str | os.PathLike, *, unstack: bool = False):
     """The finished run in ``directory`` as an :class:`xarray.Dataset` (layout: module docstring).
 
-    The directory is data: ``config.json`` and ``metrics.npz`` are read and verified (identity,
-    digests, shapes; no link followed) by :func:`jaxfed.rundir.load_results`, and no code
-    it names is imported.
+    The directory is data: ``config.json`` and ``metrics.npz`` are read and verified as a whole
+    (identity, digests, shapes, metrics.npz against the chunks beside it; no link followed, no
+    FIFO or device waited on) by :func:`jaxfed.rundir.load_results`, and no code it names is
+    imported.
 
     Args:
         directory: a result directory (``jaxfed run NAME --out DIR``).
@@ -543,6 +544,7 @@ _RUN_FILES = (
     "report.md",
     "report.html",
     ".lock",
+    ".user-code-running",
     "chunks",
 )
 """The files of a result directory an export never writes (with the figure, EXPERIMENT.png)."""
