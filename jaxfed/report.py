@@ -7,17 +7,67 @@ from __future__ import annotations
 import datetime
 import json
 import os
+from typing import NamedTuple
 
-from jaxfed import rundir, stats, store
+from jaxfed import report_html, rundir, stats, store
 from jaxfed._version import __version__
 from jaxfed.experiments.spec import Reading
 
-__all__ = ["section", "write"]
+__all__ = ["Section", "section", "write"]
 
 
-def section(exp, config, config_json: dict, results: dict, seconds: float):
-    """The :class:`jaxfed.experiments.Reading` of one finished experiment: its markdown section
-    (plot path relative to the report) and the verdicts it states."""
+class Section(NamedTuple):
+    """One finished experiment's part of the report, as report.md (:attr:`text`) and report.html
+    (:mod:`jaxfed.report_html`) show it; like a :class:`jaxfed.experiments.Reading` it has ``text``
+    and ``verdicts``."""
+
+    description: str
+    figure: str
+    """The figure's path relative to the report."""
+    caption: str
+    settings: str
+    """One line: trials, seed, dtype, devices, chunk sizes, kept, time."""
+    nonfinite: tuple
+    """Lines naming the points whose trials had a NaN or infinite value."""
+    parameters: dict
+    reading: Reading
+    """What the experiment's report read from the results (its markdown and verdicts)."""
+    record: dict
+    """The run's config.json (its settings and versions)."""
+    name: str
+
+    @property
+    def verdicts(self) -> tuple:
+        return tuple(self.reading.verdicts)
+
+    @property
+    def text(self) -> str:
+        """The section's markdown (report.md)."""
+        params = "\n".join(f"| `{k}` | {json.dumps(v)} |" for k, v in self.parameters.items())
+        nonfinite = [f"- {line}" for line in self.nonfinite]
+        lines = [
+            f"## {self.name}",
+            "",
+            self.description,
+            "",
+            f"![{self.name}]({self.figure})",
+            "",
+            self.settings,
+            "",
+            *nonfinite,
+            *([""] if nonfinite else []),
+            "| parameter | value |",
+            "|---|---|",
+            params,
+            "",
+            self.reading.text,
+        ]
+        return "\n".join(lines)
+
+
+def section(exp, config, config_json: dict, results: dict, seconds: float) -> Section:
+    """The :class:`Section` of one finished experiment: its markdown (plot path relative to the
+    report), the verdicts it states and what report.html shows besides."""
     reading = exp.report(config, config_json["points"], results)
     if isinstance(reading, str):
         reading = Reading(reading)
@@ -27,32 +77,32 @@ def section(exp, config, config_json: dict, results: dict, seconds: float):
             f"the report of experiment {exp.name!r}{where} returned a {type(reading).__name__}; "
             "it must return markdown text (str) or a jaxfed.experiments.Reading"
         )
-    params = "\n".join(f"| `{k}` | {json.dumps(v)} |" for k, v in config_json["parameters"].items())
     engine = config_json["engine"]
     # Said where the numbers below are NaN: a point whose every trial failed has no band or verdict.
     counts = config_json.get("nonfinite_trials", {})
-    nonfinite = [f"- {line}" for line in rundir.nonfinite_lines(counts, config_json["points"], config_json["n_trials"])]
-    nonfinite += [""] if nonfinite else []
-    lines = [
-        f"## {exp.name}",
-        "",
-        exp.description,
-        "",
-        f"![{exp.name}]({exp.name}/{exp.name}.png)",
-        "",
+    nonfinite = rundir.nonfinite_lines(counts, config_json["points"], config_json["n_trials"])
+    settings = (
         f"{config_json['n_trials']} trials per point, seed {config_json['seed']}, {config_json['dtype']}, "
         f"{engine['devices']} device(s) ({config_json['device']}), chunk size(s) {engine['chunk_sizes']}, "
         f"kept {engine['keep']}; the results took {config_json.get('wall_s', seconds):.1f} s to compute "
-        f"(as recorded), this run spent {seconds:.1f} s on them.",
-        "",
-        *nonfinite,
-        "| parameter | value |",
-        "|---|---|",
-        params,
-        "",
-        reading.text,
-    ]
-    return Reading("\n".join(lines), tuple(reading.verdicts))
+        f"(as recorded), this run spent {seconds:.1f} s on them."
+    )
+    return Section(
+        description=exp.description,
+        figure=f"{exp.name}/{exp.name}.png",
+        caption=getattr(exp, "caption", "") or _first_sentence(exp.description),
+        settings=settings,
+        nonfinite=tuple(nonfinite),
+        parameters=dict(config_json["parameters"]),
+        reading=reading,
+        record=config_json,
+        name=exp.name,
+    )
+
+
+def _first_sentence(text: str) -> str:
+    head, dot, _ = text.partition(". ")
+    return head + dot.strip()
 
 
 def summary(named_sections: list) -> str:
@@ -63,8 +113,9 @@ def summary(named_sections: list) -> str:
 
 
 def write(out_dir: str, sections: list, seconds: float) -> str:
-    """Writes ``<out_dir>/report.md`` from (experiment name, :func:`section`) pairs, and its claims
-    as ``<out_dir>/verdicts.json`` (:func:`jaxfed.results.verdicts`), and returns the report's path."""
+    """Writes ``<out_dir>/report.md`` from (experiment name, :func:`section`) pairs, its claims
+    as ``<out_dir>/verdicts.json`` (:func:`jaxfed.results.verdicts`) and the same as one web page,
+    ``<out_dir>/report.html`` (:func:`jaxfed.report_html.write`), and returns report.md's path."""
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     head = [
         "# jaxfed reproduction report",
@@ -101,4 +152,8 @@ def write(out_dir: str, sections: list, seconds: float) -> str:
     store.atomic_write_bytes(path, ("\n".join(head + [reading.text for _, reading in sections]) + "\n").encode())
     # The claims as data too (jaxfed.results.verdicts reads them into a table without running anything).
     rundir.write_verdicts(out_dir, sections, "report.md")
+    # The same sections and claims as one web page (figures inline), beside it.
+    intro = next(line for line in head if line.startswith(f"jaxfed {__version__}"))
+    policy = next(line for line in head if line.startswith("**How verdicts are decided**"))
+    report_html.write(out_dir, head[0].lstrip("# "), intro, policy, sections)
     return path

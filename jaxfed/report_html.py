@@ -1,0 +1,328 @@
+"""``report.html``: the report as one self-contained web page, written beside ``report.md`` from the
+same sections and claims.
+
+Nothing on the page is fetched: each figure is inline (a base64 PNG ``data:`` URI), the style and the
+script (sorting and filtering the table of claims, plain JavaScript) are in the page. From the top:
+the claims counted by kind (by verdict where the claims carry no kind), the table of every claim
+(sortable by any column, filterable by kind and verdict; each claim links to its section, figure and
+parameters), the verdict policy, one section per experiment (its figure with a caption, the
+parameters, the experiment's reading), then the settings and environment of every run.
+
+The markdown of the sections is rendered by :func:`markdown`, a small converter for what the
+experiments write (headings, paragraphs, lists, pipe tables, images, code, bold, italics, links).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+import platform
+import re
+from collections import Counter
+from collections.abc import Mapping
+
+from jaxfed import rundir, store
+
+__all__ = ["markdown", "page", "write"]
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+_STYLE = """
+body{font:15px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:0 1.2em 3em;color:#111}
+h1{margin-top:.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
+table{border-collapse:collapse;margin:.6em 0;font-size:13px}
+th,td{border:1px solid #ccc;padding:.25em .5em;vertical-align:top;text-align:left}
+th{background:#f3f3f3}#claims th{cursor:pointer;user-select:none}
+#claims th[aria-sort=ascending]::after{content:" \\25B2"}#claims th[aria-sort=descending]::after{content:" \\25BC"}
+.counts{display:flex;flex-wrap:wrap;gap:.6em;margin:.6em 0}
+.count{border:1px solid #ccc;border-radius:4px;padding:.3em .7em}.count b{font-size:1.3em}
+.v-reproduced{background:#e3f2e1}.v-not-reproduced{background:#f8dede}.v-inconclusive{background:#fdf3d7}
+.v-not-testable-here{background:#eee}
+figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #ddd}
+figcaption{font-size:13px;color:#333;margin-top:.3em}
+code{background:#f3f3f3;padding:0 .2em}.filters{margin:.5em 0}.filters label{margin-right:1em}
+.missing{color:#a00}
+"""
+
+_SCRIPT = """
+(function () {
+  var table = document.getElementById("claims");
+  if (!table) return;
+  var body = table.tBodies[0];
+  var kind = document.getElementById("filter-kind");
+  var verdict = document.getElementById("filter-verdict");
+  var shown = document.getElementById("shown");
+  function filter() {
+    var n = 0;
+    Array.prototype.forEach.call(body.rows, function (row) {
+      var show = (!kind || kind.value === "" || row.dataset.kind === kind.value) &&
+                 (verdict.value === "" || row.dataset.verdict === verdict.value);
+      row.hidden = !show;
+      if (show) n += 1;
+    });
+    shown.textContent = n + " of " + body.rows.length + " claims shown";
+  }
+  function value(row, column) {
+    var cell = row.cells[column];
+    var key = cell.dataset.sort !== undefined ? cell.dataset.sort : cell.textContent.trim();
+    var number = parseFloat(key);
+    return key !== "" && isFinite(key) ? number : key.toLowerCase();
+  }
+  function sort(th) {
+    var column = th.cellIndex;
+    var ascending = th.getAttribute("aria-sort") !== "ascending";
+    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (c) { c.removeAttribute("aria-sort"); });
+    th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
+    var rows = Array.prototype.slice.call(body.rows);
+    rows.sort(function (a, b) {
+      var x = value(a, column), y = value(b, column);
+      if (typeof x !== typeof y) { x = String(x); y = String(y); }
+      return (x < y ? -1 : x > y ? 1 : 0) * (ascending ? 1 : -1);
+    });
+    rows.forEach(function (row) { body.appendChild(row); });
+  }
+  Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th) {
+    th.addEventListener("click", function () { sort(th); });
+  });
+  if (kind) kind.addEventListener("change", filter);
+  verdict.addEventListener("change", filter);
+  filter();
+})();
+"""
+
+_SETTINGS = ("experiment", "n_trials", "seed", "dtype", "device", "keep", "created", "wall_s", "options", "engine")
+"""The entries of a run's config.json shown under its settings (then ``versions``, its environment)."""
+
+
+def _e(text) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def anchor(prefix: str, name: str) -> str:
+    """An element id for ``name``: ``PREFIX-NAME`` with every character outside ``[A-Za-z0-9_.-]``
+    replaced by ``-`` (ids and ``#`` links stay plain)."""
+    return f"{prefix}-{re.sub(r'[^A-Za-z0-9_.-]', '-', name)}"
+
+
+def _inline(text: str) -> str:
+    """Inline markdown as HTML: `code`, **bold**, *italic*, [text](link); everything else escaped."""
+    parts = re.split(r"(`[^`]*`)", text)
+    out = []
+    for part in parts:
+        if len(part) >= 2 and part.startswith("`") and part.endswith("`"):
+            out.append(f"<code>{_e(part[1:-1])}</code>")
+            continue
+        s = _e(part)
+        s = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", s)
+        s = re.sub(r"(?<![\w*])\*(?![\s*])(.+?)(?<![\s*])\*(?![\w*])", r"<i>\1</i>", s)
+        s = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", lambda m: f'<a href="{m.group(2)}">{m.group(1)}</a>', s)
+        out.append(s)
+    return "".join(out)
+
+
+def _cells(line: str) -> list[str]:
+    line = line.strip()
+    line = line[1:] if line.startswith("|") else line
+    line = line[:-1] if line.endswith("|") and not line.endswith("\\|") else line
+    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)]
+
+
+def _table(lines: list[str], table_id: str | None = None) -> str:
+    head, rows = _cells(lines[0]), [_cells(line) for line in lines[2:]]
+    ident = f' id="{_e(table_id)}"' if table_id else ""
+    th = "".join(f"<th>{_inline(c)}</th>" for c in head)
+    trs = "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table{ident}><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
+
+
+def markdown(text: str) -> str:
+    """HTML of the markdown the report's sections are written in: ``#`` headings, paragraphs,
+    ``-`` lists, pipe tables (a header row, a rule, rows), images on a line of their own, and
+    the inline forms of :func:`_inline`. Everything else is text, escaped."""
+    out: list[str] = []
+    blocks = re.split(r"\n\s*\n", text.strip("\n"))
+    for block in blocks:
+        lines = [line for line in block.split("\n") if line.strip()]
+        if not lines:
+            continue
+        first = lines[0].strip()
+        heading = re.match(r"(#{1,6})\s+(.*)", first)
+        if heading and len(lines) == 1:
+            level = min(len(heading.group(1)) + 1, 6)  # the page's own h1/h2 sit above the sections'
+            out.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
+        elif first.startswith("|") and len(lines) >= 2 and re.fullmatch(r"\|?[\s:|-]+\|?", lines[1].strip()):
+            out.append(_table(lines))
+        elif all(line.lstrip().startswith(("- ", "* ")) for line in lines):
+            items = "".join(f"<li>{_inline(line.lstrip()[2:])}</li>" for line in lines)
+            out.append(f"<ul>{items}</ul>")
+        elif (image := re.fullmatch(r"!\[([^\]]*)\]\(([^)]*)\)", first)) and len(lines) == 1:
+            out.append(f"<p>{_e(image.group(1))} (figure: {_e(image.group(2))})</p>")
+        else:
+            out.append(f"<p>{_inline(' '.join(line.strip() for line in lines))}</p>")
+    return "\n".join(out)
+
+
+def _figure(out_dir: str, relative: str, name: str, caption: str) -> str:
+    """The figure inline (a PNG data URI) with its caption, or a line saying it is missing. The
+    figure is looked for where report.md links it and, in a run's own directory, beside the report."""
+    candidates = [os.path.join(out_dir, relative), os.path.join(out_dir, os.path.basename(relative))]
+    data = None
+    for path in candidates:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            break
+        except OSError:
+            continue
+    ident = anchor("fig", name)
+    if data is None or not data.startswith(_PNG_SIGNATURE):
+        return f'<figure id="{ident}"><p class="missing">No figure at {_e(relative)} (not drawn or not a PNG).</p></figure>'
+    uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+    return (
+        f'<figure id="{ident}"><img src="{uri}" alt="{_e(name)}">'
+        f"<figcaption><b>{_e(name)}.</b> {_inline(caption)}</figcaption></figure>"
+    )
+
+
+def _rows_html(rows: list[dict], with_kind: bool) -> str:
+    out = []
+    for i, row in enumerate(rows):
+        name = row["section"]
+        kind = row.get("kind") or ""
+        verdict = row["verdict"]
+        p = row.get("p_value")
+        links = (
+            f'<a href="#{anchor("sec", name)}">section</a> · <a href="#{anchor("fig", name)}">figure</a> · '
+            f'<a href="#{anchor("params", name)}">parameters</a>'
+        )
+        cells = [
+            f'<td data-sort="{i}">{i + 1}</td>',
+            f'<td><a href="#{anchor("sec", name)}">{_e(name)}</a></td>',
+            f"<td>{_inline(row['claim'])}</td>",
+            *([f"<td>{_e(kind)}</td>"] if with_kind else []),
+            f'<td data-sort="{_e(row.get("estimate") if row.get("estimate") is not None else "")}">'
+            f"{_e(row.get('interval') or '–')}</td>",
+            f'<td data-sort="{_e(p if p is not None else "")}">{_e(f"{p:.2g}" if p is not None else "–")}</td>',
+            f"<td>{_e(row.get('n', ''))}</td>",
+            f'<td class="v-{_e(verdict.replace(" ", "-"))}"><b>{_e(verdict)}</b>'
+            + (f" ({_inline(row['reason'])})" if row.get("reason") else "")
+            + "</td>",
+            f"<td>{links}</td>",
+        ]
+        out.append(
+            f'<tr id="claim-{i + 1}" data-verdict="{_e(verdict)}" data-kind="{_e(kind)}">' + "".join(cells) + "</tr>"
+        )
+    return "".join(out)
+
+
+def _counts(rows: list[dict], with_kind: bool) -> str:
+    key = "kind" if with_kind else "verdict"
+    counts = Counter(row.get(key) or "" for row in rows)
+    boxes = "".join(f'<span class="count"><b>{n}</b> {_e(k or "(none)")}</span>' for k, n in counts.most_common())
+    what = "by kind" if with_kind else "by verdict"
+    return f'<div class="counts" id="counts"><span class="count"><b>{len(rows)}</b> claims</span>{boxes}</div>' + (
+        f"<p>Claims counted {what}.</p>"
+    )
+
+
+def _options(values, label: str, ident: str) -> str:
+    opts = "".join(f'<option value="{_e(v)}">{_e(v)}</option>' for v in values)
+    return f'<label>{label} <select id="{ident}"><option value="">all</option>{opts}</select></label>'
+
+
+def _claims(rows: list[dict]) -> str:
+    with_kind = any(row.get("kind") for row in rows)
+    if not rows:
+        return _counts(rows, False) + "<p>No section states a claim.</p>"
+    kinds = sorted({row.get("kind") or "" for row in rows}) if with_kind else []
+    verdicts = list(dict.fromkeys(row["verdict"] for row in rows))
+    filters = (
+        '<div class="filters">'
+        + (_options(kinds, "kind", "filter-kind") if with_kind else "")
+        + _options(verdicts, "verdict", "filter-verdict")
+        + '<span id="shown"></span></div>'
+    )
+    head = ["#", "section", "claim", *(["kind"] if with_kind else []), "statistic [interval]", "sign-test p", "pairs"]
+    ths = "".join(f"<th>{h}</th>" for h in [*head, "verdict", "evidence"])
+    return (
+        _counts(rows, with_kind)
+        + filters
+        + f'<table id="claims"><thead><tr>{ths}</tr></thead><tbody>{_rows_html(rows, with_kind)}</tbody></table>'
+    )
+
+
+def _section(out_dir: str, name: str, part) -> str:
+    """One experiment's section: structured (:class:`jaxfed.report.Section`) or a plain reading's markdown."""
+    ident = anchor("sec", name)
+    if not hasattr(part, "parameters"):
+        return f'<section id="{ident}">{markdown(part.text)}</section>'
+    params = "".join(
+        f"<tr><td><code>{_e(k)}</code></td><td>{_e(json.dumps(v))}</td></tr>" for k, v in part.parameters.items()
+    )
+    nonfinite = "".join(f"<li>{_inline(line)}</li>" for line in part.nonfinite)
+    return "\n".join(
+        [
+            f'<section id="{ident}"><h2>{_e(name)}</h2>',
+            markdown(part.description),
+            _figure(out_dir, part.figure, name, part.caption),
+            f'<p>{_inline(part.settings)} <a href="#{anchor("settings", name)}">All settings</a>.</p>',
+            f"<ul>{nonfinite}</ul>" if nonfinite else "",
+            f'<table id="{anchor("params", name)}"><thead><tr><th>parameter</th><th>value</th></tr></thead>'
+            f"<tbody>{params}</tbody></table>",
+            markdown(part.reading.text),
+            "</section>",
+        ]
+    )
+
+
+def _settings(name: str, record: Mapping) -> str:
+    rows = "".join(
+        f"<tr><td>{_e(k)}</td><td><code>{_e(v if isinstance(v, str) else json.dumps(v))}</code></td></tr>"
+        for k in (*_SETTINGS, "versions")
+        if (v := record.get(k)) is not None
+    )
+    return f'<h3 id="{anchor("settings", name)}">{_e(name)}</h3><table><tbody>{rows}</tbody></table>'
+
+
+def page(out_dir: str, title: str, stamp: str, policy: str, sections: list) -> str:
+    """The page's HTML: (experiment name, section) pairs in report order, a section being a
+    :class:`jaxfed.report.Section` or any object with ``text`` and ``verdicts`` (its markdown alone);
+    figures are read from ``out_dir``."""
+    rows = rundir.verdict_records(sections)
+    settings = [_settings(name, part.record) for name, part in sections if hasattr(part, "record")]
+    environment = (
+        f"<p>This page was written by Python {_e(platform.python_version())} on {_e(platform.platform())}; "
+        "each run's versions are its own (above).</p>"
+    )
+    toc = "".join(f'<li><a href="#{anchor("sec", name)}">{_e(name)}</a></li>' for name, _ in sections)
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
+            f'<h1 id="top">{_e(title)}</h1>',
+            f"<p>{_inline(stamp)}</p>",
+            '<h2 id="claims-heading">Every claim</h2>',
+            _claims(rows),
+            '<h2 id="policy">How verdicts are decided</h2>',
+            markdown(policy),
+            '<h2 id="contents">Sections</h2>',
+            f"<ul>{toc}</ul>",
+            *(_section(out_dir, name, part) for name, part in sections),
+            '<h2 id="settings">Settings and environment</h2>',
+            *settings,
+            environment,
+            f"<script>{_SCRIPT}</script>",
+            "</body></html>",
+        ]
+    )
+
+
+def write(out_dir: str, title: str, stamp: str, policy: str, sections: list) -> str:
+    """Writes ``<out_dir>/report.html`` (:func:`page`) atomically and returns its path."""
+    path = os.path.join(out_dir, "report.html")
+    store.atomic_write_bytes(path, page(out_dir, title, stamp, policy, sections).encode())
+    return path
