@@ -82,6 +82,7 @@ __all__ = [
     "federated",
     "lloyd",
     "lloyd_rounds",
+    "best_of_starts",
     "loss",
     "adjusted_rand_index",
     "oac_resources",
@@ -468,6 +469,27 @@ def _kmeans_plus_plus(key, points, n_clusters: int) -> jax.Array:
     return jnp.stack(centroids)
 
 
+def _greedy_kmeans_plus_plus(key, points, n_clusters: int) -> jax.Array:
+    """Greedy D² seeding (scikit-learn's ``kmeans_plusplus``): each next centroid is the best of
+    2 + ⌊ln C⌋ D²-sampled candidates, the one leaving the smallest Σ_d min_c ‖d − c‖²."""
+    coords = _coords(points)
+    n_local = 2 + int(np.log(n_clusters))
+    keys = jax.random.split(key, n_clusters)
+    centroids = [points[jax.random.randint(keys[0], (), 0, points.shape[0])]]
+    nearest = jnp.sum((coords - centroids[0][:, None]) ** 2, axis=0)
+    for c in range(1, n_clusters):  # C is small and static: unrolled
+        cumulative = jnp.cumsum(nearest)
+        u = jax.random.uniform(keys[c], (n_local,), cumulative.dtype) * cumulative[-1]
+        chosen = jnp.minimum(jnp.searchsorted(cumulative, u, side="right"), points.shape[0] - 1)
+        candidates = points[chosen]  # (n_local, L)
+        distance = jnp.sum((coords[None] - candidates[:, :, None]) ** 2, axis=1)  # (n_local, N)
+        after = jnp.minimum(nearest[None], distance)
+        best = jnp.argmin(jnp.sum(after, axis=1))
+        centroids.append(candidates[best])
+        nearest = after[best]
+    return jnp.stack(centroids)
+
+
 def _check_shapes(points_dim: int, init_centroids, n_rounds: int) -> None:
     init = validation.shape("init_centroids", init_centroids, (None, points_dim), f"(C, L) with L = {points_dim}")
     validation.check("init_centroids", init, init[0] >= 1, "of shape (C, L) with C >= 1 centroids")
@@ -521,16 +543,22 @@ def federated(
     return history
 
 
-def lloyd_rounds(points, init_centroids, n_rounds: int, mask=None, observe=None):
+def lloyd_rounds(
+    points, init_centroids, n_rounds: int, mask=None, observe=None, key=None, s_min=1.0, sigma_c=1.0, reinit=True
+):
     """Centralized Lloyd's k-means on pooled data, with per-round diagnostics.
 
     Each round assigns every point to its nearest centroid and moves each centroid to the mean of
-    its points, c_c + Σ_{d∈S_c}(d − c_c)/|S_c|; a centroid with no points stays where it is.
+    its points, c_c + Σ_{d∈S_c}(d − c_c)/|S_c|. Without ``key`` a centroid with no points stays where
+    it is (plain Lloyd's); with ``key`` (and ``reinit``, which may be traced) each centroid with
+    |S_c| < ``s_min`` is re-initialised as the federated methods' are (c_{c′} + n,
+    n ~ N(0, ``sigma_c``² I); docs/kmeans.md §B5), with the round keys :func:`federated_rounds` draws from the same ``key``: from the same start and key,
+    Lloyd's and ideal federated k-means (μ = 1) are one algorithm and differ by summation order only.
 
     Returns:
         (centroids after each round (n_rounds, C, L), :class:`RoundInfo` stacked over rounds, about
-        the centroids each round started from; ``vmax`` is 0 and nothing is re-initialised).
-        ``observe`` as in :func:`federated_round`.
+        the centroids each round started from; ``vmax`` is 0). ``observe`` as in
+        :func:`federated_round`.
     """
     points = jnp.asarray(points)
     validation.shape("points", points, (None, None), "(N, L)")
@@ -538,22 +566,53 @@ def lloyd_rounds(points, init_centroids, n_rounds: int, mask=None, observe=None)
     validation.finite_array("points", points, mask)
     coords = _coords(points)
     weight = jnp.ones(points.shape[0], points.dtype) if mask is None else jnp.asarray(mask, points.dtype)
+    again = Settings(reinit=reinit, s_min=s_min, sigma_c=sigma_c)
+    round_keys = jax.random.split(jax.random.PRNGKey(0) if key is None else key, n_rounds)
 
-    def body(c, _):
+    def body(c, k):
         part = partition(coords, weight, c)
+        updated = c + part.deltas / jnp.maximum(part.sizes, 1.0)[:, None]
+        if key is None:
+            moved = jnp.zeros(c.shape[0], bool)
+        else:  # the federated round's key split: (channel, re-initialisation)
+            updated, moved = _reinitialise(jax.random.split(k)[1], c, updated, part.sizes, again)
         info = RoundInfo(
             cluster_sizes=part.sizes,
             loss=partition_loss(part, weight),
             assignment=part.index,
             vmax=jnp.zeros((), c.dtype),
-            reinitialised=jnp.zeros(c.shape[0], bool),
+            reinitialised=moved,
             observed=None if observe is None else observe(part),
         )
-        c = c + part.deltas / jnp.maximum(part.sizes, 1.0)[:, None]
-        return c, (c, info)
+        return updated, (updated, info)
 
-    _, out = lax.scan(body, jnp.asarray(init_centroids, points.dtype), None, length=n_rounds)
+    _, out = lax.scan(body, jnp.asarray(init_centroids, points.dtype), round_keys)
     return out
+
+
+def best_of_starts(key, points, n_clusters: int, n_starts: int, n_rounds: int, observe=None, s_min=1.0, sigma_c=1.0):
+    """The strongest centralized reference: ``n_starts`` runs of :func:`lloyd_rounds` with
+    re-initialisation, each from its own greedy k-means++ seeding (:func:`_greedy_kmeans_plus_plus`),
+    and the run with the lowest final loss (what scikit-learn's ``KMeans(init="k-means++",
+    n_init=n_starts)`` returns).
+
+    Start i uses ``fold_in(key, i)`` (split into its seeding and its rounds' keys). Returns that
+    run's (centroids after each round (n_rounds, C, L), :class:`RoundInfo` stacked over rounds)."""
+    validation.integer("n_starts", n_starts, 1)
+    points = jnp.asarray(points)
+    coords = _coords(points)
+    weight = jnp.ones(points.shape[0], points.dtype)
+
+    def run(i):
+        k_seed, k_rounds = jax.random.split(jax.random.fold_in(key, i))
+        init = _greedy_kmeans_plus_plus(k_seed, points, n_clusters)
+        history, info = lloyd_rounds(points, init, n_rounds, None, observe, k_rounds, s_min, sigma_c)
+        final = partition_loss(partition(coords, weight, history[-1]), weight)
+        return final, (history, info)
+
+    finals, runs = jax.vmap(run)(jnp.arange(n_starts))
+    best = jnp.argmin(finals)
+    return jax.tree.map(lambda x: x[best], runs)
 
 
 def lloyd(points, init_centroids, n_rounds: int, mask=None) -> jax.Array:

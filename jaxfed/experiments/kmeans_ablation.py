@@ -6,7 +6,8 @@ Points (all OAC at one D and SNR unless named otherwise):
 - on the heterogeneous tile split, for every init in ``inits`` (default: uniform in the mall —
   the server-side start the other figures use —, Forgy, k-means++): both enhancements ("full"),
   no re-initialisation, a fixed v_max, neither; ideal federated k-means (to count how often
-  re-initialisation fires without a channel) and centralized k-means from the same start;
+  re-initialisation fires without a channel) and centralized k-means from the same start
+  (Lloyd's, re-initialised like the federated methods);
 - under the configured init: the full algorithm with each other adaptive v_max reading
   (:data:`jaxfed.kmeans.VMAX_RULES`) and with the other symbol energy reading;
 - on an i.i.d. split of the same customers: the four enhancement settings.
@@ -245,7 +246,10 @@ def _report(cfg: AblationConfig, labels, results) -> Reading:
     central = {init: np.median(last[index_of(labels, variant="centralized", init=init)]) for init in inits}
     reading = (
         "Final median loss of the full algorithm by init: "
-        + ", ".join(f"{i} {full[i]:.2f} m² (centralized from the same start {central[i]:.2f})" for i in inits)
+        + ", ".join(
+            f"{i} {full[i]:.2f} m² (centralized Lloyd's from the same start, re-initialised, {central[i]:.2f})"
+            for i in inits
+        )
         + ". Re-initialisation can only help when centroids lose all their points; from data points "
         "(Forgy, k-means++) that rarely happens, from uniform draws in the mall it does, which is why the "
         f"server-side start is the one where the enhancement shows. Adaptive v_max is compared with a fixed "

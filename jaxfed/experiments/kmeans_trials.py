@@ -71,9 +71,10 @@ class MallConfig:
     vmax_rule: str = "abs"  # adaptive v_max reading, one of kmeans.VMAX_RULES: the EDs' maximum |v| ("abs") or
     # signed v of this round, or of the previous round ("-previous"); see jaxfed/kmeans.py
     symbol_energy: str = "beta"  # E_s: "beta" (amplitude √β, unit mean energy per resource) or "sqrt-beta" (E_s = √β)
+    n_starts: int = 10  # k-means++ starts of the "centralized-best" reference (the best final loss is kept)
 
     def __post_init__(self):
-        for name in ("rows", "cols", "n_points", "n_components", "n_clusters", "n_rounds"):
+        for name in ("rows", "cols", "n_points", "n_components", "n_clusters", "n_rounds", "n_starts"):
             value = getattr(self, name)
             validation.integer(name, value, 1)
         validation.check(
@@ -167,23 +168,42 @@ def _select(choice, names: tuple, branches: dict, *operands):
     return lax.switch(branch_of[choice], distinct, *operands)
 
 
+CENTRALIZED = ("centralized", "centralized-best")
+"""The centralized references: Lloyd's on all customers from the trial's start with the federated
+methods' re-initialisation (``"centralized"``: ideal federated k-means is this algorithm), and the
+best final loss of ``n_starts`` such runs from k-means++ seedings (``"centralized-best"``: what
+scikit-learn's ``KMeans`` returns; the strongest reference, not a start a server without the data
+could use)."""
+
+CENTRALIZED_TEXT = {
+    "centralized": "centralized = Lloyd's from the same start, re-initialised like the federated methods",
+    "centralized-best": "centralized-best = the best of n_starts k-means++ starts of Lloyd's (scikit-learn's KMeans)",
+}
+"""What each reference is, for the reports' notes on the ratios that use it."""
+
+
 def methods() -> tuple[str, ...]:
-    """The methods a label's ``method`` may name: ``"centralized"`` (Lloyd's on all customers) and the
+    """The methods a label's ``method`` may name: the :data:`CENTRALIZED` references and the
     registered aggregation methods (:func:`jaxfed.oac.aggregators.names`); a point holds the index
     (traced: one program for all, see :func:`trace_choices`)."""
-    return ("centralized", *oac.aggregators.names())
+    return (*CENTRALIZED, *oac.aggregators.names())
 
 
 def over_channel(method: str) -> bool:
     """True for a method that sends through the point's channel (``"oac"``, or a registered method
     with ``over_channel``): a ``channel_sweep`` repeats its labels."""
-    return method != "centralized" and oac.aggregators.get(method).over_channel
+    return method not in CENTRALIZED and oac.aggregators.get(method).over_channel
 
 
-def _by_method(centralized: Callable, federated: Callable) -> dict:
-    """The branches of :func:`_select` over :func:`methods`: ``centralized()`` and, for each
-    federated method m, ``federated(m)``."""
-    return {"centralized": centralized, **{m: functools.partial(federated, m) for m in methods()[1:]}}
+def _by_method(centralized: Callable, federated: Callable, best: Callable | None = None) -> dict:
+    """The branches of :func:`_select` over :func:`methods`: ``centralized()``, ``best()`` (default
+    ``centralized``: the same code for both references) and, for each federated method m,
+    ``federated(m)``."""
+    return {
+        "centralized": centralized,
+        "centralized-best": centralized if best is None else best,
+        **{m: functools.partial(federated, m) for m in methods()[len(CENTRALIZED) :]},
+    }
 
 
 def _own_channel(lab: dict) -> dict:
@@ -336,10 +356,9 @@ def _rounds(cfg: MallConfig, point: dict, points, data, init, channel, key, obse
     Each method's rounds are a branch of their own: a branch boundary inside a round (e.g. a switch
     over the back-ends alone) changes what XLA fuses, and the results by an ulp."""
 
-    def centralized():
+    def lloyd_fields(history, info):
         """Lloyd's has no back-end: v_max and aggregate 0, no dead zone, and where the federated
         methods estimate the sizes, the exact ones (estimates without error)."""
-        history, info = kmeans.lloyd_rounds(points, init, cfg.n_rounds, observe=observe)
         return history, _same_fields(
             info,
             dead_zone=jnp.zeros_like(info.reinitialised),
@@ -347,13 +366,21 @@ def _rounds(cfg: MallConfig, point: dict, points, data, init, channel, key, obse
             estimated_sizes=info.cluster_sizes if "count_digits" in point else None,
         )
 
+    def centralized():  # the federated methods' start, round keys and re-initialisation
+        args = (key, cfg.s_min, cfg.sigma_c, point["reinit"])
+        return lloyd_fields(*kmeans.lloyd_rounds(points, init, cfg.n_rounds, None, observe, *args))
+
+    def best():
+        args = (cfg.n_clusters, cfg.n_starts, cfg.n_rounds, observe, cfg.s_min, cfg.sigma_c)
+        return lloyd_fields(*kmeans.best_of_starts(key, points, *args))
+
     def federated(method: str):
         settings = _settings(cfg, point, channel, method)
         n_devices = point["rows"] * point["cols"]
         history, info = kmeans.federated_rounds(key, data, n_devices, init, cfg.n_rounds, settings, observe=observe)
         return history, _same_fields(info)
 
-    return _select(point["method"], point.get("methods", methods()), _by_method(centralized, federated))
+    return _select(point["method"], point.get("methods", methods()), _by_method(centralized, federated, best))
 
 
 def _same_fields(info: kmeans.RoundInfo, **fields) -> kmeans.RoundInfo:
@@ -436,7 +463,7 @@ def _last_round_noise(cfg: MallConfig, point, channel, data, n_devices: int, cen
 def method_label(lab: dict) -> str:
     """A sweep label's legend text (the aggregation method's ``label``)."""
     method = lab["method"]
-    return method if method == "centralized" else oac.aggregators.get(method).label(lab)
+    return method if method in CENTRALIZED else oac.aggregators.get(method).label(lab)
 
 
 def mall_sweep(
