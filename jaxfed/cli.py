@@ -27,7 +27,7 @@ from jaxfed.engine.options import RunOptions
 from jaxfed.engine.progress import Overall
 from jaxfed.experiments import REGISTRY, catalog, describe, get, load_results, make_config, run_experiment
 from jaxfed.experiments.runner import still_running
-from jaxfed.results import FORMATS, export
+from jaxfed.results import FORMATS, export_all
 
 DEFAULT_OUT = "results"
 DEFAULT_MAX_TRIALS = 1_000_000  # trials per point at most in a precision-targeted run
@@ -290,7 +290,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_reproduce_command(sub.add_parser("reproduce", help="run every paper experiment at its default size"))
     for name, func, what in (
         ("plot", _cmd_plot, "redraw the figure of a finished run"),
-        ("report", _cmd_report, "write DIR/report.md of a finished run (its verdicts; nothing is computed)"),
+        (
+            "report",
+            _cmd_report,
+            "write DIR/report.md and report.html of a finished run (its verdicts; nothing is computed)",
+        ),
     ):
         reader = sub.add_parser(name, help=what)
         reader.add_argument("dir", help="result directory of a finished run")
@@ -320,7 +324,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_export_command(export: argparse.ArgumentParser) -> None:
-    export.add_argument("dir", help="result directory of a finished run (read and verified, nothing run)")
+    export.add_argument(
+        "dir",
+        help="result directory of a finished run, or a `jaxfed reproduce` directory: every run in it "
+        "(read and verified, nothing run)",
+    )
     export.add_argument(
         "--format",
         required=True,
@@ -333,12 +341,18 @@ def _add_export_command(export: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the median and 75%% band per point and index (jaxfed.bands), of --metric or of every metric",
     )
-    export.add_argument("--out", default=None, help="the file to write (default DIR/EXPERIMENT[.METRIC][.bands].EXT)")
+    export.add_argument(
+        "--out",
+        default=None,
+        help="the file to write (default DIR/EXPERIMENT[.METRIC][.bands].EXT); for a reproduce directory, "
+        "the directory to write each run's file into (default: each run's own directory)",
+    )
     export.set_defaults(func=_cmd_export)
 
 
 def _cmd_export(args) -> int:
-    print(export(args.dir, args.format, metric=args.metric, with_bands=args.bands, out=args.out))
+    for path in export_all(args.dir, args.format, metric=args.metric, with_bands=args.bands, out=args.out):
+        print(path)
     return 0
 
 

@@ -21,8 +21,9 @@ The dataset (docs/results.md lists it per experiment):
 - coordinates: ``trial`` 0, 1, …; each metric axis its values from ``config.json``'s ``"coords"``
   (slots and rounds from 1, the slot of each record, the local iterations L·i; an axis without
   recorded values, as in a directory written before they were recorded, has none and is read by
-  position); ``point`` a :class:`pandas.MultiIndex` of the label keys (``topology``; ``method``,
-  ``digits``, ``snr_db``, …), so ``ds.kl.sel(topology="star")`` works. A key a point's label lacks
+  position); ``point`` a :class:`pandas.MultiIndex` of the label keys (``topology``; ``algorithm``,
+  ``digits``, ``snr_db``, …), so ``ds.kl.sel(topology="star")`` works. The sweeps' key ``method``
+  is the coordinate ``algorithm`` (``method`` is an argument of ``.sel``: :data:`RENAMED_LABELS`). A key a point's label lacks
   is NaN for a numeric key, ``""`` for a string key and False for a flag;
 - attributes: every other entry of ``config.json`` (parameters, seed, trials, dtype, versions, the
   engine's choices, digests, …); strings and numbers as they are, anything else (objects, lists,
@@ -95,6 +96,12 @@ def open_results(directory: str | os.PathLike, *, unstack: bool = False):
     Raises:
         ValueError: one line naming the file, when ``directory`` is not a finished run.
     """
+    ds, _ = _open(directory)
+    return _unstack_points(ds) if unstack else ds
+
+
+def _open(directory: str | os.PathLike):
+    """(dataset, config.json) of the finished run in ``directory``, verified (:func:`open_results`)."""
     directory = os.fspath(directory)
     if not os.path.isdir(directory):
         raise ValueError(f"{directory}: is not a directory (a finished run's result directory)")
@@ -107,7 +114,7 @@ def open_results(directory: str | os.PathLike, *, unstack: bool = False):
         {k: v for k, v in config_json.items() if k not in _NOT_ATTRIBUTES},
         config_json.get("nonfinite_trials"),
     )
-    return _unstack_points(ds) if unstack else ds
+    return ds, config_json
 
 
 def _doc_axes(name: str, doc: Mapping) -> tuple:
@@ -215,22 +222,44 @@ def _attribute(value):
     return json.dumps(value, sort_keys=True)
 
 
+SEL_ARGUMENTS = ("indexers", "method", "tolerance", "drop")
+"""The arguments of xarray's ``.sel``: a coordinate of one of these names cannot be selected by
+keyword (``ds.loss.sel(method="oac")`` is xarray's fill method and returns the whole array)."""
+
+RENAMED_LABELS = {"method": "algorithm"}
+"""Label key -> its coordinate name: the k-means and unlearning experiments' ``method`` (centralized,
+ideal, quantized, oac; unlearning, retrain) is ``algorithm``, so ``ds.sel(algorithm="oac")`` works.
+Any other key named like an argument of ``.sel`` becomes ``label_KEY``. The sweeps keep their keys
+(nothing a trial computes changes)."""
+
+
+def coordinate_name(key: str, keys=()) -> str:
+    """The coordinate of label key ``key`` (:data:`RENAMED_LABELS`; ``label_KEY`` for another
+    argument of ``.sel``, or where the new name is itself one of the point's label ``keys``)."""
+    if key not in SEL_ARGUMENTS:
+        return key
+    name = RENAMED_LABELS.get(key, f"label_{key}")
+    return name if name not in keys else f"label_{key}"
+
+
 def _label_columns(labels: list) -> dict:
-    """Label key -> one value per point: missing ones NaN (numbers), "" (strings), False (flags)."""
+    """Coordinate name (:func:`coordinate_name` of the label key) -> one value per point: missing
+    ones NaN (numbers), "" (strings), False (flags)."""
     keys = list(dict.fromkeys(k for lab in labels for k in lab))
     columns = {}
     for key in keys:
+        name = coordinate_name(key, keys)
         present = [lab[key] for lab in labels if key in lab and lab[key] is not None]
         if present and all(isinstance(v, bool) for v in present):
-            columns[key] = np.asarray([bool(lab.get(key) or False) for lab in labels])
+            columns[name] = np.asarray([bool(lab.get(key) or False) for lab in labels])
         elif present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
             full = all(key in lab and lab[key] is not None for lab in labels)
             ints = full and all(isinstance(v, int) for v in present)
             values = [lab.get(key) if lab.get(key) is not None else np.nan for lab in labels]
-            columns[key] = np.asarray(values, np.int64 if ints else np.float64)
+            columns[name] = np.asarray(values, np.int64 if ints else np.float64)
         else:  # strings, or values of mixed or nested types: as text
             text = [v if isinstance(v, str) else json.dumps(v) for v in (lab.get(key, "") for lab in labels)]
-            columns[key] = np.asarray(text, dtype=object)
+            columns[name] = np.asarray(text, dtype=object)
     return columns
 
 
@@ -254,7 +283,7 @@ def unstack(ds):
 
     A key the other keys already determine (kmeans-snr's ``noise_free``, given by ``snr_db``) is
     no dimension but a coordinate over the others, so the grid stays as small as the sweep:
-    kmeans-snr unstacks into ``method`` × ``digits`` × ``snr_db``, gfvl-heterogeneity into
+    kmeans-snr unstacks into ``algorithm`` × ``digits`` × ``snr_db``, gfvl-heterogeneity into
     ``topology`` × ``spread``. A dimension's values come in the order the points first give
     them. Integer and boolean metrics become float64 (for the NaN); ``point_index`` holds the
     point of each cell (−1: none)."""
@@ -507,7 +536,7 @@ def export(directory: str, fmt: str, metric: str | None = None, with_bands: bool
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
     _needs(fmt)
-    ds = open_results(directory)
+    ds, config_json = _open(directory)
     known = metrics_of(ds)
     if metric is not None and metric not in known:
         raise ValueError(f"unknown metric {metric!r}; this run's metrics: {', '.join(known)}")
@@ -529,11 +558,88 @@ def export(directory: str, fmt: str, metric: str | None = None, with_bands: bool
                 f"--format {fmt} writes one table: give --metric NAME (one of {', '.join(known)}) or --bands"
             )
         frame = table(ds, metric or known[0])
+    frame = _integers_kept(frame, ds, config_json["points"])
     if fmt == "csv":
         return _write(path, frame.to_csv(index=False).encode())
     buffer = io.BytesIO()
     frame.to_parquet(buffer, index=False)
     return _write(path, buffer.getvalue())
+
+
+def _integers_kept(frame, ds, labels: list):
+    """``frame`` with every integer coordinate as pandas' nullable ``Int64``: a label key whose values
+    are integers (k-means' ``digits``, NaN in the dataset where a point lacks it), ``trial``, and an
+    axis with integer coordinates or none (``round``, ``slot``; NaN in a --bands table where a metric
+    lacks the axis). A CSV then reads ``4`` and ``1``, not ``4.0`` and ``1.0``, and a missing one is
+    empty; Parquet keeps the integer type."""
+    keys = list(dict.fromkeys(k for lab in labels for k in lab))
+    names = set()
+    for key in keys:
+        present = [lab[key] for lab in labels if lab.get(key) is not None]
+        if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+            names.add(coordinate_name(key, keys))
+    names |= {str(d) for d in ds.dims if d != "point" and (d not in ds.coords or ds[d].dtype.kind in "iu")}
+    for column in frame.columns:
+        if column in names and frame[column].dtype.kind == "f":
+            frame[column] = frame[column].astype("Int64")
+    return frame
+
+
+def runs_in(directory: str) -> list[str]:
+    """The result directories of a ``jaxfed reproduce`` directory: each subdirectory (not a link)
+    holding a ``config.json``, in name order."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError as err:
+        raise ValueError(f"{directory}: cannot be read ({err.strerror})") from None
+    return [
+        os.path.join(directory, n)
+        for n in names
+        if not os.path.islink(os.path.join(directory, n))
+        and os.path.isfile(os.path.join(directory, n, rundir.CONFIG_FILE))
+    ]
+
+
+def export_all(
+    directory: str, fmt: str, metric: str | None = None, with_bands: bool = False, out: str | None = None
+) -> list[str]:
+    """:func:`export` of a run's directory, or of every run in a ``jaxfed reproduce`` directory
+    (:func:`runs_in`; with ``metric``, the runs that have it), each to its default name in its own
+    directory or in the directory ``out``; the paths written.
+
+    Raises:
+        ValueError: as :func:`export`; a directory holding no run; ``out`` not a directory for
+            several runs; no run with ``metric``.
+    """
+    if os.path.isfile(os.path.join(directory, rundir.CONFIG_FILE)) or not os.path.isdir(directory):
+        return [export(directory, fmt, metric=metric, with_bands=with_bands, out=out)]
+    runs = runs_in(directory)
+    if not runs:
+        raise ValueError(f"{directory}: holds no finished run (no config.json in it or in a directory in it)")
+    if fmt in ("csv", "parquet") and metric is None and not with_bands:
+        raise ValueError(
+            f"{directory} holds {len(runs)} runs: --format {fmt} writes one table per run: give --bands or --metric NAME"
+        )
+    if out is not None and not os.path.isdir(out):
+        raise ValueError(f"{out}: {directory} holds {len(runs)} runs; --out must be a directory to write them into")
+    if metric is not None:
+        runs = [run for run in runs if metric in _recorded_metrics(run)]
+        if not runs:
+            raise ValueError(f"{directory}: no run in it has the metric {metric!r}")
+    paths = []
+    for run in runs:
+        target = None
+        if out is not None:
+            name = os.path.basename(run)
+            stem = ".".join([name] + ([metric] if metric else []) + (["bands"] if with_bands else []))
+            target = os.path.join(out, f"{stem}.{FORMATS.get(fmt, fmt)}")
+        paths.append(export(run, fmt, metric=metric, with_bands=with_bands, out=target))
+    return paths
+
+
+def _recorded_metrics(run: str) -> list[str]:
+    config_json, _ = rundir.load_results(run, read_metrics=False)
+    return list(config_json.get("metrics", {}))
 
 
 _RUN_FILES = (

@@ -66,6 +66,14 @@ window.addEventListener("load", function () {
     out.filtered[o.value] = visible();
   });
   out.shown_text = document.getElementById("shown").textContent;
+  verdict.value = ""; verdict.dispatchEvent(new Event("change"));
+  var kind = document.getElementById("filter-kind");  // present once claims carry a kind
+  out.kinds = rows.map(function (r) { return r.dataset.kind; });
+  out.kind_filtered = {};
+  if (kind) Array.from(kind.options).forEach(function (o) {
+    kind.value = o.value; kind.dispatchEvent(new Event("change"));
+    out.kind_filtered[o.value] = visible();
+  });
   var th = document.querySelector("#claims thead th");
   th.click(); th.click();  // the "#" column, descending
   out.order_descending = Array.from(document.querySelectorAll("#claims tbody tr td:first-child"))
@@ -83,6 +91,17 @@ def _browser(args: list, page: str, cwd: str) -> subprocess.CompletedProcess:
     )
 
 
+def _probe(text: str, tmp_path) -> dict:
+    """What the injected probe found on the page ``text``, loaded in headless Chromium."""
+    probed = str(tmp_path / "probed.html")
+    with open(probed, "w", encoding="utf-8") as f:
+        f.write(text.replace("<head>", "<head>" + _PROBE_HEAD, 1).replace("</body>", _PROBE_END + "</body>", 1))
+    done = _browser(["--dump-dom"], probed, str(tmp_path))
+    found = re.search(r'<pre id="test-result">(.*?)</pre>', done.stdout, re.S)
+    assert found, f"the probe did not run: {done.stderr[-2000:]}"
+    return json.loads(html.unescape(found.group(1)))
+
+
 @pytest.fixture(scope="module")
 def report_dir(tmp_path_factory):
     """A small real run (gfvl-topologies, 20 trials, 40 slots) and its `jaxfed report`."""
@@ -98,13 +117,7 @@ def test_report_html_in_a_browser(report_dir, tmp_path):
     path = os.path.join(report_dir, "report.html")
     text = open(path, encoding="utf-8").read()
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), "the page fetches nothing"
-    probed = str(tmp_path / "probed.html")
-    with open(probed, "w", encoding="utf-8") as f:
-        f.write(text.replace("<head>", "<head>" + _PROBE_HEAD, 1).replace("</body>", _PROBE_END + "</body>", 1))
-    done = _browser(["--dump-dom"], probed, str(tmp_path))
-    found = re.search(r'<pre id="test-result">(.*?)</pre>', done.stdout, re.S)
-    assert found, f"the probe did not run: {done.stderr[-2000:]}"
-    result = json.loads(html.unescape(found.group(1)))
+    result = _probe(text, tmp_path)
 
     assert result["errors"] == []
     assert len(result["images"]) == 1  # the run's figure
@@ -119,6 +132,9 @@ def test_report_html_in_a_browser(report_dir, tmp_path):
     expected = {v: result["verdicts"].count(v) for v in set(result["verdicts"])}
     assert result["filtered"] == {"": len(claims), **expected}
     assert len(expected) >= 2, "the run should state claims of more than one verdict (the filter hides rows)"
+    if any(result["kinds"]):  # the kind filter, once claims carry one
+        kinds = {k: result["kinds"].count(k) for k in set(result["kinds"])}
+        assert result["kind_filtered"] == {"": len(claims), **kinds}
     assert result["order_descending"] == [str(i) for i in range(len(claims), 0, -1)]
     for name in ("sec-gfvl-topologies", "fig-gfvl-topologies", "params-gfvl-topologies", "settings-gfvl-topologies"):
         assert f'id="{name}"' in text
@@ -128,6 +144,36 @@ def test_report_html_in_a_browser(report_dir, tmp_path):
     with open(shot, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     print(f"screenshot of the top of report.html: {shot}")
+
+
+def test_claims_with_kinds_are_counted_and_filtered_by_kind(tmp_path, monkeypatch):
+    """Claims that carry a kind (paper claim, check, …): counted by kind, and the kind filter shows
+    exactly a kind's rows, alone and with the verdict filter."""
+    from jaxfed import rundir
+    from jaxfed.experiments.spec import Reading
+
+    _chromium()
+    kinds = ["paper", "paper", "check", "beyond"]
+    verdicts = ["reproduced", "inconclusive", "reproduced", "not reproduced"]
+    rows = [
+        {
+            "section": "exp-a",
+            "claim": f"claim {i}",
+            "kind": k,
+            "verdict": v,
+            "estimate": float(i),
+            "interval": "1 [0, 2]",
+        }
+        for i, (k, v) in enumerate(zip(kinds, verdicts))
+    ]
+    monkeypatch.setattr(rundir, "verdict_records", lambda sections: rows)
+    text = report_html.page(str(tmp_path), "t", "stamp", "policy", [("exp-a", Reading("## exp-a"))])
+    assert '<span class="count"><b>2</b> paper</span>' in text
+    text = text.replace("</section>", '<p id="fig-exp-a"></p><p id="params-exp-a"></p></section>')
+    result = _probe(text, tmp_path)
+    assert result["errors"] == []
+    assert result["kind_filtered"] == {"": 4, "beyond": 1, "check": 1, "paper": 2}
+    assert result["filtered"] == {"": 4, "reproduced": 2, "inconclusive": 1, "not reproduced": 1}
 
 
 def test_markdown_of_the_sections():

@@ -160,19 +160,74 @@ def test_kmeans_snr_labels_select_stacked_and_unstacked():
         if lab.get("digits") == 4 and lab.get("snr_db") == 30 and lab["method"] == "oac"
     )
     assert _same_bits(ds.loss.sel(digits=4, snr_db=30).squeeze("point").values, fake["loss"][row])
+    # the sweep's key `method` is the coordinate `algorithm`: `.sel(method=…)` is xarray's fill method
+    # (it returned the whole array without a word), `.sel(algorithm=…)` selects
+    assert "method" not in ds.coords and "algorithm" in ds.coords
+    oac = [p for p, lab in enumerate(sweep.labels) if lab["method"] == "oac"]
+    assert _same_bits(ds.loss.sel(algorithm="oac").values, fake["loss"][oac])
     grid = results.unstack(ds)
-    assert set(grid.loss.dims) == {"method", "digits", "snr_db", "trial", "round"}
+    assert set(grid.loss.dims) == {"algorithm", "digits", "snr_db", "trial", "round"}
     cell = grid.loss.sel(digits=4, snr_db=30)
-    assert _same_bits(cell.sel({"method": "oac"}).values, fake["loss"][row])
-    assert np.isnan(cell.sel({"method": "quantized"}).values).all()
+    assert _same_bits(cell.sel(algorithm="oac").values, fake["loss"][row])
+    assert np.isnan(cell.sel(algorithm="quantized").values).all()
     # every point is in the grid once, with its values (integers as float64 for the NaN)
     for p, lab in enumerate(sweep.labels):
-        where = {k: lab.get(k, np.nan) for k in ("method", "digits", "snr_db")}
+        where = {"algorithm": lab["method"], **{k: lab.get(k, np.nan) for k in ("digits", "snr_db")}}
         assert int(grid.point_index.sel(where).item()) == p
         assert np.array_equal(grid.reinits.sel(where).values, fake["reinits"][p].astype(np.float64))
-    assert bool(grid.noise_free.sel({"method": "oac", "digits": 4, "snr_db": 100.0})) is True
+    assert bool(grid.noise_free.sel(algorithm="oac", digits=4, snr_db=100.0)) is True
     # xarray's own unstack would drop centralized and ideal (no digits): ours keeps them
-    assert int(grid.point_index.isel(method=0, digits=0, snr_db=0)) == 0
+    assert int(grid.point_index.isel(algorithm=0, digits=0, snr_db=0)) == 0
+
+
+def test_label_keys_named_like_sel_arguments_are_renamed():
+    """Every argument of `.sel` as a label key becomes a coordinate `.sel` can select by keyword;
+    `algorithm` already a key: `method` is `label_method`."""
+    labels = [{"method": "a", "tolerance": 1, "drop": True, "indexers": "x", "algorithm": "z"}]
+    ds = results.to_xarray({"m": np.zeros((1, 2))}, labels=labels)
+    names = set(ds.indexes["point"].names)
+    assert names == {"label_method", "label_tolerance", "label_drop", "label_indexers", "algorithm"}
+    assert ds.m.sel(label_tolerance=1).shape == (1, 2)
+
+
+def test_integer_coordinates_stay_integers_in_tables():
+    """kmeans-snr's digits (missing for centralized and ideal: NaN in the dataset) and round, also
+    where a --bands table holds a metric without the axis: written 4 and 1, not 4.0 and 1.0."""
+    sweep, fake, ds = _snr_like()
+    final = (("point", "trial"), fake["loss"][:, :, -1], {"metric": "final", "kept": "raw"})
+    ds = ds.assign(final=final)  # a metric without `round`
+    frame = results._integers_kept(results.table(ds, "loss"), ds, sweep.labels)
+    text = frame.to_csv(index=False).splitlines()
+    assert text[0] == "algorithm,digits,snr_db,noise_free,trial,round,loss"
+    assert text[1].startswith("centralized,,,False,0,1,")
+    assert any(line.startswith("quantized,4,,False,0,1,") for line in text)
+    both = pd.concat([results.bands(ds, m).assign(metric=m) for m in ("loss", "final")], ignore_index=True)
+    assert both["round"].dtype.kind == "f"  # NaN for `final`: what pandas makes of it
+    kept = results._integers_kept(both, ds, sweep.labels)
+    assert str(kept["round"].dtype) == "Int64" and str(kept["digits"].dtype) == "Int64"
+    assert str(kept["snr_db"].dtype) == "float64"  # a float label key stays a float
+    assert ",1," in kept.to_csv(index=False).splitlines()[1] and ".0,1.0," not in kept.to_csv(index=False)
+
+
+def test_export_of_a_reproduce_directory_writes_every_run(topologies, tmp_path, capsys):
+    import shutil
+
+    reproduced = tmp_path / "results"
+    for keep, out in topologies.items():
+        shutil.copytree(out, reproduced / f"topologies-{keep}", symlinks=True)
+    (reproduced / "report.md").write_text("# a report\n")
+    assert cli.main(["export", str(reproduced), "--format", "csv", "--bands"]) == 0
+    written = capsys.readouterr().out.split()
+    assert written == [str(reproduced / f"topologies-{k}" / "gfvl-topologies.bands.csv") for k in ("raw", "summary")]
+    assert all(pd.read_csv(path).metric.unique().tolist() == ["kl"] for path in written)
+    into = tmp_path / "exports"
+    into.mkdir()
+    assert cli.main(["export", str(reproduced), "--format", "netcdf", "--out", str(into)]) == 0
+    assert sorted(os.listdir(into)) == ["topologies-raw.nc", "topologies-summary.nc"]
+    assert "holds 2 runs" in _one_line_error(capsys, ["export", str(reproduced), "--format", "csv"])
+    assert "--out must be a directory" in _one_line_error(
+        capsys, ["export", str(reproduced), "--format", "netcdf", "--out", str(into / "x.nc")]
+    )
 
 
 def test_docs_examples_run_as_shown(topologies):
