@@ -286,11 +286,16 @@ def _settings(name: str, record: Mapping) -> str:
     return f'<h3 id="{anchor("settings", name)}">{_e(name)}</h3><table><tbody>{rows}</tbody></table>'
 
 
-def page(out_dir: str, title: str, stamp: str, policy: str, sections: list) -> str:
+def page(out_dir: str, title: str, stamp: str, policy: str, sections: list, kinds: list | None = None) -> str:
     """The page's HTML: (experiment name, section) pairs in report order, a section being a
     :class:`jaxfed.report.Section` or any object with ``text`` and ``verdicts`` (its markdown alone);
-    figures are read from ``out_dir``."""
+    ``kinds`` the kind of each claim in the same order (the paper's claim, a check, …; the claims
+    are counted and filtered by it), figures read from ``out_dir``."""
     rows = rundir.verdict_records(sections)
+    if kinds is not None:
+        if len(kinds) != len(rows):
+            raise ValueError(f"report.html: {len(kinds)} kinds for {len(rows)} claims")
+        rows = [dict(row, kind=kind) for row, kind in zip(rows, kinds)]
     settings = [_settings(name, part.record) for name, part in sections if hasattr(part, "record")]
     environment = (
         f"<p>This page was written by Python {_e(platform.python_version())} on {_e(platform.platform())}; "
@@ -321,8 +326,8 @@ def page(out_dir: str, title: str, stamp: str, policy: str, sections: list) -> s
     )
 
 
-def write(out_dir: str, title: str, stamp: str, policy: str, sections: list) -> str:
+def write(out_dir: str, title: str, stamp: str, policy: str, sections: list, kinds: list | None = None) -> str:
     """Writes ``<out_dir>/report.html`` (:func:`page`) atomically and returns its path."""
     path = os.path.join(out_dir, "report.html")
-    store.atomic_write_bytes(path, page(out_dir, title, stamp, policy, sections).encode())
+    store.atomic_write_bytes(path, page(out_dir, title, stamp, policy, sections, kinds).encode())
     return path

@@ -156,18 +156,11 @@ def test_claims_with_kinds_are_counted_and_filtered_by_kind(tmp_path, monkeypatc
     kinds = ["paper", "paper", "check", "beyond"]
     verdicts = ["reproduced", "inconclusive", "reproduced", "not reproduced"]
     rows = [
-        {
-            "section": "exp-a",
-            "claim": f"claim {i}",
-            "kind": k,
-            "verdict": v,
-            "estimate": float(i),
-            "interval": "1 [0, 2]",
-        }
-        for i, (k, v) in enumerate(zip(kinds, verdicts))
+        {"section": "exp-a", "claim": f"claim {i}", "verdict": v, "estimate": float(i), "interval": "1 [0, 2]"}
+        for i, v in enumerate(verdicts)
     ]
-    monkeypatch.setattr(rundir, "verdict_records", lambda sections: rows)
-    text = report_html.page(str(tmp_path), "t", "stamp", "policy", [("exp-a", Reading("## exp-a"))])
+    monkeypatch.setattr(rundir, "verdict_records", lambda sections: rows)  # (no Verdict objects to build)
+    text = report_html.page(str(tmp_path), "t", "stamp", "policy", [("exp-a", Reading("## exp-a"))], kinds)
     assert '<span class="count"><b>2</b> paper</span>' in text
     text = text.replace("</section>", '<p id="fig-exp-a"></p><p id="params-exp-a"></p></section>')
     result = _probe(text, tmp_path)
