@@ -4,7 +4,6 @@ from them."""
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 from typing import NamedTuple
@@ -43,7 +42,7 @@ class Section(NamedTuple):
     @property
     def text(self) -> str:
         """The section's markdown (report.md)."""
-        params = "\n".join(f"| `{k}` | {json.dumps(v)} |" for k, v in self.parameters.items())
+        params = "\n".join(f"| `{k}` | {json.dumps(v, sort_keys=True)} |" for k, v in sorted(self.parameters.items()))
         nonfinite = [f"- {line}" for line in self.nonfinite]
         lines = [
             f"## {self.name}",
@@ -85,7 +84,7 @@ def section(exp, config, config_json: dict, results: dict, seconds: float) -> Se
         f"{config_json['n_trials']} trials per point, seed {config_json['seed']}, {config_json['dtype']}, "
         f"{engine['devices']} device(s) ({config_json['device']}), chunk size(s) {engine['chunk_sizes']}, "
         f"kept {engine['keep']}; the results took {config_json.get('wall_s', seconds):.1f} s to compute "
-        f"(as recorded), this run spent {seconds:.1f} s on them."
+        "(as recorded)."
     )
     return Section(
         description=exp.description,
@@ -105,40 +104,91 @@ def _first_sentence(text: str) -> str:
     return head + dot.strip()
 
 
+KINDS = ("the papers' claims", "beyond-the-paper studies", "checks of an explanation")
+
+
+def claim_kind(section, verdict) -> str:
+    """One of :data:`KINDS`: a claim stated as "check of an explanation: …", a claim of an experiment
+    whose description says "beyond the paper", else one of the papers' claims."""
+    if verdict.claim.startswith("check of an explanation"):
+        return KINDS[2]
+    return KINDS[1] if "beyond the paper" in getattr(section, "description", "").lower() else KINDS[0]
+
+
+def unique_claims(verdicts: list) -> list:
+    """The verdicts with repeated claim names numbered ("… (2nd)") so that every row names one claim."""
+    seen: dict = {}
+    out = []
+    for v in verdicts:
+        seen[v.claim] = seen.get(v.claim, 0) + 1
+        out.append(v if seen[v.claim] == 1 else v._replace(claim=f"{v.claim} ({_ordinal(seen[v.claim])})"))
+    return out
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def counts(named_sections: list) -> str:
+    """The table of claims counted by kind (rows, :data:`KINDS`) and verdict (columns)."""
+    verdict_names = [
+        stats.REPRODUCED,
+        stats.DIRECTION_ONLY,
+        stats.NOT_REPRODUCED,
+        stats.INCONCLUSIVE,
+        stats.NOT_TESTABLE,
+    ]
+    table = {k: dict.fromkeys(verdict_names, 0) for k in KINDS}
+    for _, sec in named_sections:
+        for v in sec.verdicts:
+            table[claim_kind(sec, v)][v.verdict] = table[claim_kind(sec, v)].get(v.verdict, 0) + 1
+    rows = ["| kind | claims | " + " | ".join(verdict_names) + " |", "|---|---|" + "---|" * len(verdict_names)]
+    for kind, row in table.items():
+        rows.append(f"| {kind} | {sum(row.values())} | " + " | ".join(str(row[v]) for v in verdict_names) + " |")
+    return "\n".join(rows)
+
+
 def summary(named_sections: list) -> str:
     """The table of every claim of the report: (section name, Reading) pairs in report order."""
     names = [name for name, reading in named_sections for _ in reading.verdicts]
-    verdicts = [v for _, reading in named_sections for v in reading.verdicts]
+    verdicts = unique_claims([v for _, reading in named_sections for v in reading.verdicts])
     return stats.verdict_table(verdicts, "paired statistic", sections=[f"[{n}](#{n})" for n in names])
+
+
+def _figure_here(out_dir: str, sec: Section) -> Section:
+    """The section with its figure's path as it lies from ``out_dir``: ``NAME/NAME.png`` in a reproduction,
+    ``NAME.png`` in a run's own directory (``jaxfed run``, ``jaxfed report DIR``)."""
+    own = os.path.basename(sec.figure)
+    if not os.path.exists(os.path.join(out_dir, sec.figure)) and os.path.exists(os.path.join(out_dir, own)):
+        return sec._replace(figure=own)
+    return sec
 
 
 def write(out_dir: str, sections: list, seconds: float) -> str:
     """Writes ``<out_dir>/report.md`` from (experiment name, :func:`section`) pairs, its claims
     as ``<out_dir>/verdicts.json`` (:func:`jaxfed.results.verdicts`) and the same as one web page,
     ``<out_dir>/report.html`` (:func:`jaxfed.report_html.write`), and returns report.md's path."""
-    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    sections = [(name, _figure_here(out_dir, sec) if isinstance(sec, Section) else sec) for name, sec in sections]
+    computed = sum(float(sec.record.get("wall_s", 0.0)) for _, sec in sections if isinstance(sec, Section))
     head = [
         "# jaxfed reproduction report",
         "",
-        f"jaxfed {__version__}, {stamp}, {seconds:.0f} s in all. Each figure shows the median over trials "
+        f"jaxfed {__version__}; the results took {computed:.0f} s to compute (as recorded). Each figure shows the median over trials "
         "and the central 75% band (12.5% and 87.5% quantiles); the data are in each directory's "
         "`metrics.npz` with axes documented in its `config.json`.",
         "",
         "**How verdicts are decided** (every section, `jaxfed.stats.paired_verdict`). A claim compares two "
         "metrics on the same trials (common random numbers): the statistic of the paired differences or "
         "ratios with its 95% interval (for a median exact, from order statistics; for a mean the percentile "
-        "bootstrap), and the exact sign test. *Reproduced*: the "
-        "interval lies on the claimed side of the margin and, for a claim of direction, at least "
-        f"{stats.MIN_UNTIED_PAIRS} pairs differ and the sign test agrees (p < {stats.SIGN_TEST_ALPHA:g}, "
-        "most differing pairs in the claimed direction). *Not reproduced*: the interval lies on the other "
-        "side (the effect is absent or reversed). *Inconclusive*: neither, or the interval and the sign test "
-        "disagree (the reason is given). *Not testable here*: the settings cannot show the effect (the reason "
-        "is given). Margins: a claim of direction takes none (any effect the interval and the sign test "
-        'agree on counts); "≈" and "margin ±x" make an equality claim, which holds when the whole interval lies '
-        f"within ±x (for ratios within [1/{1 + stats.EQUAL_RATIO_MARGIN:g}, {1 + stats.EQUAL_RATIO_MARGIN:g}], for "
-        'slots the claim states x). "(n dropped)": pairs left out because a value is '
-        "NaN or infinite. A *check of an explanation* (e.g. a measured cover time against theory) is stated "
-        "as such and decided the same way; it is not one of the paper's claims.",
+        "bootstrap), and the exact sign test. "
+        + stats.VERDICT_POLICY
+        + " *Not reproduced*: the interval lies on the other side (the reason is given). *Not testable here*: "
+        'the settings cannot show the effect (the reason is given). "(n dropped)": pairs left out because a '
+        "value is NaN or infinite. Claims are counted by kind: the papers' claims, beyond-the-paper studies "
+        "(experiments that say so) and checks of an explanation (stated as such, decided the same way, not "
+        "claims of the papers).",
+        "",
+        counts(sections),
         "",
         "## Every claim",
         "",
@@ -155,5 +205,6 @@ def write(out_dir: str, sections: list, seconds: float) -> str:
     # The same sections and claims as one web page (figures inline), beside it.
     intro = next(line for line in head if line.startswith(f"jaxfed {__version__}"))
     policy = next(line for line in head if line.startswith("**How verdicts are decided**"))
-    report_html.write(out_dir, head[0].lstrip("# "), intro, policy, sections)
+    kinds = [claim_kind(sec, v) for _, sec in sections for v in sec.verdicts]
+    report_html.write(out_dir, head[0].lstrip("# "), intro, policy, sections, kinds)
     return path

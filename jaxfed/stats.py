@@ -455,7 +455,7 @@ def summary_pass(values, valid, xp) -> SummaryPass:
         non-finite trials = #{t valid : some cell of trial t is NaN or ±inf},
 
     the bits of computing finiteness, bins, sums and non-finite trials each from the values again
-    (the separate passes, kept as the reference in tests/test_summary_sums.py).
+    (the separate passes, kept as the reference in tests/engine/test_summary_sums.py).
     A block's sums depend on its values only, so they are the same bits whether taken over a
     whole chunk or one micro-batch at a time; the squares of float32 values are exact in float64,
     so the device's bits are NumPy's (a float64 value's square rounds, and XLA may fuse it into
@@ -701,6 +701,9 @@ def merge_point_groups(parts: list, n_points: int) -> Summary:
 # --------------------------------------------------------------------------- verdicts
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 NOT_TESTABLE = "not testable here"
+DIRECTION_ONLY = "direction only"
+"""A directional effect the interval and the sign test agree on, smaller than the visible size
+(:data:`VISIBLE_RATIO`, :data:`VISIBLE_FRACTION`): not what a figure shows."""
 _CLAIMS = ("greater", "less", "equal")
 _TRANSFORMS = ("difference", "log_ratio")
 _STATISTICS = ("median", "mean")
@@ -725,7 +728,10 @@ class Verdict(NamedTuple):
     n_dropped: int  # pairs dropped because a value was NaN or infinite
     verdict: str  # "reproduced" | "not reproduced" | "inconclusive"
     n_untied: int = 0  # pairs with a != b: those that can carry a directional effect
-    reason: str = ""  # why a directional claim the interval supports is still inconclusive
+    reason: str = (
+        ""  # why the verdict is what it is beyond the interval (not carried, effect size, censoring, trials needed)
+    )
+    kind: str = ""  # "greater" | "less" | "equal" (an equivalence test) | "share" (a claim about each trial)
 
     def interval_text(self, fmt: str = "{:.3g}") -> str:
         return f"{fmt.format(self.estimate)} [{fmt.format(self.lower)}, {fmt.format(self.upper)}]"
@@ -896,8 +902,34 @@ SIGN_TEST_ALPHA = 0.05
 """... and the two-sided sign test rejects "no direction" at this level, in the claimed direction."""
 EQUAL_RATIO_MARGIN = 0.05
 """Every "≈" claim on a ratio holds when the ratio's interval lies within [1/1.05, 1.05] (margin
-log 1.05 on the log scale). Directional claims take no margin: any effect that the interval and the
-sign test agree on counts, so a ratio of 1.01 [1.005, 1.015] is both "a > b" and "a ≈ b"."""
+log 1.05 on the log scale): the interval inside the margin, i.e. two one-sided tests (TOST) at
+2.5% each."""
+VISIBLE_RATIO = 0.05
+"""A directional claim read from a figure is "reproduced" only when its effect is visible: a median
+(or mean) ratio at least 1.05 (or at most 1/1.05) …"""
+VISIBLE_FRACTION = 0.05
+"""… or a difference a − b at least 5% of the median |b| (unless the claim states its own visible
+size, e.g. a number of slots: ``min_effect``). A smaller effect the trials agree on is
+:data:`DIRECTION_ONLY`."""
+FEW_TRIALS_SHARE = 0.5
+"""A directional effect carried by fewer than this share of the trials (the others tie) says so in
+its verdict."""
+EACH_TRIAL_SHARE = 0.9
+"""A claim about each trial ("when u is scheduled, …") holds when the share of trials meeting it
+has its 95% interval above this share, and fails when the interval lies below it."""
+VERDICT_POLICY = (
+    "A directional claim (a > b) is **reproduced** when the 95% interval of the paired median (or mean) "
+    "excludes no effect, at least 10 pairs differ, the exact sign test agrees (p < 0.05) **and** the effect "
+    "is visible: a ratio of at least 1.05 (5%), a difference of at least 5% of the reference's median, or "
+    "the size the claim states (e.g. slots); a smaller effect the trials agree on is **direction only** "
+    "(counted apart). An effect carried by under half the trials (the others tie) says so in its verdict. "
+    "An equality (≈) claim is an equivalence test: **reproduced** when the 95% interval lies inside the "
+    "stated margin (±5% on a ratio; two one-sided tests at 2.5%), **not reproduced** when it lies outside; "
+    "otherwise inconclusive, with the number of trials that would decide it at the observed spread. A "
+    "claim about each trial is judged on the share of trials meeting it (95% Wilson interval above 90%). "
+    "A first-passage reading (time, slots, iterations to a level; cover times) whose verdict the trials "
+    "that never reached the level could change is **not testable (censored)**."
+)
 
 
 def paired_verdict(
@@ -911,6 +943,10 @@ def paired_verdict(
     level: float = 0.95,
     n_boot: int = 2000,
     seed: int = 0,
+    min_effect: float | None = None,
+    censored_a=None,
+    censored_b=None,
+    censoring: str = "",
 ) -> Verdict:
     """Verdict on a claim about two metrics measured on the same trials (pair i = trial i).
 
@@ -932,6 +968,21 @@ def paired_verdict(
     inconclusive and ``reason`` says which condition failed (4 shifted trials out of 100, the
     other 96 tied, are never "reproduced", whatever the bootstrap of the mean says).
 
+    A directional claim is also read from a figure, so "reproduced" needs a visible effect: |estimate|
+    at least ``min_effect`` (default: log 1.05 for a log-ratio, :data:`VISIBLE_FRACTION` of the median
+    |b| for a difference; on the transform's scale); a smaller one is :data:`DIRECTION_ONLY` with the
+    effect in ``reason``. One carried by under :data:`FEW_TRIALS_SHARE` of the pairs says so in
+    ``reason``. An inconclusive "equal" claim's ``reason`` gives the trials that would decide it: the
+    interval's half-width w scales as 1/√n, so n·(w / (margin − |estimate|))² (none when
+    |estimate| >= margin).
+
+    Censoring (first-passage readings): ``censored_a`` / ``censored_b`` mark the trials whose value is
+    only a lower bound (the level was not reached by then; ``censoring`` says e.g. "within 200
+    iterations"). The interval is then taken over every completion of the censored values (those
+    differences sent to ±inf), and a verdict the completions could change is :data:`NOT_TESTABLE`,
+    "censored: x% not reached within …"; a verdict they cannot change stands, with the share in
+    ``reason``.
+
     For ``"log_ratio"`` the margin is on the log scale (a 5% ratio margin is log(1.05)) and the
     reported estimate and interval are ratios. Pairs with a non-finite value are dropped and
     counted in ``n_dropped``; with no pair left the verdict is inconclusive.
@@ -952,6 +1003,9 @@ def paired_verdict(
     b = np.asarray(b, np.float64).ravel()
     validation.check("b", b.size, a.shape == b.shape, f"of one length with a ({a.size})")
     ok = np.isfinite(a) & np.isfinite(b)
+    cens_a = np.zeros(a.shape, bool) if censored_a is None else np.asarray(censored_a, bool).ravel()
+    cens_b = np.zeros(b.shape, bool) if censored_b is None else np.asarray(censored_b, bool).ravel()
+    reference = float(np.median(np.abs(b[ok]))) if ok.any() else float("nan")
     if transform == "log_ratio":
         if np.any((a[ok] <= 0) | (b[ok] <= 0)):
             raise ValueError("transform='log_ratio' needs positive values in a and b")
@@ -963,21 +1017,118 @@ def paired_verdict(
         nan = float("nan")
         return Verdict(claim, nan, nan, nan, level, 1.0, nan, 0, dropped, INCONCLUSIVE)
     est, lo, hi = (float(v) for v in interval(d, statistic, level, n_boot, seed))
-    if expect == "greater":
-        verdict = REPRODUCED if lo > margin else NOT_REPRODUCED if hi <= margin else INCONCLUSIVE
-    elif expect == "less":
-        verdict = REPRODUCED if hi < -margin else NOT_REPRODUCED if lo >= -margin else INCONCLUSIVE
-    else:
-        inside = -margin <= lo and hi <= margin
-        outside = lo > margin or hi < -margin
-        verdict = REPRODUCED if inside else NOT_REPRODUCED if outside else INCONCLUSIVE
+    verdict = _interval_verdict(expect, lo, hi, margin)
     p_value, untied = sign_test(d), int((d != 0).sum())
     reason = _not_carried(d, expect, p_value) if verdict == REPRODUCED and expect != "equal" else ""
     verdict = INCONCLUSIVE if reason else verdict
+    if verdict == REPRODUCED and expect != "equal":
+        visible = np.log1p(VISIBLE_RATIO) if transform == "log_ratio" else VISIBLE_FRACTION * reference
+        visible = visible if min_effect is None else min_effect
+        if abs(est) < visible:
+            verdict, reason = (
+                DIRECTION_ONLY,
+                f"effect {_effect_text(est, transform)} < visible {_effect_text(visible, transform)}",
+            )
+        elif untied < FEW_TRIALS_SHARE * n:
+            reason = f"carried by {untied} of {n} trials ({untied / n:.0%}); the others tie"
+    if verdict == INCONCLUSIVE and expect == "equal" and not reason:
+        reason = _trials_to_decide(n, est, lo, hi, margin)
+    if verdict == NOT_REPRODUCED:
+        side = "outside the margin" if expect == "equal" else "on the other side of no effect: absent or reversed"
+        reason = f"the interval lies {side}"
+    cens = (cens_a | cens_b)[ok]
+    if cens.any():
+        verdict, reason, lo, hi = _censored(
+            d,
+            cens_a[ok],
+            cens_b[ok],
+            expect,
+            margin,
+            verdict,
+            reason,
+            censoring,
+            (statistic, level, n_boot, seed),
+        )
     if transform == "log_ratio":
         est, lo, hi = np.exp(est), np.exp(lo), np.exp(hi)
     frac = float((d > 0).mean())
-    return Verdict(claim, float(est), float(lo), float(hi), level, p_value, frac, n, dropped, verdict, untied, reason)
+    out = (float(est), float(lo), float(hi), level, p_value, frac, n, dropped, verdict, untied, reason, expect)
+    return Verdict(claim, *out)
+
+
+def share_verdict(met, claim: str, share: float = EACH_TRIAL_SHARE, level: float = 0.95) -> Verdict:
+    """Verdict on a claim about each trial: the share of trials meeting it (``met``, bools; NaN is
+    dropped) with its Wilson score interval, p̂ ± z√(p̂(1−p̂)/n + z²/4n²) / (1 + z²/n) around
+    (p̂ + z²/2n)/(1 + z²/n): reproduced when the interval lies above ``share``, not reproduced when it
+    lies below, else inconclusive.
+
+    >>> share_verdict(np.ones(200, bool), "each trial").verdict
+    'reproduced'
+    """
+    met = np.asarray(met, np.float64).ravel()
+    ok = np.isfinite(met)
+    n, k = int(ok.sum()), float(met[ok].sum())
+    if n == 0:
+        return not_testable(claim, "no trial")
+    z = float(np.sqrt(2) * _erfinv(level))
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    lo, hi = max(0.0, float(centre - half)), min(1.0, float(centre + half))
+    verdict = REPRODUCED if lo > share else NOT_REPRODUCED if hi < share else INCONCLUSIVE
+    reason = f"{p:.0%} of {n} trials meet it; needs more than {share:.0%}"
+    nan = float("nan")
+    return Verdict(claim, p, lo, hi, level, nan, p, n, int(met.size - n), verdict, n, reason, "share")
+
+
+def _erfinv(y: float) -> float:
+    """erf⁻¹ by Newton's method on math.erf (a handful of steps to double precision for |y| < 1)."""
+    x = 0.0
+    for _ in range(60):
+        x -= (math.erf(x) - y) / (2 / math.sqrt(math.pi) * math.exp(-x * x))
+    return x
+
+
+def _interval_verdict(expect: str, lo: float, hi: float, margin: float) -> str:
+    """What the interval [lo, hi] says about the claim (see :func:`paired_verdict`); NaN bounds decide nothing."""
+    if expect == "greater":
+        return REPRODUCED if lo > margin else NOT_REPRODUCED if hi <= margin else INCONCLUSIVE
+    if expect == "less":
+        return REPRODUCED if hi < -margin else NOT_REPRODUCED if lo >= -margin else INCONCLUSIVE
+    inside = -margin <= lo and hi <= margin
+    outside = lo > margin or hi < -margin
+    return REPRODUCED if inside else NOT_REPRODUCED if outside else INCONCLUSIVE
+
+
+def _effect_text(x: float, transform: str) -> str:
+    return f"{100 * np.expm1(abs(x)):.1f}%" if transform == "log_ratio" else f"{abs(x):.3g}"
+
+
+def _trials_to_decide(n: int, est: float, lo: float, hi: float, margin: float) -> str:
+    """The trials an equivalence test would need at the observed spread (half-width ∝ 1/√n)."""
+    room, half = margin - abs(est), (hi - lo) / 2
+    if not np.isfinite(half) or half <= 0:
+        return ""
+    if room <= 0:
+        return "the estimate lies outside the margin: more trials would not show equality"
+    return f"≈ {int(np.ceil(n * (half / room) ** 2))} trials would decide it at the observed spread"
+
+
+def _censored(d, cens_a, cens_b, expect, margin, verdict, reason, censoring, options):
+    """(verdict, reason, lo, hi) with censored pairs: a censored a only bounds d from below, a censored
+    b from above; the interval over every completion is [lo with those sent to −inf, hi with them sent
+    to +inf]. A verdict it cannot decide, where the observed values did, is not testable."""
+    low = np.where(cens_b, -np.inf, d)
+    high = np.where(cens_a, np.inf, d)
+    with np.errstate(invalid="ignore"):
+        lo = float(interval(low, *options)[1])
+        hi = float(interval(high, *options)[2])
+    share = float((cens_a | cens_b).mean())
+    what = f"censored: {share:.0%} of pairs not reached{' ' + censoring if censoring else ''}"
+    widened = _interval_verdict(expect, lo, hi, margin)
+    if widened != INCONCLUSIVE:  # every completion gives the observed verdict
+        return verdict, f"{reason}; {what}" if reason else what, lo, hi
+    return NOT_TESTABLE, what, lo, hi
 
 
 def _not_carried(d: np.ndarray, expect: str, p_value: float) -> str:
@@ -995,7 +1146,7 @@ def _not_carried(d: np.ndarray, expect: str, p_value: float) -> str:
 def not_testable(claim: str, reason: str) -> Verdict:
     """The verdict on a claim that the settings cannot detect (``reason`` says why): no statistic."""
     nan = float("nan")
-    return Verdict(claim, nan, nan, nan, float("nan"), nan, nan, 0, 0, NOT_TESTABLE, 0, reason)
+    return Verdict(claim, nan, nan, nan, float("nan"), nan, nan, 0, 0, NOT_TESTABLE, 0, reason, "")
 
 
 def verdict_table(
@@ -1018,6 +1169,13 @@ def verdict_table(
         why = f" ({v.reason})" if v.reason else ""
         if v.verdict == NOT_TESTABLE:
             rows.append(f"{where}| {v.claim} | – | – | – | – | **{v.verdict}**{why} |")
+            continue
+        if v.kind in ("equal", "share"):  # decided by the interval against the margin / share alone
+            decides = "equivalence: interval vs margin" if v.kind == "equal" else "share of trials"
+            rows.append(
+                f"{where}| {v.claim} | {v.interval_text(fmt)} | – | – ({decides}) | "
+                f"{v.n}{dropped} | **{v.verdict}**{why} |"
+            )
             continue
         rows.append(
             f"{where}| {v.claim} | {v.interval_text(fmt)} | {v.fraction_greater:.0%} | {v.p_value:.2g} | "

@@ -82,7 +82,9 @@ def test_local_iterations_paired_ratio_verdicts():
     assert all(v.verdict == stats.INCONCLUSIVE for v in out if v.claim.startswith("L = 10"))
     assert all(v.verdict == stats.NOT_REPRODUCED for v in out if v.claim.startswith("L = 20"))
     slightly = gfvl_local_iters.verdicts(cfg, labels[:2], np.concatenate([base, 1.01 * base]))
-    assert all(v.verdict == stats.REPRODUCED and abs(v.estimate - 1.01) < 1e-9 for v in slightly)
+    # a 1% effect the trials agree on is not the figure's visible degradation (issue 38)
+    assert all(v.verdict == stats.DIRECTION_ONLY and abs(v.estimate - 1.01) < 1e-9 for v in slightly)
+    assert all("effect 1.0% < visible 5.0%" in v.reason for v in slightly)
 
 
 def test_presets_bundle_settings_and_explicit_values_win():
@@ -168,7 +170,7 @@ def test_unlearning_verdicts_count_from_us_visit_and_are_real_when_detectable():
     unlearn[:, 0] = 0.5  # a dip below the level before u is forgotten is not unlearning
     faster, at_hit = gfvl_trials.unlearning_verdicts(unlearn, retrain, hit, 1.5, "at the level", shift=3.0)
     assert faster.verdict == stats.REPRODUCED and at_hit.verdict == stats.REPRODUCED
-    assert at_hit.estimate == 0.0  # unlearning's slot is exactly u's hitting time, not slot 1
+    assert at_hit.estimate == 1.0 and at_hit.kind == "share"  # every trial's slot is u's hitting time, not slot 1
 
 
 def test_unlearning_verdicts_are_not_testable_when_nothing_is_left_to_unlearn():
@@ -188,4 +190,4 @@ def test_unlearning_that_lags_us_visit_is_not_reproduced_at_the_visit():
     slots = np.arange(1, unlearn.shape[1] + 1)
     unlearn = np.where(slots[None, :] >= hit[:, None] + 8, 1.0, 5.0)  # gets there 8 slots after the visit
     faster, at_hit = gfvl_trials.unlearning_verdicts(unlearn, retrain, hit, 1.5, "at the level", shift=3.0)
-    assert at_hit.verdict == stats.NOT_REPRODUCED and at_hit.estimate == 8.0
+    assert at_hit.verdict == stats.NOT_REPRODUCED and at_hit.estimate == 0.0  # no trial within ±1 slot

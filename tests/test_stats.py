@@ -167,7 +167,7 @@ def test_a_claim_carried_by_enough_pairs_but_against_the_sign_test_is_inconclusi
     v = stats.paired_verdict(a, b, "a > b", statistic="mean")
     assert v.lower > 0 and v.verdict == "inconclusive" and "sign test" in v.reason
     many = stats.paired_verdict(np.r_[np.full(30, 1.0), np.zeros(70)], np.zeros(100), "a > b", statistic="mean")
-    assert many.verdict == "reproduced" and many.n_untied == 30 and many.reason == ""
+    assert many.verdict == "reproduced" and many.n_untied == 30 and many.reason.startswith("carried by 30 of 100")
 
 
 def test_a_claim_the_settings_cannot_detect_is_not_testable_with_its_reason():
@@ -192,8 +192,70 @@ def test_the_report_states_the_verdict_policy_once_and_tables_every_claim(tmp_pa
     assert text.count("**How verdicts are decided**") == 1
     assert f"at least {stats.MIN_UNTIED_PAIRS} pairs differ" in text and f"p < {stats.SIGN_TEST_ALPHA:g}" in text
     assert "*Not testable here*" in text and "(n dropped)" in text
-    assert f"[1/{1 + stats.EQUAL_RATIO_MARGIN:g}, {1 + stats.EQUAL_RATIO_MARGIN:g}]" in text
+    assert stats.VERDICT_POLICY in text and "**direction only**" in text and "not testable (censored)" in text
+    assert "| the papers' claims | 2 | 1 | 0 | 0 | 0 | 1 |" in text  # counted by kind and verdict
     table = text[text.index("## Every claim") : text.index("## exp-a")]
     assert "| [exp-a](#exp-a) | a > b | 25.5 [" in table and "**reproduced**" in table
     assert "| [exp-c](#exp-c) | u forgotten | – |" in table and "(nothing to unlearn)" in table
     assert "exp-b" not in table and text.index("## exp-a") < text.index("## exp-b") < text.index("## exp-c")
+
+
+def test_the_report_counts_by_kind_numbers_repeated_claims_and_is_byte_identical(tmp_path):
+    """Checks of an explanation and beyond-the-paper studies counted apart from the papers' claims; a claim
+    name stated twice is numbered; the same sections give the same bytes (no clock, sorted parameters)."""
+    from jaxfed import report
+    from jaxfed.experiments.base import Reading
+
+    up = stats.paired_verdict(np.arange(1.0, 51.0), np.zeros(50), "a > b")
+    check = up._replace(claim="check of an explanation: why")
+    record = {"wall_s": 12.0}
+    section = report.Section(
+        "Beyond the paper: a study",
+        "s/s.png",
+        "",
+        "",
+        (),
+        {"b": 1, "a": {"y": 1, "x": 2}},
+        Reading("## s", (up, up, check)),
+        record,
+        "s",
+    )
+    paper = section._replace(description="Fig. 1", name="p")
+    texts = []
+    for out in ("one", "two"):
+        (tmp_path / out).mkdir()
+        texts.append(open(report.write(str(tmp_path / out), [("s", section), ("p", paper)], 0.0), "rb").read())
+    assert texts[0] == texts[1]
+    text = texts[0].decode()
+    assert "| beyond-the-paper studies | 2 | 2 | 0 | 0 | 0 | 0 |" in text
+    assert "| checks of an explanation | 2 | 2 |" in text and "| the papers' claims | 2 | 2 |" in text
+    assert "| a > b (2nd) |" in text and "took 24 s to compute" in text
+    assert text.index("| `a` |") < text.index("| `b` |") and '{"x": 2, "y": 1}' in text
+
+
+def test_effect_size_censoring_equivalence_and_each_trial_verdicts():
+    """A significant 0.8% effect is "direction only"; a verdict on censored values is not testable;
+    an undecided equality says how many trials would decide it; a claim about each trial is a share."""
+    rng = np.random.default_rng(0)
+    b = rng.exponential(1.0, 300)
+    small = stats.paired_verdict(b * 1.008 * np.exp(rng.normal(0, 0.01, 300)), b, "a > b", transform="log_ratio")
+    assert small.verdict == stats.DIRECTION_ONLY and "effect 0.8%" in small.reason
+    big = stats.paired_verdict(b * 1.2, b * np.exp(rng.normal(0, 0.01, 300)), "a > b", transform="log_ratio")
+    assert big.verdict == "reproduced"
+    slots = stats.paired_verdict(b + 0.02, b, "a > b", min_effect=1.0)  # the claim's own visible size
+    assert slots.verdict == stats.DIRECTION_ONLY
+    t = np.full(64, 200.0)
+    every = np.ones(64, bool)
+    cens = stats.paired_verdict(t, t * 0.9, "w", transform="log_ratio", censored_a=every, censored_b=every)
+    assert cens.verdict == stats.NOT_TESTABLE and "censored: 100%" in cens.reason
+    few = np.zeros(300, bool)
+    few[:3] = True  # a censored value on the claimed side cannot undo a clear effect
+    kept = stats.paired_verdict(b * 1.3, b, "a > b", transform="log_ratio", censored_a=few)
+    assert kept.verdict == "reproduced" and "censored: 1%" in kept.reason
+    noisy = b[:60] * np.exp(0.01 + 0.3 * rng.permutation(np.linspace(-1, 1, 60)))
+    eq = stats.paired_verdict(noisy, b[:60], "≈", "equal", "log_ratio", margin=np.log(1.05))
+    assert eq.verdict == "inconclusive" and "trials would decide it" in eq.reason
+    assert "equivalence: interval vs margin" in stats.verdict_table([eq])
+    share = stats.share_verdict(rng.random(300) < 0.69, "each trial")
+    assert share.verdict == "not reproduced" and share.upper < 0.9 and share.kind == "share"
+    assert stats.share_verdict(np.ones(300, bool), "each trial").verdict == "reproduced"

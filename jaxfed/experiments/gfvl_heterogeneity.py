@@ -10,7 +10,7 @@ KL(q^(i) ‖ p(θ|D)) after slot i, p(θ|D) the posterior given every agent's da
 ``loss_normalisation`` "sum" and α = 1 the Bayesian posterior; "mean" weights agent k's statistics by
 1/N_k, the posterior tempered by 1/N_k, docs/gfvl.md §A1), by the
 fast trajectory path (:func:`jaxfed.gfvl.conjugate_kl_trajectory`; tested against the step kernel in
-tests/test_gfvl_families_differential.py). The points of a trial share its key (common random numbers):
+tests/gfvl/test_gfvl_families_differential.py). The points of a trial share its key (common random numbers):
 for one topology the walk and the ε_k are the same at every τ, so spreads are compared pair by pair.
 
 In the conjugate case the KL is exactly 0 from the walk's cover time whatever the data, so heterogeneity
@@ -188,7 +188,17 @@ def claims(cfg: Config, labels, kl) -> list:
             f"{topology}: KL <= {THRESHOLD:g} later at τ={hi_s:g} than at τ={lo_s:g} (slots of τ={hi_s:g} − τ={lo_s:g})"
         )
         first_hi, first_lo = first_slot_at_or_below(kl[hi], THRESHOLD), first_slot_at_or_below(kl[lo], THRESHOLD)
-        verdicts.append(stats.paired_verdict(first_hi, first_lo, claim, statistic="mean"))
+        verdicts.append(
+            stats.paired_verdict(
+                first_hi,
+                first_lo,
+                claim,
+                statistic="mean",
+                censored_a=first_hi > cfg.n_slots,
+                censored_b=first_lo > cfg.n_slots,
+                censoring=f"within {cfg.n_slots} slots",
+            )
+        )
         if cfg.n_slots >= COMPARE_SLOT:
             a, b = kl[hi, :, COMPARE_SLOT - 1], kl[lo, :, COMPARE_SLOT - 1]
             positive = (a > 0) & (b > 0)

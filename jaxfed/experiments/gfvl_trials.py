@@ -101,7 +101,7 @@ def unlearning_verdicts(kl_unlearn, kl_retrain, hit, level: float, what: str, sh
     n_slots = kl_unlearn.shape[-1]
     claims = (
         f"unlearning {what} before retraining (slots of retrain − unlearning; unlearning from u's visit)",
-        f"unlearning {what} when u is scheduled (slot − u's hitting time, ±{HIT_MARGIN:g} slot)",
+        f"unlearning {what} when u is scheduled, in each trial (share of trials within ±{HIT_MARGIN:g} slot of u's hitting time)",
     )
     before = hit >= 2
     held = float(np.median(kl_unlearn[before, hit[before] - 2])) if before.any() else float("nan")
@@ -123,16 +123,10 @@ def unlearning_verdicts(kl_unlearn, kl_retrain, hit, level: float, what: str, sh
     unl = np.where(below.any(axis=-1), np.argmax(below, axis=-1) + 1, n_slots + 1).astype(float)
     ret = first_slot_at_or_below(kl_retrain, level).astype(float)
     scheduled = hit >= 1
-    return [
-        stats.paired_verdict(ret, unl, claims[0]),
-        stats.paired_verdict(
-            np.where(scheduled, unl, np.nan),
-            np.where(scheduled, hit, np.nan),
-            claims[1],
-            expect="equal",
-            margin=HIT_MARGIN,
-        ),
-    ]
+    within = f"within {n_slots} slots"
+    censored = {"censored_a": ret > n_slots, "censored_b": unl > n_slots, "censoring": within}
+    on_time = np.where(scheduled, np.abs(unl - hit) <= HIT_MARGIN, np.nan)  # never reached: not on time
+    return [stats.paired_verdict(ret, unl, claims[0], **censored), stats.share_verdict(on_time, claims[1])]
 
 
 def noisy_data(key, cfg) -> jax.Array:
