@@ -357,7 +357,9 @@ def report(cfg: Config, labels, results) -> Reading:
     )
     found = claims(cfg, labels, results)
     summary = "; ".join(
-        f"{v.claim.split(' (')[0]}: **{v.verdict}**" + (f" ({v.interval_text()})" if v.n else f" ({v.reason})")
+        # the claim without its last parenthesis (how it is measured): the two unlearning claims share the
+        # level's parenthesis and differ after it
+        f"{v.claim.rsplit(' (', 1)[0]}: **{v.verdict}**" + (f" ({v.interval_text()})" if v.n else f" ({v.reason})")
         for v in found.verdicts
     )
     text += [
