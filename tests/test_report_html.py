@@ -85,7 +85,9 @@ window.addEventListener("load", function () {
 
 
 def _browser(args: list, page: str, cwd: str) -> subprocess.CompletedProcess:
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--virtual-time-budget=5000"]
+    # A profile of its own: two tests (xdist workers) never share Chromium's profile lock.
+    profile = f"--user-data-dir={os.path.join(cwd, 'chromium-profile')}"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--virtual-time-budget=5000", profile]
     return subprocess.run(
         [_chromium(), *flags, *args, "file://" + page], capture_output=True, text=True, timeout=120, cwd=cwd
     )
