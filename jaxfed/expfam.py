@@ -7,8 +7,8 @@ divergence), ``sample_score`` (draws with their scores T(θ) − μ(η)) and ``f
 
 - :func:`log_prob`: log q_η(θ);
 - :func:`kl`: KL(q_η1 ‖ q_η2), accurate in float32 where posteriors concentrate (< 2e-5 relative in float32
-  and < 1e-12 in float64 down to KL = 1e-9, see :func:`kl`; tests/test_expfam.py and
-  tests/test_expfam_families.py measure it against mpmath);
+  and < 1e-12 in float64 down to KL = 1e-9, see :func:`kl`; tests/gfvl/test_expfam.py and
+  tests/gfvl/test_expfam_families.py measure it against mpmath);
 - the Fisher matrix is ``family.fisher(η) = ∇²A(η)`` and the mean parameters ``family.mean(η) = ∇A(η)``.
 
 Families (conjugate to the likelihood in brackets), registered by name (:func:`register`, :func:`get`,
@@ -114,7 +114,7 @@ def _gauss_legendre_unit(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 # Nodes per half-segment of the integral form, by itemsize of the dtype: < 2e-5 relative in float32 and
-# < 1e-12 in float64 for boundary ratios up to _GRADED_LIMIT (Beta against mpmath, tests/test_expfam.py:
+# < 1e-12 in float64 for boundary ratios up to _GRADED_LIMIT (Beta against mpmath, tests/gfvl/test_expfam.py:
 # measured 9.6e-6 and 2.9e-14 at ratios up to 9e3, 5.3e-7 and 1.1e-13 below ratio e).
 _NODES_PER_HALF = {4: 8, 8: 24}
 # Beyond this ratio between a boundary coordinate's change and its smaller end value the graded
@@ -186,9 +186,9 @@ def kl(family: ExpFamily, eta1: jax.Array, eta2: jax.Array) -> jax.Array:
     """KL(q_η1 ‖ q_η2) to < 2e-5 relative in float32 and < 1e-12 in float64, for KL >= 1e-9.
 
     Measured against mpmath (worst relative error, float32 / float64): Beta 9.6e-6 / 1.1e-13 (shapes
-    changing up to 9e3-fold; 5.3e-7 within a factor e; tests/test_expfam.py), Normal 5.0e-7 / 5.9e-16,
+    changing up to 9e3-fold; 5.3e-7 within a factor e; tests/gfvl/test_expfam.py), Normal 5.0e-7 / 5.9e-16,
     Gamma 3.9e-7 / 3.4e-14, Dirichlet 1.0e-6 / 6.2e-14 (300 cases each, flat to concentrated,
-    tests/test_expfam_families.py).
+    tests/gfvl/test_expfam_families.py).
 
     The cancellation-free integral form (:func:`kl_integral`) throughout, except where a boundary
     coordinate changes by more than 1e4 times its smaller end value: there the divergence is
@@ -227,7 +227,7 @@ def _beta_log_base(theta):
 
 def _beta_log_partition(eta):
     # Not jax.scipy.special.betaln: it loses up to 2.4e-7 relative accuracy even in float64 (jax 0.10, at
-    # shapes (11.3, 0.5)); the log-gamma sum is within 13 ulps of its terms' magnitude (tests/test_expfam.py).
+    # shapes (11.3, 0.5)); the log-gamma sum is within 13 ulps of its terms' magnitude (tests/gfvl/test_expfam.py).
     a, b = beta_shapes(eta)
     return gammaln(a) + gammaln(b) - gammaln(a + b)
 
@@ -282,7 +282,7 @@ def _beta_project(eta):
 _LOG4 = 1.3862943611198906  # log 4
 # Proposals per round of beta_sample_score, R = ⌈S/0.88 + 6√(0.13 S)⌉: at the acceptance rate of Cheng's BB
 # for large shapes (0.88) a round misses S acceptances with probability <= 3.6e-5 for S >= 10 (2.0e-5 at
-# S = 10, 1.2e-6 at 100, 1.4e-7 at 1000; tests/test_expfam.py), so a vmapped batch of 1000 trials at S = 10
+# S = 10, 1.2e-6 at 100, 1.4e-7 at 1000; tests/gfvl/test_expfam.py), so a vmapped batch of 1000 trials at S = 10
 # needs a second round about 2% of the time. BC (a shape <= 1) accepts less (0.33 at shapes (0.1, 5)) and
 # takes more rounds.
 _ACCEPT_RATE = 0.88
@@ -440,7 +440,7 @@ def _log_gamma_ratio(key: jax.Array, shape_param: jax.Array, sample_shape: tuple
 
     For a >= 1, r is the log of the ratio: within 2 ulps (of 1, absolute) of the exact log(G/a) of the draw
     for a from 1 to 1e8, even when G/a ≈ 1 (concentrated posteriors), where log G − log a loses up to 10
-    (float32) or 16 (float64) ulps (tests/test_expfam_families.py); below 1, G can underflow in float32,
+    (float32) or 16 (float64) ulps (tests/gfvl/test_expfam_families.py); below 1, G can underflow in float32,
     so the draw is taken in log space (``jax.random.loggamma``). Both branches use the same key.
     """
     a = jnp.broadcast_to(shape_param, sample_shape + jnp.shape(shape_param))
@@ -524,7 +524,7 @@ def _normal_kl(eta1, eta2):
     with m₂ − m₁ = (δ₁ − m₁ δp)/p₂ formed from the parameter differences, and φ evaluated
     without cancellation (:func:`jaxfed.numerics.x_minus_log1p`). Relative error < 2e-6 in float32 and
     < 1e-12 in float64 (measured against mpmath: 5.0e-7 and 5.9e-16, i.e. 4 and 3 ulps, over 300 cases with
-    KL from 1.6e-9 to 1e7; tests/test_expfam_families.py).
+    KL from 1.6e-9 to 1e7; tests/gfvl/test_expfam_families.py).
     """
     m1, p1 = normal_moments(eta1)
     p2 = -2.0 * eta2[..., 1]

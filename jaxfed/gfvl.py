@@ -168,7 +168,7 @@ def conjugate_solver(agent_stats: jax.Array, alpha) -> LocalSolver:
     s_k · (1/α) − λ_k into one fused multiply-subtract, whose result is the rounding error of s_k/α
     (measured on the CPU: float32, Normal family, α = 2.5, ring graph, data of mixed sign so that η₁ is
     small next to the λ_k: 1,208 of 3,990 repeat visits moved η, by up to 8 ulps; 728 in float64;
-    tests/test_gfvl.py). The first visit is exact either way: a fused s_k · (1/α) − 0 rounds once, like
+    tests/gfvl/test_gfvl.py). The first visit is exact either way: a fused s_k · (1/α) − 0 rounds once, like
     the product the comparison sees.
 
     Args:
@@ -422,7 +422,7 @@ def conjugate_kl_trajectory(
     whether or not the walk has covered the graph; it is summed in visit order, so the KL is
     exactly 0 from the covering slot on. It equals running :func:`learn` with
     :func:`conjugate_solver` and taking the KL of every slot to :func:`posterior_eta`
-    (tests/test_gfvl_differential.py checks this, in float64, on walks that do not cover).
+    (tests/gfvl/test_gfvl_differential.py checks this, in float64, on walks that do not cover).
 
     Args:
         family: the prior's exponential family.

@@ -56,7 +56,7 @@ class Likelihood(NamedTuple):
     # non-negative remainder, so its error scales with the result and |t| even when the two losses are 1000
     # times larger (the quadrature of :mod:`jaxfed.quadrature` relies on it): for 1000 points in float32
     # within 2e-6 of the result plus 2e-4·|t| (the linear coefficient, a difference of two ~10³ terms),
-    # where the plain difference of the two losses is off by up to 4e-4 at every t (tests/test_likelihoods.py).
+    # where the plain difference of the two losses is off by up to 4e-4 at every t (tests/gfvl/test_likelihoods.py).
     loss_change: Callable
     # data with a leading agent axis -> one data summary holding every agent's points (for Σ_k L_k).
     pool: Callable
@@ -195,7 +195,7 @@ def from_log_lik(log_lik: Callable, name: str = "log_lik") -> Likelihood:
     The data summary is :class:`PaddedData`; L(θ) = −Σ_n w_n log_lik(z_n, θ) over the padded
     points (entries of weight 0 are masked, so padding may hold any value). ``loss_change`` is the
     plain difference L(θ_ref + t) − L(θ_ref): its absolute rounding error is that of L itself (about
-    |L| times the dtype's epsilon: measured 2.4 |L| ε for 1000 points in float32, tests/test_likelihoods.py),
+    |L| times the dtype's epsilon: measured 2.4 |L| ε for 1000 points in float32, tests/gfvl/test_likelihoods.py),
     so for KL values near 1e-6 in float32 prefer a count model or float64.
     """
 

@@ -186,12 +186,12 @@ _SERIES_TERMS = {4: 10, 8: 21}
 """Terms n of the accelerated alternating series by dtype itemsize: relative error <= 2/(3 + √8)^n, 4e-8 in
 float32 and 2e-16 in float64 (:func:`_alternating_weights`)."""
 # Beyond this argument erfcx(x) = e^(x²) erfc(x) comes from its asymptotic series (to k = 8; the first omitted
-# term is 5e-13 relative at x = 9, 2e-21 at 26; tests/test_logistic.py): erfc(x) underflows past it
+# term is 5e-13 relative at x = 9, 2e-21 at 26; tests/gfvl/test_logistic.py): erfc(x) underflows past it
 # (jax.scipy.special.erfcx returns 0 on [9.1, 9.42] in float32, jax 0.10).
 _ERFCX_ASYMPTOTIC_FROM = {4: 9.0, 8: 26.0}
 _ERFCX_SERIES = (1.0, -0.5, 0.75, -1.875, 6.5625, -29.53125, 162.421875, -1055.7421875, 7918.06640625)
 # ψ(y) = 1 − y R(y) by Laplace's continued fraction from this y on (40 levels: < 2e-9 relative at y = 2,
-# < 2e-16 at y = 4), below by the plain difference, which cancels less there (tests/test_logistic.py against
+# < 2e-16 at y = 4), below by the plain difference, which cancels less there (tests/gfvl/test_logistic.py against
 # mpmath: within 11 ulps in float32 and 34 ulps in float64 for all y >= 0).
 _MILLS_FRACTION_FROM = {4: 2.0, 8: 4.0}
 _MILLS_FRACTION_DEPTH = 40
@@ -322,7 +322,7 @@ def normal_softplus_mean(mu, s) -> jax.Array:
     E[X^k]/k, X = e^(−|a|) ∈ (0, 1], are moments of a positive measure on [0, 1], so n terms are within
     2/(3 + √8)^n relative of the sum for every μ and s (n = 10 in float32, 21 in float64).
 
-    Accuracy (tests/test_logistic.py against mpmath, |μ| <= 400, 1/64 <= s <= 50, results above 1e-30 in
+    Accuracy (tests/gfvl/test_logistic.py against mpmath, |μ| <= 400, 1/64 <= s <= 50, results above 1e-30 in
     float32 and 1e-280 in float64): relative error < 5e-6 in float32 and < 3e-14 in float64 (measured worst
     2.0e-6 and 1.1e-14, both at |μ| >= 50, where rounding μ itself moves the result by |μ| ulps; below
     |μ| = 10, 9e-7 and 1.3e-15). The experiments reach |μ| <= 337 and 0.15 <= s <= 20 (gfvl-logistic with up
@@ -347,7 +347,7 @@ def normal_sigmoid_means(mu, s) -> tuple[jax.Array, jax.Array]:
         S^± = Σ_{k>=1} (−1)^(k+1) T_k^± (S⁺ = E[σ(−a); a > 0], S⁻ = E[σ(a); a < 0]),
 
     with T_k^± as in :func:`normal_softplus_mean` (moments again, the same bound); neither difference
-    cancels by more than a factor 2 (Φ(z) − S⁺ = E[σ(a); a > 0] >= Φ(z)/2). Accuracy (tests/test_logistic.py
+    cancels by more than a factor 2 (Φ(z) − S⁺ = E[σ(a); a > 0] >= Φ(z)/2). Accuracy (tests/gfvl/test_logistic.py
     against mpmath, the grid of :func:`normal_softplus_mean`): relative error < 5e-6 in float32 and < 3e-14 in
     float64 (measured worst 2.5e-6 and 1.3e-14, at |μ| >= 100).
     """

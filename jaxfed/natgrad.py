@@ -230,7 +230,7 @@ def mean_field_reinforce_natural_gradient(
 
     (the 2m ĝ₁ − ĝ₂ = −s² B of the generic solve cancels exactly here instead of in floating point).
     The same estimator as ``fisher_solve(family, eta, reinforce_gradient(...))`` on the same draws, equal
-    up to rounding (tests/test_natgrad.py compares them in float64 on adversarial η and losses); about
+    up to rounding (tests/gfvl/test_natgrad.py compares them in float64 on adversarial η and losses); about
     twice as fast vmapped over trials on the CPU (benchmarks/gfvl_logistic.py).
     """
     m, p = expfam.normal_moments(eta.reshape(-1, 2))

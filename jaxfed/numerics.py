@@ -1,7 +1,7 @@
 """Cancellation-free elementary functions shared by the likelihoods, the natural gradient and the
 quadrature (docs/gfvl.md §A4b: differences of large log terms must not be formed naively in float32).
 
-Each function is elementwise and jit/vmap-compatible. Accuracy *of the result* (tests/test_numerics.py against
+Each function is elementwise and jit/vmap-compatible. Accuracy *of the result* (tests/gfvl/test_numerics.py against
 mpmath; measured worst): :func:`x_minus_log1p` within 2 ulps in float32 and 4 in float64; in float32
 :func:`digamma_minus_log` within 10 ulps and :func:`trigamma_minus_reciprocal` within 7; in float64 those two are
 limited by their asymptotic series, to 5e-12 and 4e-13 relative.
@@ -162,7 +162,7 @@ def standard_normal(key: jax.Array, shape: tuple[int, ...], dtype=float) -> jax.
     The fast path is taken for float32 draws from a Threefry key with ``jax_threefry_partitionable``
     on (JAX's default): it reproduces JAX's construction (the bits of counter i are the xor of the two
     words of Threefry(key, (0, i)), then the same uniform on [nextafter(−1, 0), 1) and √2 erf⁻¹);
-    otherwise this is ``jax.random.normal`` on the flat shape. tests/test_numerics.py checks the values
+    otherwise this is ``jax.random.normal`` on the flat shape. tests/gfvl/test_numerics.py checks the values
     are identical to ``jax.random.normal``'s, under jit and vmap, so a JAX release that changes its
     construction fails that test rather than the statistics.
     """

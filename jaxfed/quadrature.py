@@ -31,7 +31,7 @@ difference. Three things keep float32 usable:
 3. the two log-normalisers are combined as log(s*/s_q) plus the difference of two O(1) sums with
    weights in units of each window's scale.
 
-**Accuracy** (tests/test_quadrature.py): against a float64 reference (the plain log densities
+**Accuracy** (tests/gfvl/test_quadrature.py): against a float64 reference (the plain log densities
 integrated by the trapezoidal rule on 400,001 points of [−40, 40] in u, geometrically convergent for
 these analytic integrands) on the experiments' targets — noisy Bernoulli ε = 0.1 and Bernoulli ε = 0,
 1000 points (sum loss) or 10 (mean loss), α = 1 and 2, plus a heavy-tailed ε = 0.3 target with its mode

@@ -14,3 +14,17 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
 if "JAXFED_COMPILATION_CACHE" not in os.environ:
     os.environ["JAXFED_COMPILATION_CACHE"] = tempfile.mkdtemp(prefix="jaxfed-test-xla-")
     atexit.register(shutil.rmtree, os.environ["JAXFED_COMPILATION_CACHE"], ignore_errors=True)
+
+
+import functools  # noqa: E402 (the environment above must be set before JAX starts)
+
+import pytest  # noqa: E402
+
+from jaxfed import engine  # noqa: E402
+
+
+@pytest.fixture
+def unjitted(monkeypatch):
+    """``engine.run`` op by op (``use_jit=False``): for tests of the result directory's bookkeeping,
+    which would otherwise compile a program per test."""
+    monkeypatch.setattr(engine, "run", functools.partial(engine.run, use_jit=False))

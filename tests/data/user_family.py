@@ -1,4 +1,4 @@
-"""A conjugate data model defined outside the package (tests/test_models.py runs it through the plain
+"""A conjugate data model defined outside the package (tests/gfvl/test_models.py runs it through the plain
 CLI): Exponential(λ) data with a Gamma prior on the rate λ, registered under "gamma-exponential"."""
 
 import jax

@@ -3,7 +3,7 @@ background thread, and the results are those of the one-chunk run, through kills
 
 import numpy as np
 import pytest
-from test_engine import POINTS, trial
+from support import POINTS, trial
 
 from jaxfed import engine, store
 from jaxfed.engine import core
@@ -66,9 +66,9 @@ def test_a_kill_in_the_writer_thread_during_a_pipelined_run_resumes_identically(
 
 TWO_DEVICES_RAW = """
 import sys
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, {tests!r} + '/..']  # the module's folder and tests/ (support.py)
 import jax, numpy as np
-from test_engine import POINTS, trial
+from support import POINTS, trial
 from jaxfed import engine
 assert jax.device_count() == 2
 out = engine.run(trial, POINTS, 23, seed=4, chunk_size=7, out_dir={out!r}, identity={{}}, progress=False)

@@ -1,5 +1,5 @@
 """What a new user hit: `reproduce --only`, the notebooks' install extra, `jaxfed show` describing
-every field with the values a choice takes, the report path printed once (tests/test_progress.py)."""
+every field with the values a choice takes, the report path printed once (tests/engine/test_progress.py)."""
 
 import dataclasses
 import re
@@ -11,7 +11,7 @@ from jaxfed import cli, graphs, kmeans, natgrad, oac
 from jaxfed.experiments import REGISTRY, catalog
 from jaxfed.experiments.gfvl_logistic import SPLITS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # Each choice parameter of the built-in experiments and the values the code accepts.
 CHOICES = {

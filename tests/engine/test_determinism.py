@@ -18,37 +18,11 @@ import textwrap
 import jax
 import numpy as np
 import pytest
+from support import SMALL
 
 from jaxfed import engine, stats
 from jaxfed.experiments import REGISTRY, make_config
 
-# Small settings of every built-in experiment (``--set`` values).
-SMALL = {
-    "gfvl-topologies": {"n_slots": "20"},
-    "gfvl-local-iters": {"total_iters": "20", "local_iters": "1,5", "record_every": "10", "n_samples": "5"},
-    "gfvl-local-iters-paper": {"total_iters": "20", "local_iters": "1,5", "record_every": "10", "n_samples": "5"},
-    "gfvl-unlearning": {"learn_slots": "12", "n_slots": "12", "n_samples": "5", "local_iters": "2"},
-    "gfvl-unlearning-paper": {"learn_slots": "12", "n_slots": "12", "n_samples": "5", "local_iters": "2"},
-    "gfvl-unlearning-conjugate": {"learn_slots": "12", "n_slots": "12"},
-    "gfvl-heterogeneity": {"n_slots": "20", "spreads": "0.0,2.0", "topologies": "ring,star"},
-    "gfvl-logistic": {
-        "n_slots": "6",
-        "learn_slots": "6",
-        "n_samples": "4",
-        "local_iters": "2",
-        "topologies": "ring",
-        "splits": "iid,label-skew",
-    },
-    "gfvl-wallclock": {"local_iters": "1,5", "total_iters": "20", "record_every": "10", "n_samples": "4"},
-    "gfvl-graphs": {"graphs": "ring,rgg:radius=0.55", "n_slots": "40", "records": "8"},
-    "kmeans-convergence": {"n_points": "300", "n_rounds": "4", "snrs_db": "0,20"},
-    "kmeans-snr": {"n_points": "300", "n_rounds": "4", "digits_list": "2", "snrs_db": "0,10,20"},
-    "kmeans-ablation": {"n_points": "300", "n_rounds": "4", "inits": "uniform,forgy"},
-    "kmeans-devices": {"n_points": "300", "n_rounds": "4", "grid_sides": "3,10"},
-    "kmeans-digits1": {"n_points": "300", "n_rounds": "4", "snrs_db": "0,20"},
-    "kmeans-oac-counts": {"n_points": "300", "n_rounds": "4", "snrs_db": "10,20"},
-    "kmeans-channels": {"n_points": "300", "n_rounds": "4", "spreads_db": "0,3", "k_factors": "0,10"},
-}
 REPRODUCED = ("gfvl-local-iters", "kmeans-snr")  # the two the issue reproduced
 # Each device runs the one-device program on its share of the trials, whatever the trial: the
 # reproducers (non-conjugate G-FVL, over-the-air k-means at the 64 width), and the conjugate G-FVL
@@ -165,7 +139,7 @@ def test_bit_identical_across_chunk_sizes_growth_resume_and_targets(name, tmp_pa
 
 TWO_DEVICES = """
 import sys, numpy as np
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, {tests!r} + '/..']  # the module's folder and tests/ (support.py)
 from test_determinism import run
 out = {{}}
 for name in {names!r}:

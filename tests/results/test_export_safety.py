@@ -10,10 +10,12 @@ import shutil
 import threading
 
 import pytest
-from test_result_dirs import run, unjitted  # noqa: F401 (the fixture)
+from test_result_dirs import run
 
 import jaxfed
 from jaxfed import cli, rundir, store
+
+pytestmark = pytest.mark.usefixtures("unjitted")  # tests/conftest.py: the engine op by op
 
 pytest.importorskip("h5netcdf")
 

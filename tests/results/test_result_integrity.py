@@ -8,10 +8,12 @@ import json
 
 import numpy as np
 import pytest
-from test_result_dirs import TOY, ToyConfig, run, unjitted  # noqa: F401 (the fixture)
+from test_result_dirs import TOY, ToyConfig, run
 
 from jaxfed import rundir, store
 from jaxfed.experiments import run_experiment
+
+pytestmark = pytest.mark.usefixtures("unjitted")  # tests/conftest.py: the engine op by op
 
 
 def _forge_metrics(out, change):

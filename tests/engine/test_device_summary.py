@@ -138,7 +138,7 @@ def test_histograms_kept_on_the_device_between_stores_give_the_same_summaries(tm
 
 _CHILD = """
 import numpy as np, sys
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, {tests!r} + '/..']  # the module's folder and tests/ (support.py)
 from test_device_summary import trial, POINTS, N
 from jaxfed import engine, stats
 out = engine.run(trial, POINTS, N, seed=5, keep="summary", chunk_size=128)
@@ -162,7 +162,7 @@ def test_four_forced_cpu_devices_give_identical_summaries(tmp_path, device_summa
 
 _SHARES = """
 import sys
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, {tests!r} + '/..']  # the module's folder and tests/ (support.py)
 from test_device_summary import trial, POINTS, N, assert_summaries_equal
 from jaxfed import engine
 go = dict(seed=5, micro_batch=64, keep="summary", progress=False)
@@ -197,7 +197,7 @@ def runs_trial(key, point):
 
 
 # The CPU counts by scatter; the accelerators' sort in the slow suite (~10 s: both methods give the same
-# counts on adversarial data in the default suite, tests/test_summary_sums.py).
+# counts on adversarial data in the default suite, tests/engine/test_summary_sums.py).
 @pytest.mark.parametrize("histogram", ["scatter", pytest.param("sort", marks=pytest.mark.slow)])
 def test_the_loops_summary_is_the_bits_of_the_summary_of_the_stored_values(histogram):
     """The compiled share summary (counted micro-batch by micro-batch inside the loop, the values

@@ -10,7 +10,7 @@ import pytest
 from jaxfed import cli
 from jaxfed.experiments import catalog, get, gfvl_local_iters, make_config
 
-EXAMPLE = str(pathlib.Path(__file__).parent.parent / "docs" / "examples" / "grid_gossip.py")
+EXAMPLE = str(pathlib.Path(__file__).parents[2] / "docs" / "examples" / "grid_gossip.py")
 SPEC = f"{EXAMPLE}:EXPERIMENT"
 
 
@@ -72,7 +72,7 @@ def test_get_returns_built_in_experiments_unchanged():
     assert get(SPEC).source == SPEC
 
 
-AGGREGATOR_EXAMPLE = pathlib.Path(__file__).parent.parent / "docs" / "examples" / "lossy_aggregator.py"
+AGGREGATOR_EXAMPLE = pathlib.Path(__file__).parents[2] / "docs" / "examples" / "lossy_aggregator.py"
 
 
 def test_a_user_aggregator_runs_end_to_end_through_the_cli(tmp_path):
@@ -262,7 +262,7 @@ def test_built_in_experiments_identity_holds_no_code_key():
 
 
 # --------------------------------------------------------------------------- every extension point from one file
-EXTENSIONS = pathlib.Path(__file__).parent / "data" / "user_extensions.py"
+EXTENSIONS = pathlib.Path(__file__).parents[1] / "data" / "user_extensions.py"
 
 
 @pytest.fixture

@@ -13,8 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_engine import POINTS, trial
-from test_inputs import one_line_error
+from support import POINTS, one_line_error, trial
 
 from jaxfed import cli, engine, plotting, report, stats, store
 from jaxfed.experiments import base, get

@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from test_engine import POINTS, trial
+from support import POINTS, trial
 
 from jaxfed import engine, stats, store
 

@@ -9,7 +9,7 @@ import pytest
 
 from jaxfed import cli, expfam, models, scenarios
 
-USER_FILE = os.path.join(os.path.dirname(__file__), "data", "user_family.py")
+USER_FILE = os.path.join(os.path.dirname(__file__), "..", "data", "user_family.py")
 
 
 def test_the_built_in_models_are_registered_values():

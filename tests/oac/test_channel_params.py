@@ -13,7 +13,7 @@ import pytest
 from jaxfed import cli, engine, oac
 from jaxfed.experiments import catalog, kmeans_trials, make_config
 
-EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "docs", "examples", "rician_channel.py")
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "examples", "rician_channel.py")
 SMALL = ["--set", "n_points=200", "--set", "n_rounds=3", "--set", "rows=2", "--set", "cols=2"]
 SMALL += ["--set", "digits_list=2", "--set", "snrs_db=20"]
 
@@ -109,7 +109,7 @@ def _small(cfg):
     return {"n_points": "200", "n_rounds": "4", "rows": "2", "cols": "2"}
 
 
-@pytest.mark.slow  # compiles the k-means programs (~20 s); tests/test_models.py checks --import in the default suite
+@pytest.mark.slow  # compiles the k-means programs (~20 s); tests/gfvl/test_models.py checks --import in the default suite
 def test_a_channel_file_loaded_with_import_runs_a_built_in_experiment_and_must_be_given_to_read_it(tmp_path, capsys):
     """`jaxfed run kmeans-snr --import FILE --set channel=NAME`: the plain command loads a user's channel;
     the file's digest joins the run's identity and record; plot and report need the same file."""

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "benchmarks"))
 
 import gfvl_logistic as bench  # noqa: E402
 

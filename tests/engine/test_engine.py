@@ -5,23 +5,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support import POINTS, trial
 
 from jaxfed import engine, stats
 from jaxfed.engine import compiled, sizing
-
-
-def trial(key, point):
-    """A small trial with a scan, a static leaf and traced leaves."""
-    steps = point["steps"]  # static
-    x = jax.random.normal(key, (steps,)) * point["scale"] + point["shift"]
-    return {"walk": jnp.cumsum(x), "last": x[-1]}
-
-
-POINTS = [
-    {"scale": jnp.float32(1.0), "shift": jnp.float32(0.0), "steps": 5},
-    {"scale": jnp.float32(2.0), "shift": jnp.float32(1.0), "steps": 5},
-    {"scale": jnp.float32(0.5), "shift": jnp.float32(-1.0), "steps": 5},
-]
 
 
 @pytest.fixture(scope="module")

@@ -102,7 +102,7 @@ CASES = [
 ]
 
 
-# Beta–Bernoulli is also covered by tests/test_gfvl_differential.py; here it runs with the slow tests.
+# Beta–Bernoulli is also covered by tests/gfvl/test_gfvl_differential.py; here it runs with the slow tests.
 @pytest.mark.parametrize("name", [pytest.param("beta", marks=pytest.mark.slow), "normal", "gamma", "dirichlet"])
 def test_fast_path_and_step_kernel_match_the_reference_and_are_exact_at_cover_time(name):
     n_slots = 8

@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 import pytest
-from test_engine import POINTS, trial
+from support import POINTS, trial
 
 from jaxfed import engine
 from jaxfed.engine import compiled, sizing

@@ -9,10 +9,11 @@ import typing
 import jax
 import numpy as np
 import pytest
-from test_result_dirs import unjitted  # noqa: F401 (the fixture)
 
 from jaxfed import cli
 from jaxfed.experiments import REGISTRY, Experiment, Sweep, make_config, run_experiment, runner
+
+pytestmark = pytest.mark.usefixtures("unjitted")  # tests/conftest.py: the engine op by op
 
 
 @pytest.mark.parametrize(

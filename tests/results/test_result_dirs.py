@@ -4,7 +4,6 @@ its directory, nor files there it did not write; a rerun that computes nothing l
 as it was."""
 
 import dataclasses
-import functools
 import json
 import os
 import shutil
@@ -13,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxfed import cli, engine, plotting, rundir, store
+from jaxfed import cli, plotting, rundir, store
 from jaxfed.experiments import Experiment, Sweep, run_experiment
 
 
@@ -37,9 +36,7 @@ def toy_plot(cfg, labels, results, path):
 TOY = Experiment("toy", "toy", ToyConfig, toy_build, toy_plot, lambda *a: "")
 
 
-@pytest.fixture(autouse=True)
-def unjitted(monkeypatch):
-    monkeypatch.setattr(engine, "run", functools.partial(engine.run, use_jit=False))
+pytestmark = pytest.mark.usefixtures("unjitted")  # tests/conftest.py: the engine op by op
 
 
 def run(out, n_trials=6, **kwargs):

@@ -14,20 +14,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support import one_line_error
 
 from jaxfed import cli, engine, stats, store
 from jaxfed.experiments import base
 
 SMALL = ["--set", "n_slots=10", "--quiet"]
-
-
-def one_line_error(capsys, argv) -> str:
-    with pytest.raises(SystemExit) as exc:
-        sys.exit(cli.main(argv))
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("jaxfed: error:"), err
-    return err
 
 
 @pytest.mark.parametrize(
