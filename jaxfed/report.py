@@ -89,7 +89,7 @@ def section(exp, config, config_json: dict, results: dict, seconds: float) -> Se
     return Section(
         description=exp.description,
         figure=f"{exp.name}/{exp.name}.png",
-        caption=getattr(exp, "caption", "") or _first_sentence(exp.description),
+        caption=getattr(exp, "caption", "") or exp.description,
         settings=settings,
         nonfinite=tuple(nonfinite),
         parameters=dict(config_json["parameters"]),
@@ -97,11 +97,6 @@ def section(exp, config, config_json: dict, results: dict, seconds: float) -> Se
         record=config_json,
         name=exp.name,
     )
-
-
-def _first_sentence(text: str) -> str:
-    head, dot, _ = text.partition(". ")
-    return head + dot.strip()
 
 
 KINDS = ("the papers' claims", "beyond-the-paper studies", "checks of an explanation")

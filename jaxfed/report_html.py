@@ -265,7 +265,7 @@ def _section(out_dir: str, name: str, part) -> str:
     return "\n".join(
         [
             f'<section id="{ident}"><h2>{_e(name)}</h2>',
-            markdown(part.description),
+            "" if part.description == part.caption else markdown(part.description),  # (else the caption)
             _figure(out_dir, part.figure, name, part.caption),
             f'<p>{_inline(part.settings)} <a href="#{anchor("settings", name)}">All settings</a>.</p>',
             f"<ul>{nonfinite}</ul>" if nonfinite else "",
