@@ -110,13 +110,14 @@ def claim_kind(section, verdict) -> str:
     return KINDS[1] if "beyond the paper" in getattr(section, "description", "").lower() else KINDS[0]
 
 
-def unique_claims(verdicts: list) -> list:
-    """The verdicts with repeated claim names numbered ("… (2nd)") so that every row names one claim."""
+def unique_claims(verdicts: list, sections: list) -> list:
+    """The verdicts with a claim name repeated within a section (``sections``: one name per verdict)
+    numbered ("… (2nd)"), so that every row names one claim."""
     seen: dict = {}
     out = []
-    for v in verdicts:
-        seen[v.claim] = seen.get(v.claim, 0) + 1
-        out.append(v if seen[v.claim] == 1 else v._replace(claim=f"{v.claim} ({_ordinal(seen[v.claim])})"))
+    for v, where in zip(verdicts, sections):
+        k = seen[where, v.claim] = seen.get((where, v.claim), 0) + 1
+        out.append(v if k == 1 else v._replace(claim=f"{v.claim} ({_ordinal(k)})"))
     return out
 
 
@@ -146,7 +147,7 @@ def counts(named_sections: list) -> str:
 def summary(named_sections: list) -> str:
     """The table of every claim of the report: (section name, Reading) pairs in report order."""
     names = [name for name, reading in named_sections for _ in reading.verdicts]
-    verdicts = unique_claims([v for _, reading in named_sections for v in reading.verdicts])
+    verdicts = unique_claims([v for _, reading in named_sections for v in reading.verdicts], names)
     return stats.verdict_table(verdicts, "paired statistic", sections=[f"[{n}](#{n})" for n in names])
 
 
