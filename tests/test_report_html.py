@@ -18,6 +18,7 @@ import pytest
 
 from jaxfed import report_html
 from jaxfed.cli import main
+from jaxfed.experiments import REGISTRY
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
 
@@ -138,6 +139,8 @@ def test_report_html_in_a_browser(report_dir, tmp_path):
         kinds = {k: result["kinds"].count(k) for k in set(result["kinds"])}
         assert result["kind_filtered"] == {"": len(claims), **kinds}
     assert result["order_descending"] == [str(i) for i in range(len(claims), 0, -1)]
+    caption = re.search(r"<figcaption>(.*?)</figcaption>", text, re.S)
+    assert caption and REGISTRY["gfvl-topologies"].description in html.unescape(caption.group(1))
     for name in ("sec-gfvl-topologies", "fig-gfvl-topologies", "params-gfvl-topologies", "settings-gfvl-topologies"):
         assert f'id="{name}"' in text
 
