@@ -263,7 +263,7 @@ def report(cfg: Config, labels, results) -> Reading:
 
 EXPERIMENT = Experiment(
     name=NAME,
-    description="Conjugate G-FVL (beta/normal/gamma/dirichlet) on heterogeneous agents: KL vs slot per topology and spread of θ_k",
+    description="Beyond the paper: conjugate G-FVL (beta/normal/gamma/dirichlet) on heterogeneous agents: KL vs slot per topology and spread of θ_k",
     config_cls=Config,
     build=build,
     plot=plot,

@@ -389,7 +389,7 @@ MICRO_BATCH = {"cpu": 64}
 
 EXPERIMENT = Experiment(
     name=NAME,
-    description="G-FVL on d-dimensional Bayesian logistic regression (breast-cancer data): topologies, label skew, unlearning vs retraining",
+    description="Beyond the paper: G-FVL on d-dimensional Bayesian logistic regression (breast-cancer data): topologies, label skew, unlearning vs retraining",
     config_cls=Config,
     build=build,
     plot=plot,
