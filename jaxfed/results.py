@@ -701,7 +701,7 @@ def layout_table(experiments: Mapping, names=None) -> str:
     :class:`~jaxfed.experiments.Experiment`, e.g. ``jaxfed.experiments.REGISTRY``; at its default
     parameters; ``names``: these only) each metric's dims in a raw run, the label keys
     (``point``'s levels; those :func:`unstack` makes dimensions in bold) and the coordinate values
-    of its axes. Built from each experiment's sweep, nothing run (tests/test_results_xarray.py
+    of its axes. Built from each experiment's sweep, nothing run (tests/results/test_results_xarray.py
     checks the page holds it)."""
     rows = ["| experiment | metrics: dims of a raw run | `point` levels | axis coordinates |", "|---|---|---|---|"]
     for name, exp in experiments.items():

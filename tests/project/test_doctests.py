@@ -26,14 +26,14 @@ def test_docstring_examples_run(module):
 def test_the_docs_quote_no_measured_interval():
     """Numbers of a run (a statistic with its interval, "1.04 [1.03, 1.05]") are quoted only by the
     report a run generates, never by hand in the README or docs, where they would go stale."""
-    root = pathlib.Path(__file__).resolve().parents[1]
+    root = pathlib.Path(__file__).resolve().parents[2]
     interval = re.compile(r"\d(?:\.\d+)? \[[−-]?\d+(?:\.\d+)?, [−-]?\d+(?:\.\d+)?\]")
     for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
         quoted = interval.findall(path.read_text())
         assert not quoted, f"{path.name} quotes {quoted}"
 
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 README_TEST_COMMAND = 'python -m pip install -e ".[test]" && python -m pytest'
 README_MAIN_COMMAND = "python -m pip install . && jaxfed reproduce"
 

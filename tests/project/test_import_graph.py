@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "jaxfed"
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "jaxfed"
 
 LAZY_ALLOWED = ("xarray", "pandas", "matplotlib", "h5netcdf", "pyarrow", "networkx")
 """The only packages a function may import (heavy, or optional: `import jaxfed` must not load them)."""

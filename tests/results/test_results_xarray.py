@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 import pytest
-from test_determinism import SMALL
+from support import SMALL
 
 import jaxfed
 from jaxfed import cli, engine, results, stats
@@ -26,7 +26,7 @@ from jaxfed.experiments import REGISTRY, make_config, run_experiment
 xr = pytest.importorskip("xarray")
 pd = pytest.importorskip("pandas")
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 TRIALS = 3
 FAST = ("gfvl-topologies",)
 
