@@ -375,7 +375,13 @@ def _median_text(values) -> str:
     return f"{est:.4g} [{lo:.4g}, {hi:.4g}]"
 
 
-def _crossover_text(cross: np.ndarray) -> str:
+def _crossover_text(cross: np.ndarray, censored: np.ndarray) -> str:
+    """Median r* with its interval; not testable where a trial of either L never reached the level (its r*
+    is then computed from a censoring value)."""
+    if censored.any():
+        return (
+            f"not testable (censored: {np.mean(censored):.0%} of trials did not reach the level for one of the two L)"
+        )
     est, lo, hi = stats.interval(cross, "median")
     return f"{est:.3g} [{lo:.3g}, {hi:.3g}]" + (
         f" ({np.mean(np.isinf(cross)):.0%} of trials never)" if np.isinf(cross).any() else ""
@@ -416,7 +422,7 @@ def _model_section(cfg: Config, model: str, a: dict) -> list[str]:
         "",
         f"Fastest L by median wall-clock to KL <= {cfg.level:g} on the grid of r: {fastest_ranges(a['grid'], a['fastest'])}. "
         f"Per trial, L = {ls[-1]} is no later than L = {ls[0]} from r* = (m_{ls[-1]} − m_{ls[0]})/(m_{ls[0]}/{ls[0]} − "
-        f"m_{ls[-1]}/{ls[-1]}) on; median r* [95% interval]: {_crossover_text(a['crossover'])}.",
+        f"m_{ls[-1]}/{ls[-1]}) on; median r* [95% interval]: {_crossover_text(a['crossover'], a['censored'][0] | a['censored'][-1])}.",
     ]
 
 
@@ -424,11 +430,17 @@ def reading_text(cfg: Config, model: str, a: dict) -> str:
     """One sentence per model: where Fig. 4's ordering holds, where it is reversed, and the fastest L."""
     held = [f"{r:g}" for r, v in zip(cfg.ratios, a["order"]) if v.verdict == stats.REPRODUCED]
     reversed_ = [f"{r:g}" for r, v in zip(cfg.ratios, a["order"]) if v.verdict == stats.NOT_REPRODUCED]
+    slight = [f"{r:g}" for r, v in zip(cfg.ratios, a["order"]) if v.verdict == stats.DIRECTION_ONLY]
+    censored = [f"{r:g}" for r, v in zip(cfg.ratios, a["order"]) if v.verdict == stats.NOT_TESTABLE]
     best = "; ".join(f"r = {r:g}: L = {n} (**{v.verdict}**)" for r, (n, v) in zip(cfg.ratios, a["best"]))
     return (
         f"{model}: Fig. 4's ordering (L = {a['ls'][0]} before L = {a['ls'][-1]}) holds at r = "
-        f"{', '.join(held) or 'none of the ratios'} and is reversed at r = {', '.join(reversed_) or 'none of the ratios'} "
-        f"(per-trial crossover r*: {_crossover_text(a['crossover'])}); fastest L: {best}."
+        f"{', '.join(held) or 'none of the ratios'} and is reversed at r = {', '.join(reversed_) or 'none of the ratios'}"
+        + (f", holds by less than the visible 5% at r = {', '.join(slight)}" if slight else "")
+        + (f", cannot be told (censored) at r = {', '.join(censored)}" if censored else "")
+        + " "
+        f"(per-trial crossover r*: {_crossover_text(a['crossover'], a['censored'][0] | a['censored'][-1])}); "
+        f"fastest L: {best}."
     )
 
 

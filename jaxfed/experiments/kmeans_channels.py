@@ -218,6 +218,8 @@ def _recovery(last, labels, cfg: ChannelsConfig, remedy: str, claim: str):
 def _remedy_text(name: str, v: stats.Verdict) -> str:
     if v.verdict == stats.REPRODUCED:
         return f"{name} lowers the extra loss by {-v.estimate:.3g} m² on average"
+    if v.verdict == stats.DIRECTION_ONLY:
+        return f"{name} lowers the extra loss by {-v.estimate:.3g} m² on average, less than the visible size"
     if v.verdict == stats.NOT_REPRODUCED:
         return f"{name} does not lower it (the extra loss changes by {v.estimate:+.3g} m² on average)"
     return f"{name} has no effect these trials can tell (the extra loss changes by {v.estimate:+.3g} m² on average)"
