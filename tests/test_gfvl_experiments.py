@@ -191,3 +191,23 @@ def test_unlearning_that_lags_us_visit_is_not_reproduced_at_the_visit():
     unlearn = np.where(slots[None, :] >= hit[:, None] + 8, 1.0, 5.0)  # gets there 8 slots after the visit
     faster, at_hit = gfvl_trials.unlearning_verdicts(unlearn, retrain, hit, 1.5, "at the level", shift=3.0)
     assert at_hit.verdict == stats.NOT_REPRODUCED and at_hit.estimate == 0.0  # no trial within ±1 slot
+
+
+def test_first_passage_verdicts_know_the_censored_trials():
+    """A comparison of two topologies that never reach the level within n_slots is not testable
+    (censored), not a verdict on the censoring value; one whose censored side can only be later keeps
+    its verdict and says how many pairs were censored (issue 38 part 4)."""
+    cfg = gfvl_topologies.Config(n_slots=40)
+    rng = np.random.default_rng(0)
+    n_trials, slots = 60, np.arange(1, 41)
+    reach = rng.integers(3, 8, n_trials)  # complete: reaches KL = 0 by slot 3..7
+    complete = np.where(slots[None, :] >= reach[:, None], 0.0, 1.0)
+    never = np.ones((n_trials, 40))  # ring and star never reach even KL <= 0.01
+    out = gfvl_topologies.verdicts(cfg, ["complete", "ring", "star"], np.stack([complete, never, never]))
+    by_claim = {v.claim: v for v in out}
+    ring_star = by_claim["KL <= 0.01: ring before star (slots of star − ring)"]
+    assert (
+        ring_star.verdict == stats.NOT_TESTABLE and "censored: 100% of pairs not reached within 40" in ring_star.reason
+    )
+    complete_ring = by_claim["KL <= 0.01: complete before ring (slots of ring − complete)"]
+    assert complete_ring.verdict == stats.REPRODUCED and "censored: 100%" in complete_ring.reason
