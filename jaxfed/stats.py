@@ -919,7 +919,7 @@ EACH_TRIAL_SHARE = 0.9
 has its 95% interval above this share, and fails when the interval lies below it."""
 VERDICT_POLICY = (
     "A directional claim (a > b) is **reproduced** when the 95% interval of the paired median (or mean) "
-    "excludes no effect, at least 10 pairs differ, the exact sign test agrees (p < 0.05) **and** the effect "
+    "lies on the claimed side of no effect, at least 10 pairs differ, the exact sign test agrees (p < 0.05) **and** the effect "
     "is visible: a ratio of at least 1.05 (5%), a difference of at least 5% of the reference's median, or "
     "the size the claim states (e.g. slots); a smaller effect the trials agree on is **direction only** "
     "(counted apart). An effect carried by under half the trials (the others tie) says so in its verdict. "
