@@ -3,7 +3,7 @@ simulation runs here; `-m slow` runs each at a tiny size end to end)."""
 
 import numpy as np
 import pytest
-from test_determinism import SMALL
+from support import SMALL
 
 from jaxfed import experiments, kmeans
 from jaxfed.experiments import base, kmeans_ablation, kmeans_mall, kmeans_studies
