@@ -117,7 +117,7 @@ def learn_by_iteration(
     the keys of :func:`learn` with :func:`natgrad_solver` (``jax.random.split`` gives the same first keys for
     any count), so with :func:`natgrad_iteration` and a schedule whose first n_total/L slots are the same
     this runs the same computation as ``learn(key, state, schedule[:n_total // L], natgrad_solver(…, L, …))``
-    (tests/test_gfvl_studies.py).
+    (tests/experiments/test_gfvl_studies.py).
 
     Args:
         key: PRNG key.

@@ -130,7 +130,7 @@ def make_trial(cfg: Config):
     natural-gradient iterations (:func:`jaxfed.gfvl.natgrad_iteration`) or exact-gradient ones
     (:func:`jaxfed.gfvl.conjugate_natgrad_iteration`); ``kl`` (record,) after every ``record_every`` local
     iterations. The non-conjugate trial computes what gfvl-local-iters' trial does for the same key (the same
-    keys, walk and steps; tests/test_gfvl_studies.py), in one program for every L instead of one per L."""
+    keys, walk and steps; tests/experiments/test_gfvl_studies.py), in one program for every L instead of one per L."""
     prior = expfam.beta_natural(cfg.prior_a, cfg.prior_b)
     adjacency = jnp.asarray(graphs.complete(cfg.n_agents))
     weight = likelihoods.loss_weight(cfg.loss_normalisation, cfg.n_per_agent)

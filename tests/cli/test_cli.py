@@ -100,7 +100,7 @@ def test_killed_run_resumes_to_identical_arrays(tmp_path):
 # One experiment of each paper and a study: every built-in experiment through `jaxfed reproduce`
 # compiled 41 groups at the default settings and took 17 minutes of the CI's slow suite (each
 # experiment's run, figure and report are checked at small settings in test_results_xarray,
-# test_inputs_round3 and test_kmeans_experiments).
+# test_checks_before_work and test_kmeans_experiments).
 REPRODUCED_HERE = ("gfvl-topologies", "kmeans-convergence", "kmeans-digits1")
 
 

@@ -17,7 +17,7 @@ from jaxfed.oac import aggregators
 
 # Recorded on fixed keys with the string settings (Settings(aggregation=..., beta=..., digits=...,
 # channel=..., snr_db=..., symbol_energy=...)) and the channel if-chain they replaced.
-REFERENCE = np.load(pathlib.Path(__file__).parent / "data" / "kmeans_backends_reference.npz")
+REFERENCE = np.load(pathlib.Path(__file__).parents[1] / "data" / "kmeans_backends_reference.npz")
 FIELDS = ("loss", "vmax", "next_vmax", "aggregate", "dead_zone", "reinitialised")
 
 
@@ -218,7 +218,7 @@ def test_docs_examples_run():
     import doctest
     import re
 
-    text = (pathlib.Path(__file__).parents[1] / "docs" / "kmeans.md").read_text()
+    text = (pathlib.Path(__file__).parents[2] / "docs" / "kmeans.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text.split("## B7.")[1], re.S)
     assert len(blocks) == 2
     for block in blocks:
