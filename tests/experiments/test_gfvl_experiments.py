@@ -40,7 +40,8 @@ def test_nonconjugate_unlearning_reaches_the_asymptote_before_retraining():
 
 @pytest.mark.slow  # ~7 s of the default suite's 7 minutes
 def test_conjugate_unlearning_experiment():
-    """Exact unlearning happens at the slot at which u is scheduled, in every trial."""
+    """Exact unlearning happens at the slot at which u is scheduled, in every trial (too few trials
+    here to call the share of such trials above 90%)."""
     exp = gfvl_unlearning.EXPERIMENT_CONJUGATE
     cfg, config_json, results = _run(exp, {"learn_slots": "60", "n_slots": "60"}, 32)
     kl = results["kl"]
@@ -48,7 +49,9 @@ def test_conjugate_unlearning_experiment():
     # every trial is exact by the end (u scheduled; every other agent visited by the retraining walk)
     assert np.all(kl[:, :, -1] < gfvl_unlearning.EXACT)
     faster, at_hit = gfvl_unlearning.verdicts(cfg, config_json["points"], results, gfvl_unlearning.EXACT, "exact")
-    assert at_hit.verdict == stats.REPRODUCED and at_hit.lower == at_hit.upper == 0.0
+    # a claim about each trial is judged on the share of trials that meet it (issue 38): every one of
+    # the 32 does, but 32 trials cannot put the share's 95% interval above 90% (Wilson: 0.89)
+    assert at_hit.estimate == 1.0 and at_hit.verdict == stats.INCONCLUSIVE, at_hit
     assert "**reproduced**" in exp.report(cfg, config_json["points"], results).text
 
 

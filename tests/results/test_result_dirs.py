@@ -198,12 +198,16 @@ def test_plot_never_imports_code_the_directory_names(tmp_path, capsys):
         f"open({str(marker)!r}, 'w').write('ran')\nfrom jaxfed.experiments import REGISTRY\nEXPERIMENT = REGISTRY['gfvl-topologies']\n"
     )
     for key, value in (("source", f"{evil}:EXPERIMENT"), ("code", {"evil.py": "0" * 64})):
-        _edit(out / "config.json", lambda c: c.update({key: value}))
+        # a deliberate edit, with the record's digest recomputed: only the code check is left to refuse it
+        _edit(
+            out / "config.json",
+            lambda c: c.update({key: value}, record_sha256=rundir.record_digest(dict(c, **{key: value}))),
+        )
         assert cli.main(["plot", str(out)]) == 2
         err = capsys.readouterr().err
         assert ("never runs the code it names" in err or "is not the code that wrote" in err) and err.count("\n") == 1
         assert not marker.exists()
-        _edit(out / "config.json", lambda c: c.pop(key))
+        _edit(out / "config.json", lambda c: (c.pop(key), c.update(record_sha256=rundir.record_digest(c))))
     assert cli.main(["plot", str(out)]) == 0  # a built-in is redrawn from the package
 
 

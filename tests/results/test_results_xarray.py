@@ -82,9 +82,10 @@ def check_directory(out: str) -> None:
             assert record["coords"][axis] == list(range(1, ds.sizes[axis] + 1))
     index = ds.indexes["point"]
     assert len(index) == len(record["points"])
+    keys = list(dict.fromkeys(k for label in record["points"] for k in label))
     for p, label in enumerate(record["points"]):
-        for key, value in label.items():
-            got = index.get_level_values(key)[p]
+        for key, value in label.items():  # a label key may be renamed (results.coordinate_name)
+            got = index.get_level_values(results.coordinate_name(key, keys))[p]
             assert got == value or (isinstance(value, float) and np.isnan(value) and np.isnan(got)), (p, key)
     assert ds.attrs["experiment"] == record["experiment"] and ds.attrs["seed"] == record["seed"]
     assert json.loads(ds.attrs["parameters"]) == record["parameters"]
