@@ -7,14 +7,12 @@ import functools
 import json
 import os
 import socket
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from support import one_line_error
+from support import one_line_error, run_cli
 
 from jaxfed import cli, engine, stats, store
 from jaxfed.experiments import base
@@ -102,30 +100,11 @@ def test_unreachable_coordinator_times_out_with_one_line(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nobody listens there
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jaxfed.cli",
-            "run",
-            "gfvl-topologies",
-            "--out",
-            str(tmp_path),
-            "--quiet",
-            "--coordinator",
-            f"127.0.0.1:{port}",
-            "--num-processes",
-            "2",
-            "--process-id",
-            "1",
-            "--coordinator-timeout",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(os.environ, JAX_PLATFORMS="cpu"),
-    )
+    result = run_cli(
+        "run", "gfvl-topologies", "--out", str(tmp_path), "--quiet", "--coordinator", f"127.0.0.1:{port}",
+        "--num-processes", "2", "--process-id", "1", "--coordinator-timeout", "1",
+        timeout=120, env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    )  # fmt: skip
     assert result.returncode == 2, result.stderr
     err = result.stderr.strip()
     assert len(err.splitlines()) == 1 and f"coordinator 127.0.0.1:{port}" in err and "within 1 s" in err, err
