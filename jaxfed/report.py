@@ -89,7 +89,7 @@ def section(exp, config, config_json: dict, results: dict, seconds: float) -> Se
     return Section(
         description=exp.description,
         figure=f"{exp.name}/{exp.name}.png",
-        caption=getattr(exp, "caption", "") or exp.description,
+        caption=exp.caption or exp.description,
         settings=settings,
         nonfinite=tuple(nonfinite),
         parameters=dict(config_json["parameters"]),

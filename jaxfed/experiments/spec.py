@@ -76,6 +76,8 @@ class Experiment:
     micro_batch: Mapping[str, int] | None = None
     source: str = ""  # "path/to/file.py:ATTRIBUTE" of a user experiment (set when loaded from a file)
     plugin: str = ""  # entry-point name of an installed plugin experiment (set when loaded through it)
+    # The figure's caption in the report: what each panel shows and how to read it (the description when empty).
+    caption: str = ""
 
     def __post_init__(self):
         # The name becomes a directory and a file name (``<out>/<name>/<name>.png``): nothing that
