@@ -31,16 +31,20 @@ __all__ = [
     "kl_label",
     "legend",
     "LINE_STYLES",
+    "PALETTE",
     "readable_ticks",
     "save",
     "series_style",
     "series_line",
 ]
 
+# The Okabe-Ito palette, safe for the common colour-vision deficiencies (its yellow left out: unreadable as a
+# line on white). Blue, vermillion, bluish green, reddish purple, orange, sky blue, black.
+PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"]
 # One colour, dash pattern and marker per series: series stay distinct in colour, in greyscale and where they
 # lie on top of each other.
 LINE_STYLES = [
-    {"color": f"C{i}", "ls": ls, "marker": m}
+    {"color": PALETTE[i % len(PALETTE)], "ls": ls, "marker": m}
     for i, (ls, m) in enumerate(
         zip(
             ["-", "--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 2)), (0, (6, 2, 1, 2)), (0, (2, 1)), "-"],
