@@ -36,6 +36,7 @@ __all__ = [
     "save",
     "series_style",
     "series_line",
+    "small_multiples",
 ]
 
 # The Okabe-Ito palette, safe for the common colour-vision deficiencies (its yellow left out: unreadable as a
@@ -334,3 +335,35 @@ def _say_what_is_empty(fig) -> None:
             ax.set_xscale("linear")
         if ax.has_data() and not np.isfinite(limits.get_points()).all():
             ax.text(0.5, 0.5, "nothing to draw: no finite value", transform=ax.transAxes, ha="center", color="0.4")
+
+
+def small_multiples(axes, x, values, labels, log_y: bool = False, mass: float = 0.75, offsets=None) -> stats.Band:
+    """One panel per series, for more series than one axes can show apart: in ``axes[i]`` (flat, one per
+    label, sharing their axes) series ``i``'s median and central ``mass`` band (:func:`band_plot`, its
+    :func:`series_style`), the other series' medians as thin grey lines behind it (where it lies among them),
+    and its label as the panel's title. ``values``: raw (n_points, n_trials, n_x) or a
+    :class:`jaxfed.stats.Summary`; ``offsets[i]``: series ``i``'s style index (default ``i``). Axes beyond
+    the labels are hidden. On a log axis every panel's floor is the lowest positive band edge / 3 (shared).
+    Returns the :class:`jaxfed.stats.Band` of all series."""
+    axes = list(np.ravel(axes))
+    b = stats.band(values, mass)
+    n = len(labels)
+    offsets = list(range(n)) if offsets is None else list(offsets)
+    for i, (ax, label) in enumerate(zip(axes, labels)):
+        for j in range(n):
+            if j != i:
+                other = b.median[j]
+                ax.plot(x, np.where(other > 0, other, np.nan) if log_y else other, color="0.78", lw=0.8, zorder=1)
+        one = (
+            stats.Summary(*(np.asarray(f)[i : i + 1] for f in values))
+            if isinstance(values, stats.Summary)
+            else (np.asarray(values)[i : i + 1])
+        )
+        band_plot(ax, x, one, [label], mass=mass, log_y=log_y, legend=False, offset=offsets[i])
+        ax.set_title(str(label), fontsize=FONT_SIZE + 1)
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    positive = np.concatenate([b.lower[b.lower > 0], b.upper[b.upper > 0]])
+    if log_y and positive.size:
+        axes[0].set_ylim(bottom=positive.min() / 3, top=positive.max() * 2)
+    return b
