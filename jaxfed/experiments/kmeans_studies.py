@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from jaxfed import kmeans, plotting, stats, validation
+from jaxfed.experiments import kmeans_figures
 from jaxfed.experiments.kmeans_trials import (
     LOSS_LABEL,
     MICRO_BATCH,
@@ -225,47 +226,59 @@ def _digits1_rows(labels, reinit: bool) -> list[int]:
 
 def _plot_digits1(cfg: Digits1Config, labels, results, path):
     snrs = np.asarray(cfg.snrs_db)
-    fig, axes = plotting.figure(1, 4, figsize=(20, 4.8))
+    free_x = kmeans_figures.beside(snrs)  # quantisation only: no channel, a category of its own
+    fig, axes = plotting.figure(2, 2, figsize=(11, 8))
     panels = (
-        ("loss", LOSS_LABEL, "final loss", True),
-        ("reinits", "centroids re-initialised per run", "re-initialisations", False),
-        ("movement", "mean centroid move per round (m)", "centroid movement", False),
-        ("dead_zone", "share of clusters in the dead zone", "dead zone: all changes quantise to 0", False),
+        ("loss", f"{LOSS_LABEL}\nafter {cfg.n_rounds} rounds", "final loss (median, 75% band of trials)"),
+        ("reinits", "centroids re-initialised per run", "re-initialisations per run (mean, 95% interval)"),
+        ("movement", "centroid move per round (m)", "how far centroids move per round (mean, 95% interval)"),
+        ("dead_zone", "share of clusters with points", "clusters in the dead zone: every change quantises to 0"),
     )
-    for ax, (metric, ylabel, title, final) in zip(axes, panels):
-        value = np.asarray(results[metric]) if not isinstance(results[metric], stats.Summary) else None
-        if value is None:
-            ax.text(0.5, 0.5, "needs raw trials", ha="center", transform=ax.transAxes)
-            continue
-        per_trial = value[:, :, -1] if final else (value.sum(-1) if metric == "reinits" else value.mean(-1))
-        for k, reinit in enumerate((True, False)):
-            rows = _digits1_rows(labels, reinit)
-            style = plotting.series_style(k)
-            name = "with re-init" if reinit else "without re-init"
-            (line,) = ax.plot(
-                snrs,
-                np.median(per_trial[rows], 1) if final else per_trial[rows].mean(1),
-                label=f"OAC D=1, {name}",
-                **style,
-            )
-            q = index_of(labels, method="quantized", reinit=reinit)
-            ax.axhline(
-                np.median(per_trial[q]) if final else per_trial[q].mean(),
-                color=line.get_color(),
-                ls=":",
-                lw=1.2,
-                label=f"quantisation only, {name}",
-            )
-        if metric != "dead_zone":  # the lowest SNR is orders of magnitude off the others
-            ax.set_yscale("symlog" if metric == "reinits" else "log")
-            if metric == "reinits":
-                ax.set_ylim(bottom=0)
+    for ax, (metric, ylabel, title) in zip(axes.ravel(), panels):
+        _digits1_panel(ax, cfg, labels, results, metric, free_x)
+        ax.set_xticks([*snrs, free_x], [f"{s:g}" for s in snrs] + ["quant.\nonly"])
         ax.set_xlabel("SNR of one ED at the edge server (dB)")
-        ax.set_ylabel(ylabel + (" (median)" if final else " (mean)"), fontsize=8)
-        ax.set_title(f"D = 1: {title}", fontsize=9)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=9)
         ax.grid(True, alpha=0.25)
-    plotting.legend(fig, axes, ncol=4)
+    fig.suptitle(f"OAC k-means with one balanced digit (D = 1, β = {cfg.beta}), init {cfg.init}", fontsize=10)
+    plotting.legend(fig, axes, ncol=2)
     plotting.save(fig, path)
+
+
+def _digits1_panel(ax, cfg: Digits1Config, labels, results, metric: str, free_x: float) -> None:
+    """One panel of the D = 1 figure: ``metric`` per trial (the final loss; re-initialisations summed over
+    the rounds; movement and dead-zone share averaged over them) against the SNR with and without
+    re-initialisation, and quantisation only at ``free_x``. The loss as median and 75% band of trials, the
+    others as mean and its 95% interval. A series that is 0 in every trial (no re-initialisation without
+    it) is said, not drawn on the axis floor."""
+    snrs = np.asarray(cfg.snrs_db)
+    if metric == "loss":
+        b = stats.band(results["loss"])
+        summary = lambda rows: (b.median[rows, -1], b.lower[rows, -1], b.upper[rows, -1])  # noqa: E731
+    elif isinstance(results[metric], stats.Summary):
+        ax.text(0.5, 0.5, "needs raw trials (--keep raw)", ha="center", transform=ax.transAxes)
+        return
+    else:
+        value = np.asarray(results[metric], np.float64)
+        per_trial = value.sum(-1) if metric == "reinits" else value.mean(-1)
+        summary = lambda rows: kmeans_figures.mean_interval(per_trial[rows])  # noqa: E731
+    zero = []
+    for k, reinit in enumerate((True, False)):
+        name = "with re-initialisation" if reinit else "without re-initialisation"
+        rows = _digits1_rows(labels, reinit)
+        quantized = index_of(labels, method="quantized", reinit=reinit)
+        if metric != "loss" and not np.any(per_trial[[*rows, quantized]]):
+            zero.append(name)
+            continue
+        kmeans_figures.estimate_line(ax, snrs, *summary(rows), k, 2, label=f"OAC D=1, {name}")
+        kmeans_figures.estimate_points(ax, [free_x + kmeans_figures.dodge(snrs, k, 2)], *summary([quantized]), k)
+    if zero:
+        kmeans_figures.note(ax, f"{' and '.join(zero)}: 0 in every trial (not drawn)")
+    if metric in ("loss", "movement"):  # the lowest SNR is orders of magnitude off the others
+        ax.set_yscale("log")
+    if metric == "dead_zone":
+        ax.set_ylim(0, 1.02)
 
 
 def _report_digits1(cfg: Digits1Config, labels, results) -> Reading:
@@ -331,6 +344,13 @@ DIGITS1 = Experiment(
     build=lambda cfg: mall_sweep(cfg, _digits1_labels(cfg), round_diagnostics=True),
     plot=_plot_digits1,
     report=_report_digits1,
+    caption=(
+        "OAC k-means with one balanced digit (D = 1) against the SNR, with re-initialisation (blue, solid) and "
+        "without (vermillion, dashed); the right-most position of each panel is quantisation only (no channel). "
+        "Final loss: median and 75% band of the trials; re-initialisations per run, centroid movement per round "
+        "and the dead-zone share (clusters whose changes all quantise to 0): mean over trials with its 95% "
+        "bootstrap interval. A series that is 0 in every trial is named in its panel instead of drawn."
+    ),
     default_trials=200,
     common_random_numbers=True,
     micro_batch=MICRO_BATCH,
