@@ -84,7 +84,16 @@ def kl_label(target: str = "q^*", iterate: str = "q^{(i)}") -> str:
 
 
 def band_plot(
-    ax, x, values, labels, mass: float = 0.75, log_y: bool = False, styles=None, legend: bool = True, offset: int = 0
+    ax,
+    x,
+    values,
+    labels,
+    mass: float = 0.75,
+    log_y: bool = False,
+    styles=None,
+    legend: bool = True,
+    offset: int = 0,
+    bars: int = 0,
 ):
     """Draws median and central ``mass`` band of a metric over trials for each point.
 
@@ -107,6 +116,9 @@ def band_plot(
         legend: a legend to the right of ``ax`` (outside the data) with :func:`band_title` as its
             title; False for a figure that draws one :func:`legend` for all its axes.
         offset: index of the first point's default style (to keep a series' style across panels).
+        bars: 0 for shaded bands; ``n`` > 0 draws each point's band as ``n`` vertical bars instead, spread
+            over the x where its median is drawn and staggered between points (bands that overlap blend
+            into one colour; bars stay apart).
 
     Returns:
         the :class:`jaxfed.stats.Band` drawn.
@@ -124,7 +136,21 @@ def band_plot(
             lo = np.where(lo > 0, lo, np.nan if bottom is None else bottom)
         style = dict(styles[i]) if styles is not None else series_style(offset + i)
         (line,) = ax.plot(x, med, label=label, lw=1.6, **_staggered(style, i, len(labels), med))
-        ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.18, lw=0)
+        if bars:
+            at = _bar_positions(np.isfinite(med), bars, i, len(labels))
+            # a lower edge of 0 runs past the floor: no cap drawn on it, as if it were a value
+            low = np.where(b.lower[i] > 0, lo, bottom / 10) if bottom is not None else lo
+            ax.errorbar(
+                x[at],
+                med[at],
+                yerr=[med[at] - low[at], hi[at] - med[at]],
+                fmt="none",
+                ecolor=line.get_color(),
+                elinewidth=1.2,
+                capsize=2.5,
+            )
+        else:
+            ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.18, lw=0)
         zero = np.flatnonzero(b.median[i] == 0)
         if log_y and zero.size and zero[0] > 0 and np.all(b.median[i][zero[0] :] == 0):
             ax.plot([x[zero[0]]], [b.median[i][zero[0] - 1]], marker="v", ms=7, color=line.get_color(), ls="none")
@@ -143,6 +169,17 @@ def band_plot(
         )
     ax.grid(True, which="both", alpha=0.25)
     return b
+
+
+def _bar_positions(drawn, bars: int, i: int, n: int) -> np.ndarray:
+    """Indices of ``bars`` points spread over the span where ``drawn`` is true, shifted by ``(i + 1) / (n + 1)``
+    of their spacing for series ``i`` of ``n`` (series' bars side by side, not on top of each other)."""
+    where = np.flatnonzero(drawn)
+    if where.size == 0:
+        return where
+    first, last = where[0], where[-1]
+    at = np.round(first + (np.arange(bars) + (i + 1) / (n + 1)) * (last - first) / bars).astype(int)
+    return np.unique(at[drawn[at]])
 
 
 def band_title(b: stats.Band, labels, mass: float = 0.75, log_y: bool = False, coincide: bool = True) -> str:
