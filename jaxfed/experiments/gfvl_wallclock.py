@@ -311,24 +311,59 @@ def fastest_ranges(grid: np.ndarray, fastest: np.ndarray) -> str:
 
 # --------------------------------------------------------------------------- figure
 def _kl_against_wall_clock(ax, cfg: Config, labels, kl, model: str, ratio: float) -> None:
+    """KL against wall-clock time at ``ratio``, a line per L: the median over trials with its 75% band as bars at
+    a few times (four shaded bands overlap into one colour)."""
     iters = record_iterations(cfg)
+    floors = []
     for j, p in enumerate(_points(labels, model)):
         n_iters = labels[p]["local_iters"]
-        b = stats.band(kl[p : p + 1])
         x = wall_clock(iters, n_iters, ratio)
-        line = plotting.series_line(ax, x, b.median[0], j, len(cfg.local_iters), lw=1.5, label=f"L = {n_iters}")
-        ax.fill_between(x, b.lower[0], b.upper[0], color=line.get_color(), alpha=0.15, lw=0)
+        style = [plotting.series_style(j)]
+        plotting.band_plot(ax, x, kl[p : p + 1], [f"L = {n_iters}"], log_y=True, styles=style, legend=False, bars=5)
+        floors.append(ax.get_ylim()[0])
+    ax.set_ylim(bottom=min(floors))  # every L's bars inside (each band_plot set its own floor)
     ax.axhline(cfg.level, color="k", lw=0.6, ls=":")
-    ax.set_yscale("log")
     ax.set_xscale("log")
     ax.set_xlabel("wall-clock time / t_compute")
-    ax.set_title(f"{model}: r = t_comm/t_compute = {ratio:g}", fontsize=9)
+    ax.set_title(f"{model}: KL against wall-clock time at r = {ratio:g}", fontsize=9)
+
+
+def _ratio_panel(ax, cfg: Config, model: str, a: dict) -> None:
+    """The median paired wall-clock ratio to the level of each L to the first L against r (line, over the fine
+    grid), with its 95% interval (order statistics) as bars at the configured ratios, staggered per L."""
+    grid = a["grid"][1:]  # (log axis: r = 0 left out)
+    ref = a["wall"][0, 1:]
+    ls = a["ls"]
+    for j, n_iters in enumerate(ls):
+        ratio = np.median(np.log(a["wall"][j, 1:] / ref), axis=-1)
+        plotting.series_line(ax, grid, np.exp(ratio), j, len(ls), lw=1.5, label=f"L = {n_iters}")
+        if j == 0:
+            continue  # the reference: 1 by definition
+        for r in (r for r in cfg.ratios if r > 0):
+            t = wall_clock(a["m"][j], n_iters, r) / wall_clock(a["m"][0], ls[0], r)
+            est, lo, hi = np.exp(stats.interval(np.log(t), "median"))
+            if not (np.isfinite(est) and 0 < lo and np.isfinite(hi)):
+                continue  # too few trials to bound the median at 95%
+            at = r * 1.15 ** (j - len(ls) / 2)  # side by side around r
+            style = plotting.series_style(j)
+            ax.errorbar([at], [est], yerr=[[est - lo], [hi - est]], color=style["color"], fmt="none", capsize=2.5)
+    ax.axhline(1.0, color="k", lw=0.8)
+    for r in cfg.ratios:
+        if r > 0:
+            ax.axvline(r, color="0.7", lw=0.5, ls=":")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("r = t_comm / t_compute")
+    ax.set_ylabel(f"wall-clock to KL ≤ {cfg.level:g}\nrelative to L = {ls[0]}", fontsize=9)
+    ax.set_title(f"{model}: time to KL ≤ {cfg.level:g} relative to L = {ls[0]}", fontsize=9)
     ax.grid(True, which="both", alpha=0.25)
 
 
 def plot(cfg: Config, labels, results, path):
+    """A row per model: KL against wall-clock time at the smallest and the largest configured r, and the
+    paired wall-clock ratio to the level of each L to the first L against r."""
     models = list(dict.fromkeys(lab["model"] for lab in labels))
-    fig, axes = plotting.figure(len(models), 3, figsize=(14, 3.8 * len(models) + 0.8), squeeze=False)
+    fig, axes = plotting.figure(len(models), 3, figsize=(14, 3.8 * len(models) + 1.0), squeeze=False)
     if isinstance(results["kl"], stats.Summary):
         for ax in axes.ravel():
             ax.text(0.5, 0.5, "the wall-clock transform\nneeds the raw trials (--keep raw)", ha="center")
@@ -339,33 +374,19 @@ def plot(cfg: Config, labels, results, path):
     for row, model in enumerate(models):
         _kl_against_wall_clock(axes[row, 0], cfg, labels, kl, model, lo_r)
         _kl_against_wall_clock(axes[row, 1], cfg, labels, kl, model, hi_r)
-        axes[row, 0].set_ylabel("KL(q ‖ target), median, 75% band", fontsize=8)
-        a = model_analysis(cfg, labels, kl, model)
-        ax = axes[row, 2]
-        grid = a["grid"][1:]  # (log axis: r = 0 left out)
-        ref = a["wall"][0, 1:]
-        for j, n_iters in enumerate(a["ls"]):
-            ratio = np.median(np.log(a["wall"][j, 1:] / ref), axis=-1)
-            plotting.series_line(ax, grid, np.exp(ratio), j, len(a["ls"]), lw=1.5, label=f"L = {n_iters}")
-        ax.axhline(1.0, color="k", lw=0.8)
-        for r in cfg.ratios:
-            if r > 0:
-                ax.axvline(r, color="0.7", lw=0.5, ls=":")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("r = t_comm / t_compute")
-        ax.set_ylabel(f"wall-clock to KL <= {cfg.level:g},\npaired / L = {a['ls'][0]}", fontsize=8)
-        ax.set_title(
-            f"median paired time ratio (< 1: faster than L = {a['ls'][0]},\nthe reference, at 1 by definition)",
-            fontsize=9,
-        )
-        ax.grid(True, which="both", alpha=0.25)
+        axes[row, 0].set_ylabel("KL(q ‖ target)", fontsize=9)
+        _ratio_panel(axes[row, 2], cfg, model, model_analysis(cfg, labels, kl, model))
     fig.suptitle(
         f"G-FVL in wall-clock time: slot = L·t_compute + t_comm, complete K={cfg.n_agents}, ρ={cfg.rho:g}, "
         f"{cfg.loss_normalisation} loss",
-        fontsize=9,
+        fontsize=10,
     )
-    plotting.legend(fig, axes[:, 0], title=f"median, 75% band (dotted: KL = {cfg.level:g})", ncol=len(cfg.local_iters))
+    plotting.legend(
+        fig,
+        axes[:, 0],
+        title=f"median over trials; bars: 75% band (KL), 95% interval of the median (ratio); dotted: KL = {cfg.level:g}",
+        ncol=len(cfg.local_iters),
+    )
     plotting.save(fig, path)
 
 
@@ -487,4 +508,9 @@ EXPERIMENT = Experiment(
     default_trials=256,
     common_random_numbers=True,
     micro_batch={"cpu": 128},
+    caption="A row per model. Left and middle: the KL to the target against wall-clock time (in units of t_compute) "
+    "at the smallest and the largest configured r = t_comm/t_compute, a line per number of local iterations L, the "
+    "median over trials with its 75% band as bars at a few times (dotted: the level). Right: the median over trials "
+    "of the paired ratio of each L's wall-clock time to the level to that of the first L (below 1: faster), against r, "
+    "with 95% intervals of the median as bars at the configured r (dotted verticals).",
 )
