@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 from jaxfed import oac, plotting, stats, validation
+from jaxfed.experiments import kmeans_figures
 from jaxfed.experiments.kmeans_trials import (
     DIFFERENCE_TEXT,
     LOSS_LABEL,
@@ -141,72 +142,104 @@ def _bias(spread_db: float) -> float:
 
 def _plot(cfg: ChannelsConfig, labels, results, path):
     b = stats.band(results["loss"])
-    n_panels = 4 if cfg.blocks else 3
-    fig, axes = plotting.figure(1, n_panels, figsize=(5.3 * n_panels, 5.2))
-
-    def curve(ax, x, rows, name, k):
-        (line,) = ax.plot(x, b.median[rows, -1], label=name, **plotting.series_style(k))
-        ax.fill_between(x, b.lower[rows, -1], b.upper[rows, -1], color=line.get_color(), alpha=0.15, lw=0)
-
-    def marks(ax, x, rows, name, k):
-        med = b.median[rows, -1]
-        bars = [med - b.lower[rows, -1], b.upper[rows, -1] - med]
-        style = plotting.series_style(k)
-        ax.errorbar(
-            x, med, yerr=bars, label=name, capsize=3, ls="none", marker=style["marker"], ms=5, color=style["color"]
-        )
-
-    ax = axes[0]
+    fig, axes = plotting.figure(2, 3, figsize=(15.5, 9))
+    final_label = f"{LOSS_LABEL}\nafter {cfg.n_rounds} rounds"
     spreads = np.asarray(cfg.spreads_db)
-    curve(ax, spreads, _rows(labels, POWER, remedy="none"), f"D={cfg.digits}, adaptive v_max", 0)
-    pair = np.asarray([0.0, cfg.remedy_spread_db])
-    marks(
-        ax,
-        pair - 0.08,
-        _rows(labels, POWER, remedy="fixed v_max"),
-        f"D={cfg.digits}, fixed v_max {cfg.vmax_fixed:g}",
-        1,
-    )
-    marks(ax, pair + 0.08, _rows(labels, POWER, remedy="more digits"), f"D={cfg.more_digits}, adaptive v_max", 2)
-    twin = ax.twinx()
+    spread_label = "spread s of the residual power-control gains (dB)"
+
+    ax = axes[0, 0]
+    rows = _rows(labels, POWER, remedy="none")
+    kmeans_figures.estimate_line(ax, spreads, b.median[rows, -1], b.lower[rows, -1], b.upper[rows, -1], 0)
+    ax.set_xticks(spreads, [f"{x:g}" for x in spreads])
+    ax.set_xlabel(spread_label)
+    ax.set_ylabel(final_label, fontsize=8)
+    ax.set_title(f"power control: final loss, D={cfg.digits} (median, 75% band)", fontsize=9)
+
+    ax = axes[0, 1]
     fine = np.linspace(0, max(spreads), 50)
-    twin.plot(fine, [_bias(s) for s in fine], color="0.5", lw=1, ls=":")
-    twin.set_ylabel("detector's mean E K̂_l / K_l = exp(σ_g²/2) (dotted)", fontsize=8, color="0.4")
-    ax.set_xlabel("spread s of the residual power-control gains (dB)")
-    ax.set_title("imperfect power control (gains per ED, fixed per trial)", fontsize=9)
-    panels = [(axes[1], RICIAN, "k_factor", cfg.k_factors, "Rician K-factor κ (random phase)", "symlog")]
-    if cfg.blocks:
-        blocks = tuple(float(x) for x in cfg.blocks)
-        panels.append((axes[2], BLOCK, "block", blocks, "coherence block B (resources)", "log"))
-    for ax2, channel, key, values, xlabel, scale in panels:
-        rows = [index_of(labels, channel=channel, **{key: v}) for v in values]
-        curve(ax2, np.asarray(values), rows, f"D={cfg.digits}, adaptive v_max", 0)  # the series of the first panel
-        ax2.set_xscale(scale)
-        ax2.set_xlabel(xlabel)
-        ax2.set_title(f"{channel} ({'κ = 0' if channel == RICIAN else 'B = 1'} is Rayleigh)", fontsize=9)
-    for ax2 in axes[:-1]:
-        ax2.set_ylabel(f"{LOSS_LABEL}\nafter {cfg.n_rounds} rounds (median, 75% band)", fontsize=8)
-        ax2.grid(True, which="both", alpha=0.25)
-    ax3 = axes[-1]
+    ax.plot(fine, [_bias(x) for x in fine], color="k", lw=1.4)
+    ax.plot(spreads, [_bias(x) for x in spreads], color="k", marker="o", ms=4, ls="none")
+    ax.set_xticks(spreads, [f"{x:g}" for x in spreads])
+    ax.set_xlabel(spread_label)
+    ax.set_ylabel("E K̂_l / K_l = m₁ = exp(σ_g²/2)", fontsize=8)
+    ax.set_title("power control: the detector's mean (derived)", fontsize=9)
+
+    _remedy_panel(axes[0, 2], cfg, labels, results)
+
+    ax = axes[1, 0]
+    kappas = np.arange(len(cfg.k_factors))
+    for k, kappa in enumerate(cfg.k_factors):
+        i = index_of(labels, channel=RICIAN, k_factor=kappa)
+        kmeans_figures.estimate_points(ax, [k], b.median[i, -1], b.lower[i, -1], b.upper[i, -1], 3 + k)
+    kmeans_figures.category_ticks(ax, kappas, [f"{x:g}" + (" (Rayleigh)" if x == 0 else "") for x in cfg.k_factors])
+    ax.set_xlabel("Rician K-factor κ (random phase per ED and resource)")
+    ax.set_ylabel(final_label, fontsize=8)
+    ax.set_title(f"Rician fading: final loss, D={cfg.digits} (median, 75% band)", fontsize=9)
+
+    ax = axes[1, 1]
     counts = np.arange(0, 31)
     a = float(oac.channel.noise_variance(cfg.snr_db)) / symbol_energy_value(cfg.symbol_energy, cfg.beta)  # σ²/E_s
     for k, kappa in enumerate(cfg.k_factors):
         ratio = np.asarray(impairments.rician_variance(counts, a, 1.0, kappa)) / np.square(counts + a)
-        plotting.series_line(ax3, counts, ratio, 3 + k, len(cfg.k_factors), label=f"Rician κ = {kappa:g}")
-    ax3.set_xlabel("EDs active on the resource K_l")
-    ax3.set_ylabel("Var K̂_l / Rayleigh's (K_l + σ²/E_s)²", fontsize=8)
-    ax3.set_title(f"derived detector variance at {cfg.snr_db:g} dB: (K_l + σ²/E_s)² − p² K_l", fontsize=9)
-    ax3.set_ylim(0, 1.05)
-    ax3.grid(True, alpha=0.25)
-    plotting.legend(fig, axes, title="final loss: median, 75% band (error bars: the remedies at s = 0 and s*)", ncol=4)
+        plotting.series_line(ax, counts, ratio, 3 + k, len(cfg.k_factors), label=f"κ = {kappa:g}")
+    ax.set_xlabel("EDs active on the resource K_l")
+    ax.set_ylabel("Var K̂_l / Rayleigh's (K_l + σ²/E_s)²", fontsize=8)
+    ax.set_title(f"Rician fading: the detector's variance at {cfg.snr_db:g} dB (derived)", fontsize=9)
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=plotting.FONT_SIZE, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+
+    ax = axes[1, 2]
+    if cfg.blocks:
+        blocks = tuple(float(x) for x in cfg.blocks)
+        rows = [index_of(labels, channel=BLOCK, block=x) for x in blocks]
+        kmeans_figures.estimate_points(
+            ax, np.arange(len(blocks)), b.median[rows, -1], b.lower[rows, -1], b.upper[rows, -1], 0, line=True
+        )
+        kmeans_figures.category_ticks(ax, np.arange(len(blocks)), [f"{x:g}" for x in blocks])
+        ax.set_xlabel("coherence block B (resources; B = 1 is i.i.d. Rayleigh)")
+        ax.set_ylabel(final_label, fontsize=8)
+        ax.set_title(f"block fading: final loss, D={cfg.digits} (median, 75% band)", fontsize=9)
+    else:
+        ax.remove()
+    for ax in fig.axes:
+        ax.grid(True, alpha=0.25)
     plotting.save(fig, path)
 
 
+def _remedy_panel(ax, cfg: ChannelsConfig, labels, results) -> None:
+    """The remedies at s = ``remedy_spread_db``: per trial, the final loss there minus at s = 0 (the extra loss
+    the spread costs), mean and 95% interval, for the default (adaptive v_max, D digits), a fixed v_max and
+    more digits."""
+    from matplotlib import ticker  # on the first figure: `import jaxfed` does not load matplotlib
+
+    s = cfg.remedy_spread_db
+    ax.set_title(f"power control: remedies at s = {s:g} dB", fontsize=9)
+    last = final_values(results)
+    if last is None:
+        ax.text(0.5, 0.5, "needs raw trials (--keep raw)", ha="center", transform=ax.transAxes)
+        return
+    settings = (
+        ("none", f"D={cfg.digits}, adaptive v_max\n(the default)"),
+        ("fixed v_max", f"D={cfg.digits}, fixed\nv_max = {cfg.vmax_fixed:g} m"),
+        ("more digits", f"D={cfg.more_digits}, adaptive v_max"),
+    )
+    extra = [
+        last[index_of(labels, channel=POWER, remedy=r, spread_db=s)]
+        - last[index_of(labels, channel=POWER, remedy=r, spread_db=0.0)]
+        for r, _ in settings
+    ]
+    est, lo, hi = kmeans_figures.mean_interval(np.stack(extra))
+    xlabel = f"final loss at s = {s:g} dB − at s = 0,\nsame trial (m²; mean, 95% interval)"
+    plotting.interval_plot(ax, [name for _, name in settings], est, lo, hi, reference=0.0, xlabel=xlabel)
+    ax.xaxis.set_major_locator(ticker.MaxNLocator(nbins=5))  # the panel is narrow beside its row names
+
+
 def _recovery(last, labels, cfg: ChannelsConfig, remedy: str, claim: str):
-    """Paired verdict: the extra loss at s* over s = 0 with the remedy below that without it (mean)."""
+    """Paired verdict: the extra loss at s = ``remedy_spread_db`` over s = 0 with the remedy below that without
+    it (mean)."""
     s = cfg.remedy_spread_db
 
-    def extra(r):  # per-trial final loss at s* minus at s = 0, same points otherwise
+    def extra(r):  # per-trial final loss at s = remedy_spread_db minus at s = 0, same points otherwise
         at = lambda x: last[index_of(labels, channel=POWER, remedy=r, spread_db=x)]  # noqa: E731
         return at(s) - at(0.0)
 
@@ -347,6 +380,14 @@ EXPERIMENT = Experiment(
     build=_build,
     plot=_plot,
     report=_report,
+    caption=(
+        "Top: imperfect power control, residual gains g_k² = 10^(s ε_k/10) per ED fixed in a trial: the final loss "
+        "against the spread s (median, 75% band of trials), the energy detector's mean E K̂_l / K_l (derived), and "
+        "the remedies at one spread, each setting's per-trial extra loss over s = 0 (mean, 95% interval; at "
+        "the dashed 0 the spread costs nothing). Bottom: Rician fading, the final loss at each K-factor κ (median, "
+        "75% band; κ = 0 is Rayleigh) in the colours of the derived detector variance beside it, and, when `blocks` "
+        "is set, block fading's final loss against the coherence block B (median, 75% band)."
+    ),
     default_trials=120,
     common_random_numbers=True,
     micro_batch=MICRO_BATCH,
