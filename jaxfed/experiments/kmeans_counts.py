@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from jaxfed import kmeans, plotting, stats, validation
+from jaxfed.experiments import kmeans_figures
 from jaxfed.experiments.kmeans_trials import (
     DIFFERENCE_TEXT,
     LOSS_LABEL,
@@ -96,67 +97,72 @@ def _per_run(results, name: str):
 
 
 def _plot(cfg: CountsConfig, labels, results, path):
-    fig, (ax0, ax1, ax2) = plotting.figure(1, 3, figsize=(17, 5.2))
+    fig, (ax0, ax1, ax2) = plotting.figure(1, 3, figsize=(16, 5.4))
     b = stats.band(results["loss"])
-    snrs = np.asarray(cfg.snrs_db)
+    # Categories: each SNR with re-initialisation, then the point without it.
+    cases = [(snr, True) for snr in cfg.snrs_db] + [(cfg.snr_db, False)]
+    names = [f"{snr:g}" for snr in cfg.snrs_db] + [f"{cfg.snr_db:g},\nno re-init"]
+    x = np.arange(len(cases), dtype=float)
+    x[-1] += 0.5  # apart from the SNR axis
     for k, counts in enumerate(("exact", "oac")):
-        rows = [index_of(labels, counts=counts, snr_db=s, reinit=True) for s in cfg.snrs_db]
+        rows = [index_of(labels, counts=counts, snr_db=snr, reinit=reinit) for snr, reinit in cases]
         name = "exact counts (orthogonal)" if counts == "exact" else f"OAC counts, D_c={cfg.count_digits}"
-        (line,) = ax0.plot(snrs, b.median[rows, -1], label=f"{name}, re-init", **plotting.series_style(k))
-        ax0.fill_between(snrs, b.lower[rows, -1], b.upper[rows, -1], color=line.get_color(), alpha=0.15, lw=0)
-        off = index_of(labels, counts=counts, snr_db=cfg.snr_db, reinit=False)
-        ax0.errorbar(
-            [cfg.snr_db],
-            [b.median[off, -1]],
-            yerr=[[b.median[off, -1] - b.lower[off, -1]], [b.upper[off, -1] - b.median[off, -1]]],
-            fmt="x",
-            color=line.get_color(),
-            capsize=3,
-            label=f"{name}, no re-init",
+        kmeans_figures.estimate_points(
+            ax0, x + kmeans_figures.dodge(x, k, 2), b.median[rows, -1], b.lower[rows, -1], b.upper[rows, -1], k, name
         )
     ax0.set_yscale("log")
+    kmeans_figures.category_ticks(ax0, x, names)
     ax0.set_xlabel("SNR of one ED at the edge server (dB)")
-    ax0.set_ylabel(f"{LOSS_LABEL}\nafter {cfg.n_rounds} rounds (median, 75% band)", fontsize=8)
-    ax0.set_title(f"OAC changes D={cfg.digits}: counts exact vs over the air", fontsize=9)
-    ax0.grid(True, which="both", alpha=0.25)
+    ax0.set_ylabel(f"{LOSS_LABEL}\nafter {cfg.n_rounds} rounds", fontsize=8)
+    ax0.set_title(f"final loss, OAC changes D={cfg.digits} (median, 75% band)", fontsize=9)
+    ax1.set_title(f"re-initialisations per run at {cfg.snr_db:g} dB (mean, 95% interval)", fontsize=9)
+    ax2.set_title(f"error of the counts over the air at {cfg.snr_db:g} dB (median, 75% band)", fontsize=9)
     if isinstance(results["reinits"], stats.Summary):
         for ax in (ax1, ax2):
             ax.text(0.5, 0.5, "needs raw trials (--keep raw)", ha="center", transform=ax.transAxes)
-        plotting.legend(fig, [ax0], ncol=2)
-        plotting.save(fig, path)
-        return
+    else:
+        _reinit_panel(ax1, cfg, labels, results)
+        rounds = np.arange(1, cfg.n_rounds + 1)
+        i = index_of(labels, counts="oac", snr_db=cfg.snr_db, reinit=True)
+        plotting.band_plot(ax2, rounds, np.asarray(results["count_error"])[[i]], ["OAC counts"], legend=False, offset=1)
+        size = cfg.n_points / cfg.n_clusters
+        ax2.axhline(size, color="k", lw=1, ls=":")
+        ax2.annotate(
+            f"mean cluster size N/C = {size:g}",
+            (0.02, size),
+            xycoords=("axes fraction", "data"),
+            xytext=(0, 3),
+            textcoords="offset points",
+            fontsize=plotting.FONT_SIZE,
+        )
+        ax2.set_xlabel("round n")
+        ax2.set_ylabel("RMS over clusters of |Ŝ_c| − |S_c| (points)", fontsize=8)
+    for ax in (ax0, ax1, ax2):
+        ax.grid(True, axis="y", alpha=0.25)
+    plotting.legend(fig, [ax0], ncol=2)
+    plotting.save(fig, path)
+
+
+def _reinit_panel(ax, cfg: CountsConfig, labels, results) -> None:
+    """Re-initialisations per run at ``snr_db`` with re-initialisation, by kind, exact against OAC counts:
+    mean over trials and its 95% interval as points (a 0 is a point on the line at 0, not a missing bar)."""
     kinds = (
         ("reinits", "re-initialised"),
-        ("spurious_reinits", "moved with >= S_min points"),
-        ("missed_reinits", "left below S_min"),
+        ("spurious_reinits", "moved with\n>= S_min points"),
+        ("missed_reinits", "left below\nS_min"),
     )
-    width = 0.38
+    x = np.arange(len(kinds), dtype=float)
+    top = 0.0
     for k, counts in enumerate(("exact", "oac")):
         i = index_of(labels, counts=counts, snr_db=cfg.snr_db, reinit=True)
-        heights = [_per_run(results, m)[i].mean() for m, _ in kinds]
-        ax1.bar(
-            np.arange(len(kinds)) + (k - 0.5) * width,
-            heights,
-            width,
-            label="bars: exact counts" if counts == "exact" else "bars: OAC counts",
-            color=plotting.series_style(k)["color"],
-            hatch=("", "//")[k],
-        )
-    ax1.set_xticks(np.arange(len(kinds)), [t for _, t in kinds], fontsize=8)
-    ax1.set_ylabel(f"clusters per run of {cfg.n_rounds} rounds (mean)", fontsize=8)
-    ax1.set_title(f"re-initialisation at {cfg.snr_db:g} dB (reads |Ŝ_c| < S_min = {cfg.s_min:g})", fontsize=9)
-    ax1.grid(True, axis="y", alpha=0.25)
-    rounds = np.arange(1, cfg.n_rounds + 1)
-    i = index_of(labels, counts="oac", snr_db=cfg.snr_db, reinit=True)
-    plotting.band_plot(
-        ax2, rounds, np.asarray(results["count_error"])[[i]], [f"OAC counts, {cfg.snr_db:g} dB"], legend=False, offset=1
-    )
-    ax2.axhline(cfg.n_points / cfg.n_clusters, color="k", lw=1, ls=":", label="mean |S_c| = N/C")
-    ax2.set_xlabel("round n")
-    ax2.set_ylabel("RMS over clusters of |Ŝ_c| − |S_c| (points)", fontsize=8)
-    ax2.set_title("error of the counts over the air (median, 75% band;\ndotted: the mean cluster size)", fontsize=9)
-    plotting.legend(fig, [ax0, ax1, ax2], ncol=4)
-    plotting.save(fig, path)
+        est, lo, hi = kmeans_figures.mean_interval(np.stack([_per_run(results, m)[i] for m, _ in kinds]))
+        kmeans_figures.estimate_points(ax, x + kmeans_figures.dodge(x, k, 2), est, lo, hi, k)
+        top = max(top, float(np.nanmax(hi)))
+    kmeans_figures.category_ticks(ax, x, [name for _, name in kinds])
+    ax.axhline(0.0, color="0.5", lw=0.8)
+    ax.set_ylim(-0.05 * max(top, 1.0), 1.08 * max(top, 1.0))  # a point at 0 drawn whole
+    ax.set_xlabel(f"re-initialisation reads |Ŝ_c| < S_min = {cfg.s_min:g}")
+    ax.set_ylabel(f"clusters per run of {cfg.n_rounds} rounds", fontsize=8)
 
 
 def _setting_text(cfg: CountsConfig, labels, results) -> str:
@@ -296,6 +302,13 @@ EXPERIMENT = Experiment(
     build=lambda cfg: mall_sweep(cfg, _labels(cfg), count_diagnostics=True),
     plot=_plot,
     report=_report,
+    caption=(
+        "The partition sizes |S_c| exact (over orthogonal links, the paper) against over the air (OAC counts). "
+        "Left: the final loss at each SNR with re-initialisation and at one SNR without it (median and 75% band "
+        "of the trials). Middle: re-initialisations per run by kind, mean over trials with its 95% bootstrap "
+        "interval (a point at 0 is a count of 0). Right: the RMS error of the counts over the air per round "
+        "(median, 75% band), against the mean cluster size (dotted)."
+    ),
     default_trials=200,
     common_random_numbers=True,
     micro_batch=MICRO_BATCH,
