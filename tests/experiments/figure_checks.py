@@ -7,8 +7,9 @@ are axis-aligned: a text rotated by other than a multiple of 90° is taken as it
 
 Thresholds, and why:
 
-- :data:`EDGE_PT`: a text (or a legend frame) closer than 1 pt to the figure's edge is cut off, or touches the
-  edge of the image; constrained layout keeps 3 pt (its ``w_pad``/``h_pad``), so any layout-managed figure passes.
+- :data:`EDGE_PT`: a text (or a legend frame) closer than 2.5 pt to the figure's edge is cut off, or touches the
+  edge of the image (kmeans-convergence's legend below its map: 2 pt); constrained layout keeps 3 pt (its
+  ``w_pad``/``h_pad``) around what it lays out, so a figure it fits passes.
 - :data:`OVERLAP_PT`: two texts overlap when their boxes share more than 1.5 pt in both directions. A text's box
   reaches from the font's descender to its ascender whatever its letters ("0.5" has the box of "lp"), so boxes of
   stacked tick labels may touch by a pixel with no ink touching; 1.5 pt is more than that slack and less than a
@@ -34,7 +35,7 @@ from matplotlib.patches import Patch
 from matplotlib.spines import Spine
 from matplotlib.text import Text
 
-EDGE_PT = 1.0
+EDGE_PT = 2.5
 OVERLAP_PT = 1.5
 MARKER_CUT_PT = 1.0
 MIN_FONT_PT = 7.0
@@ -67,6 +68,23 @@ def _box(extent) -> tuple:
     return tuple(int(v) for v in np.round(extent.extents))
 
 
+def drawn_artists(fig, kind=object) -> list:
+    """The artists of type ``kind`` that the figure draws: visible, inside visible containers (an invisible
+    axis, e.g. the shared x-axis of a twin axes, hides its tick labels however visible they are themselves)."""
+    out = []
+
+    def walk(artist) -> None:
+        if not artist.get_visible():
+            return
+        if isinstance(artist, kind):
+            out.append(artist)
+        for child in artist.get_children():
+            walk(child)
+
+    walk(fig)
+    return out
+
+
 def visible_texts(fig) -> list[Text]:
     """The text artists drawn: titles, labels, legend texts, annotations, and the tick labels of the ticks
     inside the view (matplotlib keeps labelled ticks outside it, undrawn)."""
@@ -75,23 +93,13 @@ def visible_texts(fig) -> list[Text]:
     drawn = [tick for axis in axes for tick in axis._update_ticks()]  # (private: the ticks the axis draws)
     undrawn = {id(t) for tick in every_tick for t in (tick.label1, tick.label2)}
     undrawn -= {id(t) for tick in drawn for t in (tick.label1, tick.label2)}
-    return [
-        t
-        for t in fig.findobj(Text)
-        if t.get_visible() and t.get_text().strip() and id(t) not in undrawn and _ancestors_visible(t)
-    ]
-
-
-def _ancestors_visible(text: Text) -> bool:
-    """False for a text inside an invisible legend or axes (findobj also walks hidden containers)."""
-    ax = text.axes
-    return ax is None or ax.get_visible()
+    return [t for t in drawn_artists(fig, Text) if t.get_text().strip() and id(t) not in undrawn]
 
 
 def clipped_texts(fig) -> list[str]:
     """The visible texts, and the frames of framed legends, whose window extent leaves the figure or comes
-    within :data:`EDGE_PT` of its edge. (An unframed legend's box is its texts and a blank border: its texts
-    are checked.)"""
+    within :data:`EDGE_PT` of its edge, and unframed legends whose box (texts and blank border) leaves the
+    figure: a legend the layout did not fit, its texts wedged at the edge."""
     renderer = fig.canvas.get_renderer()
     box, pad = fig.bbox, _pixels(fig, EDGE_PT)
     out = []
@@ -107,7 +115,14 @@ def clipped_texts(fig) -> list[str]:
         e = legend.get_window_extent(renderer)
         if legend.get_frame_on() and at_edge(e):
             out.append(f"legend frame cut off at (or touching) the figure's edge: {_box(e)}")
+        elif e.x0 < box.x0 - 1 or e.y0 < box.y0 - 1 or e.x1 > box.x1 + 1 or e.y1 > box.y1 + 1:
+            out.append(f"legend not fitted in the figure (its box leaves it): {_legend_name(legend)} {_box(e)}")
     return out
+
+
+def _legend_name(legend: Legend) -> str:
+    texts = [legend.get_title().get_text()] + [t.get_text() for t in legend.get_texts()]
+    return repr(next((t for t in texts if t.strip()), "(unlabelled)")[:40])
 
 
 def overlapping_texts(fig) -> list[str]:
@@ -141,7 +156,7 @@ def _shared(a, b) -> float:
 
 
 def _legends(fig) -> list[Legend]:
-    return [g for g in fig.findobj(Legend) if g.get_visible()]
+    return drawn_artists(fig, Legend)
 
 
 def artists_outside_figure(fig) -> list[str]:
@@ -162,10 +177,8 @@ def artists_outside_figure(fig) -> list[str]:
     # the view undrawn, with stale extents): the axes' box and the tick labels are checked instead.
     skip = {id(fig.patch)} | {id(ax.patch) for ax in fig.axes}
     skip |= {id(a) for ax in fig.axes for axis in (ax.xaxis, ax.yaxis) for a in axis.findobj()}
-    for artist in fig.findobj(lambda a: isinstance(a, (Line2D, Patch, Collection))):
-        if id(artist) in skip or isinstance(artist, Spine) or not artist.get_visible():
-            continue
-        if artist.axes is not None and not artist.axes.get_visible():
+    for artist in drawn_artists(fig, (Line2D, Patch, Collection)):
+        if id(artist) in skip or isinstance(artist, Spine):
             continue
         if artist.get_clip_on() and (artist.get_clip_box() is not None or artist.get_clip_path() is not None):
             continue
@@ -283,8 +296,7 @@ def covered_shares(fig) -> list[tuple[str, float]]:
             box = legend.get_window_extent(renderer)
             share = max(float(np.mean(_inside(box, xy))) if len(xy) else 0.0 for xy in (points, band))
             if share > 0:
-                texts = [legend.get_title().get_text()] + [t.get_text() for t in legend.get_texts()]
-                out.append((next((t for t in texts if t), "(unlabelled)") + f" on {ax.get_title()[:40]!r}", share))
+                out.append((f"{_legend_name(legend)} on {ax.get_title()[:40]!r}", share))
     return out
 
 

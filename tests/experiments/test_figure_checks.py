@@ -58,6 +58,9 @@ def test_a_legend_touching_the_edge_is_clipped():
     fig.legend(loc="lower right", bbox_to_anchor=(1, 0), borderaxespad=0, borderpad=0, frameon=False)
     assert any("a line" in p for p in clipped_texts(drawn(fig)))
     fig.legends[0].remove()
+    fig.legend(loc="upper right", bbox_to_anchor=(1, 0.05), frameon=False)  # its box below the figure
+    assert "legend not fitted in the figure (its box leaves it)" in [p.split(":")[0] for p in clipped_texts(drawn(fig))]
+    fig.legends[0].remove()
     fig.legend(loc="lower right", bbox_to_anchor=(1, 0), borderaxespad=0)
     assert [p.split(":")[0] for p in clipped_texts(drawn(fig))] == [
         "legend frame cut off at (or touching) the figure's edge"
@@ -159,3 +162,11 @@ def test_a_legend_on_the_lines_covers_the_data(loc, covers):
     (ax.legend(loc=loc) if covers else fig.legend(loc=loc))
     assert bool(legends_on_data(drawn(fig))) == covers
     assert (max((share for _, share in covered_shares(fig)), default=0.0) > 0.05) == covers
+
+
+def test_the_hidden_axis_of_a_twin_axes_draws_no_text():
+    """twinx hides the twin's x-axis: its tick labels, visible themselves, are not drawn on the first's."""
+    fig, ax = plotting.figure(figsize=(3, 2))
+    ax.plot([0, 1], [0, 1])
+    ax.twinx().plot([0, 1], [1, 0])
+    assert overlapping_texts(drawn(fig)) == []
