@@ -70,10 +70,10 @@ def beside(values) -> float:
     return float(np.max(values) + 1.5 * _step(values))
 
 
-def dodge(values, i: int, n: int) -> float:
+def dodge(values, i: int, n: int, width: float = 0.4) -> float:
     """The offset of series ``i`` of ``n`` at one position of an axis of ``values``, so that the error bars
-    of ``n`` series there stand side by side (within a fifth of the smallest step on either side)."""
-    return (i - (n - 1) / 2) * 0.4 * _step(values) / max(n - 1, 1)
+    of ``n`` series there stand side by side (over ``width`` of the smallest step, centred on the position)."""
+    return (i - (n - 1) / 2) * width * _step(values) / max(n - 1, 1)
 
 
 def _step(values) -> float:
