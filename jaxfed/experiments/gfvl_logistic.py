@@ -287,12 +287,13 @@ def plot(cfg: Config, labels, metrics, path):
     ]
     slots = np.arange(1, cfg.n_slots + 1)
     fig, axes = plotting.figure(len(rows), len(METRICS), figsize=(13, 2.9 * len(rows) + 0.8), squeeze=False)
+    tops = [-np.inf] * len(METRICS)  # the learning rows' highest value per column (they share the y axis)
     for r, (row_name, idx) in enumerate(rows):
         for c, (metric, what, log_y) in enumerate(METRICS):
             ax = axes[r, c]
             if 0 < r < len(rows) - 1:
                 ax.sharey(axes[0, c])
-            plotting.band_plot(
+            b = plotting.band_plot(
                 ax,
                 slots,
                 _take(metrics[metric], idx),
@@ -301,12 +302,20 @@ def plot(cfg: Config, labels, metrics, path):
                 legend=False,
                 styles=[plotting.series_style(styles[p]) for p in idx],
             )
+            if r < len(rows) - 1:
+                tops[c] = np.nanmax(
+                    [tops[c], np.nanmax(b.upper, initial=-np.inf), np.nanmax(b.median, initial=-np.inf)]
+                )
             ax.set_xscale("log")  # the first tens of slots, where the curves part, take half the width
             ax.set_title(f"{row_name}: {what}", fontsize=9)
             ax.set_ylabel(what, fontsize=9)
             ax.tick_params(labelsize=8)
         last = r == len(rows) - 1
         axes[r, 1].set_xlabel("slot after u's request (retrain: from the prior)" if last else "slot i", fontsize=9)
+    for c, (_, _, log_y) in enumerate(METRICS):
+        # A log panel's floor froze its top at the first row's data (band_plot): the top holds every row's.
+        if log_y and np.isfinite(tops[c]) and tops[c] > 0:
+            axes[0, c].set_ylim(top=2 * tops[c])
     plotting.legend(fig, title="median over trials, 75% band", ncol=4)
     fig.suptitle(
         f"G-FVL, Bayesian logistic regression (breast cancer, d = {cfg.n_features + 1}), K = {cfg.n_agents}, "
