@@ -314,14 +314,15 @@ def _kl_against_wall_clock(ax, cfg: Config, labels, kl, model: str, ratio: float
     """KL against wall-clock time at ``ratio``, a line per L: the median over trials with its 75% band as bars at
     a few times (four shaded bands overlap into one colour)."""
     iters = record_iterations(cfg)
-    floors = []
+    floors, tops = [], []
     for j, p in enumerate(_points(labels, model)):
         n_iters = labels[p]["local_iters"]
         x = wall_clock(iters, n_iters, ratio)
         style = [plotting.series_style(j)]
-        plotting.band_plot(ax, x, kl[p : p + 1], [f"L = {n_iters}"], log_y=True, styles=style, legend=False, bars=5)
+        b = plotting.band_plot(ax, x, kl[p : p + 1], [f"L = {n_iters}"], log_y=True, styles=style, legend=False, bars=5)
         floors.append(ax.get_ylim()[0])
-    ax.set_ylim(bottom=min(floors))  # every L's bars inside (each band_plot set its own floor)
+        tops.append(np.nanmax(np.where(b.upper > 0, b.upper, np.nan), initial=floors[-1]))
+    ax.set_ylim(min(floors), 2 * max(tops))  # every L's bars inside (each band_plot set its own floor)
     ax.axhline(cfg.level, color="k", lw=0.6, ls=":")
     ax.set_xscale("log")
     ax.set_xlabel("wall-clock time / t_compute")
