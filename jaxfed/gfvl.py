@@ -416,8 +416,9 @@ def conjugate_kl_trajectory(
     nothing (the paper's eqs. (13)–(14)), so q^(i) depends only on which agents have been visited by slot i:
     η after m first visits is η_m = η_0 + Σ_{j<=m} s_{π_j}/α, where π orders the K agents by
     first-visit slot (agents never visited within the schedule last, by index). This evaluates the
-    K distinct non-zero values KL(η_m ‖ η_K), m = 0..K−1, and indexes them by the visit count of
-    each slot: O(K) divergences per trial instead of O(n_slots). Because π is a permutation of
+    K − 1 distinct non-zero values KL(η_m ‖ η_K), m = 1..K−1 (slot 1 visits an agent, so the prior's,
+    m = 0, is never needed), and indexes them by the visit count of each slot: O(K) divergences per
+    trial instead of O(n_slots). Because π is a permutation of
     all K agents, the target η_K is the posterior given *every* agent's data, η_0 + Σ_k s_k/α,
     whether or not the walk has covered the graph; it is summed in visit order, so the KL is
     exactly 0 from the covering slot on. It equals running :func:`learn` with
@@ -458,6 +459,7 @@ def conjugate_kl_trajectory(
     after_m_visits = prior_eta + jnp.concatenate(
         [jnp.zeros_like(prior_eta)[None], jnp.cumsum(agent_stats[order] / alpha, axis=0)]
     )  # (K + 1, P); row K is the posterior given every agent's data
-    kl_before_all = expfam.kl(family, after_m_visits[:-1], after_m_visits[-1])
-    kl_after_m = jnp.concatenate([kl_before_all, jnp.zeros((1,), kl_before_all.dtype)])
-    return kl_after_m[n_visited]
+    # m = 0 (the prior) is never indexed: slot 1 visits an agent. Its place holds NaN, not a divergence.
+    kl_before_all = expfam.kl(family, after_m_visits[1:-1], after_m_visits[-1])
+    nan, zero = jnp.full((1,), jnp.nan, kl_before_all.dtype), jnp.zeros((1,), kl_before_all.dtype)
+    return jnp.concatenate([nan, kl_before_all, zero])[n_visited]
