@@ -24,7 +24,7 @@ from jaxfed import report, store, validation
 from jaxfed.engine import devices
 from jaxfed.engine.options import MAX_DEVICES as MAX_DEVICES  # (--devices at most; re-exported)
 from jaxfed.engine.options import RunOptions
-from jaxfed.engine.progress import Overall
+from jaxfed.engine.progress import Overall, experiment_group
 from jaxfed.experiments import REGISTRY, catalog, describe, get, load_results, make_config, run_experiment
 from jaxfed.experiments.runner import still_running
 from jaxfed.results import FORMATS, export_all
@@ -136,20 +136,91 @@ def _reproduced(only: str | None) -> list:
     return [REGISTRY[name] for name in names]
 
 
+REFERENCE_SECONDS: dict[str, tuple[float, float]] = {
+    "gfvl-topologies": (8.1, 0.1),
+    "gfvl-local-iters": (69.6, 20.1),
+    "gfvl-local-iters-paper": (93.4, 25.0),
+    "gfvl-unlearning": (66.7, 24.7),
+    "gfvl-unlearning-paper": (71.2, 15.0),
+    "gfvl-unlearning-conjugate": (30.9, 0.5),
+    "gfvl-heterogeneity": (42.5, 0.7),
+    "gfvl-logistic": (80.6, 44.1),
+    "gfvl-wallclock": (38.8, 5.4),
+    "gfvl-graphs": (20.4, 7.3),
+    "kmeans-convergence": (47.8, 119.9),
+    "kmeans-snr": (113.3, 408.1),
+    "kmeans-ablation": (90.7, 85.0),
+    "kmeans-devices": (52.1, 16.7),
+    "kmeans-digits1": (11.1, 14.1),
+    "kmeans-oac-counts": (37.7, 13.8),
+    "kmeans-channels": (71.0, 27.1),
+}
+"""Per built-in experiment, what it took in a reference ``jaxfed reproduce --compilation-cache off``
+at its default trial count: (seconds outside its trials: building, compiling, the figure and the
+reading; seconds of its trials, point-trials / rate summed over the engine's groups' "done" lines).
+The priors of the overall ETA (:func:`reproduce_priors`), which the run corrects as it goes: only
+the ratios between experiments matter once one has finished. Measured at 1b5d909 (2026-12-04, the
+2-core CPU shared with other jobs, load average 4-11: 29 min 48 s in all; a quiet run of 52b2204
+took 5 min 50 s, docs/performance.md); the G-FVL half took 11 min 17 s, the k-means half 18 min 30 s
+(the ETA of trials per point done said 3 min 54 s for it)."""
+
+
+def reproduce_priors(experiments: list, trials: dict[str, int]) -> dict[str, float]:
+    """Seconds each experiment is expected to take before anything has run, in run order:
+    ``fixed + trials_s × n / N`` from its :data:`REFERENCE_SECONDS` (``n`` its trials per point now,
+    ``N`` its default); an experiment without a reference (a registered user experiment) gets the
+    mean prior of its group's experiments that have one (of all of them, if none has), else 0."""
+    known = {
+        exp.name: fixed + trials_s * trials[exp.name] / exp.default_trials
+        for exp in experiments
+        if exp.name in REFERENCE_SECONDS
+        for fixed, trials_s in [REFERENCE_SECONDS[exp.name]]
+    }
+
+    def mean_of(names: list) -> float | None:
+        return sum(known[n] for n in names) / len(names) if names else None
+
+    everywhere = mean_of(list(known)) or 0.0
+
+    def guess(name: str) -> float:
+        same = mean_of([n for n in known if experiment_group(n) == experiment_group(name)])
+        return everywhere if same is None else same
+
+    return {exp.name: known[exp.name] if exp.name in known else guess(exp.name) for exp in experiments}
+
+
+def _record_digest(out_dir: str) -> str | None:
+    """The ``record_sha256`` of ``out_dir/config.json``, None when there is none to read."""
+    try:
+        record = store.read_json(os.path.join(out_dir, "config.json"))
+    except (OSError, store.StoreError):
+        return None
+    return record.get("record_sha256") if isinstance(record, dict) else None
+
+
+def _computed_here(config_json: dict, digest_before: str | None) -> bool:
+    """Whether a run computed its trials here, so that its time measures this machine: it wrote a
+    new record (a rerun that computed nothing keeps the stored one) and did not serve its trials
+    from a larger stored run. (A resumed run that computed part of its trials counts: its time is short.)"""
+    return "served_from" not in config_json and config_json.get("record_sha256") != digest_before
+
+
 def _cmd_reproduce(args) -> int:
     experiments = _reproduced(args.only)
     trials = {exp.name: max(1, round(exp.default_trials * args.scale)) for exp in experiments}
-    # Which experiment of how many, and an overall ETA weighted by trials; the engine's
-    # per-group bars open below it (on a terminal), its lines between its lines (in a log).
-    overall = Overall(not _quiet(args) and jax.process_index() == 0, trials)
+    # Which experiment of how many, and an overall ETA from each experiment's reference time,
+    # corrected by its group's finished ones; the engine's per-group bars open below it (on a
+    # terminal), its lines between its lines (in a log).
+    overall = Overall(not _quiet(args) and jax.process_index() == 0, reproduce_priors(experiments, trials))
     sections, times, start = [], [], time.perf_counter()
     for exp in experiments:
         overall.start(exp.name)
-        t0 = time.perf_counter()
-        cfg, config_json, results = _run_one(exp, {}, args, os.path.join(args.out, exp.name), trials[exp.name])
+        t0, out_dir = time.perf_counter(), os.path.join(args.out, exp.name)
+        digest_before = _record_digest(out_dir)
+        cfg, config_json, results = _run_one(exp, {}, args, out_dir, trials[exp.name])
         times.append((exp.name, time.perf_counter() - t0))
         sections.append((exp.name, report.section(exp, cfg, config_json, results, times[-1][1])))
-        overall.finish()
+        overall.finish(measured=_computed_here(config_json, digest_before))
     overall.close()
     if jax.process_index() == 0:
         path = report.write(args.out, sections, time.perf_counter() - start)

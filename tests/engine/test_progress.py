@@ -2,6 +2,7 @@
 and start at the stored fraction, and ``jaxfed reproduce``'s overall ETA."""
 
 import io
+import types
 
 import pytest
 
@@ -100,33 +101,112 @@ def test_a_bad_line_interval_is_one_line_naming_the_variable(text):
         progress.log_interval({progress.INTERVAL_VARIABLE: text})
 
 
-def test_the_overall_eta_weighs_experiments_by_their_trials():
+def _run(overall, clock, name, seconds, measured=True):
+    overall.start(name)
+    clock.now += seconds
+    if measured:
+        overall.finish()
+    else:
+        overall.finish(measured=False)
+
+
+def test_the_overall_eta_starts_from_the_priors_and_each_group_corrects_its_own():
+    """Two groups, b's experiments five times a's (the k-means half against the G-FVL one). a runs
+    twice as slow as its priors: until one of b's has finished, b's priors are scaled by that; b's
+    own finished experiment then replaces it. (Weighting by elapsed time per prior second done, as
+    before, says 01:04 after b-1: a's slowdown applied to b.)"""
     stream, clock = io.StringIO(), Clock()
-    overall = Overall(True, {"a": 100, "b": 300, "c": 100}, stream=stream, clock=clock)
-    overall.start("a")
-    clock.now = 10
-    overall.finish()  # 100 trials in 10 s: 400 left take 40 s
-    overall.start("b")
-    clock.now = 20
-    overall.finish()  # 400 in 20 s: 100 left take 5 s
-    overall.start("c")
-    clock.now = 30
-    overall.finish()
+    overall = Overall(True, {"a-1": 10, "a-2": 10, "b-1": 50, "b-2": 50}, stream=stream, clock=clock)
+    _run(overall, clock, "a-1", 20)
+    _run(overall, clock, "a-2", 20)
+    _run(overall, clock, "b-1", 50)
+    _run(overall, clock, "b-2", 50)
     assert stream.getvalue().splitlines() == [
-        "[00:10] reproduce: 1/3 experiments done, ETA 00:40",
-        "[00:20] reproduce: 2/3 experiments done, ETA 00:05",
-        "[00:30] reproduce: 3/3 experiments done, ETA 00:00",
+        "[00:00] reproduce: 0/4 experiments done, ETA 02:00",  # the priors
+        "[00:20] reproduce: 1/4 experiments done, ETA 03:40",  # 10 × 2 + 100 × 2
+        "[00:40] reproduce: 2/4 experiments done, ETA 03:20",
+        "[01:30] reproduce: 3/4 experiments done, ETA 00:50",  # b at its own speed
+        "[02:20] reproduce: 4/4 experiments done, ETA 00:00",
     ]
 
 
-def test_the_overall_bar_on_a_terminal_names_the_experiment_and_advances_by_its_trials():
-    stream = Terminal()
-    overall = Overall(True, {"a": 100, "b": 300}, stream=stream)
+def test_the_overall_eta_is_never_negative_and_stored_experiments_do_not_measure_speed():
+    clock = Clock()
+    overall = Overall(True, {"a-1": 10, "a-2": 10, "b-1": 50}, stream=io.StringIO(), clock=clock)
+    _run(overall, clock, "a-1", 0, measured=False)  # served from the store in no time
+    assert overall.eta() == 60  # the priors, not 0 (no speed measured yet)
+    overall.start("a-2")
+    clock.now += 35  # 25 s past its prior: nothing left of it, b's prior is left
+    assert overall.eta() == 50
+    overall.finish()  # a ran 3.5 times slower than its prior: b is expected to as well
+    assert overall.eta() == 175
+    overall.start("b-1")
+    clock.now += 1000
+    assert overall.eta() == 0
+
+
+@pytest.mark.parametrize(
+    "took, running, running_s, left",
+    [
+        ({}, None, 0, 120),  # nothing measured: the priors
+        ({"a-1": 5}, None, 0, 5 + 50),  # a at half its prior, and b too until b runs
+        ({"a-1": 5, "b-1": 100}, None, 0, 5 + 100),  # each group at its own speed
+        ({"a-1": 5, "b-1": None}, None, 0, 5 + 25),  # a stored one is done but measures nothing
+        ({"a-1": 5, "a-2": 5}, "b-1", 20, 5 + 25),  # the running one's elapsed time counts
+        ({"a-1": 5, "a-2": 5}, "b-1", 200, 25),  # past its estimate: none of it left, never below
+    ],
+)
+def test_overall_eta_formula(took, running, running_s, left):
+    prior = {"a-1": 10, "a-2": 10, "b-1": 50, "b-2": 50}
+    assert progress.overall_eta(prior, took, running, running_s) == pytest.approx(left)
+
+
+def test_the_overall_bar_on_a_terminal_names_the_experiment_and_shows_the_eta():
+    stream, clock = Terminal(), Clock()
+    overall = Overall(True, {"a": 100, "b": 300}, stream=stream, clock=clock)
     overall.start("b")
-    assert "experiment 1/2: b" in stream.getvalue()
+    assert "experiment 1/2: b" in stream.getvalue() and "ETA 06:40" in stream.getvalue()
+    clock.now = 100
     overall.finish()
-    assert overall.bar is not None and overall.bar.n == 300
+    overall.start("a")
+    assert overall.bar is not None and overall.bar.n == 1
+    assert "experiment 2/2: a" in stream.getvalue() and "ETA 00:33" in stream.getvalue()  # b took 1/3 its prior
     overall.close()
+
+
+def test_reproduce_priors_scale_the_reference_times_and_guess_for_an_experiment_without_one(monkeypatch):
+    monkeypatch.setattr(cli, "REFERENCE_SECONDS", {"a-1": (10.0, 100.0), "a-2": (20.0, 0.0), "b-1": (5.0, 50.0)})
+    experiments = [
+        types.SimpleNamespace(name=name, default_trials=1000) for name in ("a-1", "a-2", "b-1", "a-new", "c-new")
+    ]
+    trials = {"a-1": 10, "a-2": 1000, "b-1": 2000, "a-new": 1, "c-new": 1}
+    assert cli.reproduce_priors(experiments, trials) == {
+        "a-1": 11.0,  # the fixed part whole, the trials' at 10 of 1,000
+        "a-2": 20.0,
+        "b-1": 105.0,
+        "a-new": 15.5,  # its group's mean
+        "c-new": 136.0 / 3,  # every group's mean
+    }
+
+
+def test_every_built_in_experiment_has_a_reference_time():
+    assert set(cli.REFERENCE_SECONDS) <= set(cli.REGISTRY.names())  # none left of a removed experiment
+    assert {name for name in cli.REGISTRY.names() if name.startswith(("gfvl-", "kmeans-"))} <= set(
+        cli.REFERENCE_SECONDS
+    )
+    assert all(fixed > 0 and trials_s > 0 for fixed, trials_s in cli.REFERENCE_SECONDS.values())
+
+
+def test_a_rerun_that_kept_the_stored_record_or_served_the_trials_measures_nothing(tmp_path):
+    out = str(tmp_path)
+    assert cli._record_digest(out) is None
+    (tmp_path / "config.json").write_text('{"record_sha256": "old"}')
+    before = cli._record_digest(out)
+    assert before == "old"
+    assert not cli._computed_here({"record_sha256": "old"}, before)  # nothing computed: the record kept
+    assert cli._computed_here({"record_sha256": "new"}, before)
+    assert not cli._computed_here({"record_sha256": "old", "served_from": out}, before)
+    assert cli._computed_here({"record_sha256": "new"}, None)  # a first run
 
 
 @pytest.mark.slow  # ~8 s of jaxfed reproduce; the lines' rules are checked above without running
@@ -144,6 +224,8 @@ def test_reproduce_in_a_log_shows_compiling_progress_done_and_overall_lines(tmp_
     assert "gfvl-topologies: group 1/1: compiling …" in lines
     assert any("] gfvl-topologies: group 1/1: 15/30 point-trials (50%), " in line for line in lines), err
     assert any("gfvl-topologies: group 1/1: done, 30 point-trials in " in line for line in lines), err
+    prior = cli.reproduce_priors([cli.REGISTRY["gfvl-topologies"]], {"gfvl-topologies": 10})["gfvl-topologies"]
+    assert any(line.endswith(f"reproduce: 0/1 experiments done, ETA {progress.clock_text(prior)}") for line in lines)
     assert any(line.endswith("reproduce: 1/1 experiments done, ETA 00:00") for line in lines), err
     assert cli.main([*args, "--scale", "0.02"]) == 0  # grown: 20 trials, 10 of them stored
     err = capsys.readouterr().err
