@@ -36,6 +36,7 @@ import jax
 import numpy as np
 
 from jaxfed import kmeans, oac, plotting, scenarios, stats, validation
+from jaxfed.experiments import kmeans_figures
 from jaxfed.experiments.kmeans_trials import (
     CENTRALIZED_TEXT,
     LAST_ROUND_DIAGNOSTICS,
@@ -310,54 +311,73 @@ def _series(cfg: SnrConfig) -> list:
 
 def _plot_snr(cfg: SnrConfig, labels, results, path):
     b = stats.band(results["loss"])
-    fig, (ax, ax2, ax3) = plotting.figure(1, 3, figsize=(18, 5.2))
+    n_cols = len(cfg.digits_list)
+    fig, axes = plotting.figure(2, n_cols, figsize=(4.3 * n_cols + 0.8, 9.5), squeeze=False)
     snrs = np.asarray(cfg.snrs_db)
-    # The noise-free points (NOISE_FREE_DB) at a position of their own, right of the grid.
-    step = float(np.min(np.diff(snrs))) if len(snrs) > 1 else 5.0
-    free_x = snrs.max() + 1.5 * step
-    series = [(d, where) for d in cfg.digits_list for where in _series(cfg)]
-    ax.axhline(b.median[0, -1], color="k", lw=1.4, label="centralized (median; grey: its 75% band)")
-    ax.axhspan(b.lower[0, -1], b.upper[0, -1], color="0.5", alpha=0.08)
+    free_x = kmeans_figures.beside(snrs)  # the noise-free points (NOISE_FREE_DB): a position of their own
+    high = snrs >= np.median(snrs)  # the upper half of the grid, where the gap the report discusses lies
+    last = final_values(results)
+    wheres = _series(cfg)
+    for col, d in enumerate(cfg.digits_list):
+        # One panel per D; within it one series per value of a swept channel parameter. A series keeps its
+        # style in every panel: by D without a sweep, by the swept value with one.
+        series = [(col if where is None else j, d, where) for j, where in enumerate(wheres)]
+        ax = axes[0, col]
+        _snr_loss_panel(ax, cfg, labels, b, series, snrs, free_x)
+        ax.set_title(f"D = {d}: final loss (median, 75% band)", fontsize=9)
+        ax2 = axes[1, col]
+        if last is None:
+            ax2.text(0.5, 0.5, "paired ratios need raw trials", ha="center", transform=ax2.transAxes)
+            ax2.set_title(f"D = {d}: paired ratio to ideal federated", fontsize=9)
+            continue
+        _snr_ratio_panel(ax2, cfg, labels, last, series, 1, snrs[high], free_x)
+        ax2.set_title(f"D = {d}: paired ratio to ideal federated, SNR ≥ {snrs[high].min():g} dB", fontsize=9)
+    for ax in axes.ravel():
+        grid = snrs if ax in axes[0] else snrs[high]
+        ticks = [x for x in grid if x % 10 == 0] if len(grid) > 6 else list(grid)
+        ax.set_xticks([*ticks, free_x], [f"{x:g}" for x in ticks] + ["no\nnoise"])
+        ax.set_xlabel("SNR of one ED at the edge server (dB)")
+        ax.grid(True, which="major", alpha=0.25)
+    _same_log_limits(axes[0])
+    axes[0, 0].set_ylabel(f"{LOSS_LABEL}\nafter {cfg.n_rounds} rounds")
+    axes[1, 0].set_ylabel("final loss / ideal federated's, same trial\n(median, 95% interval)")
+    fig.suptitle(f"OAC k-means, β={cfg.beta}, {cfg.channel} channel, init {cfg.init}", fontsize=10)
+    plotting.legend(fig, axes.ravel(), ncol=4)
+    plotting.save(fig, path)
+
+
+def _same_log_limits(axes) -> None:
+    """One y range for the log axes ``axes``: all their data, with a 5% margin (in decades) each side so that
+    no marker or error bar cap at the extremes is cut."""
+    finite = [ax.dataLim for ax in axes if np.isfinite(ax.dataLim.minposy) and np.isfinite(ax.dataLim.y1)]
+    if not finite:
+        return
+    lo, hi = min(lim.minposy for lim in finite), max(lim.y1 for lim in finite)
+    if not (0 < lo < hi):
+        return
+    pad = (hi / lo) ** 0.05
+    for ax in axes:
+        ax.set_ylim(lo / pad, hi * pad)
+
+
+def _snr_loss_panel(ax, cfg: SnrConfig, labels, b: stats.Band, series, snrs, free_x: float) -> None:
+    """Final loss against the SNR of the OAC ``series`` [(style index, D, where)] (median, 75% band), their
+    noise-free points at ``free_x`` and quantisation only with the same D (dotted), over centralized (line and
+    grey band) and ideal federated (dashed)."""
+    ax.axhspan(b.lower[0, -1], b.upper[0, -1], color="0.5", alpha=0.12, lw=0)
+    ax.axhline(b.median[0, -1], color="k", lw=1.2, label="centralized (median; grey: its 75% band)")
     ax.axhline(b.median[1, -1], color="0.4", ls="--", lw=1.2, label="ideal federated (median)")
-    for k, (d, where) in enumerate(series):
+    for k, d, where in series:
         rows = _oac_rows(labels, d, where)
-        style = plotting.series_style(k)
         name = f"OAC D={d}" + (f", {where[0]}={where[1]:g}" if where else "")
-        ax.plot(snrs, b.median[rows, -1], ms=4, label=name, **style)
-        ax.fill_between(snrs, b.lower[rows, -1], b.upper[rows, -1], color=style["color"], alpha=0.12, lw=0)
+        kmeans_figures.estimate_line(ax, snrs, b.median[rows, -1], b.lower[rows, -1], b.upper[rows, -1], k, label=name)
         free = _noise_free_row(labels, d, where)
         if free is not None:
-            ax.plot([free_x], [b.median[free, -1]], ls="none", marker=style["marker"], color=style["color"], ms=6)
+            kmeans_figures.estimate_points(ax, [free_x], b.median[free, -1], b.lower[free, -1], b.upper[free, -1], k)
         q = index_of(labels, method="quantized", digits=d)
-        ax.axhline(b.median[q, -1], color=style["color"], ls=":", lw=1.0)
-    ax.plot([], [], color="0.3", ls=":", lw=1.0, label="quantisation only, each D (its colour)")
+        ax.axhline(b.median[q, -1], color=plotting.series_style(k)["color"], ls=":", lw=1.2)
+    ax.plot([], [], color="0.3", ls=":", lw=1.2, label="quantisation only, same D (median)")
     ax.set_yscale("log")
-    ax.set_ylabel(f"{LOSS_LABEL}\nafter {cfg.n_rounds} rounds")
-    ax.set_title(
-        f"final loss vs SNR, β={cfg.beta}, {cfg.channel} channel, init {cfg.init}\n(median, 75% band)", fontsize=9
-    )
-    last = final_values(results)
-    high = snrs >= np.median(snrs)  # the upper half of the grid, where the gap the report discusses lies
-    if last is None:
-        for a in (ax2, ax3):
-            a.text(0.5, 0.5, "paired ratios need raw trials", ha="center", transform=a.transAxes)
-    else:
-        _snr_ratio_panel(ax2, cfg, labels, last, series, 0, snrs, free_x)
-        ax2.set_title(
-            "paired ratio to centralized: median and its 95% interval\n(dotted: quantisation only)", fontsize=9
-        )
-        _snr_ratio_panel(ax3, cfg, labels, last, series, 1, snrs[high], free_x)
-        ax3.set_title(
-            f"zoom, SNR ≥ {snrs[high].min():g} dB: paired ratio to ideal federated\n(the same algorithm with exact sums)",
-            fontsize=9,
-        )
-    for a in (ax, ax2, ax3) if last is not None else (ax,):
-        ticks = [x for x in a.get_xticks() if snrs.min() <= x <= snrs.max()] if a is not ax3 else list(snrs[high])
-        a.set_xticks(ticks + [free_x], [f"{x:g}" for x in ticks] + ["no\nnoise"])
-        a.set_xlabel("SNR of one ED at the edge server (dB)")
-        a.grid(True, which="both", alpha=0.25)
-    plotting.legend(fig, [ax], ncol=4)
-    plotting.save(fig, path)
 
 
 def _noise_free_row(labels, d: int, where) -> int | None:
@@ -372,30 +392,22 @@ def _noise_free_row(labels, d: int, where) -> int | None:
 
 def _snr_ratio_panel(ax, cfg, labels, last, series, reference: int, snrs, free_x) -> None:
     """Median over trials of final loss / point ``reference``'s in the same trial (0: centralized, 1: ideal
-    federated), with its exact 95% interval, at the SNRs ``snrs`` and without noise (at ``free_x``);
-    dotted: quantisation only. A linear axis for a ratio range under a factor 2, else log."""
+    federated), with its exact 95% interval, at the SNRs ``snrs`` and without noise (at ``free_x``), of the
+    OAC ``series`` [(style index, D, where)]; dotted: quantisation only. A linear axis for a ratio range under
+    a factor 2, else log."""
     drawn = []
-    for k, (d, where) in enumerate(series):
+    for k, d, where in series:
         rows = [r for r in _oac_rows(labels, d, where) if labels[r]["snr_db"] in set(snrs.tolist())]
         est, lo, hi = (np.exp(v) for v in stats.interval(np.log(last[rows] / last[reference][None]), "median"))
         style = plotting.series_style(k)
-        ax.plot(snrs, est, ms=4, **style)
-        ax.fill_between(snrs, lo, hi, color=style["color"], alpha=0.25, lw=0)
+        bounded = lambda v: np.where(np.isfinite(v) & (v > 0), v, est)  # noqa: E731  (too few trials: no bound)
+        kmeans_figures.estimate_line(ax, snrs, est, bounded(lo), bounded(hi), k)
         free = _noise_free_row(labels, d, where)
         if free is not None:
             f_est, f_lo, f_hi = (
                 float(np.exp(v)) for v in stats.interval(np.log(last[free] / last[reference]), "median")
             )
-            ax.errorbar(
-                [free_x],
-                [f_est],
-                yerr=[[f_est - f_lo], [f_hi - f_est]],
-                color=style["color"],
-                capsize=3,
-                marker=style["marker"],
-                ms=5,
-                ls="none",
-            )
+            kmeans_figures.estimate_points(ax, [free_x], f_est, f_lo, f_hi, k)
             drawn += [f_lo, f_hi]
         q = index_of(labels, method="quantized", digits=d)
         ax.axhline(np.exp(np.median(np.log(last[q] / last[reference]))), color=style["color"], ls=":", lw=1.0)
@@ -408,10 +420,10 @@ def _snr_ratio_panel(ax, cfg, labels, last, series, reference: int, snrs, free_x
         lw=1.2,
         ls="-" if other == 0 else "--",
     )
-    finite = np.asarray(drawn)[np.isfinite(drawn)]
+    drawn = np.asarray(drawn)
+    finite = drawn[np.isfinite(drawn) & (drawn > 0)]
     if finite.size and finite.max() / finite.min() > 2:
         ax.set_yscale("log")
-    ax.set_ylabel(f"final loss / {'centralized' if reference == 0 else 'ideal federated'}, same trial")
 
 
 def _gap_explanation(cfg: SnrConfig, labels, results, d_max: int) -> str:
@@ -552,6 +564,13 @@ SNR = Experiment(
     build=lambda cfg: mall_sweep(cfg, _snr_labels(cfg), last_round_diagnostics=True),
     plot=_plot_snr,
     report=_report_snr,
+    caption=(
+        "One column per number of digits D. Top: OAC's final loss against the SNR (median and 75% band of the "
+        "trials; right: without noise), with quantisation only at the same D (dotted), centralized k-means (black, "
+        "grey 75% band) and ideal federated k-means (dashed), on one axis for every D. Bottom, the upper half of "
+        "the SNR grid: OAC's final loss divided by ideal federated's on the same trial (median, exact 95% "
+        "interval), each panel on its own axis: 1 is no cost of the channel."
+    ),
     default_trials=1000,
     common_random_numbers=True,
     micro_batch=MICRO_BATCH,
