@@ -310,8 +310,9 @@ def _digits1_panel(ax, cfg: Digits1Config, labels, results, metric: str, free_x:
         kmeans_figures.note(ax, f"{' and '.join(zero)}: 0 in every trial (not drawn)")
     if metric in ("loss", "movement"):  # the lowest SNR is orders of magnitude off the others
         ax.set_yscale("log")
-    if metric == "dead_zone":
-        ax.set_ylim(0, 1.02)
+    if metric == "dead_zone":  # a share: the whole of [0, 1] in view, with room for markers at 0 and 1
+        low, high = ax.get_ylim()
+        ax.set_ylim(min(low, -0.04), max(high, 1.04))
 
 
 def _report_digits1(cfg: Digits1Config, labels, results) -> Reading:
