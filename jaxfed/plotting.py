@@ -137,7 +137,7 @@ def band_plot(
         style = dict(styles[i]) if styles is not None else series_style(offset + i)
         (line,) = ax.plot(x, med, label=label, lw=1.6, **_staggered(style, i, len(labels), med))
         if bars:
-            at = _bar_positions(np.isfinite(med), bars, i, len(labels))
+            at = _bar_positions(x, np.isfinite(med), bars, i, len(labels), ax.get_xscale() == "log")
             # a lower edge of 0 runs past the floor: no cap drawn on it, as if it were a value
             low = np.where(b.lower[i] > 0, lo, bottom / 10) if bottom is not None else lo
             ax.errorbar(
@@ -171,15 +171,19 @@ def band_plot(
     return b
 
 
-def _bar_positions(drawn, bars: int, i: int, n: int) -> np.ndarray:
-    """Indices of ``bars`` points spread over the span where ``drawn`` is true, shifted by ``(i + 1) / (n + 1)``
-    of their spacing for series ``i`` of ``n`` (series' bars side by side, not on top of each other)."""
+def _bar_positions(x, drawn, bars: int, i: int, n: int, log_x: bool = False) -> np.ndarray:
+    """Indices of ``bars`` points spread evenly in ``x`` (in log x for ``log_x``: as a log axis shows them) over
+    the span where ``drawn`` is true, shifted by ``(i + 1) / (n + 1)`` of their spacing for series ``i`` of ``n``
+    (series' bars side by side, not on top of each other): each the drawn point nearest its target."""
     where = np.flatnonzero(drawn)
     if where.size == 0:
         return where
-    first, last = where[0], where[-1]
-    at = np.round(first + (np.arange(bars) + (i + 1) / (n + 1)) * (last - first) / bars).astype(int)
-    return np.unique(at[drawn[at]])
+    coord = np.asarray(x, np.float64)[where]
+    if log_x and np.all(coord > 0):
+        coord = np.log(coord)
+    lo, hi = coord.min(), coord.max()
+    targets = lo + (np.arange(bars) + (i + 1) / (n + 1)) * (hi - lo) / bars
+    return np.unique(where[np.abs(coord[None, :] - targets[:, None]).argmin(axis=1)])
 
 
 def band_title(b: stats.Band, labels, mass: float = 0.75, log_y: bool = False, coincide: bool = True) -> str:
