@@ -315,6 +315,7 @@ def _kl_against_wall_clock(ax, cfg: Config, labels, kl, model: str, ratio: float
     a few times (four shaded bands overlap into one colour)."""
     iters = record_iterations(cfg)
     floors, tops = [], []
+    ax.set_xscale("log")  # first: the band's bars are spread evenly on it
     for j, p in enumerate(_points(labels, model)):
         n_iters = labels[p]["local_iters"]
         x = wall_clock(iters, n_iters, ratio)
@@ -324,7 +325,6 @@ def _kl_against_wall_clock(ax, cfg: Config, labels, kl, model: str, ratio: float
         tops.append(np.nanmax(np.where(b.upper > 0, b.upper, np.nan), initial=floors[-1]))
     ax.set_ylim(min(floors), 2 * max(tops))  # every L's bars inside (each band_plot set its own floor)
     ax.axhline(cfg.level, color="k", lw=0.6, ls=":")
-    ax.set_xscale("log")
     ax.set_xlabel("wall-clock time / t_compute")
     ax.set_title(f"{model}: KL against wall-clock time at r = {ratio:g}", fontsize=9)
 
