@@ -126,9 +126,14 @@ def band_plot(
     b = stats.band(values, mass)
     x = np.asarray(x)
     positive = np.concatenate([b.lower[b.lower > 0], b.upper[b.upper > 0]])
-    # Where a band's lower edge is 0 it runs to the bottom of the axis, a little below the data
-    # (nowhere when there is no positive value at all; the axis fits the data when no edge is 0).
-    bottom = positive.min() / 3 if log_y and positive.size and np.any(b.lower <= 0) else None
+    # Where a band's lower edge is 0 it runs to the bottom of the axis, a little below the data: a third of the
+    # lowest value, or 6% of the axis' decades below it when the data span many (so that a "▼" at the lowest
+    # value is drawn whole above the floor, not cut in half by it). Nowhere when there is no positive value at
+    # all; the axis fits the data when no edge is 0.
+    bottom = None
+    if log_y and positive.size and np.any(b.lower <= 0):
+        low, decades = float(positive.min()), float(np.log10(positive.max()) - np.log10(positive.min()))
+        bottom = low / 10 ** max(np.log10(3.0), 0.06 * decades)
     for i, label in enumerate(labels):
         med, lo, hi = b.median[i], b.lower[i], b.upper[i]
         if log_y:
@@ -155,7 +160,10 @@ def band_plot(
         if log_y and zero.size and zero[0] > 0 and np.all(b.median[i][zero[0] :] == 0):
             ax.plot([x[zero[0]]], [b.median[i][zero[0] - 1]], marker="v", ms=7, color=line.get_color(), ls="none")
     if bottom is not None:
-        ax.set_ylim(bottom=bottom)
+        # Fixing the bottom stops autoscaling: the top gets autoscaling's 5% margin (of the axis' decades) over
+        # everything drawn on the axes so far, or markers at the highest values are cut by the top edge.
+        top = max(float(ax.dataLim.y1), float(positive.max()))
+        ax.set_ylim(bottom, top * 10 ** (0.05 * np.log10(top / bottom)))
     if log_y and positive.size:  # (a log axis with no positive value fails the figure's layout)
         ax.set_yscale("log")
     if legend:

@@ -25,7 +25,8 @@ def drawn(fig):
 
 
 def good_figure():
-    """Two panels in the package's style: staggered markers, bands, a legend below, titles, labels."""
+    """Two panels in the package's style: staggered markers, bands, error bars, log axes, a legend below and a
+    framed one beside, titles, labels."""
     fig, axes = plotting.figure(1, 2, figsize=(6.4, 2.8))
     x = np.arange(1, 41)
     for k, ax in enumerate(axes):
@@ -38,6 +39,7 @@ def good_figure():
         ax.set_xlabel("round")
         ax.set_ylabel("loss")
     plotting.legend(fig, axes[:1])
+    axes[1].legend(["framed"], loc="upper left", bbox_to_anchor=(1.02, 1.0))  # its texts inside its frame: no overlap
     return drawn(fig)
 
 
@@ -170,3 +172,16 @@ def test_the_hidden_axis_of_a_twin_axes_draws_no_text():
     ax.plot([0, 1], [0, 1])
     ax.twinx().plot([0, 1], [1, 0])
     assert overlapping_texts(drawn(fig)) == []
+
+
+def test_band_plot_draws_its_zero_marker_whole_above_the_floor():
+    """A KL falling 39 decades to exactly 0 (the conjugate case): band_plot's "▼" at its last positive median
+    sits on the lowest value drawn, so the floor goes far enough below it (a third of it was 2 pixels of a
+    40-decade axis: the marker cut in half, issue 39's gfvl-heterogeneity), and the top, fixed with it, keeps
+    a margin over the first markers (it was the highest value: the first marker cut in half)."""
+    fig, ax = plotting.figure(figsize=(4, 2.6))
+    t = np.arange(60)
+    kl = np.broadcast_to(np.where(t < 40, 10.0**-t, 0.0), (2, 5, 60))  # every trial alike: no band
+    plotting.band_plot(ax, t, kl, ["exact", "also exact"], log_y=True, legend=False)
+    plotting.legend(fig)
+    assert markers_cut_by_axes(drawn(fig)) == []

@@ -1,7 +1,9 @@
-"""Every built-in experiment's figure, read as a reader would: no text cut off at the figure's edge, and no
-legend over the data. Drawn from synthetic results of the shapes a run at the default settings returns (one
-trial's ``eval_shape``; no simulation runs), so the figures have the real number of points, slots and rounds;
-summary-mode results (`-m slow`) as well."""
+"""Every built-in experiment's figure, read as a reader would (figure_checks.layout_problems: no text cut off,
+overlapping or too small, nothing off the figure or cut by its axes, no two panels with one title, no legend on
+the data), and every experiment's caption. Drawn from synthetic results of the shapes a run at the default
+settings returns (one trial's ``eval_shape``; no simulation runs), so the figures have the real number of
+points, slots and rounds; raw results of 24 trials in the default suite, summary-mode results and a tiny run's
+(3 trials, exact zeros) in the slow suite (`-m slow`)."""
 
 import jax
 import numpy as np
