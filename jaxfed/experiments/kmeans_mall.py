@@ -420,8 +420,8 @@ def _snr_ratio_panel(ax, cfg, labels, last, series, reference: int, snrs, free_x
         lw=1.2,
         ls="-" if other == 0 else "--",
     )
-    drawn = np.asarray(drawn)
-    finite = drawn[np.isfinite(drawn) & (drawn > 0)]
+    values = np.asarray(drawn)
+    finite = values[np.isfinite(values) & (values > 0)]
     if finite.size and finite.max() / finite.min() > 2:
         ax.set_yscale("log")
 
