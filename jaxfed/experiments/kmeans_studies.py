@@ -139,13 +139,14 @@ def _plot_devices(cfg: DevicesConfig, labels, results, path):
         values = [resources(cfg, int(g))[which] for g in grid]
         ax2.plot(grid, values, color=style["color"], ls=style["ls"], lw=1.4)
         ax2.plot(ks, [resources(cfg, n)[which] for n in ks], marker=style["marker"], color=style["color"], ls="none")
+        at = len(grid) - 1 if k == 0 else len(grid) // 2  # the rising line labelled at its middle, above-left
         ax2.annotate(  # a direct label: the loss panels' legend names the methods, not these formulas
             text,
-            (grid[-1], values[-1]),
-            xytext=(-4, 6 if k == 0 else -6),
+            (grid[at], values[at]),
+            xytext=(-4, 6) if k == 0 else (-8, 8),
             textcoords="offset points",
             ha="right",
-            va="bottom" if k == 0 else "top",
+            va="bottom",
             fontsize=plotting.FONT_SIZE,
             color=style["color"],
         )
