@@ -16,10 +16,12 @@ Thresholds, and why:
   quarter of a 7 pt letter.
 - :data:`MARKER_CUT_PT`: a marker is cut by its axes when its edge lies more than 1 pt past the axes' edge (the
   marker taken as a disc of its size); a marker whose disc lies wholly outside the axes is not drawn at all, which
-  is the experiment's choice of view, not a defect of the layout.
+  is the experiment's choice of view, not a defect of the layout. Error bars' caps are markers too: a cap cut by
+  the axis is an interval running off it, its end not shown.
 - :data:`MIN_FONT_PT`, :data:`MIN_TITLE_PT`: every text at least 7 pt (tick labels, axis labels, legends, notes)
   and panel titles at least 9 pt: the journal sizes at the saved 130 dpi (7 pt is 12.6 pixels), the figures'
-  design standard (issue 39).
+  design standard (issue 39). Sizes are absolute: a wide figure that a page shows scaled down (gfvl-graphs'
+  8 pt y labels in a 16-inch figure, "tiny" in issue 39) passes; a check of that needs the width it is shown at.
 - :data:`MOST_COVERED`: a legend may cover at most 5% of an axes' data (points of its lines, area of its bands).
 """
 
