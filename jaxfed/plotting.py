@@ -392,12 +392,13 @@ def small_multiples(axes, x, values, labels, log_y: bool = False, mass: float = 
     :func:`series_style`), the other series' medians as thin grey lines behind it (where it lies among them),
     and its label as the panel's title. ``values``: raw (n_points, n_trials, n_x) or a
     :class:`jaxfed.stats.Summary`; ``offsets[i]``: series ``i``'s style index (default ``i``). Axes beyond
-    the labels are hidden. On a log axis every panel's floor is the lowest positive band edge / 3 (shared).
+    the labels are hidden. The shared y range holds every panel's own (each band_plot's floor and top).
     Returns the :class:`jaxfed.stats.Band` of all series."""
     axes = list(np.ravel(axes))
     b = stats.band(values, mass)
     n = len(labels)
     offsets = list(range(n)) if offsets is None else list(offsets)
+    limits = []
     for i, (ax, label) in enumerate(zip(axes, labels)):
         for j in range(n):
             if j != i:
@@ -410,9 +411,9 @@ def small_multiples(axes, x, values, labels, log_y: bool = False, mass: float = 
         )
         band_plot(ax, x, one, [label], mass=mass, log_y=log_y, legend=False, offset=offsets[i])
         ax.set_title(str(label), fontsize=FONT_SIZE + 1)
+        limits.append(ax.get_ylim())
     for ax in axes[n:]:
         ax.set_visible(False)
-    positive = np.concatenate([b.lower[b.lower > 0], b.upper[b.upper > 0]])
-    if log_y and positive.size:
-        axes[0].set_ylim(bottom=positive.min() / 3, top=positive.max() * 2)
+    if limits:  # shared: the lowest floor and highest top of the panels' own (each band_plot set its own)
+        axes[0].set_ylim(min(lo for lo, _ in limits), max(hi for _, hi in limits))
     return b
