@@ -462,4 +462,16 @@ def conjugate_kl_trajectory(
     # m = 0 (the prior) is never indexed: slot 1 visits an agent. Its place holds NaN, not a divergence.
     kl_before_all = expfam.kl(family, after_m_visits[1:-1], after_m_visits[-1])
     nan, zero = jnp.full((1,), jnp.nan, kl_before_all.dtype), jnp.zeros((1,), kl_before_all.dtype)
-    return jnp.concatenate([nan, kl_before_all, zero])[n_visited]
+    return _materialized(jnp.concatenate([nan, kl_before_all, zero]))[n_visited]
+
+
+def _materialized(x: jax.Array) -> jax.Array:
+    """``x`` (1-D) unchanged, but computed before its consumers read it.
+
+    XLA fuses elementwise work into a consumer such as a gather, and a gather of K + 1 divergences by
+    the visit count of each slot then evaluates them once per slot (n_slots times: 4× the whole trial's
+    time on a CPU with the closed-form Beta KL). A sort is never fused; sorting by an already ascending
+    key returns ``x`` bit for bit. (``lax.optimization_barrier`` does not help: XLA's CPU pipeline
+    removes it before fusion.)
+    """
+    return lax.sort((jnp.arange(x.shape[0]), x), num_keys=1)[1]
