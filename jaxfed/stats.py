@@ -1027,7 +1027,7 @@ def paired_verdict(
         if abs(est) < visible:
             verdict, reason = (
                 DIRECTION_ONLY,
-                f"effect {_effect_text(est, transform)} < visible {_effect_text(visible, transform)}",
+                f"effect {_smaller_text(est, visible, transform)} < visible {_effect_text(visible, transform)}",
             )
         elif untied < FEW_TRIALS_SHARE * n:
             reason = f"carried by {untied} of {n} trials ({untied / n:.0%}); the others tie"
@@ -1102,6 +1102,17 @@ def _interval_verdict(expect: str, lo: float, hi: float, margin: float) -> str:
 
 def _effect_text(x: float, transform: str) -> str:
     return f"{100 * np.expm1(abs(x)):.1f}%" if transform == "log_ratio" else f"{abs(x):.3g}"
+
+
+def _smaller_text(x: float, limit: float, transform: str) -> str:
+    """:func:`_effect_text` of ``x`` with as many digits as it takes to read below that of ``limit``
+    (|x| < limit: "4.96%" rather than "5.0%" beside a visible size of 5.0%)."""
+    text = _effect_text(x, transform)
+    for digits in (2, 3, 4):
+        if text != _effect_text(limit, transform):
+            break
+        text = f"{100 * np.expm1(abs(x)):.{digits}f}%" if transform == "log_ratio" else f"{abs(x):.{digits + 2}g}"
+    return text
 
 
 def _trials_to_decide(n: int, est: float, lo: float, hi: float, margin: float) -> str:

@@ -240,6 +240,9 @@ def test_effect_size_censoring_equivalence_and_each_trial_verdicts():
     b = rng.exponential(1.0, 300)
     small = stats.paired_verdict(b * 1.008 * np.exp(rng.normal(0, 0.01, 300)), b, "a > b", transform="log_ratio")
     assert small.verdict == stats.DIRECTION_ONLY and "effect 0.8%" in small.reason
+    # Just below the visible size the effect is printed with the digits that show it is below ("5.0% < 5.0%").
+    edge = stats.paired_verdict(b * 1.0496 * np.exp(rng.normal(0, 0.001, 300)), b, "a > b", transform="log_ratio")
+    assert edge.verdict == stats.DIRECTION_ONLY and "effect 4.9" in edge.reason and "< visible 5.0%" in edge.reason
     big = stats.paired_verdict(b * 1.2, b * np.exp(rng.normal(0, 0.01, 300)), "a > b", transform="log_ratio")
     assert big.verdict == "reproduced"
     slots = stats.paired_verdict(b + 0.02, b, "a > b", min_effect=1.0)  # the claim's own visible size
