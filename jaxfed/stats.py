@@ -1030,7 +1030,7 @@ def paired_verdict(
                 f"effect {_smaller_text(est, visible, transform)} < visible {_effect_text(visible, transform)}",
             )
         elif untied < FEW_TRIALS_SHARE * n:
-            reason = f"carried by {untied} of {n} trials ({untied / n:.0%}); the others tie"
+            reason = f"carried by {untied} of {n} trials ({percent(untied / n)}); the others tie"
     if verdict == INCONCLUSIVE and expect == "equal" and not reason:
         reason = _trials_to_decide(n, est, lo, hi, margin)
     if verdict == NOT_REPRODUCED:
@@ -1076,7 +1076,7 @@ def share_verdict(met, claim: str, share: float = EACH_TRIAL_SHARE, level: float
     half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     lo, hi = max(0.0, float(centre - half)), min(1.0, float(centre + half))
     verdict = REPRODUCED if lo > share else NOT_REPRODUCED if hi < share else INCONCLUSIVE
-    reason = f"{p:.0%} of {n} trials meet it; needs more than {share:.0%}"
+    reason = f"{percent(p)} of {n} trials meet it; needs more than {share:.0%}"
     nan = float("nan")
     return Verdict(claim, p, lo, hi, level, nan, p, n, int(met.size - n), verdict, n, reason, "share")
 
@@ -1102,6 +1102,16 @@ def _interval_verdict(expect: str, lo: float, hi: float, margin: float) -> str:
 
 def _effect_text(x: float, transform: str) -> str:
     return f"{100 * np.expm1(abs(x)):.1f}%" if transform == "log_ratio" else f"{abs(x):.3g}"
+
+
+def percent(share: float) -> str:
+    """A share in whole percent, except that a share that is not 0 (or not 1) never reads "0%" (or "100%"):
+    "<1%" and ">99%" (a verdict "censored: 0% of pairs" that censoring decided was a contradiction)."""
+    if 0 < share < 0.005:
+        return "<1%"
+    if 0.995 <= share < 1:
+        return ">99%"
+    return f"{share:.0%}"
 
 
 def _smaller_text(x: float, limit: float, transform: str) -> str:
@@ -1135,7 +1145,7 @@ def _censored(d, cens_a, cens_b, expect, margin, verdict, reason, censoring, opt
         lo = float(interval(low, *options)[1])
         hi = float(interval(high, *options)[2])
     share = float((cens_a | cens_b).mean())
-    what = f"censored: {share:.0%} of pairs not reached{' ' + censoring if censoring else ''}"
+    what = f"censored: {percent(share)} of pairs not reached{' ' + censoring if censoring else ''}"
     widened = _interval_verdict(expect, lo, hi, margin)
     if widened != INCONCLUSIVE:  # every completion gives the observed verdict
         return verdict, f"{reason}; {what}" if reason else what, lo, hi

@@ -262,3 +262,13 @@ def test_effect_size_censoring_equivalence_and_each_trial_verdicts():
     share = stats.share_verdict(rng.random(300) < 0.69, "each trial")
     assert share.verdict == "not reproduced" and share.upper < 0.9 and share.kind == "share"
     assert stats.share_verdict(np.ones(300, bool), "each trial").verdict == "reproduced"
+
+
+def test_a_share_that_is_not_zero_never_reads_zero_percent():
+    """The full reproduce printed "not testable (censored: 0% of pairs …)": a share below 0.5% that decided a verdict."""
+    assert [stats.percent(x) for x in (0.0, 0.004, 0.3, 0.996, 1.0)] == ["0%", "<1%", "30%", ">99%", "100%"]
+    t = np.arange(1.0, 401.0)
+    cens = np.zeros(400, bool)
+    cens[0] = True  # one pair in 400 censored, and no effect to speak of: not testable, said as "<1%"
+    v = stats.paired_verdict(t, t, "a > b", transform="log_ratio", censored_a=cens)
+    assert "censored: 0%" not in v.reason
