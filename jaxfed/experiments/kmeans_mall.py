@@ -367,15 +367,17 @@ def _snr_loss_panel(ax, cfg: SnrConfig, labels, b: stats.Band, series, snrs, fre
     ax.axhspan(b.lower[0, -1], b.upper[0, -1], color="0.5", alpha=0.12, lw=0)
     ax.axhline(b.median[0, -1], color="k", lw=1.2, label="centralized (median; grey: its 75% band)")
     ax.axhline(b.median[1, -1], color="0.4", ls="--", lw=1.2, label="ideal federated (median)")
-    for k, d, where in series:
+    for j, (k, d, where) in enumerate(series):
         rows = _oac_rows(labels, d, where)
-        name = f"OAC D={d}" + (f", {where[0]}={where[1]:g}" if where else "")
+        name = f"OAC, {where[0]}={where[1]:g}" if where else f"OAC D={d}"  # (a panel per D)
         kmeans_figures.estimate_line(ax, snrs, b.median[rows, -1], b.lower[rows, -1], b.upper[rows, -1], k, label=name)
         free = _noise_free_row(labels, d, where)
         if free is not None:
             kmeans_figures.estimate_points(ax, [free_x], b.median[free, -1], b.lower[free, -1], b.upper[free, -1], k)
-        q = index_of(labels, method="quantized", digits=d)
-        ax.axhline(b.median[q, -1], color=plotting.series_style(k)["color"], ls=":", lw=1.2)
+        if j == 0:  # (one quantised point per D, whatever the swept channel parameter)
+            q = index_of(labels, method="quantized", digits=d)
+            colour = plotting.series_style(k)["color"] if len(series) == 1 else "0.3"
+            ax.axhline(b.median[q, -1], color=colour, ls=":", lw=1.2)
     ax.plot([], [], color="0.3", ls=":", lw=1.2, label="quantisation only, same D (median)")
     ax.set_yscale("log")
 
@@ -409,8 +411,10 @@ def _snr_ratio_panel(ax, cfg, labels, last, series, reference: int, snrs, free_x
             )
             kmeans_figures.estimate_points(ax, [free_x], f_est, f_lo, f_hi, k)
             drawn += [f_lo, f_hi]
-        q = index_of(labels, method="quantized", digits=d)
-        ax.axhline(np.exp(np.median(np.log(last[q] / last[reference]))), color=style["color"], ls=":", lw=1.0)
+        if where is None or where == series[0][2]:  # (one quantised point per D, whatever the sweep)
+            q = index_of(labels, method="quantized", digits=d)
+            colour = style["color"] if len(series) == 1 else "0.3"
+            ax.axhline(np.exp(np.median(np.log(last[q] / last[reference]))), color=colour, ls=":", lw=1.0)
         drawn += [*lo, *hi]
     other = 1 - reference  # centralized on the ideal-federated panel and the other way round
     ax.axhline(1.0, color="k" if reference == 0 else "0.4", lw=1.2, ls="-" if reference == 0 else "--")
