@@ -116,9 +116,8 @@ def _plot_devices(cfg: DevicesConfig, labels, results, path):
             ]
         )
         est, lo, hi = (np.exp(v) for v in stats.interval(ratio, "median"))
-        kmeans_figures.estimate_points(
-            ax1, x, est, np.where(lo > 0, lo, np.nan), hi, 6, line=True
-        )  # black: a ratio of both
+        black = 6  # (series_style 6: a ratio of both methods, in neither's colour)
+        kmeans_figures.estimate_points(ax1, x, est, np.where(lo > 0, lo, np.nan), hi, black, line=True)
         ax1.axhline(1.0, color="0.5", lw=1, ls="--")
         kmeans_figures.category_ticks(ax1, x, ks)
         ax1.set_xlabel("number of edge devices K")
@@ -139,10 +138,10 @@ def _plot_devices(cfg: DevicesConfig, labels, results, path):
         values = [resources(cfg, int(g))[which] for g in grid]
         ax2.plot(grid, values, color=style["color"], ls=style["ls"], lw=1.4)
         ax2.plot(ks, [resources(cfg, n)[which] for n in ks], marker=style["marker"], color=style["color"], ls="none")
-        at = len(grid) - 1 if k == 0 else len(grid) // 2  # the rising line labelled at its middle, above-left
+        spot = len(grid) - 1 if k == 0 else len(grid) // 2  # the rising line labelled at its middle, above-left
         ax2.annotate(  # a direct label: the loss panels' legend names the methods, not these formulas
             text,
-            (grid[at], values[at]),
+            (grid[spot], values[spot]),
             xytext=(-4, 6) if k == 0 else (-8, 8),
             textcoords="offset points",
             ha="right",
