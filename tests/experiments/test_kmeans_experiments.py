@@ -89,3 +89,63 @@ def test_tiny_run_end_to_end(name, tmp_path):
     cj, results = base.run_experiment(exp, cfg, n_trials=4, out_dir=str(tmp_path), quiet=True)
     assert all(np.isfinite(np.asarray(v)).all() for v in results.values())
     assert "**Verdicts**" in exp.report(cfg, cj["points"], results).text
+
+
+def drawn(name, monkeypatch, tmp_path, edit=None):
+    """The figure of ``name`` drawn from :func:`synthetic` results (3 rounds), after ``edit(labels, results)``."""
+    from jaxfed import plotting
+
+    monkeypatch.setattr(kmeans_mall, "_scenario_panel", lambda ax, cfg: None)
+    saved = []
+    monkeypatch.setattr(plotting, "save", lambda fig, path: saved.append(fig))
+    exp = experiments.get(name)
+    cfg = base.make_config(exp.config_cls, {"n_rounds": "3"})
+    sweep = exp.build(cfg)
+    results = synthetic(sweep, cfg.n_rounds)
+    if edit is not None:
+        edit(sweep.labels, results)
+    exp.plot(cfg, sweep.labels, results, str(tmp_path / "figure.png"))
+    (fig,) = saved
+    fig.canvas.draw()
+    return fig
+
+
+@pytest.mark.parametrize("name", [*KMEANS, "kmeans-channels", "kmeans-oac-counts"])
+def test_figure_titles_say_what_is_shown_without_twin_axes(name, monkeypatch, tmp_path):
+    """Issue 39: no panel titled by what coincides, and no twin y-axis (two axes in one place)."""
+    fig = drawn(name, monkeypatch, tmp_path)
+    assert not [ax.get_title() for ax in fig.axes if "coincide" in ax.get_title()]
+    places = [tuple(np.round(ax.get_position().bounds, 4)) for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    assert len(places) == len(set(places)), f"{name}: two axes in one place (a twin axis)"
+
+
+def test_a_count_of_zero_is_a_point_in_view_not_a_missing_bar(monkeypatch, tmp_path):
+    """kmeans-oac-counts: exact counts never move a populated cluster; that 0 is drawn as a marker inside the
+    re-initialisation panel (a bar of height 0 could not be told from a missing one)."""
+
+    def zero_spurious(labels, results):
+        for i, lab in enumerate(labels):
+            if lab["counts"] == "exact":
+                results["spurious_reinits"][i] = 0
+
+    fig = drawn("kmeans-oac-counts", monkeypatch, tmp_path, zero_spurious)
+    (ax,) = [ax for ax in fig.axes if ax.get_title().startswith("re-initialisations per run")]
+    assert not ax.patches  # no bars
+    low, high = ax.get_ylim()
+    at_zero = [
+        xy
+        for line in ax.get_lines()
+        if line.get_marker() not in ("", "None", None)
+        for xy in line.get_xydata()
+        if xy[1] == 0
+    ]
+    assert at_zero and low < 0 < high
+
+
+def test_digits1_draws_an_interval_for_every_estimate(monkeypatch, tmp_path):
+    """kmeans-digits1: each panel shades a band around its lines (issue 39: it had no uncertainty)."""
+    from matplotlib.collections import PolyCollection
+
+    fig = drawn("kmeans-digits1", monkeypatch, tmp_path)
+    for ax in fig.axes:
+        assert any(isinstance(c, PolyCollection) for c in ax.collections), ax.get_title()
