@@ -630,6 +630,9 @@ def main(argv: list[str] | None = None) -> int:
     debug = args.debug or os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
     _resolve_paths(args)  # before any user code runs: a file that calls os.chdir at import moves nothing
     signals: list = []  # SIGINTs received: a KeyboardInterrupt without one was raised by code, not the user
+    # An ignored SIGINT (a job started in the background, nohup, some batch runners) raises nothing: every
+    # KeyboardInterrupt is then code's.
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     previous = _count_interrupts(signals)
     try:
         _start_devices(args)
@@ -637,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
             args.imported = catalog.import_extensions(args.imports)  # before any name is resolved
         return args.func(args)
     except KeyboardInterrupt as err:
-        where = None if signals or previous is None else catalog.user_frame(err)
+        where = None if signals or (previous is None and not ignored) else catalog.user_frame(err)
         if where is not None and not debug:
             print(
                 f"jaxfed: error: {where[0]}:{where[1]}: KeyboardInterrupt raised by the experiment's code (no "

@@ -116,8 +116,16 @@ def test_chdir_in_build_does_not_move_a_library_run(tmp_path):
     assert not (tmp_path / "elsewhere" / "out").exists()
 
 
-def test_a_keyboard_interrupt_raised_by_build_is_an_error_in_user_code(tmp_path, capsys):
-    code, err, path = _run(tmp_path, capsys, "interrupt")
+@pytest.mark.parametrize("disposition", ["default", "ignored"])
+def test_a_keyboard_interrupt_raised_by_build_is_an_error_in_user_code(tmp_path, capsys, monkeypatch, disposition):
+    """With Python's handler (a terminal) and with SIGINT ignored (a background job, nohup, a test worker
+    that ignores it: CI's failed here with 'interrupted', exit 130, since no handler could be installed)."""
+    handler = signal.default_int_handler if disposition == "default" else signal.SIG_IGN
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        code, err, path = _run(tmp_path, capsys, "interrupt")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert (
         code == 2
         and f"{path}:{_line('raise KeyboardInterrupt')}: KeyboardInterrupt raised by the experiment's code" in err
@@ -180,7 +188,14 @@ def test_a_failing_build_leaves_no_directory(tmp_path, capsys):
 def test_the_users_ctrl_c_is_still_an_interrupt(tmp_path):
     path = _user_file(tmp_path, "wait_build")
     command = [sys.executable, "-m", "jaxfed.cli", "run", f"{path}:EXPERIMENT", "--trials", "3", "--out", "out"]
-    process = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    # SIGINT as a terminal delivers it: a test worker may ignore it, and its children inherit that.
+    process = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     started = tmp_path / "elsewhere" / "started"
     deadline = time.monotonic() + 60
     while not started.exists() and time.monotonic() < deadline and process.poll() is None:

@@ -140,7 +140,7 @@ def test_report_html_in_a_browser(report_dir, tmp_path):
         assert result["kind_filtered"] == {"": len(claims), **kinds}
     assert result["order_descending"] == [str(i) for i in range(len(claims), 0, -1)]
     caption = re.search(r"<figcaption>(.*?)</figcaption>", text, re.S)
-    assert caption and REGISTRY["gfvl-topologies"].description in html.unescape(caption.group(1))
+    assert caption and REGISTRY["gfvl-topologies"].caption in html.unescape(caption.group(1))
     for name in ("sec-gfvl-topologies", "fig-gfvl-topologies", "params-gfvl-topologies", "settings-gfvl-topologies"):
         assert f'id="{name}"' in text
 
