@@ -27,6 +27,7 @@ __all__ = [
     "coincide_note",
     "exact_fraction_plot",
     "figure",
+    "interval_bars",
     "interval_plot",
     "kl_label",
     "legend",
@@ -145,15 +146,7 @@ def band_plot(
             at = _bar_positions(x, np.isfinite(med), bars, i, len(labels), ax.get_xscale() == "log")
             # a lower edge of 0 runs past the floor: no cap drawn on it, as if it were a value
             low = np.where(b.lower[i] > 0, lo, bottom / 10) if bottom is not None else lo
-            ax.errorbar(
-                x[at],
-                med[at],
-                yerr=[med[at] - low[at], hi[at] - med[at]],
-                fmt="none",
-                ecolor=line.get_color(),
-                elinewidth=1.2,
-                capsize=2.5,
-            )
+            interval_bars(ax, x[at], med[at], low[at], hi[at], line.get_color())
         else:
             ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.18, lw=0)
         zero = np.flatnonzero(b.median[i] == 0)
@@ -177,6 +170,14 @@ def band_plot(
         )
     ax.grid(True, which="both", alpha=0.25)
     return b
+
+
+def interval_bars(ax, x, estimate, lower, upper, color) -> None:
+    """Vertical bars from ``lower`` to ``upper`` at ``x`` (no marker: the series' line carries it), in
+    ``color``: a band or interval drawn at a few points where shaded bands of several series would blend."""
+    estimate = np.asarray(estimate)
+    yerr = [estimate - np.asarray(lower), np.asarray(upper) - estimate]
+    ax.errorbar(x, estimate, yerr=yerr, fmt="none", ecolor=color, elinewidth=1.2, capsize=2.5)
 
 
 def _bar_positions(x, drawn, bars: int, i: int, n: int, log_x: bool = False) -> np.ndarray:

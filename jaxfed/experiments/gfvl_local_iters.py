@@ -192,15 +192,7 @@ def plot(cfg: Config, labels, results, path):
             # The interval as bars at a few records, staggered per L (shaded, three overlap into one colour).
             at = np.unique(np.round((np.arange(n_bars) + (p + 1) / len(names)) * (len(total) - 1) / n_bars).astype(int))
             at = at[np.isfinite(lo[at]) & np.isfinite(hi[at]) & (lo[at] > 0)]
-            ax_ratio.errorbar(
-                total[at],
-                est[at],
-                yerr=[est[at] - lo[at], hi[at] - est[at]],
-                fmt="none",
-                ecolor=line.get_color(),
-                capsize=2.5,
-                elinewidth=1.2,
-            )
+            plotting.interval_bars(ax_ratio, total[at], est[at], lo[at], hi[at], line.get_color())
         ax_ratio.axhline(1.0, color="k", lw=0.8)
         ax_ratio.set_yscale("log")
         ax_ratio.set_xlabel("total local iterations L × i")
