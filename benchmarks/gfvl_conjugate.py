@@ -34,7 +34,14 @@ import numpy as np
 from scipy.special import digamma, gammaln
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import add_common_arguments, compile_time, interleaved_times, machine, write_json  # noqa: E402
+from common import (  # noqa: E402
+    add_common_arguments,
+    compile_time,
+    experiment_width,
+    interleaved_times,
+    machine,
+    write_json,
+)
 
 from jaxfed import engine, gossip, graphs  # noqa: E402
 from jaxfed.experiments import gfvl_topologies  # noqa: E402
@@ -124,7 +131,8 @@ def main(argv=None):
     n_points = len(sweep.points)
     work = n_points * args.trials * cfg.n_slots  # trial·slots
 
-    fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, args.trials)
+    width = experiment_width(gfvl_topologies.EXPERIMENT)  # as `jaxfed run gfvl-topologies` runs it
+    fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, args.trials, micro_batch=width)
     t_compile, compiled = compile_time(fn, *fn_args)
 
     # The plain jit(vmap) of the same trial on the same trials: keys as the engine's, no micro-batches.
@@ -203,6 +211,7 @@ def main(argv=None):
         "benchmark": "gfvl_conjugate",
         "machine": machine(),
         "sizes": {"trials": args.trials, "slots": cfg.n_slots, "topologies": list(cfg.topologies), "K": cfg.n_agents},
+        "micro_batch": width,  # the experiment's own on this platform; None: the engine's rule
         "compile_s": t_compile,
         "jaxfed_s": t_jax,
         "plain_vmap_s": t_plain,

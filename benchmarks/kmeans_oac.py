@@ -35,7 +35,14 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import add_common_arguments, compile_time, machine, median_time, write_json  # noqa: E402
+from common import (  # noqa: E402
+    add_common_arguments,
+    compile_time,
+    experiment_width,
+    machine,
+    median_time,
+    write_json,
+)
 from oac_channel import numpy_explicit  # noqa: E402
 
 from jaxfed import engine  # noqa: E402
@@ -106,7 +113,8 @@ def sweep_run(trials: int) -> dict:
     labels = [lab for lab in kmeans_mall._snr_labels(cfg) if lab["method"] == "oac" and not lab.get("noise_free")]
     sweep = kmeans_trials.mall_sweep(cfg, labels)
     start = time.perf_counter()
-    info = engine.run(sweep.trial, sweep.points, trials, common_random_numbers=True).info
+    width = experiment_width(kmeans_mall.SNR)  # as `jaxfed run kmeans-snr` runs it
+    info = engine.run(sweep.trial, sweep.points, trials, common_random_numbers=True, micro_batch=width).info
     wall = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {
@@ -158,7 +166,8 @@ def main(argv=None):
         for common in (False, True):
             mcfg = kmeans_mall.SnrConfig(digits_list=(DIGITS,), channel=mode)
             sweep = kmeans_trials.mall_sweep(mcfg, labels)
-            fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, args.chunk, common=common)
+            width = experiment_width(kmeans_mall.SNR)
+            fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, args.chunk, common=common, micro_batch=width)
             t_compile, compiled = compile_time(fn, *fn_args)
             t_chunk = median_time(lambda: compiled(*fn_args), args.repeats)
             batch = compiled(*fn_args)["loss"].shape[1]

@@ -85,6 +85,7 @@ from common import (  # noqa: E402
     add_common_arguments,
     compile_time,
     device_to_host_bandwidth,
+    experiment_width,
     machine,
     median_time,
     write_json,
@@ -96,7 +97,8 @@ def device_child(n_devices: int, trials: int, repeats: int) -> dict:
     from jaxfed.experiments import gfvl_topologies
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
-    fn, args = engine.chunk_function(sweep.trial, sweep.points, trials, devices=n_devices)
+    width = experiment_width(gfvl_topologies.EXPERIMENT)
+    fn, args = engine.chunk_function(sweep.trial, sweep.points, trials, devices=n_devices, micro_batch=width)
     t_compile, compiled = compile_time(fn, *args)
     t = median_time(lambda: compiled(*args), repeats)
     work = len(sweep.points) * trials * 300
@@ -130,7 +132,8 @@ def kernel_throughput(trials: int, repeats: int) -> float:
     from jaxfed.experiments import gfvl_topologies
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
-    fn, args = engine.chunk_function(sweep.trial, sweep.points, trials)
+    width = experiment_width(gfvl_topologies.EXPERIMENT)  # the CLI's, which the sweep it is set against runs
+    fn, args = engine.chunk_function(sweep.trial, sweep.points, trials, micro_batch=width)
     _, compiled = compile_time(fn, *args)
     return trials / median_time(lambda: compiled(*args), repeats)
 
@@ -205,6 +208,8 @@ def summary_and_raw(args, out, cache) -> dict:
     from jaxfed import engine
     from jaxfed.experiments import gfvl_topologies
 
+    width = experiment_width(gfvl_topologies.EXPERIMENT)  # the CLI's: the in-process runs below use it too
+
     small = cli_run(["run", "gfvl-topologies", "--trials", "64", "--keep", "summary", *out("sweep64")], cache("sweep"))
     big = cli_run(
         ["run", "gfvl-topologies", "--trials", str(args.sweep_trials), "--keep", "summary", *out("sweep")],
@@ -246,15 +251,15 @@ def summary_and_raw(args, out, cache) -> dict:
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
     for n in (64, args.raw_trials):  # fills the cache: both timed runs below take their executables from it
-        engine.run(sweep.trial, sweep.points, n, compilation_cache=cache("raw"))
+        engine.run(sweep.trial, sweep.points, n, compilation_cache=cache("raw"), micro_batch=width)
 
     def timed_run(n):
         t0 = time.perf_counter()
-        info = engine.run(sweep.trial, sweep.points, n, compilation_cache=cache("raw")).info
+        info = engine.run(sweep.trial, sweep.points, n, compilation_cache=cache("raw"), micro_batch=width).info
         return time.perf_counter() - t0, info["chunk_sizes"][0]
 
     raw_chunk = timed_run(args.raw_trials)[1]
-    fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, raw_chunk)
+    fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, raw_chunk, micro_batch=width)
     _, compiled = compile_time(fn, *fn_args)
     starts = range(0, args.raw_trials, raw_chunk)
 
@@ -311,10 +316,17 @@ def summary_in_process(args, cache) -> dict:
     from jaxfed.experiments import gfvl_topologies
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
-    go = dict(keep="summary", compilation_cache=cache("in-process"), progress=False, common_random_numbers=True)
+    width = experiment_width(gfvl_topologies.EXPERIMENT)
+    go = dict(
+        keep="summary",
+        compilation_cache=cache("in-process"),
+        progress=False,
+        common_random_numbers=True,
+        micro_batch=width,
+    )
     chunk = engine.run(sweep.trial, sweep.points, args.sweep_trials, **go).info["chunk_sizes"][0]  # fills the cache
     engine.run(sweep.trial, sweep.points, 64, **go)
-    fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, chunk, common=True)
+    fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, chunk, common=True, micro_batch=width)
     _, compiled = compile_time(fn, *fn_args)
     starts = range(0, args.sweep_trials, chunk)
 
@@ -751,7 +763,10 @@ def main(argv=None):
     from jaxfed.experiments import gfvl_topologies
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
-    fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, engine.micro_batch_width(None))
+    width = experiment_width(gfvl_topologies.EXPERIMENT)
+    fn, fn_args = engine.chunk_function(
+        sweep.trial, sweep.points, width or engine.micro_batch_width(None), micro_batch=width
+    )
     t_compile, _ = compile_time(fn, *fn_args)
 
     by_trials = []
@@ -759,7 +774,7 @@ def main(argv=None):
     while n <= args.max_trials:
         keep = "summary" if n >= 100_000 else "raw"
         start = time.perf_counter()
-        info = engine.run(sweep.trial, sweep.points, n, keep=keep).info
+        info = engine.run(sweep.trial, sweep.points, n, keep=keep, micro_batch=width).info
         seconds = time.perf_counter() - start
         work = len(sweep.points) * n * 300
         by_trials.append(

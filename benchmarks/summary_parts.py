@@ -39,7 +39,14 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import add_common_arguments, compile_time, machine, median_time, write_json  # noqa: E402
+from common import (  # noqa: E402
+    add_common_arguments,
+    compile_time,
+    experiment_width,
+    machine,
+    median_time,
+    write_json,
+)
 
 PARTS = {
     "counts": ("count", "nan_count", "nonfinite_trials"),
@@ -60,7 +67,8 @@ def part_functions(chunk: int):
     from jaxfed.experiments import gfvl_topologies
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
-    width = trial_width(sweep.trial, sweep.points, chunk)  # the engine's width for this run, for every row
+    # The width `jaxfed run gfvl-topologies` gives this run (the experiment's own, else the engine's rule), every row.
+    width = experiment_width(gfvl_topologies.EXPERIMENT) or trial_width(sweep.trial, sweep.points, chunk)
     kernel, args = engine.chunk_function(sweep.trial, sweep.points, chunk, micro_batch=width)
     batch = kernel.lower(*args).out_info["kl"].shape[1]  # the chunk rounded up to whole micro-batches
     n_valid = np.uint32(batch // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK)

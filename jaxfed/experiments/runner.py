@@ -299,7 +299,7 @@ def _engine_options(exp: Experiment, sweep: Sweep, options: engine.RunOptions, i
         identity=identity,
         progress=progress,
         common_random_numbers=exp.common_random_numbers,
-        micro_batch=(exp.micro_batch or {}).get(jax.devices()[0].platform),
+        micro_batch=exp.width_on(jax.devices()[0].platform),
         metric_axes=sweep.metric_axes,
     )
 

@@ -79,6 +79,11 @@ class Experiment:
     # The figure's caption in the report: what each panel shows and how to read it (the description when empty).
     caption: str = ""
 
+    def width_on(self, platform: str) -> int | None:
+        """The experiment's own micro-batch width on ``platform`` ("cpu", "gpu", …); None where the
+        engine's rule (:func:`jaxfed.engine.choose_width`) decides."""
+        return (self.micro_batch or {}).get(platform)
+
     def __post_init__(self):
         # The name becomes a directory and a file name (``<out>/<name>/<name>.png``): nothing that
         # could climb out of the result directory.

@@ -40,7 +40,7 @@ def test_every_built_in_experiment_has_small_settings():
 def sweep_of(name: str):
     exp = REGISTRY[name]
     sweep = exp.build(make_config(exp.config_cls, SMALL[name]))
-    width = (exp.micro_batch or {}).get("cpu") or engine.MICRO_BATCH["cpu"]
+    width = exp.width_on("cpu") or engine.MICRO_BATCH["cpu"]
     return exp, sweep, width
 
 
@@ -48,7 +48,7 @@ def run(name, n_trials, **kwargs):
     exp, sweep, _ = sweep_of(name)
     if "out_dir" in kwargs:
         kwargs.setdefault("identity", {"experiment": name})
-    micro = (exp.micro_batch or {}).get("cpu")
+    micro = exp.width_on("cpu")
     return engine.run(
         sweep.trial,
         sweep.points,

@@ -143,10 +143,14 @@ def _reference_walk(key, adjacency, n_slots):
     ],
     ids=["star", "ring", "complete", "line", "random", "single", "isolated", "complete40"],
 )
-def test_walk_equals_the_slot_by_slot_reference_bit_for_bit(adjacency):
-    """mh_walk's flat (K·K,) tables and carried degree change the work per slot, not the walk: its
-    schedule and visit counts equal the straightforward slot-by-slot walk on the same uniforms, from
-    the first slot to the last, for many keys (walks that cover and walks that do not)."""
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "two-tables"])
+def test_walk_equals_the_slot_by_slot_reference_bit_for_bit(adjacency, packed, monkeypatch):
+    """mh_walk's flat (K·K,) table (packed j + 2^16·deg(j), or two tables beyond PACKED_MAX_AGENTS)
+    and carried degree change the work per slot, not the walk: its schedule and visit counts equal
+    the straightforward slot-by-slot walk on the same uniforms, from the first slot to the last, for
+    many keys (walks that cover and walks that do not)."""
+    if not packed:
+        monkeypatch.setattr(gossip, "PACKED_MAX_AGENTS", 0)
     n_slots = 60
     walk = jax.jit(jax.vmap(lambda key: gossip.mh_walk(key, jnp.asarray(adjacency), n_slots)))
     keys = jax.random.split(jax.random.key(7), 64)
