@@ -569,7 +569,8 @@ class Store:
         note: called with a one-line message when something stored is discarded.
         aliases: identities that name the same computation in an older spelling (program digests
             that a run started in a terminal stored with colour codes): a directory holding one of
-            them is continued under the identity it holds.
+            them is continued under the identity it holds. An iterable, read only when the
+            directory holds an identity other than ``identity`` (it may compute them lazily).
 
     Raises:
         StoreError: ``out_dir`` cannot be created or written, or ``identity.json`` is unreadable.

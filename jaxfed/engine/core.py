@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import NamedTuple
 
 import jax
@@ -252,9 +252,8 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
     bar = options.progress if isinstance(options.progress, Progress) else Progress(options.progress is not False)
     bar = bar if is_main else Progress(False)
     groups = group_points(points)
-    specs, digests, live = _trace(trial, groups, options.metric_axes)
+    specs, programs, coloured, live = _trace(trial, groups, options.metric_axes)
     machine = _machine(options, n_trials, width_bytes(live, specs))
-    programs = [canonical for canonical, _ in digests]
     keep, target = _mode(options, specs, len(points), n_trials, platform(machine.mesh), bar.note)
     chunk_size = None if options.chunk_size is None else min(options.chunk_size, n_trials)
     if machine.mesh is not None:  # the outputs alone of the smallest (or the given) chunk must fit
@@ -268,9 +267,7 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
         results = {name: np.zeros((len(points), n_trials) + shape, dtype) for name, (shape, dtype) in specs.items()}
     resources, writer = contextlib.ExitStack(), Writer()
     try:
-        coloured = [coloured for _, coloured in digests]  # what a run started in a terminal stored before
-        aliases = [dict(identity, programs=coloured)] if identity is not None and coloured != programs else []
-        store = _open_store(options, identity, bar, is_main, resources, aliases)
+        store = _open_store(options, identity, bar, is_main, resources, _coloured_aliases(identity, programs, coloured))
         resources.callback(bar.close)
         resources.callback(writer.close)
         specs_of = [GroupSpec(g, group.point_ids, specs) for g, (group, _) in enumerate(groups)]
@@ -326,9 +323,11 @@ def hists_on_device(machine: Machine) -> bool:
     return machine.mesh is not None and platform(machine.mesh) != "cpu" and jax.process_count() == 1
 
 
-def _trace(trial: Trial, groups: list, metric_axes: dict | None) -> tuple[dict, list[tuple[str, str]], int]:
-    """(metric specs, per group the digests of one trial's program, canonical and as a terminal
-    coloured it before: :func:`~jaxfed.engine.points.program_digest`, the largest working set of
+def _trace(trial: Trial, groups: list, metric_axes: dict | None) -> tuple[dict, list[str], Callable, int]:
+    """(metric specs, per group the digest of one trial's program
+    (:func:`~jaxfed.engine.points.program_digest`), a function that returns them as a terminal
+    coloured them before (:func:`~jaxfed.engine.points.coloured_program_digest`: printing a program
+    costs ~60 ms, so only when a stored identity differs), the largest working set of
     one trial over the groups: :func:`~jaxfed.engine.sizing.trial_live_bytes`): the shapes of one
     trial's metrics per group, without running anything, checked against ``metric_axes``. The
     program's digest keys the cached memory probe (a rerun need not lower the probe's) and the
@@ -343,7 +342,19 @@ def _trace(trial: Trial, groups: list, metric_axes: dict | None) -> tuple[dict, 
     if metric_axes is not None:
         check_metric_axes(metric_axes, specs)
     live = max(trial_live_bytes(jaxpr) for jaxpr, _ in traces)
-    return specs, [(program_digest(jaxpr), coloured_program_digest(jaxpr)) for jaxpr, _ in traces], live
+    jaxprs = [jaxpr for jaxpr, _ in traces]
+    return specs, [program_digest(j) for j in jaxprs], lambda: [coloured_program_digest(j) for j in jaxprs], live
+
+
+def _coloured_aliases(identity: dict | None, programs: list, coloured: Callable[[], list]):
+    """The identity a run started in a terminal stored before program digests were canonical, if it
+    differs: a generator, so that the store prints the programs again only when the identity it
+    holds is not ``identity`` (:class:`jaxfed.store.Store` reads its ``aliases`` only then)."""
+    if identity is None:
+        return
+    digests = coloured()
+    if digests != programs:
+        yield dict(identity, programs=digests)
 
 
 def _mode(options: RunOptions, specs: dict, n_points: int, n_trials: int, where: str, note) -> tuple[str, Target | None]:  # fmt: skip

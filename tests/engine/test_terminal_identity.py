@@ -58,6 +58,27 @@ def test_a_run_stored_with_coloured_digests_grows_under_the_canonical_ones(tmp_p
     assert json.load(open(os.path.join(out, "identity.json"))) == stored  # kept under the identity it holds
 
 
+def test_the_coloured_program_is_printed_only_for_a_store_holding_another_identity(tmp_path, monkeypatch):
+    """Printing a program costs ~60 ms a group (a third of a warm 64-trial run's fixed cost): a run
+    without a store, a new store and a store of the same identity never print the old spelling."""
+    printed = []
+
+    def coloured(jaxpr):
+        printed.append(jaxpr)
+        return "not-a-stored-digest"
+
+    monkeypatch.setattr(engine_points, "coloured_program_digest", coloured)
+    monkeypatch.setattr("jaxfed.engine.core.coloured_program_digest", coloured)
+    points, out = [{"scale": jnp.float32(1.5)}], str(tmp_path / "run")
+    engine.run(_toy_trial, points, n_trials=8, seed=1, progress=False)
+    for n in (8, 16):  # a new store, then the same identity grown
+        engine.run(_toy_trial, points, n_trials=n, seed=1, out_dir=out, identity={"what": "toy"}, progress=False)
+    assert printed == []
+    with pytest.raises(engine.ConfigMismatch):  # another identity stored: the old spelling is tried
+        engine.run(_toy_trial, points, n_trials=8, seed=2, out_dir=out, identity={"what": "toy"}, progress=False)
+    assert len(printed) == 1
+
+
 def _run_cli(args: list, env: dict, terminal: bool) -> tuple[int, str]:
     """``jaxfed`` with stdout and stderr a pseudo-terminal (``terminal``) or a pipe; (exit code, output)."""
     argv = [sys.executable, "-m", "jaxfed.cli", *args]
