@@ -238,9 +238,6 @@ EXPERIMENT = Experiment(
     report=report,
     default_trials=1000,
     common_random_numbers=True,
-    # A trial of ~7 µs: its kernel ran 11–13% faster at 1,024 trials per micro-batch than at the CPU's
-    # default 512, with the same values (2-core CPU, issue 35); a default run fills two of 512 or one of 1,024.
-    micro_batch={"cpu": 1024},
     caption="Top: the KL to the posterior of all agents' data against the slot on each topology, the median over "
     "trials with its 75% band; ▼ marks the slot from which the median is exactly 0, and a band reaching the floor has "
     "a lower edge of 0. Bottom: the share of trials whose KL is exactly 0 at each slot (every agent visited: the "
