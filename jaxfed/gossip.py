@@ -51,8 +51,9 @@ class Walk(NamedTuple):
 
 
 PACKED_MAX_AGENTS = 32767
-"""The most agents for which :func:`mh_walk` packs a proposal and its degree into one int32
-(j + 2^16·deg(j) < 2^31 needs j < 2^16 and deg(j) < 2^15)."""
+"""The most agents for which :func:`mh_walk` packs a proposal and its degree, and a slot's agent and
+visit count, into one int32 (j + 2^16·deg(j) < 2^31 needs j < 2^16 and deg(j) < 2^15; likewise
+k + 2^16·count with count ≤ K)."""
 
 _PACK = 1 << 16
 
@@ -76,11 +77,13 @@ def mh_walk(key: jax.Array, adjacency, n_slots: int, unroll: int | None = None) 
     cheaper than recovering it from the schedule afterwards (:func:`first_visit_slots`).
 
     A slot reads one entry, at the flat index k·K + i, of a (K·K,) table packing the proposal j and
-    deg(j) into one int32, j + 2^16·deg(j) (K ≤ :data:`PACKED_MAX_AGENTS`; two tables beyond), and
-    the scan carries deg(k) with k: one gather per slot, where looking up deg(k), j and deg(j) apart
-    took three (the arithmetic, and so the schedule, is the same bit for bit; one gather fewer made
-    the walk ~7% faster on a 2-core CPU). How many slots a loop iteration takes changes the speed
-    only: every slot does the same operations.
+    deg(j) into one int32, j + 2^16·deg(j), the scan carries deg(k) with k, and each slot stacks one
+    int32, k + 2^16·(agents visited), unpacked after the loop (K ≤ :data:`PACKED_MAX_AGENTS`; two
+    tables and two outputs beyond). So a slot does one gather and one stacked write, where looking up
+    deg(k), j and deg(j) apart took three gathers; the arithmetic, and so the schedule, is the same
+    bit for bit (the packed table made the walk ~3–7% faster on a 2-core CPU, the packed output ~5%
+    more). How many slots a loop iteration takes changes the speed only: every slot does the same
+    operations.
 
     Args:
         key: a PRNG key.
@@ -102,11 +105,23 @@ def mh_walk(key: jax.Array, adjacency, n_slots: int, unroll: int | None = None) 
             entry = packed[flat]
             return entry & (_PACK - 1), entry >> 16
 
+        def emit(k, count):  # one stacked output per slot: k + 2^16·count (count <= K)
+            return k + count * _PACK
+
+        def unpack(out):
+            return out & (_PACK - 1), out >> 16
+
     else:
         proposal, proposal_deg = table.reshape(-1), deg[table].reshape(-1)
 
         def lookup(flat):
             return proposal[flat], proposal_deg[flat]
+
+        def emit(k, count):
+            return k, count
+
+        def unpack(out):
+            return out
 
     u = jax.random.uniform(key, (n_slots,))
     first = jnp.minimum((u[0] * n_agents).astype(jnp.int32), n_agents - 1)
@@ -136,16 +151,17 @@ def mh_walk(key: jax.Array, adjacency, n_slots: int, unroll: int | None = None) 
         k_next, d_next = jnp.where(accept, j, k), jnp.where(accept, d_j, d)
         visited, new = mark(visited, k_next)
         count = count + new.astype(jnp.int32)
-        return (k_next, d_next, visited, count), (k_next, count)
+        return (k_next, d_next, visited, count), emit(k_next, count)
 
     def walk(unroll):
         return lambda carry, slots: lax.scan(move, carry, slots, unroll=unroll)[1]
 
     carry = (first, deg[first], visited0, jnp.int32(1))
     if unroll is None:
-        rest, counts = lax.platform_dependent(carry, u[1:], cpu=walk(1), default=walk(ACCELERATOR_UNROLL))
+        out = lax.platform_dependent(carry, u[1:], cpu=walk(1), default=walk(ACCELERATOR_UNROLL))
     else:
-        rest, counts = walk(unroll)(carry, u[1:])
+        out = walk(unroll)(carry, u[1:])
+    rest, counts = unpack(out)
     return Walk(
         schedule=jnp.concatenate([first[None], rest]),
         n_visited=jnp.concatenate([jnp.ones((1,), jnp.int32), counts]),

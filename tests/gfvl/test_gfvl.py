@@ -144,3 +144,19 @@ def test_conjugate_repeat_visits_leave_every_bit_of_eta_and_lambda(family, dtype
         np.testing.assert_array_equal(etas[repeat].view(bits), eta_before[repeat].view(bits))
         np.testing.assert_array_equal(lams[repeat].view(bits), lam_before[repeat].view(bits))
         np.testing.assert_allclose(lams[-1], np.asarray(target), rtol=float(jnp.finfo(dtype).eps), atol=0)
+
+
+@pytest.mark.parametrize("n", [1, 2, 10, gfvl.RANK_SORT_MAX, gfvl.RANK_SORT_MAX + 1])
+def test_the_order_by_ranks_is_the_stable_argsort(n):
+    """conjugate_kl_trajectory orders agents by first visit through _stable_order: the same
+    permutation as a stable argsort, ties (agents never visited) by index, under vmap and jit."""
+    rng = np.random.default_rng(n)
+    keys = np.concatenate(
+        [
+            rng.integers(0, 4, (50, n)),  # many ties
+            np.stack([rng.permutation(n) for _ in range(10)]),  # none
+            np.full((2, n), 300),  # all tied (nothing visited)
+        ]
+    ).astype(np.int32)
+    got = jax.jit(jax.vmap(gfvl._stable_order))(jnp.asarray(keys))
+    np.testing.assert_array_equal(np.asarray(got), np.argsort(keys, axis=1, kind="stable"))
