@@ -161,12 +161,12 @@ def main(argv=None):
 
     # Independent draws per (point, trial), as the NumPy reference makes them; the experiment itself
     # uses common random numbers (one scene and one set of channel draws per trial, shared by the
-    # SNR points), timed as well.
+    # SNR points), timed as well. Each at the width `jaxfed run kmeans-snr` gives it.
+    width = experiment_width(kmeans_mall.SNR)
     for mode in ("aggregate", "explicit"):
         for common in (False, True):
             mcfg = kmeans_mall.SnrConfig(digits_list=(DIGITS,), channel=mode)
             sweep = kmeans_trials.mall_sweep(mcfg, labels)
-            width = experiment_width(kmeans_mall.SNR)
             fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, args.chunk, common=common, micro_batch=width)
             t_compile, compiled = compile_time(fn, *fn_args)
             t_chunk = median_time(lambda: compiled(*fn_args), args.repeats)

@@ -136,12 +136,13 @@ def _reference_walk(key, adjacency, n_slots):
         graphs.ring(10),
         graphs.complete(10),
         graphs.line(6),
+        graphs.line(2),  # K = 2: every proposal is the other agent
         graphs.erdos_renyi(3, 9, 0.3),
         np.zeros((1, 1), int),  # a single agent: the walk stays
         np.pad(graphs.ring(4), ((1, 0), (1, 0))),  # agent 0 isolated (a disconnected graph): never left
         graphs.complete(40),  # the boolean visited set
     ],
-    ids=["star", "ring", "complete", "line", "random", "single", "isolated", "complete40"],
+    ids=["star", "ring", "complete", "line", "two", "random", "single", "isolated", "complete40"],
 )
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "two-tables"])
 def test_walk_equals_the_slot_by_slot_reference_bit_for_bit(adjacency, packed, monkeypatch):
@@ -157,6 +158,21 @@ def test_walk_equals_the_slot_by_slot_reference_bit_for_bit(adjacency, packed, m
     got = walk(keys)
     for t in range(len(keys)):
         schedule, counts = _reference_walk(keys[t], adjacency, n_slots)
+        np.testing.assert_array_equal(np.asarray(got.schedule[t]), schedule)
+        np.testing.assert_array_equal(np.asarray(got.n_visited[t]), counts)
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "two-tables"])
+@pytest.mark.parametrize("n_slots", [1, 2])
+def test_a_walk_of_one_or_two_slots_is_the_reference(n_slots, packed, monkeypatch):
+    """The first slot alone (an empty scan, nothing to unpack) and one move, on both paths."""
+    if not packed:
+        monkeypatch.setattr(gossip, "PACKED_MAX_AGENTS", 0)
+    keys = jax.random.split(jax.random.key(3), 16)
+    got = jax.jit(jax.vmap(lambda key: gossip.mh_walk(key, jnp.asarray(graphs.star(5)), n_slots)))(keys)
+    assert got.schedule.shape == got.n_visited.shape == (16, n_slots)
+    for t in range(len(keys)):
+        schedule, counts = _reference_walk(keys[t], graphs.star(5), n_slots)
         np.testing.assert_array_equal(np.asarray(got.schedule[t]), schedule)
         np.testing.assert_array_equal(np.asarray(got.n_visited[t]), counts)
 
