@@ -17,7 +17,7 @@ from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxfed import stats
-from jaxfed.engine.cache import timed_compile
+from jaxfed.engine.cache import loaded_on, timed_compile
 from jaxfed.engine.devices import platform
 from jaxfed.engine.points import Group, Trial, rebuild
 
@@ -206,12 +206,21 @@ def compile_chunk_fn(fn: ChunkFn, args: tuple, compile_lowered) -> tuple[ChunkFn
     with ``compile_lowered(lowered)``; returns it with one device's memory figures: ``temp`` (the
     program's temporaries; in raw mode its outputs too, and the flags' temporaries) and
     ``output`` (what goes to the host), in bytes."""
-    lowered = {device: fn.executables[device].lower(*fn.device_args(g, *args)) for g, device in fn.positions}
-    # One executable per device (host devices do not share one), compiled side by side in threads
-    # (XLA releases the GIL) so that several cores share the work.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(lowered), thread_name_prefix="jaxfed-compile") as pool:
-        done = dict(zip(lowered, pool.map(compile_lowered, lowered.values())))
-    fn.executables.update(done)
+
+    def lowered(g, device):
+        return fn.executables[device].lower(*fn.device_args(g, *args))
+
+    # One executable per device. On a CPU the first device's is compiled and loaded on the others
+    # (cache.loaded_on: the same machine code, compiled once); elsewhere, or where that fails,
+    # each device's is compiled, side by side in threads (XLA releases the GIL).
+    (g0, first), rest = fn.positions[0], fn.positions[1:]
+    fn.executables[first] = compile_lowered(lowered(g0, first))
+    loaded = {device: loaded_on(fn.executables[first], device) for _, device in rest}
+    missing = [(g, device) for g, device in rest if loaded[device] is None]
+    if missing:
+        with concurrent.futures.ThreadPoolExecutor(len(missing), thread_name_prefix="jaxfed-compile") as pool:
+            loaded.update(zip([d for _, d in missing], pool.map(compile_lowered, [lowered(*p) for p in missing])))
+    fn.executables.update(loaded)
     temp, output = _memory(fn.executables[fn.positions[0][1]])
     if fn.finish is None:
         return fn, {"temp": temp, "output": output}
@@ -436,7 +445,7 @@ class ChunkJob(NamedTuple):
 
     trial: Trial
     group: Group
-    program: str  # digest of one trial's jaxpr: keys the cached memory probe
+    program: str  # digest of one trial's jaxpr: keys the compiled function kept in the process
     mesh: Mesh
     width: int  # trials per micro-batch
     budget: int  # bytes per device
@@ -446,7 +455,8 @@ class ChunkJob(NamedTuple):
     summary: bool  # device summaries instead of raw metrics
     fixed: int  # bytes of outputs that do not grow with the batch (a summary's histograms and counts)
     trial_bytes: int  # bytes of one trial's metrics, every point of the group
-    cache_dir: str | None  # where the probe's memory figures are cached
+    cache_dir: str | None  # the persistent compilation cache (keys the kept function: a run reports its use)
+    lane_bytes: int  # one trial's working set in a micro-batch (sizing.width_bytes of the jaxpr's estimate)
 
     @property
     def step(self) -> int:
@@ -460,7 +470,7 @@ class Compiler:
 
     def __init__(self, job: ChunkJob):
         self.job = job
-        self.record: dict[str, Any] = {"compile_s": 0.0, "compile_cached": True, "memory_probe_cached": None}
+        self.record: dict[str, Any] = {"compile_s": 0.0, "compile_cached": True}
         self._spans: list[tuple[float, float]] = []  # (start, end) of each compile of the current call
 
     def _compile(self, lowered):

@@ -78,7 +78,6 @@ class GroupInfo(NamedTuple):
     chunk_size: int | None = None
     compile_s: float | None = None  # seconds spent compiling (with a device mesh)
     compile_cached: bool | None = None  # every executable came from the persistent cache
-    memory_probe_cached: bool | None = None  # the memory probe's figures came from the cache
 
 
 class TargetInfo(NamedTuple):
@@ -99,7 +98,7 @@ class RunInfo(Mapping):
 
     Keys of the record: ``devices``, ``processes``, ``keep``, ``budget_bytes``,
     ``compilation_cache`` (directory or None); per group ``chunk_sizes``, ``compile_s``,
-    ``compile_cached`` and ``memory_probe_cached`` (:class:`GroupInfo`); ``nonfinite_trials``:
+    and ``compile_cached`` (:class:`GroupInfo`); ``nonfinite_trials``:
     metric -> per point, the trials with a NaN or ±inf value; with a precision target,
     ``target`` (:class:`TargetInfo`).
     """
@@ -119,7 +118,7 @@ class RunInfo(Mapping):
             devices=self.devices, processes=self.processes, chunk_sizes=[g.chunk_size for g in self.groups]
         )
         out.update(budget_bytes=self.budget_bytes)
-        for field in ("compile_s", "compile_cached", "memory_probe_cached"):
+        for field in ("compile_s", "compile_cached"):
             out[field] = [getattr(g, field) for g in self.groups]
         if self.target is not None:
             out["target"] = self.target._asdict()
@@ -154,6 +153,7 @@ class Machine(NamedTuple):
     mesh: Mesh | None
     width: int
     budget: int
+    lane_bytes: int  # one trial's working set in a micro-batch (sizing.width_bytes), which sizes chunks
 
     @property
     def n_shards(self) -> int:
@@ -300,7 +300,7 @@ def _machine(options: RunOptions, n_trials: int, per_trial: int) -> Machine:
     width = options.micro_batch or _stored_width(options, where)
     if width is None:
         width = choose_width(DeviceSpec(where, budget), per_trial, n_trials)
-    return Machine(mesh, int(broadcast_from_0(np.asarray([width], np.int64))[0]), budget)
+    return Machine(mesh, int(broadcast_from_0(np.asarray([width], np.int64))[0]), budget, per_trial)
 
 
 def _stored_width(options: RunOptions, where: str) -> int | None:
@@ -330,8 +330,7 @@ def _trace(trial: Trial, groups: list, metric_axes: dict | None) -> tuple[dict, 
     costs ~60 ms, so only when a stored identity differs), the largest working set of
     one trial over the groups: :func:`~jaxfed.engine.sizing.trial_live_bytes`): the shapes of one
     trial's metrics per group, without running anything, checked against ``metric_axes``. The
-    program's digest keys the cached memory probe (a rerun need not lower the probe's) and the
-    store; the working set bounds the micro-batch width."""
+    program's digest keys the compiled function kept in the process and the store; the working set bounds the micro-batch width."""
     traces = [
         jax.make_jaxpr(lambda k, t, g=group: trial(k, rebuild(g, t)), return_shape=True)(
             jax.random.key(0), [x[0] for x in traced]
@@ -502,7 +501,7 @@ def _compile_group(plan: Plan, gp: GroupPlan, cache_dir: str | None) -> tuple[Gr
     else:
         plan.bar.note(f"{where}: compiling …")
         size, fn, compiled = sized_chunk_fn(_chunk_job(plan, gp, cache_dir), gp.chunk_size)
-        info = GroupInfo(size, compiled["compile_s"], compiled["compile_cached"], compiled["memory_probe_cached"])
+        info = GroupInfo(size, compiled["compile_s"], compiled["compile_cached"])
     compile_note = ""
     if info.compile_s is not None:
         compile_note = f", compiled in {info.compile_s:.1f} s{' (cache)' if info.compile_cached else ''}"
@@ -523,7 +522,7 @@ def _chunk_job(plan: Plan, gp: GroupPlan, cache_dir: str | None) -> ChunkJob:
     return ChunkJob(
         trial=plan.trial, group=gp.group, program=gp.program, mesh=m.mesh, width=m.width, budget=m.budget,
         n_trials=plan.n_trials, args=args, common=plan.options.common_random_numbers, summary=summary, fixed=fixed,
-        trial_bytes=trial_bytes(len(point_ids), plan.specs), cache_dir=cache_dir,
+        trial_bytes=trial_bytes(len(point_ids), plan.specs), cache_dir=cache_dir, lane_bytes=m.lane_bytes,
     )  # fmt: skip
 
 

@@ -193,7 +193,7 @@ class RunOptions:
     )
     compilation_cache: str | None = option(
         None,
-        "persistent compilation cache directory (also of the memory probe's figures), or off (default: "
+        "persistent compilation cache directory, or off (default: "
         "$JAXFED_COMPILATION_CACHE, else ~/.cache/jaxfed/xla); reruns of the same experiment and shapes skip compiling",
         check=_is("compilation_cache", (str,), "a directory or 'off'"),
         metavar="DIR|off",

@@ -1,13 +1,11 @@
 """Sizing: the micro-batch width (:func:`choose_width`, from a :class:`DeviceSpec` and one trial's
 bytes), what a run may allocate (host results, a chunk on the device), the chunk size that fits
-the memory budget (:func:`sized_chunk_fn`, from the compiled chunk's memory analysis and the
-memory probe, whose figures are cached: :func:`probe_key`), refused with one line before anything
-is computed when it does not fit."""
+the memory budget (:func:`sized_chunk_fn`: estimated from the shapes, :func:`estimated_chunk`, and
+checked by the compiled chunk's own memory analysis), refused with one line before anything is
+computed when it does not fit."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 import re
@@ -19,11 +17,9 @@ from jax.extend import core as jax_core
 from jax.sharding import Mesh
 
 from jaxfed import stats
-from jaxfed._version import __version__
 from jaxfed.engine.compiled import ChunkFn, ChunkJob, Compiler
 from jaxfed.engine.devices import default_memory_budget, make_mesh, platform
 from jaxfed.engine.points import group_points, metric_specs, rebuild
-from jaxfed.store import StoreError, atomic_write_json
 
 # --------------------------------------------------------------------------- the micro-batch width
 MICRO_BATCH = {"cpu": 512, "gpu": 262144, "tpu": 262144}
@@ -236,80 +232,26 @@ def summary_output_bytes(n_points: int, specs: dict) -> int:
     )
 
 
-# --------------------------------------------------------------------------- the memory probe's cache
-
-
-def probe_key(program: str, mesh: Mesh, **batched) -> str:
-    """Digest of what the memory probe's figures depend on: the trial's program (``program``, a
-    digest of its jaxpr), what batching adds (``batched``: points, mode, …), the devices and the
-    versions of JAX and jaxfed (which builds the batched program)."""
-    device = mesh.devices.flat[0]
-    what = json.dumps(
-        [
-            jax.__version__,
-            __version__,
-            device.platform,
-            getattr(device, "device_kind", ""),
-            mesh.size,
-            program,
-            batched,
-        ],
-        sort_keys=True,
-        default=str,
-    )
-    return hashlib.sha256(what.encode()).hexdigest()
-
-
-def load_probe(cache_dir: str | None, key: str) -> dict | None:
-    """The cached memory figures {"temp", "output"} (bytes) for ``key``, or None (absent, unreadable or malformed)."""
-    if cache_dir is None:
-        return None
-    try:
-        with open(os.path.join(cache_dir, "jaxfed-memory", f"{key}.json"), "rb") as f:
-            figures = json.loads(f.read().decode())
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    ok = isinstance(figures, dict) and all(type(figures.get(k)) is int and figures[k] >= 0 for k in ("temp", "output"))
-    return figures if ok else None
-
-
-def save_probe(cache_dir: str | None, key: str, figures: dict) -> None:
-    """Caches the memory figures; a cache that cannot be written is only a missed saving."""
-    if cache_dir is None:
-        return
-    try:
-        os.makedirs(os.path.join(cache_dir, "jaxfed-memory"), exist_ok=True)
-        atomic_write_json(os.path.join(cache_dir, "jaxfed-memory", f"{key}.json"), figures)
-    except (OSError, StoreError):
-        pass
-
-
 # --------------------------------------------------------------------------- the chunk size
 
 
 def sized_chunk_fn(job: ChunkJob, chunk_size: int | None) -> tuple[int, ChunkFn, dict]:
     """(chunk size, compiled chunk function, compile record): ``chunk_size``, or the largest that
-    fits ``job.budget``.
+    fits ``job.budget``, compiled once.
 
     Without a given size, a run whose metrics take at most :data:`WHOLE_RUN_FRACTION` of a
     chunk's memory (:func:`_chunk_limit`), of at most :data:`WHOLE_RUN_MICRO_BATCHES`
-    micro-batches per device, is compiled once, as one chunk of every trial, and
-    resized (below) only if its memory analysis says it does not fit; the record's
-    ``memory_probe_cached`` is then None. A larger run compiles for a probe batch of one
-    micro-batch per device and reads the memory analysis: temporaries and outputs scale linearly
-    with the batch (arguments do not), plus the host copy of the outputs; a chunk may take 75% of
-    the budget (on a CPU at most ``CPU_CHUNK_BYTES`` on all host devices together), the rest is
-    left to the process itself and to the summaries or result arrays. The probe's executable is
-    reused when the size it implies needs no larger batch. ``job.fixed`` bytes of outputs are not
-    extrapolated, but reserved three times (device output, scatter, host copy). The probe's
-    figures are cached (:func:`_probed_size`).
+    micro-batches per device, is one chunk of every trial; a larger run is sized from its shapes
+    (:func:`estimated_chunk`). Either is compiled once, and its memory analysis confirms that it
+    fits, or sizes it again (below). Nothing else is compiled: the memory probe of one
+    micro-batch per device, which compiled the same trial program a second time, is gone.
 
     A chosen size is corrected from the compiled chunk's own memory analysis when it exceeds the
     budget, and shrunk when the device refuses memory while compiling (a GPU allocates while it
     autotunes; the refused size scales the chunk down), at most ``MAX_RESIZES`` times.
 
-    The record holds ``compile_s`` (seconds spent compiling), ``compile_cached`` (every
-    executable came from the persistent cache) and ``memory_probe_cached``.
+    The record holds ``compile_s`` (seconds spent compiling) and ``compile_cached`` (every
+    executable came from the persistent cache).
 
     Raises:
         ValueError: the smallest possible chunk (or the given one) needs more than the budget,
@@ -317,60 +259,41 @@ def sized_chunk_fn(job: ChunkJob, chunk_size: int | None) -> tuple[int, ChunkFn,
             or the device refused it while compiling.
     """
     compile_batch = Compiler(job)
-    chosen = chunk_size is None
-    if chunk_size is None and _compiled_whole(job):
-        # A run whose every value is a small part of a chunk's memory is compiled once, as one
-        # chunk: no probe (the probe and the chunk each compile the whole trial program; the
-        # kmeans groups of `jaxfed reproduce` took 41-100 s each); its own memory analysis
-        # confirms that it fits, or sizes it again.
-        return _fitted(job, compile_batch, job.n_trials, chosen, _chunk_limit(job))
-    if chunk_size is None:
-        chunk_size, probe = _probed_size(job, compile_batch)
-        if probe is not None and chunk_size <= job.step:  # the probe's program is the chunk's
-            return chunk_size, probe, compile_batch.record
-    return _fitted(job, compile_batch, chunk_size, chosen)
+    if chunk_size is not None:
+        return _fitted(job, compile_batch, chunk_size, chosen=False)
+    if _compiled_whole(job):
+        return _fitted(job, compile_batch, job.n_trials, True, _chunk_limit(job))
+    return _fitted(job, compile_batch, estimated_chunk(job), chosen=True)
 
 
-def _probed_size(job: ChunkJob, compile_batch: Compiler) -> tuple[int, ChunkFn | None]:
-    """(chunk size, the probe's compiled function or None) from the memory probe's figures.
+def estimated_chunk(job: ChunkJob) -> int:
+    """The chunk size the budget allows by the program's shapes, before compiling anything.
 
-    The figures are cached in ``job.cache_dir`` under a digest of ``job.program`` (one trial's
-    jaxpr, digested) and of what the batched program adds (points, devices, mode), so a rerun
-    neither lowers nor compiles the probe, only the chunk function (itself from JAX's persistent
-    cache). A cached figure is a hint, never a reason to refuse: when it would refuse the smallest
-    chunk, or size the chunk at one micro-batch per device, the probe is compiled and its own
-    figures decide (and replace the cached ones); a larger chunk sized from a stale figure is
-    corrected from the compiled chunk's own memory analysis (:func:`_fitted`).
+    A device's chunk program holds one micro-batch's working set, which does not grow with the
+    chunk (``job.width · job.lane_bytes``, :func:`width_bytes` of the jaxpr's estimate
+    :func:`trial_live_bytes`), and its share of the outputs, which does: each of its ``s / d``
+    trials (``d`` devices) keeps its metrics twice (the output and the loop's copy) on the device,
+    and raw values once more on the host. A summary's fixed outputs are reserved three times
+    (device output, scatter, host copy). With ``limit`` = :func:`_chunk_limit` (on a CPU also the
+    host devices' shared :data:`CPU_CHUNK_BYTES`):
+
+        s ≤ (limit − W · lane_bytes − 3 · fixed) / (2 · trial_bytes / d + host_bytes),
+
+    balanced over the run (:func:`balanced_chunk`), at least one micro-batch per device. The
+    compiled chunk's memory analysis then checks the estimate (:func:`_fitted`).
     """
-    points = len(job.group.point_ids)
-    key = probe_key(
-        job.program,
-        job.mesh,
-        points=points,
-        lanes=job.width,
-        common=job.common,
-        summary="in the micro-batch loop" if job.summary else False,  # (figures of the summary after the loop differ)
-        fixed=job.fixed,
-    )
-    cached = load_probe(job.cache_dir, key)
-    chunk_size = None if cached is None else _probe_chunk(cached, job)
-    probe = None
-    # (a cache file edited to temp = 1e15 refused every later run: "would need 909 TiB")
-    if chunk_size is None or chunk_size <= job.step:
-        probe, figures = compile_batch(job.step)
-        if figures != cached:
-            save_probe(job.cache_dir, key, figures)
-        chunk_size = _probe_chunk(figures, job, refuse=True)
-        cached = cached if figures == cached else None
-    compile_batch.record["memory_probe_cached"] = cached is not None
-    assert chunk_size is not None  # (refused otherwise)
-    return chunk_size, probe
+    devices = job.mesh.size
+    host = 0 if job.summary else job.trial_bytes  # a summary's values never leave the device
+    per_trial = 2 * job.trial_bytes / devices + host
+    room = _chunk_limit(job) - job.width * job.lane_bytes - 3 * job.fixed
+    fits = int(room // max(per_trial, 1.0)) if room > 0 else job.step
+    return balanced_chunk(job.n_trials, fits, job.step)
 
 
 def _fitted(
     job: ChunkJob, compile_batch: Compiler, chunk_size: int, chosen: bool, limit: float | None = None
 ) -> tuple[int, ChunkFn, dict]:
-    """The chunk function compiled for ``chunk_size`` (given, or ``chosen`` from the probe or as
+    """The chunk function compiled for ``chunk_size`` (given, or ``chosen`` by the estimate or as
     the whole run), resized while it does not fit (see :func:`sized_chunk_fn`): a chosen chunk
     needing more than ``limit`` bytes (default: the budget) is sized again to ``limit`` (default:
     ``BUDGET_FOR_CHUNKS`` of the budget)."""
@@ -404,9 +327,9 @@ def _fitted(
             continue
         need = figures["temp"] + figures["output"]
         if chosen and need > ceiling and chunk_size > step:
-            # The probe's linear extrapolation can underestimate a program whose memory does not
-            # scale like the probe's (a 1e6-trial summary chunk needed 21 GiB where 4 were
-            # predicted): size again from this compilation's own figure.
+            # The estimate can be short of what XLA allocates (a 1e6-trial summary chunk needed
+            # 21 GiB where a linear extrapolation predicted 4): size again from this
+            # compilation's own figure.
             chunk_size = resized(chunk_size, need)
             continue
         refuse_chunk(chunk_size, False, need, budget)
@@ -415,31 +338,6 @@ def _fitted(
         f"no chunk size fitting the memory budget of {size_text(budget)} was found in {MAX_RESIZES} compilations "
         "(--max-memory / max_memory); give --chunk-size / chunk_size"
     )
-
-
-def _probe_chunk(figures: dict, job: ChunkJob, refuse: bool = False) -> int | None:
-    """The chunk size the probe's memory ``figures`` (one micro-batch of ``job.width`` trials per
-    device, ``job.step`` trials in all) imply for the budget; None when even ``step`` trials would
-    not fit (``refuse``: ValueError instead, the one-line refusal)."""
-    step, width, mesh, budget, fixed = job.step, job.width, job.mesh, job.budget, job.fixed
-    # A summary's running histogram and sums are the micro-batch loop's carry (temporaries) besides
-    # its outputs: counted as per-trial bytes, that carry (14 MB of gfvl-topologies histograms over
-    # a 512-trial probe) sized chunks at 29,696 trials, for 0.8 KB per trial of real growth.
-    carry = fixed if job.summary else 0
-    per_trial_device = max(figures["temp"] + figures["output"] - fixed - carry, 0) / width
-    per_trial_host = max(figures["output"] - fixed, 0) / width
-    per_trial = per_trial_device / mesh.size + per_trial_host
-    need = step * per_trial + 3 * fixed + carry
-    if refuse:
-        refuse_chunk(step, True, need, budget)
-    elif need > budget:
-        return None
-    usable = BUDGET_FOR_CHUNKS * budget - 3 * fixed - carry  # the rest: the process itself, summaries, results
-    fits = usable // max(per_trial, 1.0)
-    if mesh.devices.flat[0].platform == "cpu":
-        # Host devices share the host's memory: the cap is on the chunk's buffers on all of them.
-        fits = min(fits, CPU_CHUNK_BYTES // max(per_trial_device + per_trial_host, 1.0))
-    return balanced_chunk(job.n_trials, int(fits), step)
 
 
 def _chunk_limit(job: ChunkJob) -> float:
@@ -454,9 +352,9 @@ def _chunk_limit(job: ChunkJob) -> float:
 WHOLE_RUN_FRACTION = 1 / 8
 """Without a given chunk size, a run whose metrics take at most this share of a chunk's memory
 (:func:`_chunk_limit`), and of at most :data:`WHOLE_RUN_MICRO_BATCHES` micro-batches per device,
-is compiled once as one chunk, without the memory probe."""
+is compiled as one chunk."""
 WHOLE_RUN_MICRO_BATCHES = 16
-"""A longer run is chunked from the probe's figures, as before: one chunk of every trial would
+"""A longer run is chunked (:func:`estimated_chunk`): one chunk of every trial would
 show no progress and store no summary state until its end (10^6 k-means trials of milliseconds
 each in one chunk)."""
 

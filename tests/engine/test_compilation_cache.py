@@ -1,14 +1,19 @@
-"""Compiled once: the persistent compilation cache, the cached memory probe, and reruns of a
-finished run that compile nothing."""
+"""Compiled once: one compile of a run's trial program (no probe, one executable for every host
+device), the persistent compilation cache, and reruns of a finished run that compile nothing."""
 
+import logging
 import os
+import subprocess
+import sys
 
+import jax
 import numpy as np
 import pytest
 from support import POINTS, trial
 
 from jaxfed import engine
-from jaxfed.engine import compiled, sizing
+from jaxfed.engine import cache as engine_cache
+from jaxfed.engine import compiled
 
 
 @pytest.fixture(autouse=True)
@@ -17,78 +22,101 @@ def fresh_process():
     compiled._KEPT.clear()
 
 
-@pytest.fixture
-def probed(monkeypatch):
-    """Chunks sized from the memory probe: these runs are small enough to compile once without it."""
-    monkeypatch.setattr(sizing, "WHOLE_RUN_FRACTION", 0.0)
-
-
 def run(cache, **kwargs):
     out = engine.run(trial, POINTS, 23, seed=4, compilation_cache=cache, **kwargs)
     return out, out.info
 
 
 @pytest.mark.slow
-def test_a_second_run_takes_the_executable_and_the_memory_probe_from_the_cache(tmp_path, probed):
+def test_a_second_run_takes_the_executable_from_the_cache(tmp_path):
     cache = str(tmp_path / "cache")
     first, info1 = run(cache)
     second, info2 = run(cache)
-    assert info1["compilation_cache"] == cache and info1["compile_cached"] == [False]
-    assert info1["memory_probe_cached"] == [False] and info1["compile_s"][0] > 0
-    assert info2["compile_cached"] == [True] and info2["memory_probe_cached"] == [True]
+    assert info1["compilation_cache"] == cache and info1["compile_cached"] == [False] and info1["compile_s"][0] > 0
+    assert info2["compile_cached"] == [True]
     np.testing.assert_array_equal(first["walk"], second["walk"])
 
 
-def test_the_cached_memory_probe_is_keyed_by_the_trials_program_and_the_batch(tmp_path, probed):
-    """A rerun finds the probe's figures from the trial's jaxpr, without lowering the probe; any
-    change of the program or of what batching adds (points, mode, common keys) misses."""
-    cache = str(tmp_path / "cache")
-
-    def probe_cached(trial_fn=trial, points=POINTS, **kwargs):
-        return engine.run(trial_fn, points, 23, compilation_cache=cache, **kwargs).info["memory_probe_cached"]
-
-    def longer(key, point):
-        return trial(key, dict(point, steps=7))
-
-    def scaled(key, point):
-        return {name: 2 * value for name, value in trial(key, point).items()}
-
-    assert probe_cached() == [False]
-    assert probe_cached(seed=9) == [True]  # another seed: the same program
-    assert probe_cached(longer) == [False]  # other shapes
-    assert probe_cached(scaled) == [False]  # same shapes, another program
-    assert probe_cached(points=POINTS[:2]) == [False]  # fewer points in the batched program
-    assert probe_cached(keep="summary") == [False]
-    assert probe_cached(common_random_numbers=True) == [False]
+def trial_compiles(caplog, go) -> int:
+    """XLA compilations of a trial program (the devices' ``on_device``) while ``go()`` runs."""
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="jax._src.dispatch"), jax.log_compiles(True):
+        go()
+    return sum("XLA compilation of jit(on_device)" in r.getMessage() for r in caplog.records)
 
 
-def test_a_small_run_compiles_once_without_the_probe_and_a_large_one_probes_first(monkeypatch):
+@pytest.mark.parametrize("keep", ["raw", "summary"])
+def test_a_run_compiles_its_trial_program_once(caplog, monkeypatch, keep):
     """Without a chunk size, a run whose metrics are a small part of a chunk's memory, of at most
-    16 micro-batches, compiles its chunk function once, for the whole run; otherwise the probe
-    (one micro-batch) is compiled and then the chunk it sizes. The values are the same either way."""
+    16 micro-batches, is one chunk of every trial; a longer one is chunked by the estimate of its
+    shapes (sizing.estimated_chunk). Either compiles the trial program once: there is no memory
+    probe of one micro-batch (which compiled the same trial a second time, 4 s of a 13 s cold
+    gfvl-topologies run). The values are those of any other chunking."""
     batches: list = []
     real = compiled.make_chunk_fn
-
-    def spy(trial, group, batch, *args):
-        batches.append(batch)
-        return real(trial, group, batch, *args)
-
-    monkeypatch.setattr(compiled, "make_chunk_fn", spy)
-    go = dict(micro_batch=64, compilation_cache="off", progress=False)
-    once = engine.run(trial, POINTS, 300, **go)
-    assert batches == [320] and once.info["memory_probe_cached"] == [None] and once.info["chunk_sizes"] == [300]
+    monkeypatch.setattr(compiled, "make_chunk_fn", lambda *a, **k: batches.append(a[2]) or real(*a, **k))
+    go = dict(micro_batch=64, compilation_cache="off", progress=False, keep=keep)
+    whole: dict = {}
+    assert trial_compiles(caplog, lambda: whole.update(engine.run(trial, POINTS, 300, **go))) == 1
+    assert batches == [320]
     batches.clear()
-    compiled._KEPT.clear()  # as a new process: the probe, then the chunk the first run compiled
-    monkeypatch.setattr(sizing, "WHOLE_RUN_FRACTION", 0.0)
-    probed = engine.run(trial, POINTS, 300, **go)
-    assert batches[0] == 64 and len(batches) == 2 and probed.info["memory_probe_cached"] == [False]
-    np.testing.assert_array_equal(probed["walk"], once["walk"])
-    monkeypatch.undo()
-    monkeypatch.setattr(compiled, "make_chunk_fn", spy)
-    batches.clear()
-    compiled._KEPT.clear()
-    longer = engine.run(trial, POINTS, 16 * 64 + 1, **go)  # more than 16 micro-batches: chunked from the probe
-    assert batches[0] == 64 and longer.info["memory_probe_cached"] == [False]
+    longer: dict = {}
+    monkeypatch.setattr(engine.sizing, "CPU_CHUNK_BYTES", 2**16)  # (several chunks of this small trial)
+    n = 16 * 64 + 1  # more than 16 micro-batches: chunked by the estimate
+    assert trial_compiles(caplog, lambda: longer.update(engine.run(trial, POINTS, n, **go))) == 1
+    assert len(batches) == 1 and 64 <= batches[0] < n
+    reference = engine.run(trial, POINTS, n, **dict(go, chunk_size=64))
+    for name in reference:
+        for a, b in zip(longer[name], reference[name]) if keep == "summary" else [(longer[name], reference[name])]:
+            np.testing.assert_array_equal(a, b)
+
+
+TWO_HOST_DEVICES = """
+import logging, sys, jax, numpy as np
+sys.path[:0] = [{tests!r}]
+from support import POINTS, trial
+from jaxfed import engine
+from jaxfed.engine import cache
+records = []
+handler = logging.Handler()
+handler.emit = records.append
+logging.getLogger("jax._src.dispatch").addHandler(handler)
+with jax.log_compiles(True):
+    out = engine.run(trial, POINTS, 300, seed=4, devices=2, micro_batch=64, compilation_cache="off", progress=False)
+compiles = sum("XLA compilation of jit(on_device)" in r.getMessage() for r in records)
+assert compiles == 1, f"the trial program was compiled {{compiles}} times on 2 host devices"
+f = jax.jit(lambda x: x * 3 + 1).lower(jax.device_put(np.zeros(5, np.float32), jax.devices()[0])).compile()
+on_1 = cache.loaded_on(f, jax.devices()[1])
+y = on_1(jax.device_put(np.arange(5, dtype=np.float32), jax.devices()[1]))
+assert y.devices() == {{jax.devices()[1]}} and np.asarray(y).tolist() == [1, 4, 7, 10, 13]
+np.save(sys.argv[1], out["walk"])
+"""
+
+
+def test_two_host_devices_share_one_compiled_trial_program(tmp_path):
+    """On two host devices the trial program is compiled once and loaded on the second device
+    (cache.loaded_on: the same executable), with the values of one device."""
+    path = str(tmp_path / "walk.npy")
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    script = TWO_HOST_DEVICES.format(tests=os.path.dirname(os.path.dirname(__file__)))
+    subprocess.run([sys.executable, "-c", script, path], check=True, env=env, timeout=300)
+    one = engine.run(trial, POINTS, 300, seed=4, micro_batch=64, compilation_cache="off", progress=False)
+    np.testing.assert_array_equal(np.load(path), one["walk"])
+
+
+def test_an_executable_that_cannot_be_loaded_elsewhere_is_compiled_there(monkeypatch):
+    """Where JAX cannot load an executable on another device (another JAX version), each device
+    compiles its own, as before: loaded_on says None, never a wrong program."""
+    device = jax.devices()[0]
+    f = jax.jit(lambda x: x + 1).lower(jax.device_put(np.zeros(3, np.float32), device)).compile()
+    assert engine_cache.loaded_on(f, device) is not None  # (this JAX can)
+
+    def cannot(executable):
+        raise NotImplementedError("serialize_executables with const_args")
+
+    monkeypatch.setattr(engine_cache.serialize_executable, "serialize", cannot)
+    assert engine_cache.loaded_on(f, device) is None
+    assert engine_cache.loaded_on(object(), device) is None
 
 
 def test_the_cache_can_be_disabled_by_option_or_environment(tmp_path, monkeypatch):
@@ -105,16 +133,16 @@ def test_the_cache_can_be_disabled_by_option_or_environment(tmp_path, monkeypatc
 
 
 @pytest.mark.filterwarnings("ignore:Error reading persistent compilation cache")  # JAX's note on each damaged entry
-def test_a_corrupted_cache_directory_does_not_break_a_run(tmp_path, probed):
+def test_a_corrupted_cache_directory_does_not_break_a_run(tmp_path):
     reference, _ = run("off")
     cache = tmp_path / "cache"
     run(str(cache))
-    for root, _, files in os.walk(cache):  # every entry, executables and probe figures, damaged
+    for root, _, files in os.walk(cache):  # every entry damaged
         for name in files:
             (tmp_path / root / name).write_bytes(b"\x00garbage")
     compiled._KEPT.clear()  # as a new process finds the directory
     damaged, info = run(str(cache))
-    assert info["compile_cached"] == [False] and info["memory_probe_cached"] == [False]
+    assert info["compile_cached"] == [False]
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
     blocked, info = run(str(not_a_dir))
