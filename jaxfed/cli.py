@@ -1,4 +1,4 @@
-"""Command line: jaxfed list | show NAME | run NAME | reproduce | plot DIR | report DIR | export DIR.
+"""Command line: jaxfed list | show NAME | run NAME | reproduce | plot DIR | report DIR | export DIR | cache info|clear.
 
 Errors in names, values or parameters, and any exception raised in a user experiment's code (with
 the file and line), print one line ``jaxfed: error: …`` and exit with status 2; ``--debug`` (or
@@ -21,7 +21,7 @@ import jax
 import tqdm
 
 from jaxfed import report, store, validation
-from jaxfed.engine import devices
+from jaxfed.engine import cache, devices
 from jaxfed.engine.options import MAX_DEVICES as MAX_DEVICES  # (--devices at most; re-exported)
 from jaxfed.engine.options import RunOptions
 from jaxfed.engine.progress import Overall, experiment_group
@@ -377,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         reader.set_defaults(func=func)
     _add_export_command(sub.add_parser("export", help="write a finished run as netCDF, or a table as CSV or Parquet"))
+    _add_cache_command(sub.add_parser("cache", help="the compilation cache: where it is and its size, or clear it"))
     for command in sub.choices.values():
         command.add_argument(
             "--import",
@@ -425,6 +426,48 @@ def _cmd_export(args) -> int:
     for path in export_all(args.dir, args.format, metric=args.metric, with_bands=args.bands, out=args.out):
         print(path)
     return 0
+
+
+def _add_cache_command(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action",
+        choices=("info", "clear"),
+        help="info: the directory, its compiled programs and size, whether runs can write it; "
+        "clear: remove its compiled programs (the next run of each compiles it again)",
+    )
+    parser.add_argument(
+        "--compilation-cache",
+        default=None,
+        metavar="DIR",
+        help=f"this directory instead of the one runs use (${cache.CACHE_ENV}, else ~/.cache/jaxfed/xla)",
+    )
+    parser.set_defaults(func=_cmd_cache)
+
+
+def _cmd_cache(args) -> int:
+    if args.action == "clear":
+        before = cache.clear_cache(args.compilation_cache)
+        if before.path is not None:
+            print(f"removed {before.entries} compiled program(s), {_size(before.bytes)}, from {before.path}")
+            return 0
+    info = cache.cache_info(args.compilation_cache)
+    if info.path is None:
+        print(f"compilation cache: off (${cache.CACHE_ENV} or --compilation-cache says so); runs compile every program")
+        return 0
+    state = "" if info.exists else " (not created yet: the first run creates it)" if info.writable else " (absent)"
+    print(f"compilation cache: {info.path}{state}")
+    print(f"compiled programs: {info.entries}, {_size(info.bytes)}")
+    print(
+        "writable: yes"
+        if info.writable
+        else "writable: no (runs compile without it and say so; choose another with --compilation-cache or "
+        f"${cache.CACHE_ENV})"
+    )
+    return 0
+
+
+def _size(n_bytes: int) -> str:
+    return f"{n_bytes / 2**20:.1f} MiB" if n_bytes >= 2**20 else f"{n_bytes / 2**10:.1f} KiB"
 
 
 def _add_run_command(run: argparse.ArgumentParser) -> None:

@@ -65,7 +65,14 @@ and summary results, resume, pipelining), :mod:`~jaxfed.engine.target` (precisio
 :mod:`~jaxfed.engine.progress` and :mod:`~jaxfed.engine.core` (:func:`plan`, :func:`execute`, :func:`run`).
 """
 
-from jaxfed.engine.cache import CACHE_ENV, compilation_cache_dir, use_compilation_cache
+from jaxfed.engine.cache import (
+    CACHE_ENV,
+    CacheInfo,
+    cache_info,
+    clear_cache,
+    compilation_cache_dir,
+    use_compilation_cache,
+)
 from jaxfed.engine.core import MAX_TRIALS, RAW_LIMIT_BYTES, Plan, RunInfo, RunResult, execute, plan, run
 from jaxfed.engine.devices import default_memory_budget, make_mesh, start_distributed, use_all_cores
 from jaxfed.engine.options import RunOptions
@@ -85,6 +92,9 @@ __all__ = [
     "chunk_function",
     "compilation_cache_dir",
     "use_compilation_cache",
+    "cache_info",
+    "clear_cache",
+    "CacheInfo",
     "CACHE_ENV",
     "make_mesh",
     "use_all_cores",

@@ -1,19 +1,24 @@
 """Compiled once: JAX's persistent compilation cache (per-user directory, ``$JAXFED_COMPILATION_CACHE``
-or ``compilation_cache=``; ``off`` disables it); an executable compiled once is loaded
-on every host device (:func:`loaded_on`)."""
+or ``compilation_cache=``; ``off`` disables it), one entry for every host device
+(:func:`one_entry_for_every_host_device`), and what is in it (:func:`cache_info`, :func:`clear_cache`)."""
 
 from __future__ import annotations
 
 import contextlib
-import io
+import inspect
 import os
-import pickle
+import shutil
+import tempfile
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
-from jax.experimental import serialize_executable
 from jax.experimental.compilation_cache import compilation_cache as jax_cache
+
+try:  # how JAX keys a compiled program (a private seam: see one_entry_for_every_host_device)
+    from jax._src import cache_key as jax_cache_key
+except ImportError:  # pragma: no cover  (another JAX: every host device compiles its own)
+    jax_cache_key = None
 
 CACHE_ENV = "JAXFED_COMPILATION_CACHE"
 """Environment variable: the compilation cache directory, or ``off``."""
@@ -69,19 +74,63 @@ def use_compilation_cache(option: str | None = None, note=lambda message: None) 
 def compilation_cache(option: str | None = None, note=lambda message: None):
     """:func:`use_compilation_cache` for the duration of a ``with`` block (a run), then JAX's
     previous cache settings again, so that the engine leaves other JAX code in the process (a
-    notebook's, say) with the cache it had."""
+    notebook's, say) with the cache it had. Its value is the cache directory, or None when the
+    cache is off or unusable: the run then caches in a scratch directory of its own, removed at
+    its end, so that its host devices still share one compiled program
+    (:func:`one_entry_for_every_host_device`)."""
     previous = (
         jax.config.jax_compilation_cache_dir,  # type: ignore[attr-defined]
         jax.config.jax_persistent_cache_min_compile_time_secs,  # type: ignore[attr-defined]
     )
     path = use_compilation_cache(option, note)
+    scratch = None
+    if path is None:
+        try:
+            scratch = tempfile.mkdtemp(prefix="jaxfed-run-cache-")
+            use_compilation_cache(scratch)
+        except OSError:  # (no temporary directory: each host device compiles its own)
+            scratch = None
     try:
-        yield path
+        with one_entry_for_every_host_device():
+            yield path
     finally:
-        if previous[0] != path:
+        if previous[0] != jax.config.jax_compilation_cache_dir:  # type: ignore[attr-defined]
             jax.config.update("jax_compilation_cache_dir", previous[0])
             jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
             jax_cache.reset_cache()
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def one_entry_for_every_host_device():
+    """While active, a single-device program compiled for one host device is one entry of the
+    persistent cache for every host device: JAX leaves the device out of its cache key, as it
+    does on a GPU, and loads the executable with the device asked for (it passes the caller's
+    compile options to the cached executable). An XLA CPU executable is machine code that does
+    not depend on which host device runs it, but on a CPU JAX hashes the device into the key,
+    so a run on two host devices compiled each trial program twice, side by side (3.5 s where
+    one compile takes 1.9 s alone on the 2-core machine; on 16 host devices, 16 times): now the
+    first device compiles it and the others load it, the same machine code on every device.
+
+    JAX's key function is a private seam: where it is missing or takes other arguments (another
+    JAX version) this does nothing and every device compiles its own, as before. Only on a CPU
+    backend, and restored on exit.
+    """
+    original = getattr(jax_cache_key, "_hash_serialized_compile_options", None)
+    takes = inspect.signature(original).parameters if callable(original) else {}
+    if "strip_device_assignment" not in takes or jax.default_backend() != "cpu":
+        yield
+        return
+
+    def without_the_device(hash_obj, compile_options_obj, strip_device_assignment=False):
+        return original(hash_obj, compile_options_obj, strip_device_assignment=True)
+
+    jax_cache_key._hash_serialized_compile_options = without_the_device
+    try:
+        yield
+    finally:
+        jax_cache_key._hash_serialized_compile_options = original
 
 
 def _count_cache_event(event: str, **kwargs) -> None:
@@ -100,48 +149,66 @@ def timed_compile(lowered) -> tuple[Any, float, bool]:
     return executable, seconds, _cache_events["hits"] > hits and _cache_events["misses"] == misses
 
 
-def loaded_on(executable, device) -> Any | None:
-    """``executable`` (a compiled single-device program, ``jax.jit(...).lower(...).compile()``)
-    loaded for another ``device`` of the same CPU client without compiling it again, or None
-    where this JAX cannot (the caller then compiles for ``device`` as usual).
+class CacheInfo(NamedTuple):
+    """What ``jaxfed cache info`` shows of a compilation cache directory (:func:`cache_info`)."""
 
-    An XLA CPU executable is machine code that does not depend on which host device runs it, but
-    JAX compiles one per device (the device is part of an executable's options, and of the
-    persistent cache's key on a CPU): a run on two host devices compiled each trial program twice,
-    side by side (3.5 s where one compile takes 2.6 s on the 2-core machine; on 16 host devices,
-    16 times). The executable is serialised and loaded back with ``device`` in place of its own:
-    the same machine code on every device, so the same bits by construction. It goes through
-    JAX's executable serialisation with the device mapping replaced, a private seam: any failure
-    (another JAX version) is a None, never a wrong program, and the loaded executable is checked
-    to run on ``device``.
-    """
-    if device.platform != "cpu":
-        return None
+    path: str | None  # the directory (None: the cache is off)
+    exists: bool
+    entries: int  # compiled programs (JAX's ``*-cache`` files)
+    bytes: int  # their size, with their access-time files
+    writable: bool  # a run can add to it
+
+
+_ENTRY_SUFFIXES = ("-cache", "-atime")  # the files JAX's cache writes: an executable, its last access
+
+
+def _entry_files(path: str) -> list[str]:
+    """The files of JAX's cache entries directly in ``path`` (nothing else there is counted or removed)."""
     try:
-        from jax._src import compiler  # (the compile options JAX itself would give ``device``)
+        names = os.listdir(path)
+    except OSError:
+        return []
+    return [
+        os.path.join(path, name)
+        for name in names
+        if name.endswith(_ENTRY_SUFFIXES) and os.path.isfile(os.path.join(path, name))
+    ]
 
-        serialized, in_tree, out_tree = serialize_executable.serialize(executable)
-        options = compiler.get_compile_options(num_replicas=1, num_partitions=1, device_assignment=[device])
-        unloaded, args_info, no_kwargs = _OnDevice(io.BytesIO(serialized), device, options).load()
-        loaded = jax.stages.Compiled(unloaded.load(), [], in_tree.unflatten(args_info), out_tree, no_kwargs=no_kwargs)
-        return loaded if list(loaded.runtime_executable().local_devices()) == [device] else None
-    except Exception:  # (a private seam of JAX: compile instead)
-        return None
+
+def cache_info(option: str | None = None) -> CacheInfo:
+    """The compilation cache a run would use (:func:`compilation_cache_dir` of ``option``): its
+    directory, compiled programs and bytes, and whether it is writable. Reads only."""
+    path = compilation_cache_dir(option)
+    if path is None:
+        return CacheInfo(None, False, 0, 0, False)
+    files = _entry_files(path)
+    size = sum(os.path.getsize(f) for f in files if os.path.exists(f))
+    entries = sum(f.endswith("-cache") for f in files)
+    exists = os.path.isdir(path)
+    writable = os.access(path if exists else _existing_parent(path), os.W_OK | os.X_OK)
+    return CacheInfo(path, exists, entries, size, writable)
 
 
-class _OnDevice(getattr(serialize_executable, "_JaxPjrtUnpickler", pickle.Unpickler)):  # type: ignore[misc]
-    """JAX's unpickler of a serialised executable, with every device it names read as ``device``
-    and the executable loaded with ``options`` (whose device assignment is ``device``)."""
+def _existing_parent(path: str) -> str:
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
 
-    def __init__(self, file, device, options):
-        super().__init__(file, device.client, [device])
-        self.device, self.options = device, options
 
-    def persistent_load(self, pid):
-        if pid[0] == "device":
-            return self.device
-        if pid[0] == "exec":
-            return self.backend.deserialize_executable(
-                pid[1], executable_devices=self.execution_devices, compile_options=self.options
-            )
-        return super().persistent_load(pid)
+def clear_cache(option: str | None = None) -> CacheInfo:
+    """Removes the compiled programs of the compilation cache :func:`compilation_cache_dir` of
+    ``option`` (JAX's entry files only: a cache pointed at a directory that holds other files
+    keeps them) and returns what was there (:func:`cache_info`). The next run of each program
+    compiles it again.
+
+    Raises:
+        OSError: an entry could not be removed (a read-only directory), naming the file.
+    """
+    before = cache_info(option)
+    if before.path is not None:
+        for name in _entry_files(before.path):
+            try:
+                os.remove(name)
+            except FileNotFoundError:  # (removed meanwhile, by JAX's own eviction or another clear)
+                pass
+    return before

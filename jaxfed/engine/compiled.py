@@ -17,7 +17,7 @@ from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxfed import stats
-from jaxfed.engine.cache import loaded_on, timed_compile
+from jaxfed.engine.cache import timed_compile
 from jaxfed.engine.devices import platform
 from jaxfed.engine.points import Group, Trial, rebuild
 
@@ -210,17 +210,17 @@ def compile_chunk_fn(fn: ChunkFn, args: tuple, compile_lowered) -> tuple[ChunkFn
     def lowered(g, device):
         return fn.executables[device].lower(*fn.device_args(g, *args))
 
-    # One executable per device. On a CPU the first device's is compiled and loaded on the others
-    # (cache.loaded_on: the same machine code, compiled once); elsewhere, or where that fails,
-    # each device's is compiled, side by side in threads (XLA releases the GIL).
+    # One executable per device. With a compilation cache (every engine run has one: the user's
+    # or a scratch one) the first device compiles the program and the others load it from the
+    # cache (on a CPU one entry serves every host device: cache.one_entry_for_every_host_device);
+    # without one, each device compiles its own, side by side in threads (XLA releases the GIL).
     (g0, first), rest = fn.positions[0], fn.positions[1:]
     fn.executables[first] = compile_lowered(lowered(g0, first))
-    loaded = {device: loaded_on(fn.executables[first], device) for _, device in rest}
-    missing = [(g, device) for g, device in rest if loaded[device] is None]
-    if missing:
-        with concurrent.futures.ThreadPoolExecutor(len(missing), thread_name_prefix="jaxfed-compile") as pool:
-            loaded.update(zip([d for _, d in missing], pool.map(compile_lowered, [lowered(*p) for p in missing])))
-    fn.executables.update(loaded)
+    if jax.config.jax_compilation_cache_dir:  # type: ignore[attr-defined]
+        fn.executables.update({device: compile_lowered(lowered(g, device)) for g, device in rest})
+    elif rest:
+        with concurrent.futures.ThreadPoolExecutor(len(rest), thread_name_prefix="jaxfed-compile") as pool:
+            fn.executables.update(zip([d for _, d in rest], pool.map(compile_lowered, [lowered(*p) for p in rest])))
     temp, output = _memory(fn.executables[fn.positions[0][1]])
     if fn.finish is None:
         return fn, {"temp": temp, "output": output}

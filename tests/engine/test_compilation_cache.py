@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 
-import jax
 import numpy as np
 import pytest
 from support import POINTS, trial
@@ -38,11 +37,12 @@ def test_a_second_run_takes_the_executable_from_the_cache(tmp_path):
 
 
 def trial_compiles(caplog, go) -> int:
-    """XLA compilations of a trial program (the devices' ``on_device``) while ``go()`` runs."""
+    """XLA compilations of a trial program (the devices' ``on_device``) while ``go()`` runs: the
+    persistent cache's misses (every engine run has a cache, its own scratch one when off)."""
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="jax._src.dispatch"), jax.log_compiles(True):
+    with caplog.at_level(logging.DEBUG, logger="jax._src.compiler"):
         go()
-    return sum("XLA compilation of jit(on_device)" in r.getMessage() for r in caplog.records)
+    return sum("CACHE MISS for 'jit_on_device'" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize("keep", ["raw", "summary"])
@@ -76,47 +76,54 @@ import logging, sys, jax, numpy as np
 sys.path[:0] = [{tests!r}]
 from support import POINTS, trial
 from jaxfed import engine
-from jaxfed.engine import cache
 records = []
 handler = logging.Handler()
 handler.emit = records.append
-logging.getLogger("jax._src.dispatch").addHandler(handler)
-with jax.log_compiles(True):
-    out = engine.run(trial, POINTS, 300, seed=4, devices=2, micro_batch=64, compilation_cache="off", progress=False)
-compiles = sum("XLA compilation of jit(on_device)" in r.getMessage() for r in records)
-assert compiles == 1, f"the trial program was compiled {{compiles}} times on 2 host devices"
-f = jax.jit(lambda x: x * 3 + 1).lower(jax.device_put(np.zeros(5, np.float32), jax.devices()[0])).compile()
-on_1 = cache.loaded_on(f, jax.devices()[1])
-y = on_1(jax.device_put(np.arange(5, dtype=np.float32), jax.devices()[1]))
-assert y.devices() == {{jax.devices()[1]}} and np.asarray(y).tolist() == [1, 4, 7, 10, 13]
+logger = logging.getLogger("jax._src.compiler")
+logger.addHandler(handler)
+logger.setLevel(logging.DEBUG)
+for cache in ("off", sys.argv[2]):
+    records.clear()
+    out = engine.run(trial, POINTS, 300, seed=4, devices=2, micro_batch=64, compilation_cache=cache, progress=False)
+    compiles = sum("CACHE MISS for 'jit_on_device'" in r.getMessage() for r in records)
+    loads = sum("cache hit for 'jit_on_device'" in r.getMessage() for r in records)
+    assert (compiles, loads) == (1, 1), f"cache {{cache}}: the trial program compiled {{compiles}} times, loaded {{loads}}"
+    engine.compiled._KEPT.clear()
 np.save(sys.argv[1], out["walk"])
 """
 
 
 def test_two_host_devices_share_one_compiled_trial_program(tmp_path):
-    """On two host devices the trial program is compiled once and loaded on the second device
-    (cache.loaded_on: the same executable), with the values of one device."""
+    """On two host devices the trial program is compiled once, for the first, and the second
+    loads it from the cache (one entry for every host device), with the cache off (a scratch
+    cache of the run's own) or on; the values are those of one device."""
     path = str(tmp_path / "walk.npy")
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
     script = TWO_HOST_DEVICES.format(tests=os.path.dirname(os.path.dirname(__file__)))
-    subprocess.run([sys.executable, "-c", script, path], check=True, env=env, timeout=300)
+    subprocess.run([sys.executable, "-c", script, path, str(tmp_path / "cache")], check=True, env=env, timeout=300)
     one = engine.run(trial, POINTS, 300, seed=4, micro_batch=64, compilation_cache="off", progress=False)
     np.testing.assert_array_equal(np.load(path), one["walk"])
 
 
-def test_an_executable_that_cannot_be_loaded_elsewhere_is_compiled_there(monkeypatch):
-    """Where JAX cannot load an executable on another device (another JAX version), each device
-    compiles its own, as before: loaded_on says None, never a wrong program."""
-    device = jax.devices()[0]
-    f = jax.jit(lambda x: x + 1).lower(jax.device_put(np.zeros(3, np.float32), device)).compile()
-    assert engine_cache.loaded_on(f, device) is not None  # (this JAX can)
+def test_the_key_without_the_device_holds_only_during_a_run(tmp_path, monkeypatch):
+    """The cache key leaves the host device out only while a run compiles (other JAX code in the
+    process keeps JAX's own key), and where JAX's key function takes other arguments (another
+    JAX version) the run leaves it alone and compiles as before."""
+    original = engine_cache.jax_cache_key._hash_serialized_compile_options
+    seen = []
 
-    def cannot(executable):
-        raise NotImplementedError("serialize_executables with const_args")
+    def spy(*args, **kwargs):
+        seen.append(engine_cache.jax_cache_key._hash_serialized_compile_options is not original)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(engine_cache.serialize_executable, "serialize", cannot)
-    assert engine_cache.loaded_on(f, device) is None
-    assert engine_cache.loaded_on(object(), device) is None
+    real = compiled.make_chunk_fn
+    monkeypatch.setattr(compiled, "make_chunk_fn", spy)
+    engine.run(trial, POINTS, 23, micro_batch=64, compilation_cache=str(tmp_path / "c"), progress=False)
+    assert seen == [True] and engine_cache.jax_cache_key._hash_serialized_compile_options is original
+    monkeypatch.setattr(engine_cache.jax_cache_key, "_hash_serialized_compile_options", lambda hash_obj, options: None)
+    changed = engine_cache.jax_cache_key._hash_serialized_compile_options
+    with engine_cache.one_entry_for_every_host_device():
+        assert engine_cache.jax_cache_key._hash_serialized_compile_options is changed
 
 
 def test_the_cache_can_be_disabled_by_option_or_environment(tmp_path, monkeypatch):
