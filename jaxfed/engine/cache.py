@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import jax
 from jax.experimental.compilation_cache import compilation_cache as jax_cache
 
+jax_cache_key: Any
 try:  # how JAX keys a compiled program (a private seam: see one_entry_for_every_host_device)
     from jax._src import cache_key as jax_cache_key
 except ImportError:  # pragma: no cover  (another JAX: every host device compiles its own)
@@ -117,7 +118,7 @@ def one_entry_for_every_host_device():
     JAX version) this does nothing and every device compiles its own, as before. Only on a CPU
     backend, and restored on exit.
     """
-    original = getattr(jax_cache_key, "_hash_serialized_compile_options", None)
+    original: Any = getattr(jax_cache_key, "_hash_serialized_compile_options", None)
     takes = inspect.signature(original).parameters if callable(original) else {}
     if "strip_device_assignment" not in takes or jax.default_backend() != "cpu":
         yield

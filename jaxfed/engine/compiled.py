@@ -7,6 +7,7 @@ import collections
 import concurrent.futures
 import functools
 import math
+import threading
 import time
 from typing import Any, NamedTuple
 
@@ -483,18 +484,21 @@ class Compiler:
     def __call__(self, batch: int) -> tuple[ChunkFn, dict]:
         j = self.job
         key = _kept_key(j, batch)
-        if key in _KEPT:
-            _KEPT.move_to_end(key)
-            return _KEPT[key]
+        with _KEPT_LOCK:  # (groups compile in threads: jaxfed.engine.core._compiling_ahead)
+            if key in _KEPT:
+                _KEPT.move_to_end(key)
+                return _KEPT[key]
         fn = make_chunk_fn(j.trial, j.group, batch, j.mesh, j.width, j.common, j.summary)
         self._spans = []
         try:
-            _KEPT[key] = compile_chunk_fn(fn, j.args, self._compile)
+            kept = compile_chunk_fn(fn, j.args, self._compile)
         finally:  # the wall time during which some compile ran (devices compile side by side)
             self.record["compile_s"] += _covered(self._spans)
-        while len(_KEPT) > KEPT_CHUNK_FNS:
-            _KEPT.popitem(last=False)
-        return _KEPT[key]
+        with _KEPT_LOCK:
+            _KEPT[key] = kept
+            while len(_KEPT) > KEPT_CHUNK_FNS:
+                _KEPT.popitem(last=False)
+        return kept
 
 
 KEPT_CHUNK_FNS = 8
@@ -502,6 +506,7 @@ KEPT_CHUNK_FNS = 8
 again (a notebook's rerun, a grown sweep) neither traces, lowers nor loads it again: that took
 0.85 s of a 1.05 s rerun of 64 gfvl-topologies trials."""
 _KEPT: collections.OrderedDict = collections.OrderedDict()
+_KEPT_LOCK = threading.Lock()
 
 # JAX options that change what a trial traces to (as jax.jit's own cache keys on its trace context).
 _TRACE_OPTIONS = (

@@ -7,8 +7,10 @@ chunks to the group's sink (a :class:`RunResult`, with a :class:`RunInfo`); :fun
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
+import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import NamedTuple
 
@@ -437,8 +439,8 @@ def execute(plan: Plan) -> RunResult:
     :class:`RunResult`. JAX's compilation cache is the run's while it executes, then as it was."""
     nonfinite = {name: np.zeros(plan.n_points, np.int64) for name in plan.specs}
     with plan:
-        with _compilation_cache(plan) as cache_dir:
-            done = [_run_group(plan, gp, cache_dir, nonfinite) for gp in plan.groups]
+        with _compilation_cache(plan) as cache_dir, _compiling_ahead(plan, cache_dir) as compiled:
+            done = [_run_group(plan, gp, cache_dir, nonfinite, compiled[gp.number]) for gp in plan.groups]
     infos, parts = [info for info, _ in done], [part for _, part in done]
     info = RunInfo(
         devices=plan.machine.n_shards,
@@ -463,9 +465,58 @@ def _compilation_cache(plan: Plan):
     return cache.compilation_cache(plan.options.compilation_cache, plan.bar.note)
 
 
-def _run_group(plan: Plan, gp: GroupPlan, cache_dir: str | None, nonfinite: dict) -> tuple[GroupInfo, dict]:
-    """(what was chosen, the group's results: see ``Sink.finish``) of one group's chunks."""
-    info, chunk_fn = _compile_group(plan, gp, cache_dir)
+@contextlib.contextmanager
+def _compiling_ahead(plan: Plan, cache_dir: str | None):
+    """Per group, a future of :func:`_compile_group`: with a device mesh, every group's chunk
+    function is compiled in threads from the start, up to one per core at once (XLA compiles a
+    program on one thread and releases the GIL), so that later groups compile while earlier ones
+    compile or run; the groups still run in order. Compiling is deterministic: the programs, and
+    so the values, are those of one group after another. On exit the compiles not yet started
+    are cancelled (an error or an interrupt in an earlier group)."""
+    if plan.machine.mesh is None or len(plan.groups) == 1:
+        yield _Lazily(plan, cache_dir)
+        return
+    workers = max(1, min(len(plan.groups), COMPILE_THREADS or os.cpu_count() or 1))
+    pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="jaxfed-compile-group")
+    try:
+        yield [pool.submit(_compile_group, plan, gp, cache_dir) for gp in plan.groups]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+COMPILE_THREADS: int | None = None
+"""Groups compiled at once, at most (None: one per core, see :func:`_compiling_ahead`)."""
+
+
+class _Lazily:
+    """Per group, :func:`_compile_group` when asked (one group, or no mesh: nothing to overlap)."""
+
+    def __init__(self, plan: Plan, cache_dir: str | None):
+        self.plan, self.cache_dir = plan, cache_dir
+
+    def __getitem__(self, number: int):
+        return _Compile(lambda: _compile_group(self.plan, self.plan.groups[number], self.cache_dir))
+
+
+class _Compile(NamedTuple):
+    go: Callable
+
+    def result(self):
+        return self.go()
+
+    def done(self) -> bool:
+        return False
+
+
+def _run_group(plan: Plan, gp: GroupPlan, cache_dir: str | None, nonfinite: dict, compiled) -> tuple[GroupInfo, dict]:
+    """(what was chosen, the group's results: see ``Sink.finish``) of one group's chunks, its
+    chunk function from ``compiled`` (a future of :func:`_compile_group`)."""
+    where = f"group {gp.number + 1}/{len(plan.groups)}"
+    if plan.machine.mesh is not None and not gp.sink.resume().complete and not compiled.done():
+        plan.bar.note(f"{where}: compiling …")
+    info, chunk_fn = compiled.result()
+    if chunk_fn is not None:
+        _note_compiled(plan, gp, info)
     n_groups, size = len(plan.groups), info.chunk_size
     plan.bar.group(f"group {gp.number + 1}/{n_groups}", len(gp.group.point_ids) * plan.n_trials, gp.sink.resume().done)
     if plan.target is None:
@@ -492,24 +543,26 @@ def _compile_group(plan: Plan, gp: GroupPlan, cache_dir: str | None) -> tuple[Gr
     if gp.sink.resume().complete:
         return GroupInfo(), None
     m, options, summary = plan.machine, plan.options, plan.keep == "summary"
-    where = f"group {gp.number + 1}/{len(plan.groups)}"
     if m.mesh is None:
         size = gp.chunk_size or min(plan.n_trials, 4096)
         batch = round_up(size, m.width)
         fn = make_chunk_fn(plan.trial, gp.group, batch, None, m.width, options.common_random_numbers, summary)
-        info = GroupInfo(size)
-    else:
-        plan.bar.note(f"{where}: compiling …")
-        size, fn, compiled = sized_chunk_fn(_chunk_job(plan, gp, cache_dir), gp.chunk_size)
-        info = GroupInfo(size, compiled["compile_s"], compiled["compile_cached"])
+        return GroupInfo(size), fn
+    size, fn, compiled = sized_chunk_fn(_chunk_job(plan, gp, cache_dir), gp.chunk_size)
+    return GroupInfo(size, compiled["compile_s"], compiled["compile_cached"]), fn
+
+
+def _note_compiled(plan: Plan, gp: GroupPlan, info: GroupInfo) -> None:
+    """The line that says what a group's chunk function is and what compiling it took."""
+    m = plan.machine
     compile_note = ""
     if info.compile_s is not None:
         compile_note = f", compiled in {info.compile_s:.1f} s{' (cache)' if info.compile_cached else ''}"
     plan.bar.note(
-        f"{where}: {len(gp.group.point_ids)} point(s), chunk size {size} trials over {m.n_shards} device(s), "
-        f"memory budget {size_text(m.budget)} per device{compile_note}"
+        f"group {gp.number + 1}/{len(plan.groups)}: {len(gp.group.point_ids)} point(s), chunk size "
+        f"{info.chunk_size} trials over {m.n_shards} device(s), memory budget {size_text(m.budget)} per "
+        f"device{compile_note}"
     )
-    return info, fn
 
 
 def _chunk_job(plan: Plan, gp: GroupPlan, cache_dir: str | None) -> ChunkJob:

@@ -5,14 +5,17 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from support import POINTS, trial
 
 from jaxfed import engine
 from jaxfed.engine import cache as engine_cache
-from jaxfed.engine import compiled
+from jaxfed.engine import compiled, core
 
 
 @pytest.fixture(autouse=True)
@@ -228,3 +231,41 @@ def test_a_rerun_in_the_same_process_reuses_the_compiled_chunk_function(monkeypa
     engine.run(trial, POINTS, 64 * 4, **dict(go, chunk_size=64 * 4))  # drops the 2-block one
     engine.run(trial, POINTS, 64 * 2, **dict(go, chunk_size=64 * 2))  # compiled again
     assert len(compiled._KEPT) == 3 and len(built) == 9
+
+
+def powered(key, point):
+    """A trial whose static leaf ``power`` makes a group of its own (same shapes, another program)."""
+    x = jax.random.normal(key, (4,)) * point["scale"]
+    return {"y": x ** point["power"]}
+
+
+def test_groups_compile_side_by_side_with_the_values_of_one_after_another(monkeypatch):
+    """Every group's chunk function is compiled in threads from the start (later groups compile
+    while earlier ones compile or run); the values are those of groups compiled one at a time."""
+    points = [{"scale": jnp.float32(1.0 + p), "power": p + 1} for p in range(3)]  # three groups
+    names: list = []
+    real = compiled.compile_chunk_fn
+    monkeypatch.setattr(
+        compiled, "compile_chunk_fn", lambda *a: names.append(threading.current_thread().name) or real(*a)
+    )
+    go = dict(micro_batch=64, compilation_cache="off", progress=False)
+    side_by_side = engine.run(powered, points, 100, **go)
+    assert len(names) == 3 and all(name.startswith("jaxfed-compile-group") for name in names)
+    compiled._KEPT.clear()
+    monkeypatch.setattr(core, "COMPILE_THREADS", 1)
+    one_at_a_time = engine.run(powered, points, 100, **go)
+    np.testing.assert_array_equal(side_by_side["y"], one_at_a_time["y"])
+
+
+def test_a_group_that_cannot_compile_fails_the_run_with_its_own_error(monkeypatch):
+    points = [{"scale": jnp.float32(1.0 + p), "power": p + 1} for p in range(3)]
+    real = core._compile_group
+
+    def second_fails(plan, gp, cache_dir):
+        if gp.number == 1:
+            raise ValueError("group 2 refused")
+        return real(plan, gp, cache_dir)
+
+    monkeypatch.setattr(core, "_compile_group", second_fails)
+    with pytest.raises(ValueError, match="group 2 refused"):
+        engine.run(powered, points, 100, micro_batch=64, compilation_cache="off", progress=False)
