@@ -280,12 +280,16 @@ def _beta_kl(eta1, eta2):
     c1, c2 = a1 + b1, a2 + b2
     da, db = a2 - a1, b2 - b1
     cross = da * b1 - db * a1  # a₂c₁ − a₁c₂ without forming either product
-    bernoulli = (c2 / c1) * (
-        a1 * numerics.xlogx_bregman(cross / (a1 * c2), (a2 * c1) / (a1 * c2))
-        + b1 * numerics.xlogx_bregman(-cross / (b1 * c2), (b2 * c1) / (b1 * c2))
+    # Each function below is evaluated once, on its arguments stacked along a new leading axis (the
+    # two Bernoulli terms; the remainders of a, b and c): one copy of its series in the program
+    # instead of one per call (the Beta KL was ~2,300 of the Fig. 3 trial's ~3,300 StableHLO lines).
+    first, second = jnp.stack([a1, b1]), jnp.stack([a2, b2])
+    psi = numerics.xlogx_bregman(jnp.stack([cross, -cross]) / (first * c2), (second * c1) / (first * c2))
+    bernoulli = (c2 / c1) * (a1 * psi[0] + b1 * psi[1])
+    r = numerics.log_gamma_remainder_bregman(
+        jnp.stack([a1, b1, c1]), jnp.stack([a2, b2, c2]), jnp.stack([da, db, da + db])
     )
-    remainder = numerics.log_gamma_remainder_bregman
-    return bernoulli + remainder(a1, a2, da) + remainder(b1, b2, db) - remainder(c1, c2, da + db)
+    return bernoulli + r[0] + r[1] - r[2]
 
 
 def _beta_boundary(eta):

@@ -131,16 +131,25 @@ def log_gamma_remainder_bregman(x1: jax.Array, x2: jax.Array, h: jax.Array | Non
     shift = jnp.where(shifted, jnp.asarray(n, x1.dtype), 0.0)
     y1, y2 = x1 + shift, x2 + shift
     t = h / y1
-    value = 0.5 * x_minus_log1p(t, y2 / y1) + _stirling_bregman(t, y2, n_terms)
     r = h / x1
+    inverses = [1.0 / (x1 + k) for k in range(n)]
+    # φ and ψ are each evaluated once, on their arguments stacked along a new leading axis (one
+    # copy of each series in the program, not one per term), and the terms are added in order.
+    # (Not a reduction over that axis: as one over a trailing axis of n it was 20 times slower on a CPU.)
+    phi = x_minus_log1p(
+        jnp.stack([t] + [h * inv for inv in inverses]),
+        jnp.stack([y2 / y1] + [(x2 + k) * inv for k, inv in enumerate(inverses)]),
+    )
+    psi = xlogx_bregman(jnp.stack([t, r]), jnp.stack([y2 / y1, x2 / x1]))
+    value = 0.5 * phi[0] + _stirling_bregman(t, y2, n_terms)
     near = jnp.abs(r / (2.0 + r)) < _XLOGX_SERIES[jnp.result_type(x1).itemsize][0]
-    by_series = y1 * xlogx_bregman(t, y2 / y1) - x1 * xlogx_bregman(r, x2 / x1)
+    by_series = y1 * psi[0] - x1 * psi[1]
     combined = x2 * (jnp.log1p(shift / x2) - jnp.log1p(shift / x1)) + shift * jnp.log(y2 / y1)
     # (A where rather than a product with shift = 0: XLA may fuse y₁ψ − x₁ψ into one FMA, not exactly 0.)
     value = value + jnp.where(shifted, jnp.where(near, by_series, combined), 0.0)
-    # (Written out term by term: as a reduction over a new axis of n it was 20 times slower on a CPU.)
-    inverses = [1.0 / (x1 + k) for k in range(n)]
-    steps = sum(x_minus_log1p(h * inv, (x2 + k) * inv) for k, inv in enumerate(inverses))
+    steps = phi[1]
+    for k in range(2, n + 1):
+        steps = steps + phi[k]
     return value + jnp.where(shifted, steps, 0.0)
 
 
