@@ -5,9 +5,9 @@ import tempfile
 
 # Tests run on the CPU with the default float32; a test that needs float64 uses `jax.enable_x64`.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# The `jaxfed run` subprocesses keep one host device: on every core each group compiles once per
-# device (docs/performance.md), which would double the suite's compile time. The every-core
-# default has its own tests, which set or clear XLA_FLAGS themselves (test_determinism, test_cluster).
+# The `jaxfed run` subprocesses keep one host device: pytest already runs a worker per core, and
+# several host devices per process would only share those cores. The every-core default has its
+# own tests, which set or clear XLA_FLAGS themselves (test_determinism, test_cluster).
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
 # A fresh compilation cache per test session: tests neither read nor fill the user's cache, and the
 # suite's time is that of a first run.

@@ -160,7 +160,7 @@ def check_two_devices(names, tmp_path, n_trials=300):
         assert_same({m: two[f"{name}/{m}"] for m in one}, dict(one), f"{name}, 2 devices vs 1")
 
 
-@pytest.mark.slow  # 110 s and 211 s on two quiet workers (a compile per device and group)
+@pytest.mark.slow  # 110 s and 211 s on two quiet workers (before one compile served every device)
 @pytest.mark.parametrize("names", [REPRODUCED, DEVICE_KINDS])
 def test_two_devices_give_the_values_of_one(tmp_path, names):
     check_two_devices(names, tmp_path)
@@ -198,7 +198,7 @@ def _assert_same_bytes(a, b, names) -> None:
         assert a[name].tobytes() == b[name].tobytes(), name
 
 
-@pytest.mark.slow  # ~10 s on the quiet 2-core CPU (3 s CPU time on one device, 6 s on two: a compile per device)
+@pytest.mark.slow  # ~10 s on the quiet 2-core CPU (one compile, whatever the device count)
 @pytest.mark.skipif(len(_two_cores()) < 2, reason="needs 2 cores")
 def test_every_core_is_a_host_device_by_default_with_the_values_of_one(tmp_path):
     """``engine.use_all_cores()`` makes one host device per core the process may run on: bound to
