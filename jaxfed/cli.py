@@ -88,11 +88,11 @@ def _run_one(exp, overrides, args, out_dir, n_trials):
             "(the stored run's record is left as it is)"
         )
     elif not _quiet(args):
-        compiling = sum(s for s in engine["compile_s"] if s is not None)
+        waited = sum(s for s in engine["compile_wait_s"] if s is not None)
         _say(
             f"{exp.name}: chunk size(s) {engine['chunk_sizes']} trials over {engine['devices']} device(s) "
             f"in {engine['processes']} process(es), kept {engine['keep']}; {config_json['wall_s']:.1f} s, of which "
-            f"compiling {compiling:.1f} s{' (from the cache)' if all(engine['compile_cached']) else ''}"
+            f"waiting for the compiler {waited:.1f} s{' (from the cache)' if all(engine['compile_cached']) else ''}"
         )
     return cfg, config_json, results
 

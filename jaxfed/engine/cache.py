@@ -198,8 +198,8 @@ def _existing_parent(path: str) -> str:
 
 def clear_cache(option: str | None = None) -> CacheInfo:
     """Removes the compiled programs of the compilation cache :func:`compilation_cache_dir` of
-    ``option`` (JAX's entry files only: a cache pointed at a directory that holds other files
-    keeps them) and returns what was there (:func:`cache_info`). The next run of each program
+    ``option`` (JAX's entry files, and the ``jaxfed-memory`` folder of figures that jaxfed before
+    Engine V cached there, only: a cache pointed at a directory that holds other files keeps them) and returns what was there (:func:`cache_info`). The next run of each program
     compiles it again.
 
     Raises:
@@ -212,4 +212,6 @@ def clear_cache(option: str | None = None) -> CacheInfo:
                 os.remove(name)
             except FileNotFoundError:  # (removed meanwhile, by JAX's own eviction or another clear)
                 pass
+        # (the memory figures jaxfed < Engine V cached there: never read now)
+        shutil.rmtree(os.path.join(before.path, "jaxfed-memory"), ignore_errors=True)
     return before

@@ -11,6 +11,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import NamedTuple
 
@@ -80,6 +81,7 @@ class GroupInfo(NamedTuple):
     chunk_size: int | None = None
     compile_s: float | None = None  # seconds spent compiling (with a device mesh)
     compile_cached: bool | None = None  # every executable came from the persistent cache
+    compile_wait_s: float | None = None  # seconds the run waited for this group's compile (the rest overlapped)
 
 
 class TargetInfo(NamedTuple):
@@ -100,7 +102,8 @@ class RunInfo(Mapping):
 
     Keys of the record: ``devices``, ``processes``, ``keep``, ``budget_bytes``,
     ``compilation_cache`` (directory or None); per group ``chunk_sizes``, ``compile_s``,
-    and ``compile_cached`` (:class:`GroupInfo`); ``nonfinite_trials``:
+    ``compile_cached`` and ``compile_wait_s`` (:class:`GroupInfo`: groups compile side by side,
+    so the run waits for less than their summed ``compile_s``); ``nonfinite_trials``:
     metric -> per point, the trials with a NaN or ±inf value; with a precision target,
     ``target`` (:class:`TargetInfo`).
     """
@@ -120,7 +123,7 @@ class RunInfo(Mapping):
             devices=self.devices, processes=self.processes, chunk_sizes=[g.chunk_size for g in self.groups]
         )
         out.update(budget_bytes=self.budget_bytes)
-        for field in ("compile_s", "compile_cached"):
+        for field in ("compile_s", "compile_cached", "compile_wait_s"):
             out[field] = [getattr(g, field) for g in self.groups]
         if self.target is not None:
             out["target"] = self.target._asdict()
@@ -514,7 +517,10 @@ def _run_group(plan: Plan, gp: GroupPlan, cache_dir: str | None, nonfinite: dict
     where = f"group {gp.number + 1}/{len(plan.groups)}"
     if plan.machine.mesh is not None and not gp.sink.resume().complete and not compiled.done():
         plan.bar.note(f"{where}: compiling …")
+    started = time.perf_counter()
     info, chunk_fn = compiled.result()
+    if info.compile_s is not None:
+        info = info._replace(compile_wait_s=time.perf_counter() - started)
     if chunk_fn is not None:
         _note_compiled(plan, gp, info)
     n_groups, size = len(plan.groups), info.chunk_size

@@ -28,6 +28,8 @@ def test_info_counts_the_compiled_programs_and_clear_removes_only_them(tmp_path,
     assert f"compilation cache: {cache}\n" in out and f"compiled programs: {info.entries}, " in out
     assert "writable: yes" in out
     (cache / "notes.txt").write_text("mine")  # a cache pointed at a directory that holds other files
+    (cache / "jaxfed-memory").mkdir()  # the memory probe's figures of jaxfed before Engine V
+    (cache / "jaxfed-memory" / "0123.json").write_text('{"temp": 1, "output": 1}')
     out = cache_command(capsys, "clear", "--compilation-cache", str(cache))
     assert out.startswith(f"removed {info.entries} compiled program(s), ") and str(cache) in out
     assert os.listdir(cache) == ["notes.txt"]

@@ -185,7 +185,7 @@ def test_run_info_is_typed_and_reads_as_the_engine_record():
     record = info.record()
     assert list(record) == [
         "devices", "processes", "chunk_sizes", "budget_bytes", "compile_s", "compile_cached",
-        "target", "keep", "compilation_cache", "nonfinite_trials",
+        "compile_wait_s", "target", "keep", "compilation_cache", "nonfinite_trials",
     ]  # fmt: skip
     assert record["chunk_sizes"] == [g.chunk_size for g in info.groups] == info["chunk_sizes"]
     assert sorted(record["target"]) == ["max_trials", "metric", "se", "se_reached", "statistic", "trials_per_point"]
