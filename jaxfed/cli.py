@@ -600,10 +600,9 @@ def _start_devices(args) -> None:
     (:func:`jaxfed.engine.devices.default_host_devices`) unless ``XLA_FLAGS`` sets a count.
     Processes started by hand may share a machine, which none of them can see: each keeps one host
     device unless ``--devices`` is given. ``jaxfed reproduce`` keeps one host device unless
-    ``--devices`` is given: each host device compiles its own copy of a group's program, and XLA's
-    compile of one already takes both cores of a 2-core CPU, so at the experiments' default sizes,
-    where a group runs about as long as it compiles, every core made the whole command slower
-    (docs/performance.md)."""
+    ``--devices`` is given: XLA's compile of a program already takes both cores of a 2-core CPU,
+    and at the experiments' default sizes, where a group runs about as long as it compiles, every
+    core did not make the whole command faster (docs/performance.md)."""
     if not hasattr(args, "distributed"):  # (list, show, plot, report run nothing)
         return
     n = args.num_processes

@@ -228,9 +228,10 @@ def test_refused_bytes_reads_the_size_a_device_names():
 
 @pytest.mark.parametrize("keep", [pytest.param("raw", marks=pytest.mark.slow), "summary"])
 def test_a_chosen_chunk_on_a_cpu_is_sized_from_the_trials_own_memory(monkeypatch, keep):
-    """The probe's per-trial memory survives the summary's fixed outputs (subtracted twice, it
-    came out as nothing and a whole run became one chunk), and a CPU chunk takes at most
-    ``CPU_CHUNK_BYTES``: here 4 MiB, a few hundred trials of 16 KiB sort buffers."""
+    """The estimate's per-trial memory survives the summary's fixed outputs (subtracted twice, it
+    came out as nothing and a whole run became one chunk, with the memory probe of before), and a
+    CPU chunk takes at most ``CPU_CHUNK_BYTES``: here 4 MiB, a few hundred trials of 16 KiB sort
+    buffers."""
     monkeypatch.setattr(sizing, "CPU_CHUNK_BYTES", 4 * 2**20)
     points = [{"scale": jnp.float32(1.0)}, {"scale": jnp.float32(2.0)}]
     out = engine.run(_sorting_trial, points, 1024, keep=keep, compilation_cache="off", micro_batch=WIDTH)

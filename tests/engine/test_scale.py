@@ -116,7 +116,7 @@ def test_small_memory_budget_gives_smaller_chunks_and_the_same_metrics(single, t
     # The experiment shares each trial's key across topologies, as `jaxfed run` does.
     crn = gfvl_topologies.EXPERIMENT.common_random_numbers
     # More trials than one micro-batch (512 on a CPU), so that the small budget can split them, and
-    # metrics (3.5 MB) above the share of 12 MiB that a run may take to be compiled whole, unprobed.
+    # metrics (3.5 MB) above the share of 12 MiB that a run may take to be compiled whole.
     a = engine.run(sweep.trial, sweep.points, 4800, max_memory=2**30, common_random_numbers=crn)
     b = engine.run(sweep.trial, sweep.points, 4800, max_memory=12 * 2**20, common_random_numbers=crn)
     big, small = a.info, b.info
