@@ -230,10 +230,6 @@ def _rounds_panel(ax, cfg: AblationConfig, labels, results) -> None:
     ax.grid(True, which="both", alpha=0.25)
 
 
-def _summary_rows(summary: stats.Summary, rows) -> stats.Summary:
-    return stats.Summary(*(np.asarray(f)[rows] for f in summary))
-
-
 def _firings_table(labels, reinits: np.ndarray, inits: list[str]) -> list[str]:
     """Lines of the table of re-initialisation firings per run (``reinits``: (point, trial) counts) by
     init and variant, tile split."""

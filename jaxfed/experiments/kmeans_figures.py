@@ -15,13 +15,6 @@ def mean_interval(per_trial) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return stats.interval(np.asarray(per_trial, np.float64), "mean")
 
 
-def band_of(per_trial, mass: float = 0.75) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(median, lower, upper) over the last axis of ``per_trial``: the median and the central ``mass`` band of
-    the trials (their spread, not an interval of the median)."""
-    b = stats.band(np.asarray(per_trial), mass, axis=-1)
-    return b.median, b.lower, b.upper
-
-
 def estimate_line(ax, x, est, lo, hi, i: int, n: int = 1, label: str | None = None, alpha: float = 0.18):
     """Series ``i`` of ``n`` (:func:`jaxfed.plotting.series_line`): the estimates ``est`` along ``x`` and the
     shaded range [``lo``, ``hi``] in its colour; a marker at every x where there are at most 12 (each is a
