@@ -11,6 +11,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import NamedTuple
@@ -471,20 +472,53 @@ def _compilation_cache(plan: Plan):
 @contextlib.contextmanager
 def _compiling_ahead(plan: Plan, cache_dir: str | None):
     """Per group, a future of :func:`_compile_group`: with a device mesh, every group's chunk
-    function is compiled in threads from the start, up to one per core at once (XLA compiles a
-    program on one thread and releases the GIL), so that later groups compile while earlier ones
-    compile or run; the groups still run in order. Compiling is deterministic: the programs, and
-    so the values, are those of one group after another. On exit the compiles not yet started
-    are cancelled (an error or an interrupt in an earlier group)."""
+    function is compiled in threads from the start, in group order, up to one per core at once
+    (XLA compiles a program on its own threads and releases the GIL), so that later groups
+    compile while earlier ones compile or run; the groups still run in order. Compiling is
+    deterministic: the programs, and so the values, are those of one group after another. On
+    exit the compiles not yet started are cancelled (an error or an interrupt in an earlier
+    group); one under way is left to its daemon thread, so an interrupted run ends without
+    waiting for it."""
     if plan.machine.mesh is None or len(plan.groups) == 1:
         yield _Lazily(plan, cache_dir)
         return
-    workers = max(1, min(len(plan.groups), COMPILE_THREADS or os.cpu_count() or 1))
-    pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="jaxfed-compile-group")
+    compiles = _GroupCompiles(plan, cache_dir, max(1, min(len(plan.groups), COMPILE_THREADS or os.cpu_count() or 1)))
     try:
-        yield [pool.submit(_compile_group, plan, gp, cache_dir) for gp in plan.groups]
+        yield compiles.futures
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        compiles.cancel()
+
+
+class _GroupCompiles:
+    """``futures[g]``: group g's :func:`_compile_group`, computed by ``workers`` daemon threads
+    that take the groups in order."""
+
+    def __init__(self, plan: Plan, cache_dir: str | None, workers: int):
+        self.futures: list[concurrent.futures.Future] = [concurrent.futures.Future() for _ in plan.groups]
+        self._next = iter(range(len(plan.groups)))
+        self._lock = threading.Lock()
+        for _ in range(workers):
+            worker = threading.Thread(target=self._work, args=(plan, cache_dir), name="jaxfed-compile-group")
+            worker.daemon = True
+            worker.start()
+
+    def _work(self, plan: Plan, cache_dir: str | None) -> None:
+        while True:
+            with self._lock:
+                number = next(self._next, None)
+            if number is None:
+                return
+            future = self.futures[number]
+            if not future.set_running_or_notify_cancel():
+                continue  # (cancelled: the run ended before this group)
+            try:
+                future.set_result(_compile_group(plan, plan.groups[number], cache_dir))
+            except BaseException as err:  # (the run raises it when it reaches this group)
+                future.set_exception(err)
+
+    def cancel(self) -> None:
+        for future in self.futures:
+            future.cancel()
 
 
 COMPILE_THREADS: int | None = None

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -269,3 +270,22 @@ def test_a_group_that_cannot_compile_fails_the_run_with_its_own_error(monkeypatc
     monkeypatch.setattr(core, "_compile_group", second_fails)
     with pytest.raises(ValueError, match="group 2 refused"):
         engine.run(powered, points, 100, micro_batch=64, compilation_cache="off", progress=False)
+
+
+def test_the_groups_after_one_that_failed_are_not_compiled(monkeypatch):
+    """Compiles not yet started when the run ends (an error, an interrupt) are cancelled."""
+    points = [{"scale": jnp.float32(1.0 + p), "power": p + 1} for p in range(3)]
+    asked: list = []
+
+    def first_fails(plan, gp, cache_dir):
+        asked.append(gp.number)
+        if gp.number:  # (a compile under way when the run ends: it is left to its thread)
+            time.sleep(1.0)
+        raise ValueError(f"group {gp.number + 1} refused")
+
+    monkeypatch.setattr(core, "COMPILE_THREADS", 1)
+    monkeypatch.setattr(core, "_compile_group", first_fails)
+    with pytest.raises(ValueError, match="group 1 refused"):
+        engine.run(powered, points, 100, micro_batch=64, compilation_cache="off", progress=False)
+    time.sleep(1.5)  # (the thread, done with the second group if it took it, finds the third cancelled)
+    assert asked in ([0], [0, 1])
