@@ -199,8 +199,9 @@ def _existing_parent(path: str) -> str:
 def clear_cache(option: str | None = None) -> CacheInfo:
     """Removes the compiled programs of the compilation cache :func:`compilation_cache_dir` of
     ``option`` (JAX's entry files, and the ``jaxfed-memory`` folder of figures that jaxfed before
-    Engine V cached there, only: a cache pointed at a directory that holds other files keeps them) and returns what was there (:func:`cache_info`). The next run of each program
-    compiles it again.
+    Engine V cached there, only: a cache pointed at a directory that holds other files keeps
+    them) and returns what was there (:func:`cache_info`). The next run of each program compiles
+    it again.
 
     Raises:
         OSError: an entry could not be removed (a read-only directory), naming the file.

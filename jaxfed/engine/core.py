@@ -336,7 +336,8 @@ def _trace(trial: Trial, groups: list, metric_axes: dict | None) -> tuple[dict, 
     costs ~60 ms, so only when a stored identity differs), the largest working set of
     one trial over the groups: :func:`~jaxfed.engine.sizing.trial_live_bytes`): the shapes of one
     trial's metrics per group, without running anything, checked against ``metric_axes``. The
-    program's digest keys the compiled function kept in the process and the store; the working set bounds the micro-batch width."""
+    program's digest keys the compiled function kept in the process and the store; the working
+    set bounds the micro-batch width and sizes the chunks."""
     traces = [
         jax.make_jaxpr(lambda k, t, g=group: trial(k, rebuild(g, t)), return_shape=True)(
             jax.random.key(0), [x[0] for x in traced]
@@ -480,7 +481,7 @@ def _compiling_ahead(plan: Plan, cache_dir: str | None):
     group); one under way is left to its daemon thread, so an interrupted run ends without
     waiting for it."""
     if plan.machine.mesh is None or len(plan.groups) == 1:
-        yield _Lazily(plan, cache_dir)
+        yield [None] * len(plan.groups)  # (nothing to overlap: each group compiles when it runs)
         return
     compiles = _GroupCompiles(plan, cache_dir, max(1, min(len(plan.groups), COMPILE_THREADS or os.cpu_count() or 1)))
     try:
@@ -525,34 +526,14 @@ COMPILE_THREADS: int | None = None
 """Groups compiled at once, at most (None: one per core, see :func:`_compiling_ahead`)."""
 
 
-class _Lazily:
-    """Per group, :func:`_compile_group` when asked (one group, or no mesh: nothing to overlap)."""
-
-    def __init__(self, plan: Plan, cache_dir: str | None):
-        self.plan, self.cache_dir = plan, cache_dir
-
-    def __getitem__(self, number: int):
-        return _Compile(lambda: _compile_group(self.plan, self.plan.groups[number], self.cache_dir))
-
-
-class _Compile(NamedTuple):
-    go: Callable
-
-    def result(self):
-        return self.go()
-
-    def done(self) -> bool:
-        return False
-
-
 def _run_group(plan: Plan, gp: GroupPlan, cache_dir: str | None, nonfinite: dict, compiled) -> tuple[GroupInfo, dict]:
     """(what was chosen, the group's results: see ``Sink.finish``) of one group's chunks, its
-    chunk function from ``compiled`` (a future of :func:`_compile_group`)."""
+    chunk function from ``compiled`` (a future of :func:`_compile_group`, or None: compiled here)."""
     where = f"group {gp.number + 1}/{len(plan.groups)}"
-    if plan.machine.mesh is not None and not gp.sink.resume().complete and not compiled.done():
+    if plan.machine.mesh is not None and not gp.sink.resume().complete and not (compiled and compiled.done()):
         plan.bar.note(f"{where}: compiling …")
     started = time.perf_counter()
-    info, chunk_fn = compiled.result()
+    info, chunk_fn = compiled.result() if compiled is not None else _compile_group(plan, gp, cache_dir)
     if info.compile_s is not None:
         info = info._replace(compile_wait_s=time.perf_counter() - started)
     if chunk_fn is not None:
