@@ -651,7 +651,7 @@ _RUN_FILES = (
     "report.html",
     ".lock",
     ".user-code-running",
-    "chunks",
+    store.CHUNK_DIR,
 )
 """The files of a result directory an export never writes (with the figure, EXPERIMENT.png)."""
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -678,7 +678,7 @@ def _export_target(directory: str, name: str, out: str | None, metric, with_band
     run = os.path.realpath(directory)
     target = os.path.join(os.path.realpath(parent), os.path.basename(out))
     own = [os.path.join(run, n) for n in _RUN_FILES] + [os.path.join(run, f"{name}.png")]
-    if target in own or target.startswith(os.path.join(run, "chunks") + os.sep):
+    if target in own or target.startswith(store.chunk_dir(run) + os.sep):
         raise ValueError(
             f"{out}: is a file of the run in {directory}; an export never replaces one: give another --out"
         )

@@ -210,23 +210,21 @@ def record_digest(record: Mapping) -> str:
     return hashlib.sha256(json.dumps(jsonable(body), sort_keys=True).encode()).hexdigest()
 
 
-def _chunk_names(out_dir: str) -> list[str]:
-    chunks = os.path.join(out_dir, "chunks")
-    store.check_no_link(chunks)
-    return [n for n in (sorted(os.listdir(chunks)) if os.path.isdir(chunks) else []) if store.is_chunk_name(n)]
+def _run_chunks(out_dir: str, n_trials: int) -> list[store.ChunkName]:
+    """The chunks of the run of ``n_trials`` trials in ``out_dir``: all but the raw chunks of
+    trials from ``n_trials`` on (a larger run's, kept for growth, or a growth that was
+    interrupted), which are not the run's."""
+    return [c for c in store.list_chunks(out_dir) if not (c.kind == "raw" and c.start >= n_trials)]
 
 
 def chunks_digest(out_dir: str, n_trials: int) -> str:
-    """SHA-256 of the chunk set of a run of ``n_trials`` trials in ``out_dir/chunks``: each chunk
-    file's name and its header's own SHA-256 (which covers the CRC-32 of every array the file
-    holds, checked when it is read). Raw chunks of trials from ``n_trials`` on (a larger run's,
-    kept for growth, or a growth that was interrupted) are not the run's and are left out."""
+    """SHA-256 of the chunk set of a run of ``n_trials`` trials in ``out_dir`` (:func:`_run_chunks`):
+    each chunk file's name and its header's own SHA-256 (which covers the CRC-32 of every array
+    the file holds, checked when it is read)."""
     listed = []
-    for name in _chunk_names(out_dir):
-        if store.is_raw_chunk_name(name) and store.raw_chunk_start(name) >= n_trials:
-            continue
-        header = store.chunk_header(os.path.join(out_dir, "chunks", name))
-        listed.append([name, header.get("sha256") if isinstance(header, dict) else None])
+    for chunk in _run_chunks(out_dir, n_trials):
+        header = store.chunk_header(os.path.join(store.chunk_dir(out_dir), chunk.name))
+        listed.append([chunk.name, header.get("sha256") if isinstance(header, dict) else None])
     return hashlib.sha256(json.dumps(listed).encode()).hexdigest()
 
 
@@ -279,9 +277,9 @@ def load_results(out_dir: str, read_metrics: bool = True) -> tuple[dict, dict]:
             f"{config_path}: does not match its own digest (record_sha256): it was edited after the run; "
             "rerun the command to rewrite it"
         )
-    if _chunk_names(out_dir) and chunks_digest(out_dir, config_json["n_trials"]) != config_json.get("chunks_sha256"):
+    if store.list_chunks(out_dir) and chunks_digest(out_dir, config_json["n_trials"]) != config_json.get("chunks_sha256"):  # fmt: skip
         raise ValueError(
-            f"{out_dir}/chunks: is not the chunk set {config_path} was written with (chunks_sha256); "
+            f"{store.chunk_dir(out_dir)}: is not the chunk set {config_path} was written with (chunks_sha256); "
             "rerun the command to rewrite the record from the chunks"
         )
     if not read_metrics:
@@ -308,58 +306,39 @@ def _check_against_chunks(out_dir: str, config_json: dict, results: dict) -> Non
     """ValueError unless metrics.npz is what the chunks beside it hold, bit for bit (each chunk
     read whole, its checksums verified): every raw metric holds the trials of the raw chunks and
     every trial is in one; every summary metric is the summary of its group's stored state
-    (:func:`jaxfed.stats.finish` of the state and its tail, as the engine finishes it)."""
-    names = _chunk_names(out_dir)
-    if not names:
+    (:func:`jaxfed.store.finish_summaries`, the engine's own last step)."""
+    if not store.list_chunks(out_dir):
         return  # (a directory copied without its chunks: metrics.npz is checked against config.json alone)
     n_trials = config_json["n_trials"]
     raw = {name: value for name, value in results.items() if not isinstance(value, stats.Summary)}
     covered = np.zeros((len(config_json["points"]), n_trials), bool)
     summarised: set = set()
-    for name in names:
-        path = os.path.join(out_dir, "chunks", name)
-        header, arrays = store.read_chunk(path)
-        start, stop = header["trials"]
-        points = header["point_ids"]
-        if store.is_raw_chunk_name(name):
-            if start >= n_trials:
-                continue  # trials of a larger run, kept for growth
+    for chunk in _run_chunks(out_dir, n_trials):
+        path = os.path.join(store.chunk_dir(out_dir), chunk.name)
+        if chunk.kind == "raw":
+            header, arrays = store.read_chunk(path)
+            (start, stop), points = header["trials"], header["point_ids"]
             stop = min(stop, n_trials)
             for metric, value in raw.items():
                 if metric in arrays and not _same_bytes(arrays[metric][:, : stop - start], value[points, start:stop]):
                     raise _differs(out_dir, metric, path)
             covered[points, start:stop] = True
-        else:
-            for metric, summary in _chunk_summaries(header, arrays).items():
-                value = results.get(metric)
-                if not isinstance(value, stats.Summary):
-                    continue
-                for field in stats.Summary._fields:
-                    if not _same_bytes(getattr(summary, field), getattr(value, field)[points]):
-                        raise _differs(out_dir, metric, path)
-                summarised.update(points)
+            continue
+        stored = store.read_summary(path)
+        points = stored.point_ids
+        for metric, (_, summary) in store.finish_summaries(stored.states, stored.tails, stored.point_trials).items():
+            value = results.get(metric)
+            if not isinstance(value, stats.Summary):
+                continue
+            for field in stats.Summary._fields:
+                if not _same_bytes(getattr(summary, field), getattr(value, field)[points]):
+                    raise _differs(out_dir, metric, path)
+            summarised.update(points)
     if raw and not covered.all() and len(summarised) < covered.shape[0]:
         raise ValueError(
             f"{out_dir}/{METRICS_FILE}: holds {int((~covered).sum())} (point, trial) values no chunk holds; "
             "rerun the command to rewrite it from the chunks"
         )
-
-
-def _chunk_summaries(header: dict, arrays: dict) -> dict:
-    """metric -> the :class:`jaxfed.stats.Summary` a stored summary state finishes to (the engine's
-    own last step: the whole blocks' state and the tail of the points that ran to the end)."""
-    counts = np.asarray(header.get("point_trials", []), np.int64)
-    whole = counts // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK
-    tail_lengths = np.where(counts == counts.max(initial=0), counts - whole, 0)
-    states: dict = {}
-    for key, value in arrays.items():
-        metric, field = key.rsplit("/", 1)
-        states.setdefault(metric, {})[field] = value
-    out = {}
-    for metric, fields in states.items():
-        state = stats.SummaryState(**{f: fields[f] for f in stats.SummaryState._fields})
-        out[metric] = stats.finish(state, fields["tail"], tail_lengths)[1]
-    return out
 
 
 def _same_bytes(a, b) -> bool:

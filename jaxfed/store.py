@@ -60,11 +60,15 @@ __all__ = [
     "read_regular",
     "read_json",
     "identity_digest",
+    "CHUNK_DIR",
+    "ChunkName",
+    "StoredSummary",
+    "chunk_dir",
+    "list_chunks",
     "chunk_header",
-    "is_chunk_name",
-    "is_raw_chunk_name",
-    "raw_chunk_start",
     "read_chunk",
+    "read_summary",
+    "finish_summaries",
     "verify_record",
     "savez_bytes",
     "describe_differences",
@@ -83,9 +87,11 @@ SUMMARY_FIELDS = {
 """Per-cell arrays of a summary state (see :class:`jaxfed.stats.SummaryState`), with their dtypes;
 ``total`` and ``total_sq`` have a level axis (``stats.SUM_LEVELS``) after the point axis."""
 
+CHUNK_DIR = "chunks"
+"""The folder of a result directory that holds its chunk files (the only place it is spelled)."""
 _META = "__meta__"
 _RAW_NAME = re.compile(r"g(\d{3,})_t(\d{10})_(\d{10})\.npz")
-_SUMMARY_NAME = re.compile(r"summary_g\d{3,}\.npz")
+_SUMMARY_NAME = re.compile(r"summary_g(\d{3,})\.npz")
 # Temporary files of atomic writes (name.PID.tmp) of the files this package writes, nothing else.
 _TMP_NAME = re.compile(
     r"(identity\.json|config\.json|metrics\.npz|report\.md|verdicts\.json|\.user-code-running|[A-Za-z0-9][A-Za-z0-9._-]*\.png"
@@ -141,7 +147,7 @@ def _lock_directory(out_dir: str):
 
 
 _NOT_A_LINK = "jaxfed writes only files it creates itself inside the result directory; remove the link"
-_OWN_NAMES = (".lock", "chunks", ".user-code-running")  # (the last: jaxfed.experiments.runner.MARKER)
+_OWN_NAMES = (".lock", CHUNK_DIR, ".user-code-running")  # (the last: jaxfed.experiments.runner.MARKER)
 """What a result directory holds before its identity.json is written (a run killed that early)."""
 
 
@@ -477,27 +483,51 @@ def _header(path: str) -> dict | None:
         return None
 
 
+# --------------------------------------------------------------------------- the chunk view
+class ChunkName(NamedTuple):
+    """A chunk file's name, parsed: ``g{G}_t{START}_{STOP}.npz`` (raw: trials [start, stop) of
+    group G) or ``summary_g{G}.npz`` (summary: the state of group G after trials [0, n); ``n`` is
+    in its header; start and stop are 0)."""
+
+    name: str  # the file's name as found in the folder
+    kind: str  # "raw" or "summary"
+    group: int
+    start: int
+    stop: int
+
+    @classmethod
+    def parse(cls, name: str) -> ChunkName | None:
+        """The parsed name, or None for a name that is no chunk's."""
+        raw = _RAW_NAME.fullmatch(name)
+        if raw:
+            return cls(name, "raw", int(raw[1]), int(raw[2]), int(raw[3]))
+        summary = _SUMMARY_NAME.fullmatch(name)
+        return cls(name, "summary", int(summary[1]), 0, 0) if summary else None
+
+    @property
+    def canonical(self) -> bool:
+        """Whether the name is the one this store builds for its group and range (``g001``, not ``g0001``)."""
+        built = _raw_name(self.group, self.start, self.stop) if self.kind == "raw" else _summary_name(self.group)
+        return self.name == built
+
+
+def chunk_dir(out_dir: str) -> str:
+    """The chunk folder of the result directory ``out_dir``."""
+    return os.path.join(out_dir, CHUNK_DIR)
+
+
+def list_chunks(out_dir: str) -> list[ChunkName]:
+    """The chunk files of ``out_dir``, sorted by name; a chunk folder that is a link is refused
+    (StoreError), never followed; other names in it are not listed."""
+    folder = chunk_dir(out_dir)
+    check_no_link(folder)
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    return [chunk for chunk in map(ChunkName.parse, names) if chunk is not None]
+
+
 def chunk_header(path: str) -> dict | None:
     """The ``__meta__`` header of the chunk file ``path`` (its arrays are not read), or None."""
     return _header(path)
-
-
-def is_chunk_name(name: str) -> bool:
-    """Whether ``name`` is a chunk file's name (raw or summary) as this store builds them."""
-    return bool(_RAW_NAME.fullmatch(name) or _SUMMARY_NAME.fullmatch(name))
-
-
-def is_raw_chunk_name(name: str) -> bool:
-    """Whether ``name`` is a raw chunk file's name as this store builds them."""
-    return bool(_RAW_NAME.fullmatch(name))
-
-
-def raw_chunk_start(name: str) -> int:
-    """The first trial of the raw chunk file ``name`` (:func:`is_raw_chunk_name`)."""
-    match = _RAW_NAME.fullmatch(name)
-    if match is None:
-        raise ValueError(f"{name}: not a raw chunk's name")
-    return int(match[2])
 
 
 def read_chunk(path: str) -> tuple[dict, dict]:
@@ -516,6 +546,60 @@ def read_chunk(path: str) -> tuple[dict, dict]:
     ):
         raise StoreError(f"{path}: checksum mismatch or no valid header; {_HINT}")
     return meta, arrays
+
+
+class StoredSummary(NamedTuple):
+    """A group's stored summary (``summary_g{G}.npz``): per metric the state of each point's whole
+    sum blocks and the raw values after them."""
+
+    stop: int  # the trials of the points that ran furthest
+    point_ids: list  # global indices of the group's points
+    point_trials: np.ndarray  # (points,) int64: trials summarised per point
+    chunk: int | None  # the chunk size it was computed in (a precision-targeted run resumes on it)
+    states: dict  # metric -> stats.SummaryState of the whole blocks
+    tails: dict  # metric -> (points, stop − whole blocks of stop, …) raw values after them
+
+
+def _stored_summary(header: dict, arrays: dict) -> StoredSummary:
+    """The arrays ``NAME/FIELD`` of a summary file split into each metric's state and tail."""
+    fields: dict = {}
+    for key, value in arrays.items():
+        metric, field = key.rsplit("/", 1)
+        fields.setdefault(metric, {})[field] = value
+    states = {m: stats.SummaryState(**{f: v[f] for f in stats.SummaryState._fields}) for m, v in fields.items()}
+    counts = np.asarray(header["point_trials"], np.int64)
+    tails = {m: v["tail"] for m, v in fields.items()}
+    return StoredSummary(header["trials"][1], header["point_ids"], counts, header.get("chunk"), states, tails)
+
+
+def read_summary(path: str) -> StoredSummary:
+    """The summary file ``path`` (:func:`read_chunk`: checksums verified), split into states and
+    tails; StoreError naming it when its header has no per-point trial counts or an array is not
+    a state's field."""
+    header, arrays = read_chunk(path)
+    counts = header.get("point_trials")
+    if not (
+        isinstance(counts, list) and len(counts) == len(header["point_ids"]) and all(type(n) is int for n in counts)
+    ):
+        raise StoreError(f"{path}: header has no valid per-point trial counts; {_HINT}")
+    wanted = {*stats.SummaryState._fields, "tail"}
+    if any("/" not in key or key.rsplit("/", 1)[1] not in wanted for key in arrays):
+        raise StoreError(f"{path}: holds arrays that are not summary states; {_HINT}")
+    try:
+        return _stored_summary(header, arrays)
+    except TypeError:  # a metric without every field
+        raise StoreError(f"{path}: holds incomplete summary states; {_HINT}") from None
+
+
+def finish_summaries(states: dict, tails: dict, point_trials) -> dict:
+    """metric -> (final state, :class:`jaxfed.stats.Summary`) of a group: each state followed by its
+    raw tail (:func:`jaxfed.stats.finish`). The tail counts only for the points that ran to the
+    end (those with the most trials); a point that stopped early (a precision target) stopped at
+    a whole block. The engine's last step, and what a stored summary is checked against."""
+    counts = np.asarray(point_trials, np.int64)
+    whole = counts // _block() * _block()
+    lengths = np.where(counts == counts.max(initial=0), counts - whole, 0)
+    return {metric: stats.finish(state, tails[metric], lengths) for metric, state in states.items()}
 
 
 def verify_record(out_dir: str, record: dict, record_path: str) -> None:
@@ -546,15 +630,12 @@ def verify_record(out_dir: str, record: dict, record_path: str) -> None:
             f"{record_path}: {', '.join(edited)} differ(s) from {path}: the record was edited after the run; "
             "rerun the command to rewrite it"
         )
-    chunks = os.path.join(out_dir, "chunks")
-    check_no_link(chunks)
-    for name in sorted(os.listdir(chunks)) if os.path.isdir(chunks) else []:
-        if _RAW_NAME.fullmatch(name) or _SUMMARY_NAME.fullmatch(name):
-            chunk = os.path.join(chunks, name)
-            check_no_link(chunk)
-            header = _header(chunk)
-            if not isinstance(header, dict) or header.get("identity") != digest:
-                raise StoreError(f"{chunk}: is not a chunk of the run {path} describes; {_HINT}")
+    for chunk in list_chunks(out_dir):
+        file = os.path.join(chunk_dir(out_dir), chunk.name)
+        check_no_link(file)
+        header = _header(file)
+        if not isinstance(header, dict) or header.get("identity") != digest:
+            raise StoreError(f"{file}: is not a chunk of the run {path} describes; {_HINT}")
 
 
 # --------------------------------------------------------------------------- the store
@@ -585,7 +666,7 @@ class Store:
         self.digest = identity_digest(identity)
         if out_dir is None:
             return
-        self.chunks = os.path.join(out_dir, "chunks")
+        self.chunks = chunk_dir(out_dir)
         check_no_link(self.chunks)
         self._check_is_a_result_directory(out_dir, overwrite)
         try:
@@ -649,9 +730,9 @@ class Store:
         if lock is not None:
             lock.close()
 
-    def _names(self) -> list[str]:
+    def _chunks(self) -> list[ChunkName]:
         try:
-            return sorted(os.listdir(self.chunks))
+            return list_chunks(self.dir)
         except OSError as err:
             raise StoreError(f"{self.chunks}: cannot be listed ({err.strerror or err})") from None
 
@@ -665,9 +746,8 @@ class Store:
 
     def _discard_all(self) -> None:
         self.note(f"{self.dir}: discarding the stored results of another configuration")
-        for name in self._names():
-            if _RAW_NAME.fullmatch(name) or _SUMMARY_NAME.fullmatch(name):
-                _remove(os.path.join(self.chunks, name))
+        for chunk in self._chunks():
+            _remove(os.path.join(self.chunks, chunk.name))
         for name in ("manifest.json", "config.json", "metrics.npz"):  # manifest.json: store format 1
             if os.path.lexists(os.path.join(self.dir, name)):
                 _remove(os.path.join(self.dir, name))
@@ -688,11 +768,10 @@ class Store:
         overlaps trials [0, ``n_trials``), arrays (points, stop − start, …), one file at a time."""
         if not self.dir:
             return
-        for name in self._names():
-            match = _RAW_NAME.fullmatch(name)
-            if not match or name != _raw_name(spec.group, int(match[2]), int(match[3])):
+        for chunk in self._chunks():
+            if chunk.kind != "raw" or chunk.group != spec.group or not chunk.canonical:
                 continue  # another group's, or a name this engine never builds ("g0001", …)
-            start, stop = int(match[2]), int(match[3])
+            name, start, stop = chunk.name, chunk.start, chunk.stop
             if start >= n_trials:  # a larger run's trials: kept, not needed now
                 continue
             path = os.path.join(self.chunks, name)
@@ -718,15 +797,13 @@ class Store:
         atomic_write_bytes(os.path.join(self.chunks, name), _pack(self._expected("raw", spec, start, stop), arrays))
 
     # ---------------------------------------------------------------- summaries
-    def load_summary(self, spec: GroupSpec, n_trials: int) -> tuple[int, dict | None, list | None, int | None]:
-        """(stop, {metric: state}, per-point trial counts, chunk size) of a group's stored summary,
-        or (0, None, None, None).
+    def load_summary(self, spec: GroupSpec, n_trials: int) -> StoredSummary | None:
+        """A group's stored summary, or None.
 
-        A state is the dict of :data:`SUMMARY_FIELDS` arrays, ``nonfinite_trials`` and ``blocks`` (points,)
-        over each point's whole blocks, plus ``tail``, the raw values (points, trials, …) after
-        the whole blocks of ``stop`` (zeros for a point with fewer trials). Every point has
-        ``stop`` trials, except in a precision-targeted run where a point stops on its own at a
-        chunk boundary (a multiple of the block).
+        Its states cover each point's whole blocks; its tails are the raw values (points, trials,
+        …) after the whole blocks of ``stop`` (zeros for a point with fewer trials). Every point
+        has ``stop`` trials, except in a precision-targeted run where a point stops on its own at
+        a chunk boundary (a multiple of the block).
 
         Raises:
             StoreError: the file is not a verified summary of this group, or it already covers
@@ -734,26 +811,13 @@ class Store:
                 it is discarded and recomputed).
         """
         if not self.dir:
-            return 0, None, None, None
+            return None
         path = os.path.join(self.chunks, _summary_name(spec.group))
         if not os.path.lexists(path):
-            return 0, None, None, None
+            return None
         try:
             meta, arrays, crcs = _unpack(path)
-            trials, counts, chunk = meta.get("trials"), meta.get("point_trials"), meta.get("chunk")
-            if not (isinstance(trials, list) and len(trials) == 2 and trials[0] == 0 and type(trials[1]) is int):
-                raise StoreError(f"{path}: header has no trial range [0, n]; {_HINT}")
-            stop = trials[1]
-            if not (
-                isinstance(counts, list)
-                and len(counts) == len(spec.point_ids)
-                and max(counts, default=-1) == stop
-                and all(type(n) is int and 0 <= n and (n == stop or n % _block() == 0) for n in counts)
-                and type(chunk) is int
-                and chunk >= 1
-            ):
-                raise StoreError(f"{path}: header has no valid per-point trial counts and chunk size; {_HINT}")
-            whole = np.asarray(counts) // _block() * _block()
+            stop = _checked_summary_header(path, meta, len(spec.point_ids))
             _verify(
                 path,
                 meta,
@@ -762,18 +826,8 @@ class Store:
                 self._expected("summary", spec, 0, stop),
                 self._summary_specs(spec, stop - stop // _block() * _block()),
             )
-            states = _split_states(arrays)
-            for metric, state in states.items():
-                counted = state["count"] + state["nan_count"]
-                if (
-                    np.any(counted != whole.reshape((-1,) + (1,) * (counted.ndim - 1)))
-                    or np.any(state["hist"].sum(-1, dtype=np.int64) != state["count"])
-                    or np.any((state["nonfinite_trials"] < 0) | (state["nonfinite_trials"] > whole))
-                    or np.any(state["blocks"] != whole // _block())
-                ):
-                    raise StoreError(
-                        f"{path}: counts of {metric!r} do not add up to its trials in whole blocks; {_HINT}"
-                    )
+            stored = _stored_summary(meta, arrays)
+            _check_counts(path, stored)
             if stop > n_trials:
                 raise StoreError(
                     f"{path}: summarises {stop} trials, more than the {n_trials} asked for; a summary "
@@ -781,8 +835,8 @@ class Store:
                 )
         except StoreError as err:
             self._rejected(path, err)
-            return 0, None, None, None
-        return stop, states, counts, chunk
+            return None
+        return stored
 
     def save_summary(self, spec: GroupSpec, point_trials: list, chunk: int, states: dict) -> None:
         """Commits a group's summary state after trials [0, point_trials[p]) of each point,
@@ -819,6 +873,39 @@ class Store:
         }
 
 
+def _checked_summary_header(path: str, meta: dict, n_points: int) -> int:
+    """The trials of a summary file's header (``trials`` [0, n]), after checking its per-point
+    trial counts (each n, or a whole number of blocks below it) and its chunk size."""
+    trials, counts, chunk = meta.get("trials"), meta.get("point_trials"), meta.get("chunk")
+    if not (isinstance(trials, list) and len(trials) == 2 and trials[0] == 0 and type(trials[1]) is int):
+        raise StoreError(f"{path}: header has no trial range [0, n]; {_HINT}")
+    stop = trials[1]
+    if not (
+        isinstance(counts, list)
+        and len(counts) == n_points
+        and max(counts, default=-1) == stop
+        and all(type(n) is int and 0 <= n and (n == stop or n % _block() == 0) for n in counts)
+        and type(chunk) is int
+        and chunk >= 1
+    ):
+        raise StoreError(f"{path}: header has no valid per-point trial counts and chunk size; {_HINT}")
+    return stop
+
+
+def _check_counts(path: str, stored: StoredSummary) -> None:
+    """StoreError unless every cell of every state counts exactly its point's whole blocks of trials."""
+    whole = stored.point_trials // _block() * _block()
+    for metric, state in stored.states.items():
+        counted = state.count + state.nan_count
+        if (
+            np.any(counted != whole.reshape((-1,) + (1,) * (counted.ndim - 1)))
+            or np.any(state.hist.sum(-1, dtype=np.int64) != state.count)
+            or np.any((state.nonfinite_trials < 0) | (state.nonfinite_trials > whole))
+            or np.any(state.blocks != whole // _block())
+        ):
+            raise StoreError(f"{path}: counts of {metric!r} do not add up to its trials in whole blocks; {_HINT}")
+
+
 def _raw_name(group: int, start: int, stop: int) -> str:
     return f"g{group:03d}_t{start:010d}_{stop:010d}.npz"
 
@@ -837,11 +924,3 @@ def _levels() -> int:
 
 def _block() -> int:
     return stats.SUMMARY_BLOCK
-
-
-def _split_states(arrays: dict) -> dict:
-    states: dict = {}
-    for key, value in arrays.items():
-        metric, field = key.rsplit("/", 1)
-        states.setdefault(metric, {})[field] = value
-    return states

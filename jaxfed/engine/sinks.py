@@ -18,7 +18,7 @@ import numpy as np
 from jaxfed import stats
 from jaxfed.engine.devices import broadcast_from_0, raise_on_every_process, to_host
 from jaxfed.engine.target import Target, still_running
-from jaxfed.store import GroupSpec, Store, StoreError
+from jaxfed.store import GroupSpec, Store, StoredSummary, StoreError, finish_summaries
 
 
 class Writer:
@@ -286,12 +286,12 @@ class SummarySink(Sink):
         self.stored_at = clock()  # when the stored state was last brought up to date (reset when chunks start)
         self.unstored = False  # chunks were folded since
         self.rows = np.asarray(spec.point_ids)
-        stored = store.load_summary(spec, n_trials)  # (stop, states, per-point trials, chunk size)
-        complete = stored[1] is not None and stored[0] == n_trials
+        stored = store.load_summary(spec, n_trials)
+        complete = stored is not None and stored.stop == n_trials
         first, states, self.tails, counts = resume_point(stored, n_trials, len(self.rows), spec.metrics)
         # The sink owns its histograms and adds each chunk's into them in place (see handle).
         self.states = {name: state._replace(hist=np.array(state.hist)) for name, state in states.items()}
-        kept = (stored[3] or 0) if targeted else 0
+        kept = (stored.chunk or 0) if targeted and stored is not None else 0
         self._read = np.asarray([first, complete, kept, *counts], np.int64)  # (this process's reading)
         self.size: int | None = None  # the chunk size, recorded in the store (a targeted run resumes on it)
 
@@ -385,11 +385,9 @@ class SummarySink(Sink):
     def finish(self, nonfinite: dict) -> dict:
         """metric -> (rows, :class:`jaxfed.stats.Summary`) of the group (its state stored, if it was not)."""
         self.store_state()
-        counts = self.counts
-        tail_lengths = np.where(counts == counts.max(initial=0), counts - _whole(counts), 0)
+        states = {name: self.states[name] for name in self.spec.metrics}
         parts = {}
-        for name in self.spec.metrics:
-            final, summary = stats.finish(self.states[name], self.tails[name], tail_lengths)
+        for name, (final, summary) in finish_summaries(states, self.tails, self.counts).items():
             parts[name] = (self.rows, summary)
             nonfinite[name][self.rows] = final.nonfinite_trials
         return parts
@@ -435,28 +433,24 @@ def folded_shares(state: stats.SummaryState, part: dict, n_blocks: int, n_tail: 
     return state, tail
 
 
-def resume_point(done, n_trials: int, n_points: int, specs: dict) -> tuple[int, dict, dict, np.ndarray]:
+def resume_point(stored: StoredSummary | None, n_trials: int, n_points: int, specs: dict) -> tuple[int, dict, dict, np.ndarray]:  # fmt: skip
     """(first trial to compute, metric -> SummaryState of the whole blocks before it, metric ->
-    raw tail after them, per point the trials done) from a stored summary (see
-    :meth:`jaxfed.store.Store.load_summary`).
+    raw tail after them, per point the trials done) from a group's stored summary (see
+    :meth:`jaxfed.store.Store.load_summary`; None: nothing stored).
 
     A finished run (stored up to ``n_trials``) is complete as stored; a shorter one resumes at its
     last whole block, recomputing the partial block after it, so that every block sum is taken
     over the same trials as in an uninterrupted run.
     """
-    stop, stored, point_trials, _ = done
     if stored is None:
         states = {name: stats.empty_state((n_points,) + shape) for name, (shape, _) in specs.items()}
         tails = {name: np.zeros((n_points, 0) + shape, dt) for name, (shape, dt) in specs.items()}
         return 0, states, tails, np.zeros(n_points, np.int64)
-    states = {name: stats.SummaryState(**{f: s[f] for f in stats.SummaryState._fields}) for name, s in stored.items()}
-    tails = {name: s["tail"] for name, s in stored.items()}
-    counts = np.asarray(point_trials, np.int64)
-    if stop == n_trials:
-        return stop, states, tails, counts
-    first = stop // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK
-    tails = {name: tail[:, :0] for name, tail in tails.items()}
-    return first, states, tails, np.minimum(counts, first)
+    if stored.stop == n_trials:
+        return stored.stop, stored.states, stored.tails, stored.point_trials
+    first = _whole(stored.stop)
+    tails = {name: tail[:, :0] for name, tail in stored.tails.items()}
+    return first, stored.states, tails, np.minimum(stored.point_trials, first)
 
 
 def with_rows(array: np.ndarray, rows, values) -> np.ndarray:
