@@ -105,7 +105,7 @@ def numpy_loop_seconds(n_trials: int, loop_trials: int) -> float:
     rng = np.random.default_rng(0)
     per_trial = 0.0
     for topology in cfg.topologies:
-        adjacency = graphs.by_name(topology, cfg.n_agents)
+        adjacency = graphs.build(topology, cfg.n_agents)
         start = time.perf_counter()
         numpy_loop(rng, adjacency, cfg, loop_trials)
         per_trial += (time.perf_counter() - start) / loop_trials

@@ -197,7 +197,7 @@ def main(argv=None):
         return statistics.median(a / b for a, b in zip(times[over], times[under]))
 
     rng = np.random.default_rng(0)
-    adjacencies = [graphs.by_name(name, cfg.n_agents) for name in cfg.topologies]
+    adjacencies = [graphs.build(name, cfg.n_agents) for name in cfg.topologies]
     start = time.perf_counter()
     for a in adjacencies:
         numpy_loop(rng, a, cfg, args.loop_trials)

@@ -95,7 +95,7 @@ def loop_seconds(n_trials: int, loop_trials: int) -> float:
     rng = np.random.default_rng(0)
     start = time.perf_counter()
     for name in cfg.topologies:
-        numpy_loop(rng, graphs.by_name(name, cfg.n_agents), cfg, loop_trials)
+        numpy_loop(rng, graphs.build(name, cfg.n_agents), cfg, loop_trials)
     return (time.perf_counter() - start) * n_trials / loop_trials
 
 

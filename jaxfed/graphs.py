@@ -4,15 +4,26 @@ Every constructor returns a validated ``(K, K)`` int32 NumPy adjacency matrix ``
 ``A[k, j] = 1`` iff agents ``k`` and ``j`` are neighbours: square, symmetric, 0/1, no self-loops,
 connected, ``K >= 2``. Graphs are host-side configuration (validation needs concrete values);
 :func:`mh_transition_matrix` is written in ``jax.numpy`` and also works on traced adjacencies.
+
+Graphs by name are an extension point (a :class:`jaxfed.registry.Registry`, as channels and
+families are): :func:`register` adds ``builder(n_agents) -> adjacency`` under a name, :func:`get`
+returns it, :func:`names` lists them (complete, ring, star and line are built in) and
+:func:`build` makes the validated graph; a registered name works wherever the experiments take
+a graph's name (``--set topologies=NAME``, gfvl-graphs' ``--set graphs=NAME``).
 """
 
 from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import validation
+from jaxfed.registry import Registry
 
 __all__ = [
     "complete",
@@ -32,10 +43,13 @@ __all__ = [
     "mh_transition_matrix",
     "spectrum",
     "spectral_gap",
-    "TOPOLOGIES",
-    "by_name",
+    "register",
+    "get",
+    "names",
+    "build",
     "FAMILIES",
     "SPEC_FORMS",
+    "spec_forms",
     "from_spec",
 ]
 
@@ -337,20 +351,96 @@ def spectral_gap(adjacency) -> float:
     return float(1.0 - spectrum(adjacency)[1])
 
 
-TOPOLOGIES = {"complete": complete, "ring": ring, "star": star, "line": line}
+# --------------------------------------------------------------------------- graphs by name
+_GRAPHS: Registry[Callable[[int], Any]] = Registry("graph")
 
 
-def by_name(name: str, n_agents: int) -> np.ndarray:
-    """The topology called ``name`` (one of :data:`TOPOLOGIES`) on ``n_agents`` agents.
+def register(name: str, builder: Callable[[int], Any]) -> Callable[[int], Any]:
+    """Registers ``builder(n_agents) -> adjacency`` under ``name`` (replacing a graph of that name) and
+    returns it. The adjacency may be anything :func:`as_adjacency` takes (a (K, K) 0/1 array or nested
+    list, a networkx graph); :func:`build` validates it and checks that it has ``n_agents`` agents. The
+    name then works wherever an experiment takes a graph's name (``--set topologies=NAME``, gfvl-graphs'
+    ``--set graphs=NAME``) and in :func:`from_spec`; it may not contain ":" or be a family of
+    :data:`FAMILIES` (those take a parameter).
 
-    >>> by_name("star", 4)
+    >>> def wheel(n_agents):   # a hub joined to every agent of a ring of the others
+    ...     a = np.zeros((n_agents, n_agents), np.int32)
+    ...     a[1:, 1:] = ring(n_agents - 1)
+    ...     a[0, 1:] = a[1:, 0] = 1
+    ...     return a
+    >>> _ = register("wheel", wheel)
+    >>> build("wheel", 5).sum(axis=1).tolist()
+    [4, 3, 3, 3, 3]
+    >>> _GRAPHS.unregister("wheel")
+    """
+    validation.check(
+        "name",
+        name,
+        isinstance(name, str) and bool(name) and ":" not in name and name not in FAMILIES,
+        f"a non-empty string without ':' other than {', '.join(FAMILIES)} (the graph's name)",
+    )
+    validation.check("builder", builder, callable(builder), "a function n_agents -> adjacency")
+    return _GRAPHS.register(name, builder)
+
+
+def get(name: str) -> Callable[[int], Any]:
+    """The builder registered as ``name``; ValueError listing the registered graphs otherwise
+    (``unknown graph 'name'; choose one of: …``)."""
+    return _GRAPHS.get(name)
+
+
+def names() -> tuple[str, ...]:
+    """The registered graphs' names, built-ins first (complete, ring, star, line)."""
+    return _GRAPHS.names()
+
+
+def build(name: str, n_agents: int) -> np.ndarray:
+    """The graph registered as ``name`` on ``n_agents`` agents, validated (:func:`as_adjacency`).
+
+    >>> build("star", 4)
     array([[0, 1, 1, 1],
            [1, 0, 0, 0],
            [1, 0, 0, 0],
            [1, 0, 0, 0]], dtype=int32)
+
+    Raises:
+        ValueError: for an unknown name (listing the registered ones), or a builder's graph that is not
+            a valid gossip graph or does not have ``n_agents`` agents (naming the graph).
     """
-    validation.one_of("topology", name, sorted(TOPOLOGIES))
-    return TOPOLOGIES[name](n_agents)
+    what = f"graph {name!r}"
+    adjacency = as_adjacency(get(name)(n_agents), what)
+    ok = adjacency.shape[0] == n_agents
+    validation.check(what, adjacency.shape, ok, f"a (K, K) adjacency with K = n_agents = {n_agents}")
+    return adjacency
+
+
+for _name, _builder in (("complete", complete), ("ring", ring), ("star", star), ("line", line)):
+    _GRAPHS.register(_name, _builder)
+
+
+def by_name(name: str, n_agents: int) -> np.ndarray:
+    """Deprecated (a :class:`DeprecationWarning`; removed in the next minor version): :func:`build`."""
+    warnings.warn(
+        "jaxfed.graphs.by_name is deprecated and will be removed in the next minor version; "
+        "use graphs.build(name, n_agents)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return build(name, n_agents)
+
+
+def __getattr__(name: str):
+    """``TOPOLOGIES``, deprecated (a :class:`DeprecationWarning`; removed in the next minor version): the
+    registry itself (it reads and writes like the dict it was); use :func:`names`, :func:`get`, :func:`register`."""
+    if name == "TOPOLOGIES":
+        warnings.warn(
+            "jaxfed.graphs.TOPOLOGIES is deprecated and will be removed in the next minor version; "
+            "use graphs.names(), graphs.get(name) and graphs.register(name, builder)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return _GRAPHS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 FAMILIES = {
@@ -359,16 +449,24 @@ FAMILIES = {
     "barbell": ("path", int),
     "lollipop": ("clique", int),
 }
-"""Graph families of :func:`from_spec` beyond :data:`TOPOLOGIES`, with their one parameter:
+"""Graph families of :func:`from_spec` beyond the registered graphs (:func:`names`), with their one parameter:
 ``rgg:radius=R`` (:func:`random_geometric`), ``er:p=P`` (:func:`erdos_renyi`), ``barbell[:path=N]``
 (:func:`barbell`), ``lollipop[:clique=M]`` (:func:`lollipop`)."""
 
-SPEC_FORMS = ("complete", "ring", "star", "line", "rgg:radius=R", "er:p=P", "barbell[:path=N]", "lollipop[:clique=M]")
-"""The forms a graph specification takes (for messages and ``jaxfed show``)."""
+_FAMILY_FORMS = ("rgg:radius=R", "er:p=P", "barbell[:path=N]", "lollipop[:clique=M]")
+SPEC_FORMS = ("complete", "ring", "star", "line", *_FAMILY_FORMS)
+"""The forms a graph specification takes with the built-in graphs only (:func:`spec_forms`: with every
+registered one)."""
+
+
+def spec_forms() -> tuple[str, ...]:
+    """The forms a graph specification takes: the registered graphs' names, then the families' forms
+    (for messages and ``jaxfed show``)."""
+    return (*names(), *_FAMILY_FORMS)
 
 
 def from_spec(spec: str, n_agents: int, seed: int = 0, name: str = "graphs") -> np.ndarray:
-    """The graph a short specification names, on ``n_agents`` agents: a topology of :data:`TOPOLOGIES`
+    """The graph a short specification names, on ``n_agents`` agents: a registered graph's name (:func:`build`)
     or ``FAMILY[:KEY=VALUE]`` of :data:`FAMILIES`. Random families are drawn from ``jax.random.key(seed)``
     (the same key for every specification, so ``rgg:radius=0.4`` and ``rgg:radius=0.6`` place the agents
     at the same points whenever their first draw is connected).
@@ -377,14 +475,16 @@ def from_spec(spec: str, n_agents: int, seed: int = 0, name: str = "graphs") -> 
     7
 
     Raises:
-        ValueError: naming ``name`` and the forms allowed, or the family's parameter.
+        ValueError: for an unknown graph, the registry's error listing the forms allowed
+            (``unknown graph 'x'; choose one of: …``); naming ``name`` for a family's bad parameter.
     """
-    allowed = "one of " + ", ".join(SPEC_FORMS)
+    allowed = "one of " + ", ".join(spec_forms())
     text = str(spec).strip()
     family, _, arg = text.partition(":")
-    if family in TOPOLOGIES and not arg:
-        return TOPOLOGIES[family](n_agents)
-    validation.check(name, spec, family in FAMILIES, allowed)
+    if family in _GRAPHS and not arg:
+        return build(family, n_agents)
+    if family not in FAMILIES:
+        raise _GRAPHS.unknown(spec, spec_forms())
     key_name, kind = FAMILIES[family]
     raw = None
     if arg:
@@ -421,7 +521,7 @@ def mh_transition_matrix(adjacency) -> jax.Array:
 
     On the star, the hub moves to each leaf with probability 1/3 and a leaf back with 1/3:
 
-    >>> print(np.asarray(mh_transition_matrix(by_name("star", 4))).round(3))
+    >>> print(np.asarray(mh_transition_matrix(star(4))).round(3))
     [[0.    0.333 0.333 0.333]
      [0.333 0.667 0.    0.   ]
      [0.333 0.    0.667 0.   ]

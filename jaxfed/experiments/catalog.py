@@ -195,7 +195,7 @@ _DIGEST_ATTRIBUTE = "__jaxfed_sha256__"  # on a user experiment file's module: S
 _JAXFED_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package's own code
 
 
-_REGISTRY_MODULES = ("jaxfed.oac.channel", "jaxfed.oac.aggregators", "jaxfed.models", "jaxfed.expfam")
+_REGISTRY_MODULES = ("jaxfed.oac.channel", "jaxfed.oac.aggregators", "jaxfed.models", "jaxfed.expfam", "jaxfed.graphs")
 """The modules whose registries (``names()``, ``get(name)``) a string parameter may name a value of."""
 
 
@@ -206,8 +206,8 @@ def code_identity(exp, config) -> dict:
     - ``"code"``: ``{file: SHA-256 of its bytes}`` for every user file the run executes: the
       experiment file (the bytes that were executed); the modules that define the experiment's
       ``build``, ``plot``, ``report`` and ``config_cls``; the functions of every registered channel,
-      aggregation method, conjugate model or family (:data:`_REGISTRY_MODULES`) named by a string
-      parameter (``channel=NAME``, ``family=NAME``); and,
+      aggregation method, conjugate model, family or graph (:data:`_REGISTRY_MODULES`) named by a
+      string parameter (``channel=NAME``, ``family=NAME``, ``topologies=NAME``); and,
       transitively, every user module named in the globals of a module already counted (an
       ``import helpers``, a ``from helpers import lossy``, or an Aggregator, ExpFamily or channel
       value built there). A user file is a Python source file outside the jaxfed package, the

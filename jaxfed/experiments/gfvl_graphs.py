@@ -3,8 +3,9 @@ convergence.
 
 Graphs (``graphs``, :func:`jaxfed.graphs.from_spec`): random geometric graphs (wireless ad-hoc networks, a
 radius sweep), Erdős–Rényi, barbell and lollipop (slow mixing), the paper's complete, ring and star for
-reference, and any user graph: files given with ``--set graph=PATH`` (``.npy`` adjacency or an edge list,
-:func:`jaxfed.graphs.load`), or from Python an adjacency matrix or a networkx graph (:func:`with_graphs`).
+reference, and any user graph: one registered by name (:func:`jaxfed.graphs.register`, e.g. in a file loaded
+with ``--import``; ``--set graphs=NAME``), files given with ``--set graph=PATH`` (``.npy`` adjacency or an edge
+list, :func:`jaxfed.graphs.load`), or from Python an adjacency matrix or a networkx graph (:func:`with_graphs`).
 Random graphs are drawn once from ``graph_seed`` (the graph is part of the configuration; trials repeat the
 data and the walk on it).
 
@@ -51,7 +52,7 @@ class Config:
     records, the graphs. Traced per point: the adjacency matrix. Closure constants: the rest.
     """
 
-    n_agents: int = 10  # K of the built-in graphs (a user graph has its own)
+    n_agents: int = 10  # K of the graphs named in graphs (a user graph file has its own)
     n_per_agent: int = 100  # N_k
     prior_a: float = 2.0  # Beta prior a
     prior_b: float = 2.0  # Beta prior b
@@ -69,7 +70,7 @@ class Config:
         "er:p=0.6",
         "barbell",
         "lollipop",
-    )  # the built-in graphs, each one of graphs.SPEC_FORMS
+    )  # the graphs by name or family, each one of graphs.spec_forms()
     graph: tuple[str, ...] = ()  # user graph files, one point each: .npy (K, K) 0/1 adjacency, or an edge list "i j"
     graph_seed: int = 0  # [choice] seed of the random graphs (rgg, er), drawn once: the graph is configuration
     n_slots: int = 2000  # slots simulated; cover and level times beyond it are censored at n_slots + 1

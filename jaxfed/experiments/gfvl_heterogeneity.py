@@ -58,7 +58,7 @@ class Config:
     variance: float = 1.0  # Normal family: noise variance σ²
     noise_spread: float = 0.0  # Normal family: σ_k² = σ² exp(noise_spread ε'_k); 0: equal likelihoods
     n_slots: int = 300  # slots i = 1..n_slots
-    topologies: tuple[str, ...] = ("star", "ring", "complete")  # the points' graphs, each one of graphs.TOPOLOGIES
+    topologies: tuple[str, ...] = ("star", "ring", "complete")  # the points' graphs, each one of graphs.names()
     loss_normalisation: str = "sum"  # "sum" (target p(θ|D) at α = 1) or "mean" (statistics × 1/N_k: tempered)
 
     def __post_init__(self):
@@ -86,7 +86,7 @@ class Config:
         validation.integer("n_slots", self.n_slots, 1)
         validation.check("topologies", self.topologies, len(self.topologies) >= 1, "a non-empty list")
         for name in self.topologies:
-            validation.check("topologies", name, name in graphs.TOPOLOGIES, f"names from {sorted(graphs.TOPOLOGIES)}")
+            graphs.get(name)  # ValueError listing the registered graphs
 
     def agent_sizes(self) -> tuple[int, ...]:
         """N_k of every agent."""
@@ -117,7 +117,7 @@ def make_trial(cfg: Config):
 def build(cfg: Config):
     labels, points = [], []
     for name in cfg.topologies:
-        adjacency = jnp.asarray(graphs.by_name(name, cfg.n_agents))
+        adjacency = jnp.asarray(graphs.build(name, cfg.n_agents))
         for spread in cfg.spreads:
             labels.append({"topology": name, "spread": spread})
             points.append({"adjacency": adjacency, "spread": jnp.asarray(spread, float)})

@@ -20,7 +20,7 @@ CHOICES = {
     "inits": kmeans.INITS,
     "channel": oac.channel.names(),
     "symbol_energy": ("beta", "sqrt-beta"),
-    "topologies": tuple(graphs.TOPOLOGIES),
+    "topologies": graphs.names(),
     "splits": SPLITS,
     "baseline": natgrad.BASELINES,
     "loss_normalisation": ("sum", "mean"),

@@ -1,10 +1,12 @@
-"""A user's channel, k-means aggregation method, exponential family and experiments, all in one file
+"""A user's channel, k-means aggregation method, exponential family, graph and experiments, all in one file
 that the plain CLI loads (tests/experiments/test_user_experiments.py), each added with its registry's ``register``:
 
 - the channel "user-line-of-sight" (no fading: |y_l|² = E_s K_l + σ² Exp(1));
 - the aggregation method "user-lossy" (each ED's update lost with probability 1/4, the sum rescaled);
 - the exponential family "user-exponential" (q = Exponential(λ) on θ > 0, η = −λ), which the
   non-conjugate solver's natural-gradient step uses through the generic score and Fisher solve;
+- the graph "user-wheel" (a hub joined to every agent of a ring of the others), which the G-FVL
+  experiments take by name (``--set topologies=user-wheel``, gfvl-graphs' ``--set graphs=user-wheel``);
 - the experiments "user-kmeans" (the k-means trial layer with ``--set method=`` and ``channel=``) and
   "user-family" (natural-gradient steps on a Poisson-rate loss with ``--set family=``).
 """
@@ -15,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import experiments, expfam, natgrad, oac
+from jaxfed import experiments, expfam, graphs, natgrad, oac
 from jaxfed.experiments import Experiment, Sweep, kmeans_trials
 
 
@@ -59,6 +61,17 @@ EXPONENTIAL = expfam.register(
         project=lambda eta: jnp.minimum(eta, -1e-3),
     )
 )
+
+
+# --------------------------------------------------------------------------- a graph
+def wheel(n_agents):
+    adjacency = np.zeros((n_agents, n_agents), np.int32)
+    adjacency[1:, 1:] = graphs.ring(n_agents - 1)
+    adjacency[0, 1:] = adjacency[1:, 0] = 1
+    return adjacency
+
+
+graphs.register("user-wheel", wheel)
 
 
 # --------------------------------------------------------------------------- two experiments

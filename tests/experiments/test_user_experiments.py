@@ -269,10 +269,11 @@ EXTENSIONS = pathlib.Path(__file__).parents[1] / "data" / "user_extensions.py"
 def extensions():
     """tests/data/user_extensions.py's path; afterwards its registrations are removed and its module
     forgotten, so that no other test sees them and the next load registers them again."""
-    from jaxfed import experiments, expfam, oac
+    from jaxfed import experiments, expfam, graphs, oac
 
     yield str(EXTENSIONS)
     experiments.REGISTRY.unregister("user-kmeans")
+    graphs._GRAPHS.unregister("user-wheel")
     oac.channel._CHANNELS.unregister("user-line-of-sight")
     oac.aggregators._METHODS.unregister("user-lossy")
     expfam._FAMILIES.unregister("user-exponential")
@@ -304,6 +305,32 @@ def test_a_user_channel_and_aggregation_method_run_in_the_kmeans_trial_layer(ext
         assert loss.shape == (1, 4, 3) and np.isfinite(loss).all()
     assert kmeans_trials.method_label({"method": "user-lossy"}) == "lossy p=0.25"
     assert "user-lossy" in kmeans_trials.methods()
+
+
+def test_a_registered_user_graph_is_selected_by_name_where_a_built_in_graph_is(extensions, tmp_path, capsys):
+    """A graph registered in an --import'ed file is a topology of the G-FVL experiments and a graph of
+    gfvl-graphs by its name, its file is in the run's identity, and an unknown name is the registry's
+    one-line error listing the registered graphs."""
+    short = ["--trials", "4", "--set", "n_slots=40", "--quiet"]
+    run = ["run", "gfvl-topologies", "--import", extensions, *short]
+    assert cli.main([*run, "--set", "topologies=user-wheel,ring", "--out", str(tmp_path / "t")]) == 0
+    identity = json.loads((tmp_path / "t" / "identity.json").read_text())
+    assert identity["points"] == [{"topology": "user-wheel"}, {"topology": "ring"}]
+    assert list(identity["code"]) == [extensions]  # the file the graph's builder comes from
+    kl = _metrics(tmp_path / "t")["kl"]
+    assert kl.shape == (2, 4, 40) and np.isfinite(kl).all()
+    graphs_run = ["run", "gfvl-graphs", "--import", extensions, "--set", "graphs=user-wheel,complete", *short]
+    assert cli.main([*graphs_run, "--set", "records=5", "--out", str(tmp_path / "g")]) == 0
+    assert _metrics(tmp_path / "g")["kl"].shape == (2, 4, 5)
+    capsys.readouterr()
+    for args in (run + ["--set", "topologies=nope"], graphs_run[:4] + ["--set", "graphs=nope", *short]):
+        assert cli.main([*args, "--out", str(tmp_path / "bad")]) == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1, err
+        assert err.startswith(
+            "jaxfed: error: unknown graph 'nope'; choose one of: complete, ring, star, line, user-wheel"
+        ), err
+    assert not (tmp_path / "bad").exists()
 
 
 def test_a_user_family_runs_in_natural_gradient_steps(extensions, tmp_path):

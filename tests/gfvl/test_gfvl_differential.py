@@ -106,7 +106,7 @@ def _check_trajectory(adjacency, n_slots, stats, alpha, seed):
 )
 def test_kl_trajectory_matches_the_slot_by_slot_reference(graph, k, n_slots, alpha, n_per_agent):
     stats = _stats(k, np.broadcast_to(n_per_agent, (k,)))
-    schedule = _check_trajectory(graphs.by_name(graph, k), n_slots, stats, alpha, seed=k + n_slots)
+    schedule = _check_trajectory(graphs.build(graph, k), n_slots, stats, alpha, seed=k + n_slots)
     if graph == "star" and n_slots == 12:
         assert len(set(schedule.tolist())) < k  # the case that matters: the walk has not covered the graph
 
@@ -122,7 +122,7 @@ def test_kl_trajectory_matches_the_slot_by_slot_reference(graph, k, n_slots, alp
 def test_kl_trajectory_property(graph, k, alpha, empty, seed):
     """Random graphs, data (some agents without any) and walks of 12 slots (covering or not)."""
     n_per_agent = np.where((empty >> np.arange(k)) & 1, 0, 20 + np.arange(k))
-    _check_trajectory(graphs.by_name(graph, k), 12, _stats(seed, n_per_agent), alpha, seed)
+    _check_trajectory(graphs.build(graph, k), 12, _stats(seed, n_per_agent), alpha, seed)
 
 
 # --------------------------------------------------------------------------- visit counts carried in the scan
@@ -133,7 +133,7 @@ _walk = jax.jit(lambda key, adjacency: gossip.mh_walk(key, adjacency, 50))  # on
 @given(graph=st.sampled_from(["star", "line", "ring"]), k=st.sampled_from([2, 5, 40]), seed=st.integers(0, 2**31 - 1))
 def test_visit_counts_carried_in_the_scan_match_the_schedule(graph, k, seed):
     """Both branches of the carried visited set (bit mask for K <= 31, boolean vector above)."""
-    adjacency = jnp.asarray(graphs.by_name(graph, k))
+    adjacency = jnp.asarray(graphs.build(graph, k))
     walk = _walk(jax.random.key(seed), adjacency)
     schedule = np.asarray(walk.schedule)
     counts = [len(set(schedule[: i + 1].tolist())) for i in range(len(schedule))]

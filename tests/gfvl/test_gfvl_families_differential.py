@@ -113,7 +113,7 @@ def test_fast_path_and_step_kernel_match_the_reference_and_are_exact_at_cover_ti
         with jax.enable_x64(True):
             fast, kernel, etas, schedule = _paths(name, n_slots)(
                 jax.random.key(case),
-                jnp.asarray(graphs.by_name(graph, k)),
+                jnp.asarray(graphs.build(graph, k)),
                 jnp.asarray(stats),
                 alpha,
                 jnp.asarray(PRIORS[name]),
@@ -144,7 +144,7 @@ def test_float32_fast_path_is_exact_at_cover_time(name):
     stats = _stats(name, seed=7, sizes=(40, 0, 60, 10)).astype(np.float32)
     kl, _, _, schedule = _paths(name, 8)(
         jax.random.key(7),
-        jnp.asarray(graphs.by_name("complete", 4)),
+        jnp.asarray(graphs.build("complete", 4)),
         jnp.asarray(stats),
         1.0,
         jnp.asarray(PRIORS[name], jnp.float32),

@@ -90,5 +90,95 @@ def test_bad_grid_and_er_arguments():
         graphs.erdos_renyi(0, 5, 1.5)
     with pytest.raises(ValueError, match="no connected"):
         graphs.erdos_renyi(0, 30, 0.01, max_tries=5)
-    with pytest.raises(ValueError, match="topology must be one of"):
-        graphs.by_name("torus", 5)
+    with pytest.raises(ValueError, match="^unknown graph 'torus'; choose one of: complete, ring, star, line$"):
+        graphs.build("torus", 5)
+
+
+# --------------------------------------------------------------------------- graphs by name: the registry
+def _wheel(n_agents):
+    """A hub (agent 0) joined to every agent of a ring of the others, as a nested list."""
+    a = np.zeros((n_agents, n_agents), np.int32)
+    a[1:, 1:] = graphs.ring(n_agents - 1)
+    a[0, 1:] = a[1:, 0] = 1
+    return a.tolist()
+
+
+@pytest.fixture
+def wheel():
+    graphs.register("test-wheel", _wheel)
+    yield "test-wheel"
+    graphs._GRAPHS.unregister("test-wheel")
+
+
+def test_the_built_in_graphs_are_registered_and_build_as_their_constructors():
+    assert graphs.names() == ("complete", "ring", "star", "line")
+    for name in graphs.names():
+        assert graphs.get(name) is getattr(graphs, name)
+        built = graphs.build(name, 6)
+        assert built.dtype == np.int32 and np.array_equal(built, getattr(graphs, name)(6))
+        assert np.array_equal(graphs.from_spec(name, 6), built)
+
+
+def test_a_registered_graph_builds_validated_by_name_and_in_a_specification(wheel):
+    assert graphs.names()[-1] == wheel and wheel in graphs.spec_forms()
+    a = graphs.build(wheel, 6)
+    assert a.dtype == np.int32 and a.sum(axis=1).tolist() == [5, 3, 3, 3, 3, 3]
+    assert np.array_equal(graphs.from_spec(wheel, 6), a)
+    with pytest.raises(
+        ValueError, match="unknown graph 'nope'; choose one of: complete, ring, star, line, test-wheel, rgg"
+    ):
+        graphs.from_spec("nope", 6)
+
+
+def test_a_registered_graph_that_is_not_a_gossip_graph_or_has_another_size_is_named():
+    graphs.register("test-broken", lambda n: np.zeros((n, n), np.int32))
+    graphs.register("test-small", lambda n: graphs.ring(n - 1))
+    try:
+        with pytest.raises(ValueError, match="graph 'test-broken' must describe a connected graph"):
+            graphs.build("test-broken", 4)
+        with pytest.raises(
+            ValueError, match=r"graph 'test-small' must be a \(K, K\) adjacency with K = n_agents = 5, got \(4, 4\)"
+        ):
+            graphs.build("test-small", 5)
+    finally:
+        graphs._GRAPHS.unregister("test-broken")
+        graphs._GRAPHS.unregister("test-small")
+
+
+@pytest.mark.parametrize("name", ["", "rgg", "er", "barbell", "lollipop", "a:b", 3])
+def test_a_graph_name_that_a_specification_could_not_name_is_refused(name):
+    with pytest.raises(ValueError, match="name must be a non-empty string without ':'"):
+        graphs.register(name, _wheel)
+    with pytest.raises(ValueError, match="builder must be a function"):
+        graphs.register("test-not-a-function", 3)
+
+
+def test_the_deprecated_topologies_and_by_name_warn_and_still_work(wheel):
+    with pytest.warns(DeprecationWarning, match="graphs.by_name is deprecated.*graphs.build"):
+        star = graphs.by_name("star", 4)
+    assert np.array_equal(star, graphs.star(4))
+    with pytest.warns(DeprecationWarning, match="graphs.TOPOLOGIES is deprecated.*graphs.names"):
+        topologies = graphs.TOPOLOGIES
+    assert wheel in topologies and sorted(topologies) == sorted(graphs.names()) and topologies["ring"] is graphs.ring
+    assert "TOPOLOGIES" not in graphs.__all__ and "by_name" not in graphs.__all__
+    with pytest.raises(AttributeError, match="no attribute 'NOPE'"):
+        graphs.NOPE  # noqa: B018
+
+
+@pytest.mark.parametrize("experiment", ["gfvl-topologies", "gfvl-heterogeneity", "gfvl-logistic"])
+def test_every_experiment_that_takes_topologies_builds_a_registered_graph_and_refuses_an_unknown_one(experiment, wheel):
+    from jaxfed.experiments import get, make_config
+
+    exp = get(experiment)
+    cfg = make_config(exp.config_cls, {"topologies": f"{wheel},ring"})
+    sweep = exp.build(cfg)
+    built = [
+        (lab["topology"], np.asarray(p["adjacency"])) for lab, p in zip(sweep.labels, sweep.points) if "adjacency" in p
+    ]
+    assert {name for name, _ in built} == {wheel, "ring"}
+    for name, adjacency in built:
+        assert np.array_equal(adjacency, graphs.build(name, cfg.n_agents))
+    with pytest.raises(
+        ValueError, match="^unknown graph 'nope'; choose one of: complete, ring, star, line, test-wheel$"
+    ):
+        make_config(exp.config_cls, {"topologies": "ring,nope"})
