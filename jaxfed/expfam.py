@@ -45,6 +45,7 @@ from jaxfed.registry import Registry
 
 __all__ = [
     "ExpFamily",
+    "REPARAMETERISATIONS",
     "BETA",
     "NORMAL",
     "GAMMA",
@@ -78,8 +79,13 @@ class ExpFamily(NamedTuple):
     """An exponential family; every function broadcasts over leading axes.
 
     Shapes: θ has the family's event shape per draw (a scalar, or (C,) for the Dirichlet); η, μ are
-    (..., P); the Fisher matrix is (..., P, P). The last three fields are optional closed forms
-    (``None``: the generic definition is used).
+    (..., P); the Fisher matrix is (..., P, P). ``kl_closed``, ``sample_score`` and ``fisher_solve``
+    are optional closed forms (``None``: the generic definition is used). ``reparameterisation``
+    (optional) says that the family is a Gaussian whose draws are θ = m + ε/√p, so that
+    :func:`jaxfed.natgrad.reparameterisation_gradient` applies to it, and how θ is laid out: one of
+    :data:`REPARAMETERISATIONS`, "normal" (θ a scalar, η = (m p, −p/2), as :data:`NORMAL`) or
+    "mean_field_normal" (θ of shape (d,), η the d pairs (m_j p_j, −p_j/2), as :func:`mean_field_normal`);
+    ``None``: the family has no reparameterisation gradient.
     """
 
     name: str
@@ -99,6 +105,13 @@ class ExpFamily(NamedTuple):
     sample_score: Callable | None = None
     # (η, v) -> FIM(η)⁻¹ v (default: a P×P linear solve)
     fisher_solve: Callable | None = None
+    # "normal" or "mean_field_normal" (REPARAMETERISATIONS): a Gaussian with the reparameterisation gradient
+    reparameterisation: str | None = None
+
+
+REPARAMETERISATIONS = ("normal", "mean_field_normal")
+"""The values of :attr:`ExpFamily.reparameterisation`: a Gaussian family's layout of θ and η, that of
+:data:`NORMAL` (θ a scalar) or of :func:`mean_field_normal` (θ of shape (d,))."""
 
 
 def log_prob(family: ExpFamily, eta: jax.Array, theta: jax.Array) -> jax.Array:
@@ -600,6 +613,7 @@ NORMAL = ExpFamily(
     kl_closed=_normal_kl,
     sample_score=normal_sample_score,
     fisher_solve=normal_fisher_solve,
+    reparameterisation="normal",
 )
 
 
@@ -923,6 +937,7 @@ def mean_field_normal(n_dims: int, min_precision: float = NORMAL_MIN_PRECISION) 
         kl_closed=_mf_kl,
         sample_score=mean_field_sample_score,
         fisher_solve=mean_field_fisher_solve,
+        reparameterisation="mean_field_normal",
     )
 
 
@@ -945,8 +960,11 @@ def register(family: ExpFamily) -> ExpFamily:
     """Adds ``family`` under ``family.name`` (replacing one of that name) and returns it. A user's family
     needs the required fields of :class:`ExpFamily`; the non-conjugate solver
     (:func:`jaxfed.gfvl.natgrad_solver`, REINFORCE) uses ``sample`` with the generic score and Fisher
-    solve where ``sample_score`` and ``fisher_solve`` are None."""
+    solve where ``sample_score`` and ``fisher_solve`` are None, and the reparameterisation gradient
+    where ``reparameterisation`` names the family's Gaussian layout (:data:`REPARAMETERISATIONS`)."""
     validation.check("family", type(family).__name__, isinstance(family, ExpFamily), "an ExpFamily")
+    layouts = (None, *REPARAMETERISATIONS)
+    validation.one_of(f"family {family.name!r}: reparameterisation", family.reparameterisation, layouts)
     return _FAMILIES.register(family.name, family)
 
 

@@ -256,15 +256,15 @@ def natgrad_solver(
         n_samples: samples S per iteration (static), >= 1 (>= 2 for "leave-one-out" and "control-variate").
         baseline: the gradient estimator, one of :data:`jaxfed.natgrad.ESTIMATORS`: REINFORCE with a
             "constant" baseline (value ``c``; the paper uses c = 0), "leave-one-out" or "control-variate"
-            (:func:`jaxfed.natgrad.reinforce_gradient`), or "reparameterisation" for the Gaussian families.
+            (:func:`jaxfed.natgrad.reinforce_gradient`), or "reparameterisation" for the Gaussian families
+            (:func:`jaxfed.natgrad.reparameterisable`).
         c: constant baseline (may be traced).
     """
     validation.integer("n_iters", n_iters, 1)
     validation.one_of("baseline", baseline, natgrad.ESTIMATORS)
     validation.integer("n_samples", n_samples, 2 if baseline in ("leave-one-out", "control-variate") else 1)
     if baseline == "reparameterisation":
-        allowed = f"one of {natgrad.REPARAMETERISABLE} for baseline='reparameterisation'"
-        validation.check("family", family.name, natgrad.reparameterisable(family), allowed)
+        natgrad.check_reparameterisable(family)
     if not callable(rho):
         validation.positive("rho", rho)
     validation.positive("alpha", alpha)

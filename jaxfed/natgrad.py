@@ -7,7 +7,8 @@ For q_η in an exponential family (:mod:`jaxfed.expfam`) and a loss L(θ):
   with a constant baseline c_s = c, the leave-one-out mean c_s = (1/(S−1)) Σ_{s'≠s} L(θ_s'), or a
   per-coordinate control variate through the score's known mean (``"control-variate"``); all keep ĝ
   unbiased because c_s does not depend on θ_s.
-- :func:`reparameterisation_gradient`: the pathwise estimate for the Gaussian families, and
+- :func:`reparameterisation_gradient`: the pathwise estimate for the Gaussian families (a family whose
+  ``reparameterisation`` field names its layout, :data:`jaxfed.expfam.REPARAMETERISATIONS`), and
   :func:`estimate_gradient` / :func:`estimator_variance` over every estimator (:data:`ESTIMATORS`).
 - :func:`fisher_solve`: FIM(η)⁻¹ v (the family's closed form where it carries one, else a P×P solve).
 - :func:`natural_gradient_step`: one step on the local free energy F(η) = E_q[L] + α KL(q_η ‖ q_{η_cav}),
@@ -34,6 +35,7 @@ other families carry their own (:mod:`jaxfed.expfam`).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 
 import jax
@@ -49,8 +51,8 @@ from jaxfed.expfam import beta_fisher_solve, beta_sample_score
 __all__ = [
     "BASELINES",
     "ESTIMATORS",
-    "REPARAMETERISABLE",
     "reparameterisable",
+    "check_reparameterisable",
     "reparameterisation_gradient",
     "estimate_gradient",
     "estimator_variance",
@@ -76,13 +78,15 @@ BASELINES = ("constant", "leave-one-out", "control-variate")
 """Baseline kinds of :func:`reinforce_gradient`; "constant" uses the value ``c``."""
 ESTIMATORS = BASELINES + ("reparameterisation",)
 """Gradient estimators of :func:`estimate_gradient`: REINFORCE with one of :data:`BASELINES`, or the
-reparameterisation gradient (Gaussian families only, :data:`REPARAMETERISABLE`)."""
-REPARAMETERISABLE = ("normal", "mean_field_normal")
+reparameterisation gradient (the Gaussian families only: :func:`reparameterisable`)."""
 
 
 def _gaussian(family: expfam.ExpFamily) -> str | None:
-    """ "normal" or "mean_field_normal" for the built-in Gaussian families, recognised by their closed-form
-    draws rather than their names (a registered family may take any name); None for another family."""
+    """The family's Gaussian layout, one of :data:`jaxfed.expfam.REPARAMETERISATIONS` ("normal": θ a scalar,
+    "mean_field_normal": θ of shape (d,)): its ``reparameterisation`` field, or for a family made without
+    one but with the built-in Gaussians' closed-form draws (``sample_score``), theirs; None for another family."""
+    if family.reparameterisation is not None:
+        return family.reparameterisation
     if family.sample_score is expfam.normal_sample_score:
         return "normal"
     if family.sample_score is expfam.mean_field_sample_score:
@@ -91,11 +95,37 @@ def _gaussian(family: expfam.ExpFamily) -> str | None:
 
 
 def reparameterisable(family: expfam.ExpFamily) -> bool:
-    """True for a family the reparameterisation gradient handles (:data:`REPARAMETERISABLE`)."""
-    return _gaussian(family) is not None
+    """True for a family the reparameterisation gradient handles: a Gaussian whose draws are θ = m + ε/√p,
+    declared by its ``reparameterisation`` field (:attr:`jaxfed.expfam.ExpFamily.reparameterisation`;
+    :data:`jaxfed.expfam.NORMAL` and :func:`jaxfed.expfam.mean_field_normal` set it, and so may a
+    registered family)."""
+    return _gaussian(family) in expfam.REPARAMETERISATIONS
 
 
-"""Families whose draws are θ = m + ε/√p, so that :func:`reparameterisation_gradient` applies."""
+def check_reparameterisable(family: expfam.ExpFamily) -> None:
+    """ValueError naming the family unless :func:`reparameterisable`, for ``baseline='reparameterisation'``."""
+    validation.check(
+        "family",
+        family.name,
+        reparameterisable(family),
+        "a Gaussian family with a reparameterisation (ExpFamily.reparameterisation one of "
+        f"{expfam.REPARAMETERISATIONS}) for baseline='reparameterisation'",
+    )
+
+
+def __getattr__(name: str):
+    """``REPARAMETERISABLE``, deprecated (a :class:`DeprecationWarning`; removed in the next minor version):
+    the built-in Gaussian families' names; a family says it is one by its ``reparameterisation`` field
+    (:func:`reparameterisable`)."""
+    if name == "REPARAMETERISABLE":
+        warnings.warn(
+            "jaxfed.natgrad.REPARAMETERISABLE is deprecated and will be removed in the next minor version; "
+            "use natgrad.reparameterisable(family) (a family's ExpFamily.reparameterisation field)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return expfam.REPARAMETERISATIONS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --------------------------------------------------------------------------- generic operations
@@ -175,12 +205,7 @@ def reparameterisation_gradient(
     which needs a differentiable loss; the returned ∇_η estimate plugs into :func:`natural_gradient_step`
     like :func:`reinforce_gradient`'s. Unbiased; its variance does not scale with the loss's magnitude.
     """
-    validation.check(
-        "family",
-        family.name,
-        reparameterisable(family),
-        f"one of {REPARAMETERISABLE} for baseline='reparameterisation'",
-    )
+    check_reparameterisable(family)
     validation.integer("n_samples", n_samples, 1)
     pairs = eta.reshape(-1, 2)
     m, p = expfam.normal_moments(pairs)
@@ -250,7 +275,7 @@ def natural_gradient_estimate(key, family, eta, loss, n_samples: int, estimator:
     """FIM(η)⁻¹ ĝ, the natural-gradient estimate of ∇_η E_q[L] by ``estimator`` (:func:`estimate_gradient`
     and :func:`fisher_solve`); for the mean-field Gaussian with REINFORCE and the constant or leave-one-out
     baseline, the same estimate on the same draws by :func:`mean_field_reinforce_natural_gradient`."""
-    if _gaussian(family) == "mean_field_normal" and estimator in ("constant", "leave-one-out"):
+    if family.sample_score is expfam.mean_field_sample_score and estimator in ("constant", "leave-one-out"):
         validation.integer("n_samples", n_samples, 1 if estimator == "constant" else 2)
         return mean_field_reinforce_natural_gradient(key, eta, loss, n_samples, estimator, c)
     return fisher_solve(family, eta, estimate_gradient(key, family, eta, loss, n_samples, estimator, c))

@@ -176,7 +176,8 @@ def test_gradient_estimators_are_unbiased(estimator):
 def test_reparameterisation_is_refused_for_families_without_it():
     with pytest.raises(
         ValueError,
-        match=r"family must be one of \('normal', 'mean_field_normal'\) for baseline='reparameterisation', got 'beta'",
+        match=r"family must be a Gaussian family with a reparameterisation \(ExpFamily.reparameterisation one of "
+        r"\('normal', 'mean_field_normal'\)\) for baseline='reparameterisation', got 'beta'",
     ):
         gfvl.natgrad_solver(expfam.BETA, logistic.likelihood(), None, 1.0, 0.1, 1, 4, "reparameterisation")
 

@@ -271,3 +271,63 @@ def test_mean_field_fast_path_float32_and_solver():
             solve = gfvl.natgrad_solver(fam, lik, jnp.zeros((3, 1)), 1.0, 0.05, 4, n, "leave-one-out")
             out[name] = np.asarray(solve(jax.random.key(9), jnp.int32(1), state))
         np.testing.assert_allclose(out["fast"], out["generic"], rtol=1e-10, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- which families have a reparameterisation gradient
+def _gaussian_without_closed_forms(family, name, reparameterisation):
+    """A copy of a built-in Gaussian family under another name, without its closed-form draws (so that
+    nothing but its ``reparameterisation`` field can say what it is)."""
+    return family._replace(name=name, sample_score=None, fisher_solve=None, reparameterisation=reparameterisation)
+
+
+def test_the_built_in_gaussians_declare_their_reparameterisation_and_the_others_none():
+    assert expfam.NORMAL.reparameterisation == "normal"
+    assert expfam.mean_field_normal(3).reparameterisation == "mean_field_normal"
+    assert expfam.REPARAMETERISATIONS == ("normal", "mean_field_normal")
+    for name in expfam.names():
+        assert natgrad.reparameterisable(expfam.get(name)) == (name == "normal")
+
+
+@pytest.mark.parametrize("layout", ["normal", "mean_field_normal"])
+def test_a_user_family_with_a_reparameterisation_gets_the_same_gradient_as_the_built_in_one(layout):
+    """A registered family takes part through its ``reparameterisation`` field, whatever its name: the
+    same draws give the same gradient, bit for bit, and the solver accepts it."""
+    built_in = expfam.NORMAL if layout == "normal" else expfam.mean_field_normal(2)
+    family = _gaussian_without_closed_forms(built_in, "user-gaussian", layout)
+    expfam.register(family)
+    try:
+        assert natgrad.reparameterisable(expfam.get("user-gaussian"))
+        eta = jnp.asarray([0.6, -0.5] * (built_in.dim // 2))
+
+        def loss(theta):
+            return jnp.sum((theta - 0.3) ** 2, axis=-1) if layout == "mean_field_normal" else (theta - 0.3) ** 2
+
+        for seed in range(3):
+            key = jax.random.key(seed)
+            ours = natgrad.reparameterisation_gradient(key, family, eta, loss, 8)
+            theirs = natgrad.reparameterisation_gradient(key, built_in, eta, loss, 8)
+            np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+        lik = likelihoods.Likelihood(name="t", loss=lambda data, th: loss(th), loss_change=None, pool=None)
+        gfvl.natgrad_solver(family, lik, jnp.zeros((3, 1)), 1.0, 0.05, 1, 4, "reparameterisation")
+    finally:
+        expfam._FAMILIES.unregister("user-gaussian")
+
+
+def test_a_family_without_a_reparameterisation_is_refused_naming_it():
+    family = _gaussian_without_closed_forms(expfam.mean_field_normal(2), "user-plain", None)
+    assert not natgrad.reparameterisable(family)
+    message = r"family must be a Gaussian family with a reparameterisation .* got 'user-plain'"
+    with pytest.raises(ValueError, match=message):
+        natgrad.reparameterisation_gradient(jax.random.key(0), family, jnp.asarray([0.6, -0.5] * 2), jnp.sum, 4)
+    with pytest.raises(ValueError, match=r"family 'user-odd': reparameterisation must be one of \(None, 'normal'"):
+        expfam.register(family._replace(name="user-odd", reparameterisation="cauchy"))
+    assert "user-odd" not in expfam.names()
+
+
+def test_the_deprecated_reparameterisable_tuple_warns_and_still_holds_the_gaussians():
+    with pytest.warns(DeprecationWarning, match="natgrad.REPARAMETERISABLE is deprecated.*reparameterisable"):
+        names = natgrad.REPARAMETERISABLE
+    assert names == ("normal", "mean_field_normal")
+    assert "REPARAMETERISABLE" not in natgrad.__all__
+    with pytest.raises(AttributeError, match="no attribute 'NOPE'"):
+        natgrad.NOPE  # noqa: B018
