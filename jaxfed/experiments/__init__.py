@@ -3,7 +3,8 @@
 sweep (trial + points) and a plot (:mod:`jaxfed.experiments.spec`); :mod:`jaxfed.experiments.runner`
 runs them and writes the result directory (:mod:`jaxfed.rundir`). The trial layers they share,
 which a user's experiment may build on too, are
-:mod:`jaxfed.experiments.kmeans_trials` and :mod:`jaxfed.experiments.gfvl_trials`."""
+:mod:`jaxfed.experiments.kmeans_trials` and :mod:`jaxfed.experiments.gfvl_trials`; ``jaxfed reproduce``'s
+progress over the experiments is :mod:`jaxfed.experiments.reproduce_progress`."""
 
 from __future__ import annotations
 

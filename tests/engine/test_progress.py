@@ -1,5 +1,6 @@
 """Progress a log file shows (plain lines off a terminal), bars that stop when their group is done
-and start at the stored fraction, and ``jaxfed reproduce``'s overall ETA."""
+and start at the stored fraction, and ``jaxfed reproduce``'s overall ETA
+(:mod:`jaxfed.experiments.reproduce_progress`)."""
 
 import io
 import types
@@ -8,7 +9,9 @@ import pytest
 
 from jaxfed import cli
 from jaxfed.engine import progress
-from jaxfed.engine.progress import Overall, Progress
+from jaxfed.engine.progress import Progress
+from jaxfed.experiments import reproduce_progress
+from jaxfed.experiments.reproduce_progress import Overall
 
 
 class Clock:
@@ -158,7 +161,7 @@ def test_the_overall_eta_is_never_negative_and_stored_experiments_do_not_measure
 )
 def test_overall_eta_formula(took, running, running_s, left):
     prior = {"a-1": 10, "a-2": 10, "b-1": 50, "b-2": 50}
-    assert progress.overall_eta(prior, took, running, running_s) == pytest.approx(left)
+    assert reproduce_progress.overall_eta(prior, took, running, running_s) == pytest.approx(left)
 
 
 def test_the_overall_bar_on_a_terminal_names_the_experiment_and_shows_the_eta():
@@ -230,3 +233,10 @@ def test_reproduce_in_a_log_shows_compiling_progress_done_and_overall_lines(tmp_
     assert cli.main([*args, "--scale", "0.02"]) == 0  # grown: 20 trials, 10 of them stored
     err = capsys.readouterr().err
     assert "gfvl-topologies: group 1/1: done, 60 point-trials (30 stored) in " in err, err
+
+
+def test_the_overall_progress_of_jaxfed_reproduce_lives_above_the_engine():
+    for name in ("Overall", "overall_eta", "experiment_group"):
+        assert not hasattr(progress, name) and hasattr(reproduce_progress, name)
+    assert reproduce_progress.experiment_group("kmeans-snr") == "kmeans"
+    assert progress.is_terminal(Terminal()) and not progress.is_terminal(io.StringIO())
