@@ -15,7 +15,8 @@ import pytest
 from support import one_line_error
 
 from jaxfed import cli, engine, plotting, report, stats, store
-from jaxfed.experiments import base, get
+from jaxfed.experiments import Experiment, Sweep, get, load_results, make_config
+from jaxfed.experiments.spec import check_representable
 
 # A user experiment file; the fields below are replaced per case.
 USER_FILE = """
@@ -104,7 +105,7 @@ def test_a_config_class_that_is_not_a_dataclass_is_one_line(capsys, tmp_path):
         scale = 1.0
 
     with pytest.raises(ValueError, match="config_cls must be a dataclass of parameters .*, got .*Plain"):
-        base.make_config(Plain)
+        make_config(Plain)
     spec = user_file(tmp_path, top="")
     path = spec.rpartition(":")[0]
     text = pathlib.Path(path).read_text().replace("@dataclasses.dataclass(frozen=True)\n", "")
@@ -123,9 +124,9 @@ def test_parameters_that_underflow_or_overflow_in_the_runs_dtype_are_refused(cap
 
     config = gfvl_heterogeneity.Config(spreads=(0.0, 1e39))
     with pytest.raises(ValueError, match=r"spreads must be 0 or of magnitude .* got 1e\+39"):
-        base.check_representable(config, "float32")
-    base.check_representable(config, "float64")  # a normal float64
-    base.check_representable(gfvl_heterogeneity.Config(variance=1e-45), "float64")
+        check_representable(config, "float32")
+    check_representable(config, "float64")  # a normal float64
+    check_representable(gfvl_heterogeneity.Config(variance=1e-45), "float64")
 
 
 def test_split_seed_is_validated_with_its_name(capsys, tmp_path):
@@ -229,11 +230,11 @@ def test_a_run_whose_every_trial_is_nan_stores_its_record_figure_and_report(caps
     argv += ["--set", "n_slots=12", "--set", "topologies=ring", "--set", "spreads=0", "--trials", "4"]
     assert cli.main([*argv, "--out", str(out), "--quiet"]) == 0
     assert "kl: 4 of 4 trials of point topology=ring, spread=0.0 have NaN" in capsys.readouterr().err
-    config_json, results = base.load_results(str(out))
+    config_json, results = load_results(str(out))
     assert config_json["nonfinite_trials"] == {"kl": [4]}
     assert (out / "gfvl-heterogeneity.png").stat().st_size > 0
     exp = get("gfvl-heterogeneity")
-    cfg = base.make_config(exp.config_cls, {"family": "normal", "noise_spread": "100", "n_slots": "12"})
+    cfg = make_config(exp.config_cls, {"family": "normal", "noise_spread": "100", "n_slots": "12"})
     text = report.section(exp, cfg, config_json, results, 1.0).text
     assert "\n- kl: 4 of 4 trials of point spread=0.0, topology=ring have NaN" in text
 
@@ -266,7 +267,7 @@ def test_every_experiments_figure_and_report_survive_non_finite_points(nan_point
 
     rng = np.random.default_rng(0)
     for name, exp in REGISTRY.items():
-        cfg = base.make_config(exp.config_cls)
+        cfg = make_config(exp.config_cls)
         sweep = exp.build(cfg)
         group, traced = group_points(sweep.points)[0]
         shapes = jax.eval_shape(
@@ -300,11 +301,11 @@ def test_a_full_disk_while_plotting_is_one_line_naming_the_figure(capsys, tmp_pa
         ax.plot([0, 1], [0, 1])
         plotting.save(fig, path)
 
-    exp = base.Experiment(
+    exp = Experiment(
         "tiny-plot",
         "a figure on a full disk",
         NoConfig,
-        lambda cfg: base.Sweep(lambda k, p: {"x": jax.random.normal(k)}, [{}], [{"p": 0}], {"x": ()}),
+        lambda cfg: Sweep(lambda k, p: {"x": jax.random.normal(k)}, [{}], [{"p": 0}], {"x": ()}),
         plot=plot,
         report=lambda *a: "",
     )

@@ -15,7 +15,7 @@ import pytest
 from support import one_line_error, run_cli
 
 from jaxfed import cli, engine, stats, store
-from jaxfed.experiments import base
+from jaxfed.experiments import Experiment, Sweep, make_config, run_experiment
 
 SMALL = ["--set", "n_slots=10", "--quiet"]
 
@@ -61,7 +61,7 @@ def test_non_finite_float_parameters_of_every_experiment_are_refused(capsys, tmp
         floats = [f.name for f in dataclasses.fields(exp.config_cls) if f.type in (float, "float")]
         for name in floats:
             with pytest.raises(ValueError, match=f"{name} must be a finite number"):
-                base.make_config(exp.config_cls, {name: "inf"})
+                make_config(exp.config_cls, {name: "inf"})
 
 
 @pytest.mark.parametrize("scale", ["inf", "nan", "-1", "0", "lots"])
@@ -304,11 +304,11 @@ class NanConfig:
     scale: float = 1.0
 
 
-NAN_EXPERIMENT = base.Experiment(
+NAN_EXPERIMENT = Experiment(
     "nan",
     "non-finite toy",
     NanConfig,
-    lambda cfg: base.Sweep(nan_trial, POINTS, [{"s": 1}, {"s": 2}], {"x": ("i",)}),
+    lambda cfg: Sweep(nan_trial, POINTS, [{"s": 1}, {"s": 2}], {"x": ("i",)}),
     plot=lambda *a: None,
     report=lambda *a: "",
 )
@@ -318,7 +318,7 @@ def test_non_finite_counts_reach_config_json_and_stderr_in_both_modes(tmp_path, 
     monkeypatch.setattr(engine, "run", functools.partial(engine.run, use_jit=False))
     lines = {}
     for keep in ("raw", "summary"):
-        base.run_experiment(
+        run_experiment(
             NAN_EXPERIMENT, NanConfig(), 100, seed=1, out_dir=str(tmp_path / keep), chunk_size=30, quiet=True, keep=keep
         )
         lines[keep] = capsys.readouterr().err.strip().splitlines()
@@ -333,4 +333,4 @@ def test_non_finite_counts_reach_config_json_and_stderr_in_both_modes(tmp_path, 
 
 def test_python_api_configs_are_checked_for_non_finite_floats_too():
     with pytest.raises(ValueError, match="scale must be a finite number, got inf"):
-        base.run_experiment(NAN_EXPERIMENT, NanConfig(scale=float("inf")), 2)
+        run_experiment(NAN_EXPERIMENT, NanConfig(scale=float("inf")), 2)

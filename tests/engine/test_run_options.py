@@ -16,7 +16,7 @@ import pytest
 from jaxfed import cli, engine, plotting, validation
 from jaxfed.engine import core
 from jaxfed.engine.options import option
-from jaxfed.experiments import base
+from jaxfed.experiments import Experiment, Sweep, run_experiment
 
 
 def walk(key, point):
@@ -33,7 +33,7 @@ class ToyConfig:
 
 def toy_build(cfg):
     points = [{"scale": np.float32(cfg.scale)}, {"scale": np.float32(2 * cfg.scale)}]
-    return base.Sweep(walk, points, [{"p": 0}, {"p": 1}], {"x": ("i",)})
+    return Sweep(walk, points, [{"p": 0}, {"p": 1}], {"x": ("i",)})
 
 
 def toy_plot(cfg, labels, results, path):
@@ -42,7 +42,7 @@ def toy_plot(cfg, labels, results, path):
     plotting.save(fig, path)
 
 
-TOY = base.Experiment("toy", "toy", ToyConfig, toy_build, toy_plot, lambda *a: "")
+TOY = Experiment("toy", "toy", ToyConfig, toy_build, toy_plot, lambda *a: "")
 
 
 def subcommand(parser, name):
@@ -125,10 +125,10 @@ def test_a_new_field_reaches_the_command_line_run_experiment_the_engine_and_conf
     for command in ("run", "reproduce"):
         assert flags(subcommand(parser, command))["fancy"].help == "a new option of this test: a count of something"
     # run_experiment: as a keyword argument and in options=, to the engine and config.json
-    config_json, _ = base.run_experiment(TOY, ToyConfig(), 4, out_dir=str(tmp_path / "a"), quiet=True, fancy=7)
+    config_json, _ = run_experiment(TOY, ToyConfig(), 4, out_dir=str(tmp_path / "a"), quiet=True, fancy=7)
     assert seen[-1].fancy == 7 and config_json["options"]["fancy"] == 7
     assert json.loads((tmp_path / "a" / "config.json").read_text())["options"]["fancy"] == 7
-    config_json, _ = base.run_experiment(TOY, ToyConfig(), 4, Extended(fancy=2, progress=False))
+    config_json, _ = run_experiment(TOY, ToyConfig(), 4, Extended(fancy=2, progress=False))
     assert seen[-1].fancy == 2 and config_json["options"]["fancy"] == 2
     # the command line: parsed, checked in one line, given to the run
     args = parser.parse_args(["run", "toy", "--fancy", "5"])
@@ -140,14 +140,14 @@ def test_a_new_field_reaches_the_command_line_run_experiment_the_engine_and_conf
 
 def test_run_experiment_takes_options_and_keyword_arguments_alike(tmp_path, monkeypatch):
     monkeypatch.setattr(engine, "run", functools.partial(engine.run, use_jit=False))
-    a, ra = base.run_experiment(TOY, ToyConfig(), 6, engine.RunOptions.for_experiments(seed=3, progress=False))
-    b, rb = base.run_experiment(TOY, ToyConfig(), 6, seed=3, quiet=True)
+    a, ra = run_experiment(TOY, ToyConfig(), 6, engine.RunOptions.for_experiments(seed=3, progress=False))
+    b, rb = run_experiment(TOY, ToyConfig(), 6, seed=3, quiet=True)
     np.testing.assert_array_equal(ra["x"], rb["x"])
     assert a["options"] == b["options"] and a["options"]["seed"] == 3 and a["keep"] == "auto"
     with pytest.raises(TypeError, match="unexpected keyword argument 'sead'"):
-        base.run_experiment(TOY, ToyConfig(), 6, sead=3)
+        run_experiment(TOY, ToyConfig(), 6, sead=3)
     with pytest.raises(ValueError, match="options must be a jaxfed.engine.RunOptions"):
-        base.run_experiment(TOY, ToyConfig(), 6, 3)
+        run_experiment(TOY, ToyConfig(), 6, 3)
 
 
 # --------------------------------------------------------------------------- plan, then execute

@@ -6,7 +6,7 @@ import pytest
 from support import SMALL
 
 from jaxfed import experiments, kmeans
-from jaxfed.experiments import base, kmeans_ablation, kmeans_mall, kmeans_studies
+from jaxfed.experiments import kmeans_ablation, kmeans_mall, kmeans_studies, make_config, run_experiment
 
 KMEANS = ["kmeans-convergence", "kmeans-snr", "kmeans-ablation", "kmeans-devices", "kmeans-digits1"]
 
@@ -31,7 +31,7 @@ def test_registered_and_server_side_start_by_default():
 def test_bad_config_values_name_the_parameter(key, value, match):
     exp = experiments.get("kmeans-devices" if key == "grid_sides" else "kmeans-ablation")
     with pytest.raises(ValueError, match=match):
-        base.make_config(exp.config_cls, {key: value})
+        make_config(exp.config_cls, {key: value})
 
 
 def test_ablation_points_cover_each_init_and_reading():
@@ -69,7 +69,7 @@ def test_report_ends_with_verdicts_and_figure_draws(name, tmp_path, monkeypatch)
     # The mall picture runs a simulation of its own; a stub keeps this test to drawing and reporting.
     monkeypatch.setattr(kmeans_mall, "_scenario_panel", lambda ax, cfg: None)
     exp = experiments.get(name)
-    cfg = base.make_config(exp.config_cls, {"n_rounds": "3"})
+    cfg = make_config(exp.config_cls, {"n_rounds": "3"})
     sweep = exp.build(cfg)
     results = synthetic(sweep, cfg.n_rounds)
     report = exp.report(cfg, sweep.labels, results).text
@@ -85,8 +85,8 @@ def test_tiny_run_end_to_end(name, tmp_path):
     exp = experiments.get(name)
     # test_determinism's small settings: its matrix compiles the same one-micro-batch programs (the
     # session's compilation cache then serves them)
-    cfg = base.make_config(exp.config_cls, SMALL[name])
-    cj, results = base.run_experiment(exp, cfg, n_trials=4, out_dir=str(tmp_path), quiet=True)
+    cfg = make_config(exp.config_cls, SMALL[name])
+    cj, results = run_experiment(exp, cfg, n_trials=4, out_dir=str(tmp_path), quiet=True)
     assert all(np.isfinite(np.asarray(v)).all() for v in results.values())
     assert "**Verdicts**" in exp.report(cfg, cj["points"], results).text
 
@@ -99,7 +99,7 @@ def drawn(name, monkeypatch, tmp_path, edit=None):
     saved = []
     monkeypatch.setattr(plotting, "save", lambda fig, path: saved.append(fig))
     exp = experiments.get(name)
-    cfg = base.make_config(exp.config_cls, {"n_rounds": "3"})
+    cfg = make_config(exp.config_cls, {"n_rounds": "3"})
     sweep = exp.build(cfg)
     results = synthetic(sweep, cfg.n_rounds)
     if edit is not None:

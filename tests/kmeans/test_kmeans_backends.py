@@ -163,7 +163,7 @@ def _no_fading_variance(counts, noise_var, symbol_energy):
 @pytest.mark.slow  # compiles four methods' trials and draws the figure (~50 s on 2 cores)
 def test_channel_registered_outside_the_package_runs_through_the_cli(tmp_path):
     from jaxfed import cli
-    from jaxfed.experiments import base
+    from jaxfed.experiments import load_results
 
     oac.channel.register("test-no-fading", _no_fading, variance=_no_fading_variance)
     assert "test-no-fading" in oac.channel.names()
@@ -180,7 +180,7 @@ def test_channel_registered_outside_the_package_runs_through_the_cli(tmp_path):
     out = tmp_path / "run"
     args = ["run", "kmeans-convergence", "--trials", "2", "--out", str(out), "--quiet"]
     assert cli.main(args + [item for kv in small for item in ("--set", kv)]) == 0
-    meta, results = base.load_results(str(out))
+    meta, results = load_results(str(out))
     assert meta["parameters"]["channel"] == "test-no-fading"
     assert np.isfinite(np.asarray(results["loss"])).all()
     with pytest.raises(
@@ -192,10 +192,10 @@ def test_channel_registered_outside_the_package_runs_through_the_cli(tmp_path):
 def test_channel_registered_outside_the_package_runs_through_the_round():
     """The default suite's share of the CLI test above: the registered name configures the
     experiment and drives the oac back-end of a round; without noise its estimate is the quantised sum."""
-    from jaxfed.experiments import base, kmeans_mall
+    from jaxfed.experiments import kmeans_mall, make_config
 
     oac.channel.register("test-no-fading", _no_fading, variance=_no_fading_variance)
-    cfg = base.make_config(kmeans_mall.ConvergenceConfig, {"channel": "test-no-fading"})
+    cfg = make_config(kmeans_mall.ConvergenceConfig, {"channel": "test-no-fading"})
     assert cfg.channel == "test-no-fading"
     backend = aggregators.oac(cfg.channel, 3, 4, float("inf"))
     aggregate = jax.jit(
@@ -209,7 +209,7 @@ def test_channel_registered_outside_the_package_runs_through_the_round():
         atol=1e-3,
     )
     with pytest.raises(ValueError, match="^unknown channel 'wired'; choose one of: "):
-        base.make_config(kmeans_mall.ConvergenceConfig, {"channel": "wired"})
+        make_config(kmeans_mall.ConvergenceConfig, {"channel": "wired"})
 
 
 @SLOW  # two more compilations of the round (~4 s)

@@ -37,7 +37,7 @@ import pytest
 
 from jaxfed import engine, stats, store
 from jaxfed.engine import core, sinks
-from jaxfed.experiments import base
+from jaxfed.experiments import Experiment, Sweep, load_results, run_experiment
 
 N_TRIALS, CHUNK, SEED = 20, 6, 3
 FS_OPS = ("_write_file", "_replace", "_remove", "_makedirs")
@@ -65,10 +65,10 @@ def toy_build(cfg):
         {"scale": jnp.float32(3.0), "tag": 1},
     ]
     labels = [{"p": i} for i in range(3)]
-    return base.Sweep(toy_trial, points, labels, {"x": ("i",), "s": ()})
+    return Sweep(toy_trial, points, labels, {"x": ("i",), "s": ()})
 
 
-TOY = base.Experiment("toy", "toy", ToyConfig, toy_build, plot=lambda *a: None, report=lambda *a: "")
+TOY = Experiment("toy", "toy", ToyConfig, toy_build, plot=lambda *a: None, report=lambda *a: "")
 
 
 def _fast(mp):
@@ -89,7 +89,7 @@ def fast(monkeypatch):
 def run_toy(out_dir, n_trials=N_TRIALS, keep="raw", overwrite=False, seed=SEED, chunk_size=CHUNK, checkpoint_every=0):
     """The toy through ``run_experiment``; ``checkpoint_every`` in ticks of the clock :func:`ticking`
     installs (0: a summary is stored after every chunk)."""
-    return base.run_experiment(
+    return run_experiment(
         TOY,
         ToyConfig(),
         n_trials,
@@ -178,7 +178,7 @@ def check_identical_or_refused(out_dir, reference, keep, n_trials=N_TRIALS, **kw
     ref_res, ref_cfg = reference
     assert_same(res, ref_res)
     assert cfg["nonfinite_trials"] == ref_cfg["nonfinite_trials"]
-    loaded_cfg, loaded = base.load_results(str(out_dir))
+    loaded_cfg, loaded = load_results(str(out_dir))
     assert_same(loaded, ref_res)
     assert loaded_cfg["n_trials"] == n_trials
     return "identical"
@@ -225,7 +225,7 @@ def test_a_kill_at_every_instant_resumes_identically(tmp_path, references, keep,
             run_toy(d, N_TRIALS, keep, checkpoint_every=checkpoint_every)
         # Before the rerun, the finished outputs are those of a complete run, or absent/refused.
         try:
-            loaded_cfg, loaded = base.load_results(str(d))
+            loaded_cfg, loaded = load_results(str(d))
         except ValueError:
             pass
         else:
@@ -522,7 +522,7 @@ def _corrupt_and_check(tmp_path, finished, references, keep, damage, overwrite=T
     shutil.copytree(finished[keep], d, symlinks=True)
     damage(d)
     try:  # the finished outputs: correct, or refused
-        _, loaded = base.load_results(str(d))
+        _, loaded = load_results(str(d))
     except ValueError as err:
         assert "\n" not in str(err)
     else:
