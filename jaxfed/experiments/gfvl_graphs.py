@@ -163,9 +163,11 @@ def with_graphs(named: Mapping, base: Experiment | None = None) -> Experiment:
     The graphs are validated here (a disconnected or asymmetric one is a ValueError naming it)::
 
         import networkx as nx
+        from jaxfed import engine
         from jaxfed.experiments import gfvl_graphs, make_config, run_experiment
         exp = gfvl_graphs.with_graphs({"karate": nx.karate_club_graph()})
-        run_experiment(exp, make_config(exp.config_cls, {"graphs": "complete,ring"}), out_dir="results/karate")
+        cfg = make_config(exp.config_cls, {"graphs": "complete,ring"})
+        run_experiment(exp, cfg, options=engine.RunOptions.for_experiments(out_dir="results/karate"))
 
     A file defining ``EXPERIMENT = gfvl_graphs.with_graphs({...})`` runs through the plain CLI
     (``jaxfed run mine.py:EXPERIMENT``)."""

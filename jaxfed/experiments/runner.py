@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
 
 import jax
@@ -51,7 +52,9 @@ def run_experiment(
         imports: ({file name: SHA-256}, from :func:`catalog.import_extensions`): the user files
             loaded for the run (``--import FILE``: channels, conjugate models, …), held in its identity.
         quiet: no progress (``progress=False``).
-        **legacy: fields of ``RunOptions`` (``seed=``, ``out_dir=``, ``keep=`` …), over those of ``options``.
+        **legacy: deprecated (a :class:`DeprecationWarning`; removed in the next minor version): fields of
+            ``RunOptions`` (``seed=``, ``out_dir=``, ``keep=`` …), over those of ``options``; pass
+            ``options=engine.RunOptions.for_experiments(seed=…, out_dir=…)`` instead.
 
     The run's identity (what a rerun on ``out_dir`` must match) is the experiment, parameters,
     points, seed and dtype, and for an experiment that runs user code the SHA-256 of every user
@@ -246,7 +249,8 @@ def _figure_cost(n_points: int) -> str:
 
 
 def _run_options(options, quiet: bool, legacy: dict) -> engine.RunOptions:
-    """``options`` (default ``RunOptions.for_experiments()``) with the keyword arguments over it."""
+    """``options`` (default ``RunOptions.for_experiments()``) with the keyword arguments over it (deprecated:
+    a DeprecationWarning naming them, pointing at run_experiment's caller)."""
     validation.check(
         "options", options, options is None or isinstance(options, engine.RunOptions), "a jaxfed.engine.RunOptions"
     )
@@ -254,6 +258,14 @@ def _run_options(options, quiet: bool, legacy: dict) -> engine.RunOptions:
     for name in legacy:
         if name not in known:
             raise TypeError(f"run_experiment() got an unexpected keyword argument {name!r}")
+    if legacy:
+        given = ", ".join(f"{name}=..." for name in sorted(legacy))
+        warnings.warn(
+            f"run_experiment({given}) is deprecated and will be removed in the next minor version: pass "
+            f"options=engine.RunOptions.for_experiments({given}) (or dataclasses.replace(options, {given}))",
+            DeprecationWarning,
+            stacklevel=3,  # run_experiment's caller
+        )
     if quiet:
         legacy = dict(legacy, progress=False)
     if options is None:

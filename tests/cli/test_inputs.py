@@ -318,9 +318,8 @@ def test_non_finite_counts_reach_config_json_and_stderr_in_both_modes(tmp_path, 
     monkeypatch.setattr(engine, "run", functools.partial(engine.run, use_jit=False))
     lines = {}
     for keep in ("raw", "summary"):
-        run_experiment(
-            NAN_EXPERIMENT, NanConfig(), 100, seed=1, out_dir=str(tmp_path / keep), chunk_size=30, quiet=True, keep=keep
-        )
+        options = engine.RunOptions.for_experiments(seed=1, out_dir=str(tmp_path / keep), chunk_size=30, keep=keep)
+        run_experiment(NAN_EXPERIMENT, NanConfig(), 100, options, quiet=True)
         lines[keep] = capsys.readouterr().err.strip().splitlines()
         config = json.loads((tmp_path / keep / "config.json").read_text())
         assert config["nonfinite_trials"]["x"][1] > 0

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from jaxfed import cli
+from jaxfed.engine import RunOptions
 from jaxfed.experiments import REGISTRY, Experiment, Sweep, make_config, run_experiment, runner
 
 pytestmark = pytest.mark.usefixtures("unjitted")  # tests/conftest.py: the engine op by op
@@ -68,7 +69,7 @@ def test_a_figure_of_many_points_is_announced_before_the_run(tmp_path, capsys, m
     exp = Experiment("many", "many", ManyConfig, _many, lambda *a: events.append("plot"), lambda *a: "")
     real = runner.engine.run
     monkeypatch.setattr(runner.engine, "run", lambda *a, **k: events.append("run") or real(*a, **k))
-    run_experiment(exp, ManyConfig(), 2, out_dir=str(tmp_path / "d"), quiet=True)
+    run_experiment(exp, ManyConfig(), 2, RunOptions.for_experiments(out_dir=str(tmp_path / "d")), quiet=True)
     err = capsys.readouterr().err
     assert "the figure will draw 120 point series after the run: about 10 s" in err
     assert "drawing the figure of 120 points" in err

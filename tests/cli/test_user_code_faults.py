@@ -14,6 +14,7 @@ import jax
 import pytest
 
 from jaxfed import cli
+from jaxfed.engine import RunOptions
 from jaxfed.experiments import catalog, run_experiment, runner
 
 USER_FILE = """
@@ -111,7 +112,7 @@ def test_sys_exit_in_user_code_is_an_error_naming_the_file(tmp_path, capsys, mod
 
 def test_chdir_in_build_does_not_move_a_library_run(tmp_path):
     exp = catalog.from_file(str(_user_file(tmp_path, "chdir_build")), "EXPERIMENT")
-    run_experiment(exp, exp.config_cls(), 3, out_dir="out", quiet=True)
+    run_experiment(exp, exp.config_cls(), 3, RunOptions.for_experiments(out_dir="out"), quiet=True)
     assert (tmp_path / "out" / "config.json").is_file()
     assert not (tmp_path / "elsewhere" / "out").exists()
 

@@ -7,6 +7,7 @@ import functools
 import json
 import re
 import sys
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -124,8 +125,10 @@ def test_a_new_field_reaches_the_command_line_run_experiment_the_engine_and_conf
     parser = cli.build_parser()
     for command in ("run", "reproduce"):
         assert flags(subcommand(parser, command))["fancy"].help == "a new option of this test: a count of something"
-    # run_experiment: as a keyword argument and in options=, to the engine and config.json
-    config_json, _ = run_experiment(TOY, ToyConfig(), 4, out_dir=str(tmp_path / "a"), quiet=True, fancy=7)
+    # run_experiment: in options=, to the engine and config.json
+    config_json, _ = run_experiment(
+        TOY, ToyConfig(), 4, Extended.for_experiments(out_dir=str(tmp_path / "a"), fancy=7), quiet=True
+    )
     assert seen[-1].fancy == 7 and config_json["options"]["fancy"] == 7
     assert json.loads((tmp_path / "a" / "config.json").read_text())["options"]["fancy"] == 7
     config_json, _ = run_experiment(TOY, ToyConfig(), 4, Extended(fancy=2, progress=False))
@@ -138,12 +141,23 @@ def test_a_new_field_reaches_the_command_line_run_experiment_the_engine_and_conf
     assert "jaxfed: error: argument --fancy: fancy must be an integer >= 0, got -1" in capsys.readouterr().err
 
 
-def test_run_experiment_takes_options_and_keyword_arguments_alike(tmp_path, monkeypatch):
+def test_run_experiment_takes_options_and_still_the_deprecated_keyword_arguments_alike(tmp_path, monkeypatch):
+    """The fields of RunOptions as keyword arguments of run_experiment are deprecated (a DeprecationWarning
+    naming them and the options= to pass instead) and still run the same, over options= when both are given."""
     monkeypatch.setattr(engine, "run", functools.partial(engine.run, use_jit=False))
-    a, ra = run_experiment(TOY, ToyConfig(), 6, engine.RunOptions.for_experiments(seed=3, progress=False))
-    b, rb = run_experiment(TOY, ToyConfig(), 6, seed=3, quiet=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # options= alone warns of nothing
+        a, ra = run_experiment(TOY, ToyConfig(), 6, engine.RunOptions.for_experiments(seed=3, progress=False))
+    message = r"run_experiment\(seed=\.\.\.\) is deprecated .* options=engine.RunOptions.for_experiments\(seed=\.\.\.\)"
+    with pytest.warns(DeprecationWarning, match=message) as caught:
+        b, rb = run_experiment(TOY, ToyConfig(), 6, seed=3, quiet=True)
+    assert [w.filename for w in caught] == [__file__]  # the warning points at the caller's line
     np.testing.assert_array_equal(ra["x"], rb["x"])
     assert a["options"] == b["options"] and a["options"]["seed"] == 3 and a["keep"] == "auto"
+    with pytest.warns(DeprecationWarning, match=r"run_experiment\(chunk_size=\.\.\., seed=\.\.\.\)"):
+        c, rc = run_experiment(TOY, ToyConfig(), 6, engine.RunOptions.for_experiments(seed=9), seed=3, chunk_size=2)
+    np.testing.assert_array_equal(ra["x"], rc["x"])  # the keywords over options=
+    assert c["options"]["seed"] == 3 and c["options"]["chunk_size"] == 2
     with pytest.raises(TypeError, match="unexpected keyword argument 'sead'"):
         run_experiment(TOY, ToyConfig(), 6, sead=3)
     with pytest.raises(ValueError, match="options must be a jaxfed.engine.RunOptions"):

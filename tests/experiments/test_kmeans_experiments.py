@@ -6,6 +6,7 @@ import pytest
 from support import SMALL
 
 from jaxfed import experiments, kmeans
+from jaxfed.engine import RunOptions
 from jaxfed.experiments import kmeans_ablation, kmeans_mall, kmeans_studies, make_config, run_experiment
 
 KMEANS = ["kmeans-convergence", "kmeans-snr", "kmeans-ablation", "kmeans-devices", "kmeans-digits1"]
@@ -86,7 +87,7 @@ def test_tiny_run_end_to_end(name, tmp_path):
     # test_determinism's small settings: its matrix compiles the same one-micro-batch programs (the
     # session's compilation cache then serves them)
     cfg = make_config(exp.config_cls, SMALL[name])
-    cj, results = run_experiment(exp, cfg, n_trials=4, out_dir=str(tmp_path), quiet=True)
+    cj, results = run_experiment(exp, cfg, 4, RunOptions.for_experiments(out_dir=str(tmp_path)), quiet=True)
     assert all(np.isfinite(np.asarray(v)).all() for v in results.values())
     assert "**Verdicts**" in exp.report(cfg, cj["points"], results).text
 

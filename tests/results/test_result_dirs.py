@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from jaxfed import cli, plotting, rundir, store
+from jaxfed.engine import RunOptions
 from jaxfed.experiments import Experiment, Sweep, run_experiment
 
 
@@ -39,8 +40,11 @@ TOY = Experiment("toy", "toy", ToyConfig, toy_build, toy_plot, lambda *a: "")
 pytestmark = pytest.mark.usefixtures("unjitted")  # tests/conftest.py: the engine op by op
 
 
-def run(out, n_trials=6, **kwargs):
-    return run_experiment(TOY, ToyConfig(), n_trials, out_dir=str(out), quiet=True, **kwargs)
+def run(out, n_trials=6, **options):
+    """The toy through ``run_experiment`` into ``out``, with these fields of :class:`RunOptions`."""
+    return run_experiment(
+        TOY, ToyConfig(), n_trials, RunOptions.for_experiments(out_dir=str(out), **options), quiet=True
+    )
 
 
 @pytest.fixture
@@ -151,7 +155,7 @@ def test_records_forged_together_are_refused_by_the_chunk_headers(tmp_path):
     with pytest.raises(store.StoreError, match=r"g000_t\d+_\d+\.npz: is not a chunk of the run"):
         rundir.load_results(str(out))
     other = tmp_path / "other"
-    run_experiment(TOY, ToyConfig(scale=2.0), 6, out_dir=str(other), quiet=True)
+    run_experiment(TOY, ToyConfig(scale=2.0), 6, RunOptions.for_experiments(out_dir=str(other)), quiet=True)
     shutil.copy(other / "identity.json", tmp_path / "run2_identity.json")
     run(tmp_path / "run2")
     shutil.copy(tmp_path / "run2_identity.json", tmp_path / "run2" / "identity.json")

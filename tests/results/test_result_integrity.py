@@ -11,6 +11,7 @@ import pytest
 from test_result_dirs import TOY, ToyConfig, run
 
 from jaxfed import rundir, store
+from jaxfed.engine import RunOptions
 from jaxfed.experiments import run_experiment
 
 pytestmark = pytest.mark.usefixtures("unjitted")  # tests/conftest.py: the engine op by op
@@ -56,11 +57,13 @@ def test_a_rerun_with_nothing_to_compute_rewrites_forged_metrics(tmp_path):
 def test_a_rerun_of_a_summary_run_rewrites_forged_summaries(tmp_path):
     out = tmp_path / "run"
     toy = dataclasses.replace(TOY, plot=lambda *a: None)  # (the toy's figure draws raw trials)
-    _, results = run_experiment(toy, ToyConfig(), 6, out_dir=str(out), quiet=True, keep="summary")
+    _, results = run_experiment(
+        toy, ToyConfig(), 6, RunOptions.for_experiments(out_dir=str(out), keep="summary"), quiet=True
+    )
     _forge_metrics(out, lambda a: a.update({"x/mean": a["x/mean"] + 1}))
     with pytest.raises(ValueError, match=r"metric 'x' differs from .*chunks/summary_g000\.npz"):
         rundir.load_results(str(out))
-    run_experiment(toy, ToyConfig(), 6, out_dir=str(out), quiet=True, keep="summary")
+    run_experiment(toy, ToyConfig(), 6, RunOptions.for_experiments(out_dir=str(out), keep="summary"), quiet=True)
     _, again = rundir.load_results(str(out))
     np.testing.assert_array_equal(again["x"].mean, results["x"].mean)
 

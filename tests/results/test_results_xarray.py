@@ -35,7 +35,7 @@ def _run(tmp_path_factory, name: str, keep: str, overrides: dict | None = None) 
     exp = REGISTRY[name]
     out = str(tmp_path_factory.mktemp(f"{name}-{keep}"))
     cfg = make_config(exp.config_cls, overrides if overrides is not None else SMALL[name])
-    run_experiment(exp, cfg, TRIALS, out_dir=out, keep=keep, quiet=True)
+    run_experiment(exp, cfg, TRIALS, engine.RunOptions.for_experiments(out_dir=out, keep=keep), quiet=True)
     return out
 
 

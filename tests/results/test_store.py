@@ -89,18 +89,15 @@ def fast(monkeypatch):
 def run_toy(out_dir, n_trials=N_TRIALS, keep="raw", overwrite=False, seed=SEED, chunk_size=CHUNK, checkpoint_every=0):
     """The toy through ``run_experiment``; ``checkpoint_every`` in ticks of the clock :func:`ticking`
     installs (0: a summary is stored after every chunk)."""
-    return run_experiment(
-        TOY,
-        ToyConfig(),
-        n_trials,
+    options = engine.RunOptions.for_experiments(
         seed=seed,
         out_dir=str(out_dir),
         chunk_size=chunk_size,
-        quiet=True,
         keep=keep,
         overwrite=overwrite,
         checkpoint_every=checkpoint_every,
     )
+    return run_experiment(TOY, ToyConfig(), n_trials, options, quiet=True)
 
 
 @pytest.fixture(autouse=True)
