@@ -98,60 +98,11 @@ def mh_walk(key: jax.Array, adjacency, n_slots: int, unroll: int | None = None) 
     adjacency = jnp.asarray(adjacency)
     n_agents = adjacency.shape[0]
     table, deg = _neighbour_table(adjacency)
-    if n_agents <= PACKED_MAX_AGENTS:
-        packed = (table + deg[table] * _PACK).reshape(-1)  # at k·K + i: j + 2^16·deg(j)
-
-        def lookup(flat):
-            entry = packed[flat]
-            return entry & (_PACK - 1), entry >> 16
-
-        def emit(k, count):  # one stacked output per slot: k + 2^16·count (count <= K)
-            return k + count * _PACK
-
-        def unpack(out):
-            return out & (_PACK - 1), out >> 16
-
-    else:
-        proposal, proposal_deg = table.reshape(-1), deg[table].reshape(-1)
-
-        def lookup(flat):
-            return proposal[flat], proposal_deg[flat]
-
-        def emit(k, count):
-            return k, count
-
-        def unpack(out):
-            return out
-
+    lookup, emit, unpack = _walk_tables(table, deg, n_agents)
     u = jax.random.uniform(key, (n_slots,))
     first = jnp.minimum((u[0] * n_agents).astype(jnp.int32), n_agents - 1)
-
-    if n_agents <= 31:
-
-        def mark(visited, k):
-            bit = jnp.left_shift(jnp.int32(1), k)
-            return visited | bit, (visited & bit) == 0
-
-        visited0 = jnp.left_shift(jnp.int32(1), first)
-    else:
-
-        def mark(visited, k):
-            return visited.at[k].set(True), ~visited[k]
-
-        visited0 = jnp.zeros(n_agents, bool).at[first].set(True)
-
-    def move(carry, u_slot):
-        k, d, visited, count = carry  # d = deg(k)
-        x = u_slot * d.astype(u_slot.dtype)
-        # (An isolated k, d = 0, reads the entry before its row, wrapping at k = 0: any j, refused
-        # since 1·deg(j) < 0 never holds.)
-        i = jnp.minimum(x.astype(jnp.int32), d - 1)
-        j, d_j = lookup(k * n_agents + i)
-        accept = (x - i) * d_j < d
-        k_next, d_next = jnp.where(accept, j, k), jnp.where(accept, d_j, d)
-        visited, new = mark(visited, k_next)
-        count = count + new.astype(jnp.int32)
-        return (k_next, d_next, visited, count), emit(k_next, count)
+    mark, visited0 = _visited_set(first, n_agents)
+    move = _mh_move(n_agents, lookup, mark, emit)
 
     def walk(unroll):
         return lambda carry, slots: lax.scan(move, carry, slots, unroll=unroll)[1]
@@ -166,6 +117,76 @@ def mh_walk(key: jax.Array, adjacency, n_slots: int, unroll: int | None = None) 
         schedule=jnp.concatenate([first[None], rest]),
         n_visited=jnp.concatenate([jnp.ones((1,), jnp.int32), counts]),
     )
+
+
+def _walk_tables(table: jax.Array, deg: jax.Array, n_agents: int):
+    """:func:`mh_walk`'s reads and writes, ``(lookup, emit, unpack)``: ``lookup(k·K + i)`` is the proposal j
+    = the i-th entry of k's row of ``table`` and deg(j); ``emit(k, count)`` is what a slot stacks and
+    ``unpack`` turns the stacked outputs back into (agents, counts). Up to :data:`PACKED_MAX_AGENTS`, one
+    packed int32 each (j + 2^16·deg(j) in one (K·K,) table, k + 2^16·count per slot); beyond, two of each."""
+    if n_agents <= PACKED_MAX_AGENTS:
+        packed = (table + deg[table] * _PACK).reshape(-1)  # at k·K + i: j + 2^16·deg(j)
+
+        def lookup(flat):
+            entry = packed[flat]
+            return entry & (_PACK - 1), entry >> 16
+
+        def emit(k, count):  # one stacked output per slot: k + 2^16·count (count <= K)
+            return k + count * _PACK
+
+        def unpack(out):
+            return out & (_PACK - 1), out >> 16
+
+        return lookup, emit, unpack
+    proposal, proposal_deg = table.reshape(-1), deg[table].reshape(-1)
+
+    def lookup_apart(flat):
+        return proposal[flat], proposal_deg[flat]
+
+    def emit_apart(k, count):
+        return k, count
+
+    def unpack_apart(out):
+        return out
+
+    return lookup_apart, emit_apart, unpack_apart
+
+
+def _visited_set(first: jax.Array, n_agents: int):
+    """``(mark, visited0)``: the visited set holding only ``first``, as a bit mask (K <= 31) or a boolean
+    vector, and ``mark(visited, k) -> (visited with k, whether k is new)``."""
+    if n_agents <= 31:
+
+        def mark(visited, k):
+            bit = jnp.left_shift(jnp.int32(1), k)
+            return visited | bit, (visited & bit) == 0
+
+        return mark, jnp.left_shift(jnp.int32(1), first)
+
+    def mark_vector(visited, k):
+        return visited.at[k].set(True), ~visited[k]
+
+    return mark_vector, jnp.zeros(n_agents, bool).at[first].set(True)
+
+
+def _mh_move(n_agents: int, lookup, mark, emit):
+    """One slot of :func:`mh_walk`'s scan: ``move((k, deg(k), visited, count), u) -> (carry, emit(k', count'))``,
+    the proposal and its acceptance both from the one uniform u."""
+
+    def move(carry, u_slot):
+        k, d, visited, count = carry  # d = deg(k)
+        x = u_slot * d.astype(u_slot.dtype)
+        # (An isolated k, d = 0, reads the entry before its row, wrapping at k = 0: any j, refused
+        # since 1·deg(j) < 0 never holds.)
+        i = jnp.minimum(x.astype(jnp.int32), d - 1)
+        j, d_j = lookup(k * n_agents + i)
+        accept = (x - i) * d_j < d
+        k_next, d_next = jnp.where(accept, j, k), jnp.where(accept, d_j, d)
+        visited, new = mark(visited, k_next)
+        count = count + new.astype(jnp.int32)
+        return (k_next, d_next, visited, count), emit(k_next, count)
+
+    return move
 
 
 def mh_schedule(key: jax.Array, adjacency, n_slots: int) -> jax.Array:

@@ -127,38 +127,11 @@ def band_plot(
     b = stats.band(values, mass)
     x = np.asarray(x)
     positive = np.concatenate([b.lower[b.lower > 0], b.upper[b.upper > 0]])
-    # Where a band's lower edge is 0 it runs to the bottom of the axis, a little below the data: a third of the
-    # lowest value, or 6% of the axis' decades below it when the data span many (so that a "▼" at the lowest
-    # value is drawn whole above the floor, not cut in half by it). Nowhere when there is no positive value at
-    # all; the axis fits the data when no edge is 0.
-    bottom = None
-    if log_y and positive.size and np.any(b.lower <= 0):
-        low, decades = float(positive.min()), float(np.log10(positive.max()) - np.log10(positive.min()))
-        bottom = low / 10 ** max(np.log10(3.0), 0.06 * decades)
+    bottom = _log_floor(positive, b, log_y)
     for i, label in enumerate(labels):
-        med, lo, hi = b.median[i], b.lower[i], b.upper[i]
-        if log_y:
-            med, hi = np.where(med > 0, med, np.nan), np.where(hi > 0, hi, np.nan)
-            lo = np.where(lo > 0, lo, np.nan if bottom is None else bottom)
         style = dict(styles[i]) if styles is not None else series_style(offset + i)
-        (line,) = ax.plot(x, med, label=label, lw=1.6, **_staggered(style, i, len(labels), med))
-        if bars:
-            at = _bar_positions(x, np.isfinite(med), bars, i, len(labels), ax.get_xscale() == "log")
-            # a lower edge of 0 runs past the floor: no cap drawn on it, as if it were a value
-            low = np.where(b.lower[i] > 0, lo, bottom / 10) if bottom is not None else lo
-            interval_bars(ax, x[at], med[at], low[at], hi[at], line.get_color())
-        else:
-            ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.18, lw=0)
-        zero = np.flatnonzero(b.median[i] == 0)
-        if log_y and zero.size and zero[0] > 0 and np.all(b.median[i][zero[0] :] == 0):
-            ax.plot([x[zero[0]]], [b.median[i][zero[0] - 1]], marker="v", ms=7, color=line.get_color(), ls="none")
-    if bottom is not None:
-        # Fixing the bottom stops autoscaling: the top gets autoscaling's 5% margin (of the axis' decades) over
-        # everything drawn on the axes so far, or markers at the highest values are cut by the top edge.
-        top = max(float(ax.dataLim.y1), float(positive.max()))
-        ax.set_ylim(bottom, top * 10 ** (0.05 * np.log10(top / bottom)))
-    if log_y and positive.size:  # (a log axis with no positive value fails the figure's layout)
-        ax.set_yscale("log")
+        _band_series(ax, x, b, i, label, len(labels), style, log_y, bottom, bars)
+    _fit_log_axis(ax, positive, bottom, log_y)
     if legend:
         ax.legend(
             title=band_title(b, labels, mass, log_y),
@@ -170,6 +143,49 @@ def band_plot(
         )
     ax.grid(True, which="both", alpha=0.25)
     return b
+
+
+def _log_floor(positive: np.ndarray, b: stats.Band, log_y: bool) -> float | None:
+    """Where a band's lower edge is 0 on a log axis it runs to the bottom of the axis, a little below the
+    data: a third of the lowest value, or 6% of the axis' decades below it when the data span many (so that
+    a "▼" at the lowest value is drawn whole above the floor, not cut in half by it). None (the axis fits
+    the data) on a linear axis, when no edge is 0, or when there is no positive value (``positive``) at all."""
+    if not (log_y and positive.size and np.any(b.lower <= 0)):
+        return None
+    low, decades = float(positive.min()), float(np.log10(positive.max()) - np.log10(positive.min()))
+    return low / 10 ** max(np.log10(3.0), 0.06 * decades)
+
+
+def _band_series(ax, x, b: stats.Band, i: int, label, n: int, style: dict, log_y: bool, bottom, bars: int) -> None:
+    """:func:`band_plot`'s point ``i`` of ``n``: its median line in ``style``, its band (shaded, or ``bars``
+    vertical bars), and on a log axis a "▼" at the first x from which its median is 0."""
+    med, lo, hi = b.median[i], b.lower[i], b.upper[i]
+    if log_y:
+        med, hi = np.where(med > 0, med, np.nan), np.where(hi > 0, hi, np.nan)
+        lo = np.where(lo > 0, lo, np.nan if bottom is None else bottom)
+    (line,) = ax.plot(x, med, label=label, lw=1.6, **_staggered(style, i, n, med))
+    if bars:
+        at = _bar_positions(x, np.isfinite(med), bars, i, n, ax.get_xscale() == "log")
+        # a lower edge of 0 runs past the floor: no cap drawn on it, as if it were a value
+        low = np.where(b.lower[i] > 0, lo, bottom / 10) if bottom is not None else lo
+        interval_bars(ax, x[at], med[at], low[at], hi[at], line.get_color())
+    else:
+        ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.18, lw=0)
+    zero = np.flatnonzero(b.median[i] == 0)
+    if log_y and zero.size and zero[0] > 0 and np.all(b.median[i][zero[0] :] == 0):
+        ax.plot([x[zero[0]]], [b.median[i][zero[0] - 1]], marker="v", ms=7, color=line.get_color(), ls="none")
+
+
+def _fit_log_axis(ax, positive: np.ndarray, bottom, log_y: bool) -> None:
+    """A log y axis from ``bottom`` (:func:`_log_floor`) when there is one, and log scale where there is
+    a positive value to draw."""
+    if bottom is not None:
+        # Fixing the bottom stops autoscaling: the top gets autoscaling's 5% margin (of the axis' decades) over
+        # everything drawn on the axes so far, or markers at the highest values are cut by the top edge.
+        top = max(float(ax.dataLim.y1), float(positive.max()))
+        ax.set_ylim(bottom, top * 10 ** (0.05 * np.log10(top / bottom)))
+    if log_y and positive.size:  # (a log axis with no positive value fails the figure's layout)
+        ax.set_yscale("log")
 
 
 def interval_bars(ax, x, estimate, lower, upper, color) -> None:

@@ -346,24 +346,7 @@ def plot(cfg: Config, labels, results, path, extra: Mapping | None = None):
         gridspec_kw={"height_ratios": [1.0] * nrows + [1.7] * raw},
     )
     grid = axes[0, 0].get_gridspec()
-    kl_axes = axes[:nrows].ravel()
-    for ax in kl_axes[1:]:
-        ax.sharex(kl_axes[0])
-        ax.sharey(kl_axes[0])
-    slots = record_slots(cfg)
-    plotting.small_multiples(kl_axes, slots, results["kl"], names, log_y=True)
-    kl_axes[0].set_xscale("log")
-    for i, ax in enumerate(kl_axes[: len(names)]):
-        ax.axhline(cfg.level, color="k", lw=0.6, ls=":")
-        ax.tick_params(labelsize=7)
-        if i % ncols == 0:
-            ax.set_ylabel(plotting.kl_label(r"p(\theta|\mathcal{D})"), fontsize=8)
-        else:
-            ax.tick_params(labelleft=False)
-        if i >= len(names) - ncols:
-            ax.set_xlabel("slot i", fontsize=8)
-        else:
-            ax.tick_params(labelbottom=False)
+    _kl_small_multiples(cfg, axes[:nrows].ravel(), names, results["kl"], ncols)
     fig.suptitle(
         f"Conjugate G-FVL (Beta–Bernoulli, K = {cfg.n_agents}, N_k = {cfg.n_per_agent}): KL to the posterior per graph "
         f"(dotted: level {cfg.level:g})",
@@ -377,14 +360,47 @@ def plot(cfg: Config, labels, results, path, extra: Mapping | None = None):
     row = grid[-1, :].subgridspec(1, 3)
     bottom = [fig.add_subplot(row[0, i]) for i in range(3)]
     props = [properties(a, cfg.exact_max_agents) for a in adjacencies(cfg, labels, extra)]
+    for ax, panel in zip(bottom, _property_panels(cfg, props, results)):
+        _property_panel(ax, names, *panel)
+    lo, hi = bottom[0].get_xlim()
+    bottom[0].plot([lo, hi], [lo, hi], color="k", lw=0.7, label="measured = exact cover time")
+    bottom[0].set_xlim(lo, hi)
+    plotting.legend(fig, bottom, ncol=6)
+    plotting.save(fig, path)
+
+
+def _kl_small_multiples(cfg: Config, kl_axes, names: list[str], kl, ncols: int) -> None:
+    """The KL against the slot, one panel per graph on ``kl_axes`` (shared log axes, ``ncols`` per row;
+    the level dotted), labelled on the outer panels only."""
+    for ax in kl_axes[1:]:
+        ax.sharex(kl_axes[0])
+        ax.sharey(kl_axes[0])
+    plotting.small_multiples(kl_axes, record_slots(cfg), kl, names, log_y=True)
+    kl_axes[0].set_xscale("log")
+    for i, ax in enumerate(kl_axes[: len(names)]):
+        ax.axhline(cfg.level, color="k", lw=0.6, ls=":")
+        ax.tick_params(labelsize=7)
+        if i % ncols == 0:
+            ax.set_ylabel(plotting.kl_label(r"p(\theta|\mathcal{D})"), fontsize=8)
+        else:
+            ax.tick_params(labelleft=False)
+        if i >= len(names) - ncols:
+            ax.set_xlabel("slot i", fontsize=8)
+        else:
+            ax.tick_params(labelbottom=False)
+
+
+def _property_panels(cfg: Config, props: list[dict], results) -> tuple:
+    """The three panels below the KL's, each (x per graph, graph index -> (estimate, lower, upper) of its
+    95% interval, x label, y label, title): the measured mean cover time against the exact one, and the
+    median slots to the level against the relaxation time and against the exact cover time."""
     cover = np.asarray(results["cover"], np.float64)
     level = np.asarray(results["slots_to_level"], np.float64)
     exact = np.array([p["cover_exact"] for p in props])
     # Where a graph is too large for the exact cover time, Matthews' bounds' geometric mean stands in (panel 1).
     reference = [e if np.isfinite(e) else np.sqrt(np.prod(p["cover_bounds"])) for e, p in zip(exact, props)]
-    panels = (
+    return (
         (
-            bottom[0],
             reference,
             lambda p: stats.bootstrap_interval(cover[p], "mean", n_boot=400),
             "exact expected cover time (slots)",
@@ -392,7 +408,6 @@ def plot(cfg: Config, labels, results, path, extra: Mapping | None = None):
             "cover time: Monte Carlo vs exact chain",
         ),
         (
-            bottom[1],
             np.array([p["relaxation"] for p in props]),
             lambda p: stats.interval(level[p], "median"),
             "relaxation time 1/(1 − λ₂) of P",
@@ -400,7 +415,6 @@ def plot(cfg: Config, labels, results, path, extra: Mapping | None = None):
             f"slots to KL ≤ {cfg.level:g} vs relaxation time",
         ),
         (
-            bottom[2],
             exact,
             lambda p: stats.interval(level[p], "median"),
             "exact expected cover time (slots)",
@@ -408,36 +422,34 @@ def plot(cfg: Config, labels, results, path, extra: Mapping | None = None):
             f"slots to KL ≤ {cfg.level:g} vs exact cover time",
         ),
     )
-    for ax, x, interval, xlabel, ylabel, title in panels:
-        for p, name in enumerate(names):
-            if not np.isfinite(x[p]):
-                continue
-            est, lo, hi = interval(p)
-            style = plotting.series_style(p)
-            ax.errorbar(
-                [x[p]],
-                [est],
-                yerr=[[est - lo], [hi - est]],
-                color=style["color"],
-                marker=style["marker"],
-                mfc="none",  # hollow: the interval shows through the marker
-                ms=6,
-                capsize=3,
-                elinewidth=1.3,
-                label=name,
-            )
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.margins(0.12)  # no marker on the panel's edge or corner
-        ax.set_xlabel(xlabel, fontsize=9)
-        ax.set_ylabel(ylabel + ", 95% interval", fontsize=9)
-        ax.set_title(title, fontsize=9)
-        ax.grid(True, which="both", alpha=0.25)
-    lo, hi = bottom[0].get_xlim()
-    bottom[0].plot([lo, hi], [lo, hi], color="k", lw=0.7, label="measured = exact cover time")
-    bottom[0].set_xlim(lo, hi)
-    plotting.legend(fig, bottom, ncol=6)
-    plotting.save(fig, path)
+
+
+def _property_panel(ax, names: list[str], x, interval, xlabel: str, ylabel: str, title: str) -> None:
+    """One point per graph with a finite ``x`` (hollow, in the graph's style) and its 95% interval, on log axes."""
+    for p, name in enumerate(names):
+        if not np.isfinite(x[p]):
+            continue
+        est, lo, hi = interval(p)
+        style = plotting.series_style(p)
+        ax.errorbar(
+            [x[p]],
+            [est],
+            yerr=[[est - lo], [hi - est]],
+            color=style["color"],
+            marker=style["marker"],
+            mfc="none",  # hollow: the interval shows through the marker
+            ms=6,
+            capsize=3,
+            elinewidth=1.3,
+            label=name,
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.margins(0.12)  # no marker on the panel's edge or corner
+    ax.set_xlabel(xlabel, fontsize=9)
+    ax.set_ylabel(ylabel + ", 95% interval", fontsize=9)
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.25)
 
 
 def adjacencies(cfg: Config, labels, extra: Mapping | None = None) -> list[np.ndarray]:
