@@ -13,7 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from jaxfed import plotting, stats
 from jaxfed.engine.points import group_points, rebuild
-from jaxfed.experiments import REGISTRY, base, kmeans_mall
+from jaxfed.experiments import REGISTRY, kmeans_mall, make_config
 
 SAVED_DPI = 130  # plotting.save's
 # (trials, summary): the default size raw and summarised, and a tiny run (3 trials), whose bands and intervals
@@ -85,7 +85,7 @@ def drawn_figure(name: str, monkeypatch, tmp_path, summary: bool = False, n_tria
     Figure saved, drawn on the Agg canvas); a tiny run's results (at most :data:`TINY` trials) have exact zeros
     (:func:`synthetic_results`)."""
     exp = REGISTRY[name]
-    cfg = base.make_config(exp.config_cls)
+    cfg = make_config(exp.config_cls)
     sweep = exp.build(cfg)
     results = synthetic_results(sweep, n_trials, zeros=n_trials <= TINY)
     results = summarised(results) if summary else results
