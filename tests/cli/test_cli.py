@@ -45,7 +45,7 @@ def test_run_writes_config_metrics_and_plot(tmp_path, capsys):
         (["run", "gfvl-topologies", "--set", "alpha=-1"], "alpha must be finite and > 0, got -1.0"),
         (["run", "gfvl-topologies", "--set", "alpah=1"], "unknown parameter 'alpah'"),
         (["run", "gfvl-topologies", "--set", "n_slots=many"], "cannot parse 'many' as int"),
-        (["run", "gfvl-topologies", "--set", "topologies=star,torus"], "topologies must be names"),
+        (["run", "gfvl-topologies", "--set", "topologies=star,torus"], "unknown graph 'torus'"),
         (["run", "gfvl-topologies", "--set", "alpha"], "key=value"),
         (["run", "gfvl-topologies", "--trials", "0"], "--trials: trials must be an integer in [1, 2**32]"),
         (["run", "gfvl-topologies", "--seed", "-1"], "--seed: seed must be an integer in [0, 2**32), got -1"),
