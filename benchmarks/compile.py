@@ -40,9 +40,10 @@ from common import add_common_arguments, experiment_width, machine, write_json  
 from gfvl_conjugate import numpy_loop  # noqa: E402
 from scaling import cli_run  # noqa: E402
 
-from jaxfed import engine, graphs  # noqa: E402
+from jaxfed import engine  # noqa: E402
 from jaxfed.engine.points import group_points  # noqa: E402
 from jaxfed.experiments import REGISTRY, gfvl_topologies, make_config  # noqa: E402
+from jaxfed.gfvl import graphs
 
 
 def program_sizes(name: str) -> dict:

@@ -13,7 +13,7 @@ Measured in one run on the same machine:
   ``--numpy-trials`` trials and scaled to ``--trials``;
 - the random-number limit: JAX drawing only the uniforms the simulation needs (K + n_slots per trial);
 - the MH walk alone (its visit counts returned), at the platform's unroll (``gossip.mh_walk``'s
-  default: :data:`jaxfed.gossip.ACCELERATOR_UNROLL` slots per loop iteration off a CPU) and at one
+  default: :data:`jaxfed.gfvl.gossip.ACCELERATOR_UNROLL` slots per loop iteration off a CPU) and at one
   slot per iteration: whether the unroll pays on this platform.
 Throughput is trial·slots per second; ratios are jaxfed over each reference.
 
@@ -43,8 +43,9 @@ from common import (  # noqa: E402
     write_json,
 )
 
-from jaxfed import engine, gossip, graphs  # noqa: E402
+from jaxfed import engine  # noqa: E402
 from jaxfed.experiments import gfvl_topologies  # noqa: E402
+from jaxfed.gfvl import gossip, graphs
 
 
 # --------------------------------------------------------------------------- NumPy references

@@ -4,7 +4,7 @@ For d = n_features + 1 in ``--dims``: the breast-cancer training split over K = 
 ``gfvl-logistic`` defaults), q = the centralised optimum q* of the mean-field Gaussian family (float64), and
 agent 0's loss; tr Cov[FIM⁻¹ ĝ] over ``--repeats`` independent estimates with S = ``--samples`` samples,
 for REINFORCE with the constant (c = 0), leave-one-out and control-variate baselines and for the
-reparameterisation gradient (:func:`jaxfed.natgrad.estimator_variance`).
+reparameterisation gradient (:func:`jaxfed.gfvl.natgrad.estimator_variance`).
 
     python benchmarks/gfvl_estimator_variance.py [--dims 2 5 10 20 30] [--samples 20] [--repeats 400] [--out FILE]
 """
@@ -22,8 +22,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from common import machine, write_json  # noqa: E402
 
-from jaxfed import expfam, logistic, natgrad  # noqa: E402
 from jaxfed.experiments import gfvl_logistic, make_config  # noqa: E402
+from jaxfed.gfvl import expfam, logistic, natgrad  # noqa: E402
 
 
 def variance_table(dims, n_samples: int, n_repeats: int) -> dict:

@@ -59,8 +59,9 @@ from jax import lax  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 from common import add_common_arguments, machine, median_time, write_json  # noqa: E402
 
-from jaxfed import graphs, numerics  # noqa: E402
+from jaxfed import numerics
 from jaxfed.experiments import gfvl_logistic  # noqa: E402
+from jaxfed.gfvl import graphs  # noqa: E402
 
 
 # --------------------------------------------------------------------------- NumPy reference

@@ -33,8 +33,9 @@ from scipy.special import digamma, logsumexp, polygamma
 sys.path.insert(0, os.path.dirname(__file__))
 from common import add_common_arguments, compile_time, machine, median_time, write_json  # noqa: E402
 
-from jaxfed import engine, expfam, gfvl, gossip, graphs, likelihoods, natgrad, quadrature  # noqa: E402
+from jaxfed import engine, gfvl  # noqa: E402
 from jaxfed.experiments import gfvl_local_iters  # noqa: E402
+from jaxfed.gfvl import expfam, gossip, graphs, likelihoods, natgrad, quadrature
 
 N_ITERS, N_SLOTS = 5, 400
 
@@ -47,7 +48,7 @@ def _gl(n):
 
 
 def _standard_nodes(mode, scale, lo, hi, limit):
-    """The composite rule of jaxfed.quadrature: Gauss–Legendre on the core ±W s and on each tail."""
+    """The composite rule of jaxfed.gfvl.quadrature: Gauss–Legendre on the core ±W s and on each tail."""
     w_core = quadrature.CORE_WIDTH
     xc, wc = _gl(quadrature.CORE_NODES)
     xt, wt = _gl(quadrature.TAIL_NODES)
@@ -67,7 +68,7 @@ def _log_sigmoid(u):
 
 class NumpyTarget:
     """q* ∝ Beta(a0, b0)·exp(−L/α) on u = logit θ: mode by grid and zooms, scale by the fixed point,
-    tails from the grid (as jaxfed.quadrature.make_target), plain float64 log densities."""
+    tails from the grid (as jaxfed.gfvl.quadrature.make_target), plain float64 log densities."""
 
     def __init__(self, a0, b0, n1, n0, eps, alpha, limit):
         self.a0, self.b0, self.n1, self.n0, self.eps, self.alpha, self.limit = a0, b0, n1, n0, eps, alpha, limit
@@ -153,7 +154,7 @@ def numpy_trial(rng, cfg, limit, timers):
 
 
 def check_reference_kl(cfg, limit):
-    """The NumPy reference's KL equals jaxfed.quadrature's (float32) on a few q's: same maths."""
+    """The NumPy reference's KL equals jaxfed.gfvl.quadrature's (float32) on a few q's: same maths."""
     weight = likelihoods.loss_weight(cfg.loss_normalisation, 100)
     n1, n0 = 663.0 * weight, 337.0 * weight
     ref = NumpyTarget(cfg.prior_a, cfg.prior_b, n1, n0, cfg.epsilon, cfg.alpha, limit)

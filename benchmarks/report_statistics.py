@@ -88,8 +88,8 @@ def loop_seconds(n_trials: int, loop_trials: int) -> float:
     sys.path.insert(0, HERE)
     from gfvl_conjugate import numpy_loop
 
-    from jaxfed import graphs
     from jaxfed.experiments import gfvl_topologies
+    from jaxfed.gfvl import graphs
 
     cfg = gfvl_topologies.Config()
     rng = np.random.default_rng(0)

@@ -1,43 +1,35 @@
 """jaxfed: a batched Monte Carlo engine in JAX for federated learning systems.
 
-G-FVL (docs/gfvl.md): graphs, gossip, expfam, likelihoods, natgrad, quadrature, numerics, gfvl.
-Over-the-air federated k-means (docs/kmeans.md): oac (codec, channel), kmeans.
-Shared: scenarios (data), engine (sweeps), stats, plotting, experiments, validation (argument checks); cli.
-Results as labelled data (docs/results.md): open_results, to_xarray, bands, verdicts (jaxfed.results);
-the result directory they read: jaxfed.rundir.
+The package in layers, each importing only those below it (docs/layout.md):
+
+- foundations: :mod:`~jaxfed.numerics`, :mod:`~jaxfed.registry`, :mod:`~jaxfed.validation`, and
+  :mod:`~jaxfed.stats` (summaries, intervals, verdicts);
+- models and kernels: :mod:`jaxfed.gfvl` (G-FVL, docs/gfvl.md: the protocol and its expfam,
+  likelihoods, models, graphs, gossip, natgrad, quadrature, logistic), :mod:`jaxfed.oac`
+  (over-the-air computation), then :mod:`~jaxfed.kmeans` and :mod:`~jaxfed.scenarios` (data);
+- the stored run: :mod:`jaxfed.store` (chunks, result directory);
+- :mod:`jaxfed.engine` (sweeps), :mod:`~jaxfed.plotting`;
+- :mod:`jaxfed.experiments` (the reproduced figures);
+- :mod:`jaxfed.results` (results as labelled data, docs/results.md: :func:`open_results`,
+  :func:`to_xarray`, :func:`bands`, :func:`verdicts`; the reports); the ``jaxfed`` command.
+
+Modules that moved in 0.2 keep their old paths (``jaxfed.expfam``, ``jaxfed.rundir``, …) with a
+DeprecationWarning until 0.3 (:mod:`jaxfed._aliases`).
 """
 
-from jaxfed import (  # noqa: F401
-    engine,
-    expfam,
-    gfvl,
-    gossip,
-    graphs,
-    kmeans,
-    likelihoods,
-    natgrad,
-    numerics,
-    oac,
-    quadrature,
-    scenarios,
-    stats,
-    validation,
-)
+from jaxfed import _aliases, engine, gfvl, kmeans, numerics, oac, registry, scenarios, stats, validation
 from jaxfed._version import __version__
 from jaxfed.results import bands, open_results, to_xarray, verdicts  # (xarray/pandas: on first use)
 
+_aliases.install()
+
 __all__ = [
     "engine",
-    "expfam",
     "gfvl",
-    "gossip",
-    "graphs",
     "kmeans",
-    "likelihoods",
-    "natgrad",
     "numerics",
     "oac",
-    "quadrature",
+    "registry",
     "scenarios",
     "stats",
     "validation",
@@ -47,3 +39,11 @@ __all__ = [
     "verdicts",
     "__version__",
 ]
+
+
+def __getattr__(name: str):
+    """``jaxfed.expfam`` and the other modules that moved in 0.2, with a DeprecationWarning."""
+    old = f"jaxfed.{name}"
+    if old in _aliases.MOVED:
+        return _aliases.moved(old, stacklevel=3)  # (the line that reads jaxfed.NAME)
+    raise AttributeError(f"module 'jaxfed' has no attribute {name!r}")

@@ -20,14 +20,14 @@ from collections.abc import Callable
 import jax
 import tqdm
 
-from jaxfed import report, store, validation
+from jaxfed import store, validation
 from jaxfed.engine import cache, devices
 from jaxfed.engine.options import MAX_DEVICES as MAX_DEVICES  # (--devices at most; re-exported)
 from jaxfed.engine.options import RunOptions
 from jaxfed.experiments import REGISTRY, catalog, describe, get, load_results, make_config, run_experiment
 from jaxfed.experiments.reproduce_progress import Overall, experiment_group
 from jaxfed.experiments.runner import still_running
-from jaxfed.results import FORMATS, export_all
+from jaxfed.results import FORMATS, export_all, report
 
 DEFAULT_OUT = "results"
 DEFAULT_MAX_TRIALS = 1_000_000  # trials per point at most in a precision-targeted run

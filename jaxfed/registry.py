@@ -7,8 +7,8 @@ Each extension point keeps a :class:`Registry` and offers the same three functio
 - ``names()`` is the registered names in registration order (built-ins first).
 
 They are :func:`jaxfed.oac.channel.register` (channel models), :func:`jaxfed.oac.aggregators.register`
-(k-means aggregation methods), :func:`jaxfed.models.register` (conjugate data models),
-:func:`jaxfed.expfam.register` (exponential families) and :func:`jaxfed.experiments.register`
+(k-means aggregation methods), :func:`jaxfed.gfvl.models.register` (conjugate data models),
+:func:`jaxfed.gfvl.expfam.register` (exponential families) and :func:`jaxfed.experiments.register`
 (experiments). A leaf module: it imports nothing from jaxfed.
 
 >>> shapes = Registry("shape")

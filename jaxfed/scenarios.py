@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
-from jaxfed import models, validation
+from jaxfed import validation
+from jaxfed.gfvl import models
 
 __all__ = [
     "bernoulli_counts",
@@ -32,7 +33,7 @@ def bernoulli_counts(key: jax.Array, n_agents: int, n_per_agent: int, theta) -> 
     one uniform per agent (N_k + 1 comparisons; ~3x faster here than ``jax.random.binomial``'s
     rejection sampler under vmap). The CDF is accumulated in the default float dtype, so
     probabilities carry a relative error of ~1e-7 in float32. Every model in
-    :mod:`jaxfed.likelihoods` sees the data only through these counts.
+    :mod:`jaxfed.gfvl.likelihoods` sees the data only through these counts.
 
     Args:
         key: PRNG key.
@@ -64,7 +65,7 @@ def _model(family):
 
 def agent_thetas(key: jax.Array, family, theta, n_agents: int, spread) -> jax.Array:
     """Per-agent data distributions θ_k around a global θ, as the conjugate model ``family`` (a
-    registered name or a :class:`jaxfed.models.ConjugateModel`) spreads them: θ_k =
+    registered name or a :class:`jaxfed.gfvl.models.ConjugateModel`) spreads them: θ_k =
     g⁻¹(g(θ) + τ ε_k), ε_k ~ N(0, 1) i.i.d., with the link g natural to the parameter's range (logit
     for a Bernoulli probability, identity for a Normal mean, log for a Poisson rate, the log of each
     category probability followed by a softmax for categorical data, where it is a label skew).
@@ -79,7 +80,7 @@ def agent_thetas(key: jax.Array, family, theta, n_agents: int, spread) -> jax.Ar
 def conjugate_stats(key: jax.Array, family, thetas: jax.Array, sizes, variance=1.0) -> jax.Array:
     """Per-agent sufficient statistics of N_k i.i.d. points from agent k's θ_k, in the family's natural
     coordinates (the ``agent_stats`` of :func:`jaxfed.gfvl.conjugate_solver`), drawn directly by the
-    conjugate model ``family`` (a name or a :class:`jaxfed.models.ConjugateModel`); the built-ins:
+    conjugate model ``family`` (a name or a :class:`jaxfed.gfvl.models.ConjugateModel`); the built-ins:
 
     - "beta" (Bernoulli): n1_k ~ Binomial(N_k, θ_k) → (n1, N_k − n1);
     - "normal" (N(θ_k, σ_k²), σ_k² = ``variance``, scalar or per agent): Σz ~ N(N_k θ_k, N_k σ_k²)

@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, scenarios, stats, validation
+from jaxfed.gfvl import expfam, gossip, graphs, likelihoods
+from jaxfed import gfvl, plotting, scenarios, stats, validation
 from jaxfed.experiments import Experiment, Sweep
 
 

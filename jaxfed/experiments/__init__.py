@@ -1,7 +1,7 @@
 """The reproduced experiments, by name (:func:`register`, :func:`get`, :func:`names`; the registry
 :data:`REGISTRY` is a :class:`jaxfed.registry.Registry`). Each module defines a config dataclass, a
 sweep (trial + points) and a plot (:mod:`jaxfed.experiments.spec`); :mod:`jaxfed.experiments.runner`
-runs them and writes the result directory (:mod:`jaxfed.rundir`). The trial layers they share,
+runs them and writes the result directory (:mod:`jaxfed.store.rundir`). The trial layers they share,
 which a user's experiment may build on too, are
 :mod:`jaxfed.experiments.kmeans_trials` and :mod:`jaxfed.experiments.gfvl_trials`; ``jaxfed reproduce``'s
 progress over the experiments is :mod:`jaxfed.experiments.reproduce_progress`."""
@@ -26,7 +26,7 @@ from jaxfed.experiments.catalog import describe, find
 from jaxfed.experiments.runner import run_experiment
 from jaxfed.experiments.spec import Experiment, Reading, Sweep, make_config
 from jaxfed.registry import Registry
-from jaxfed.rundir import load_results
+from jaxfed.store.rundir import load_results
 
 __all__ = [
     "REGISTRY",

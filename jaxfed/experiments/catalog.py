@@ -195,7 +195,13 @@ _DIGEST_ATTRIBUTE = "__jaxfed_sha256__"  # on a user experiment file's module: S
 _JAXFED_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package's own code
 
 
-_REGISTRY_MODULES = ("jaxfed.oac.channel", "jaxfed.oac.aggregators", "jaxfed.models", "jaxfed.expfam", "jaxfed.graphs")
+_REGISTRY_MODULES = (
+    "jaxfed.oac.channel",
+    "jaxfed.oac.aggregators",
+    "jaxfed.gfvl.models",
+    "jaxfed.gfvl.expfam",
+    "jaxfed.gfvl.graphs",
+)
 """The modules whose registries (``names()``, ``get(name)``) a string parameter may name a value of."""
 
 

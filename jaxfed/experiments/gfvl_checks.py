@@ -3,7 +3,8 @@ normalisation, the natural-gradient solver's settings), for their config classes
 
 from __future__ import annotations
 
-from jaxfed import likelihoods, natgrad, validation
+from jaxfed import validation
+from jaxfed.gfvl import likelihoods, natgrad
 
 __all__ = ["check_bernoulli_setting", "check_loss_normalisation", "check_natgrad_setting"]
 
@@ -28,7 +29,7 @@ def check_bernoulli_setting(cfg, min_agents: int = 2) -> None:
 
 
 def check_loss_normalisation(value) -> None:
-    """``loss_normalisation`` is one of :data:`jaxfed.likelihoods.LOSS_NORMALISATIONS` ("sum", "mean")."""
+    """``loss_normalisation`` is one of :data:`jaxfed.gfvl.likelihoods.LOSS_NORMALISATIONS` ("sum", "mean")."""
     allowed = likelihoods.LOSS_NORMALISATIONS
     validation.one_of("loss_normalisation", value, allowed)
 

@@ -1,19 +1,19 @@
 """Beyond the G-FVL paper: conjugate G-FVL on graphs people deploy, and which graph property predicts
 convergence.
 
-Graphs (``graphs``, :func:`jaxfed.graphs.from_spec`): random geometric graphs (wireless ad-hoc networks, a
+Graphs (``graphs``, :func:`jaxfed.gfvl.graphs.from_spec`): random geometric graphs (wireless ad-hoc networks, a
 radius sweep), Erdős–Rényi, barbell and lollipop (slow mixing), the paper's complete, ring and star for
-reference, and any user graph: one registered by name (:func:`jaxfed.graphs.register`, e.g. in a file loaded
+reference, and any user graph: one registered by name (:func:`jaxfed.gfvl.graphs.register`, e.g. in a file loaded
 with ``--import``; ``--set graphs=NAME``), files given with ``--set graph=PATH`` (``.npy`` adjacency or an edge
-list, :func:`jaxfed.graphs.load`), or from Python an adjacency matrix or a networkx graph (:func:`with_graphs`).
+list, :func:`jaxfed.gfvl.graphs.load`), or from Python an adjacency matrix or a networkx graph (:func:`with_graphs`).
 Random graphs are drawn once from ``graph_seed`` (the graph is part of the configuration; trials repeat the
 data and the walk on it).
 
 The model is Fig. 3's (Beta–Bernoulli, exact conjugate updates), so the KL is exactly 0 from the walk's cover
 time on and the slot at which it falls below ``level`` is a property of the walk and the data. Per graph the
 report gives the cover time measured against the exact expected cover time of the MH chain
-(:func:`jaxfed.gossip.expected_cover_time`, K <= ``exact_max_agents``; Matthews' bounds above) and against
-the spectral gap of P (:func:`jaxfed.graphs.spectral_gap`), the mean hitting time, and the slots to
+(:func:`jaxfed.gfvl.gossip.expected_cover_time`, K <= ``exact_max_agents``; Matthews' bounds above) and against
+the spectral gap of P (:func:`jaxfed.gfvl.graphs.spectral_gap`), the mean hitting time, and the slots to
 KL <= ``level``; the verdicts say which property predicts those slots (rank correlation across the graphs).
 
 Metrics (point, trial): ``kl`` (…, record) KL(q^(i) ‖ p(θ|D)) at ``records`` log-spaced slots (:func:`record_slots`);
@@ -32,10 +32,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, plotting, scenarios, stats, validation
+from jaxfed import gfvl, plotting, scenarios, stats, validation
 from jaxfed.experiments.gfvl_checks import check_bernoulli_setting, check_loss_normalisation
 from jaxfed.experiments.gfvl_trials import summary_reading, target_text
 from jaxfed.experiments.spec import Experiment, Reading, Sweep
+from jaxfed.gfvl import expfam, gossip, graphs, likelihoods
 
 NAME = "gfvl-graphs"
 COVER_MARGIN = 0.05
@@ -158,7 +159,7 @@ def build(cfg: Config, extra: Mapping | None = None):
 
 def with_graphs(named: Mapping, base: Experiment | None = None) -> Experiment:
     """gfvl-graphs with more graphs from Python: ``named`` maps a name to a (K, K) 0/1 adjacency (array or nested
-    list) or a networkx graph (networkx is optional; :func:`jaxfed.graphs.as_adjacency`). Each is one more point,
+    list) or a networkx graph (networkx is optional; :func:`jaxfed.gfvl.graphs.as_adjacency`). Each is one more point,
     labelled by its name and the SHA-256 of its adjacency (so a run with another graph is another configuration).
     The graphs are validated here (a disconnected or asymmetric one is a ValueError naming it)::
 

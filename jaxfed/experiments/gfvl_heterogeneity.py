@@ -28,10 +28,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import gfvl, gossip, graphs, likelihoods, models, plotting, scenarios, stats, validation
+from jaxfed import gfvl, plotting, scenarios, stats, validation
 from jaxfed.experiments.gfvl_checks import check_loss_normalisation
 from jaxfed.experiments.gfvl_trials import first_slot_at_or_below, summary_reading, target_text
 from jaxfed.experiments.spec import Experiment, Reading, Sweep, band_table
+from jaxfed.gfvl import gossip, graphs, likelihoods, models
 
 NAME = "gfvl-heterogeneity"
 THRESHOLD = 1e-2
@@ -47,9 +48,7 @@ class Config:
     variance, noise_spread, loss_normalisation.
     """
 
-    family: str = (
-        "dirichlet"  # a conjugate data model registered in jaxfed.models (built in: beta, normal, gamma, dirichlet)
-    )
+    family: str = "dirichlet"  # a conjugate data model registered in jaxfed.gfvl.models (built in: beta, normal, gamma, dirichlet)
     n_agents: int = 10  # K
     n_per_agent: int = 100  # N_k of every agent unless `sizes` is given
     sizes: tuple[int, ...] = ()  # per-agent N_k (K entries, each >= 0); empty: n_per_agent each

@@ -4,7 +4,7 @@ Noisy Bernoulli data on the complete graph; each slot the scheduled agent runs L
 iterations of η ← Π(η − ρ(FIM⁻¹ĝ + α(η − η_{−k}))) with S-sample REINFORCE gradients.
 
 Metric ``kl`` (point, trial, local_iteration): KL(q ‖ q*) against the exact generalized posterior
-(by quadrature, :mod:`jaxfed.quadrature`) after m = r, 2r, …, total_iters local iterations in all
+(by quadrature, :mod:`jaxfed.gfvl.quadrature`) after m = r, 2r, …, total_iters local iterations in all
 (r = ``record_every``), i.e. after slot i = m/L; one point per L. Every L divides r, so all points
 share the axis and the plot's abscissa L × i.
 """
@@ -15,7 +15,7 @@ import dataclasses
 
 import numpy as np
 
-from jaxfed import natgrad, plotting, stats, validation
+from jaxfed import plotting, stats, validation
 from jaxfed.experiments.gfvl_checks import check_bernoulli_setting, check_natgrad_setting
 from jaxfed.experiments.gfvl_trials import (
     PAPER_CONVENTION,
@@ -25,6 +25,7 @@ from jaxfed.experiments.gfvl_trials import (
     target_text,
 )
 from jaxfed.experiments.spec import Experiment, Reading, Sweep, band_table, preset_variant
+from jaxfed.gfvl import natgrad
 
 NAME = "gfvl-local-iters"
 

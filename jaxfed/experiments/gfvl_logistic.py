@@ -1,5 +1,5 @@
 """G-FVL on a d-dimensional non-conjugate model: federated Bayesian logistic regression on the shipped
-breast-cancer data (:mod:`jaxfed.logistic`), mean-field Gaussian q over θ ∈ R^d, natural-gradient local
+breast-cancer data (:mod:`jaxfed.gfvl.logistic`), mean-field Gaussian q over θ ∈ R^d, natural-gradient local
 steps with the REINFORCE estimator and the closed-form Gaussian Fisher matrix, L local iterations, MH
 gossip; and unlearning of one agent vs retraining from scratch.
 
@@ -17,7 +17,7 @@ total variance of the natural-gradient estimate at q^(i) for the agent scheduled
 estimator costs, next to the convergence; two extra independent estimates per slot); ``kl`` KL(q^(i) ‖ q*) to the
 centralised optimum q* of the same family on the same data (all agents for "learn", without u for the
 other two), computed once per configuration by a converged float64 natural-gradient run with the closed-form
-Gaussian expectations of :func:`jaxfed.logistic.normal_softplus_mean` (:func:`jaxfed.logistic.centralised_optimum`:
+Gaussian expectations of :func:`jaxfed.gfvl.logistic.normal_softplus_mean` (:func:`jaxfed.gfvl.logistic.centralised_optimum`:
 stationary for the exact objective to float64 precision); ``log_lik`` the held-out mean log predictive
 density and ``accuracy`` the held-out accuracy of q^(i); ``hit`` (point, trial): slots from the request until
 u is scheduled (−1 for the learning points and when u is not scheduled within n_slots); ``target_shift``
@@ -35,10 +35,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, logistic, natgrad, plotting, stats, validation
+from jaxfed import gfvl, plotting, stats, validation
 from jaxfed.experiments.gfvl_checks import check_loss_normalisation
 from jaxfed.experiments.gfvl_trials import ASYMPTOTE_TOLERANCE, asymptote, summary_reading, unlearning_verdicts
 from jaxfed.experiments.spec import Experiment, Reading, Sweep, band_table
+from jaxfed.gfvl import expfam, gossip, graphs, likelihoods, logistic, natgrad
 
 NAME = "gfvl-logistic"
 SPLITS = ("iid", "label-skew")
@@ -173,7 +174,7 @@ def make_trial(cfg: Config, problem: dict):
 
     def metrics(key, etas, goal, schedule, agent_data):
         """Per slot: KL to the goal, held-out metrics, and the estimator's variance at q^(i) for the agent
-        scheduled at slot i (two extra independent estimates per slot, :func:`jaxfed.natgrad.estimator_variance`)."""
+        scheduled at slot i (two extra independent estimates per slot, :func:`jaxfed.gfvl.natgrad.estimator_variance`)."""
         log_lik, accuracy = logistic.predictive_metrics(etas, test)
 
         def variance(i, eta, agent):

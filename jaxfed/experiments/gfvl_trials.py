@@ -14,8 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, natgrad, quadrature, scenarios, stats
+from jaxfed import gfvl, scenarios, stats
 from jaxfed.experiments.spec import Reading
+from jaxfed.gfvl import expfam, gossip, graphs, likelihoods, natgrad, quadrature
 
 
 def target_text(loss_normalisation: str, alpha: float) -> str:

@@ -28,19 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import (
-    expfam,
-    gfvl,
-    gossip,
-    graphs,
-    likelihoods,
-    natgrad,
-    plotting,
-    quadrature,
-    scenarios,
-    stats,
-    validation,
-)
+from jaxfed import gfvl, plotting, scenarios, stats, validation
 from jaxfed.experiments.gfvl_checks import check_bernoulli_setting, check_loss_normalisation, check_natgrad_setting
 from jaxfed.experiments.gfvl_trials import (
     ASYMPTOTE_TOLERANCE,
@@ -52,6 +40,7 @@ from jaxfed.experiments.gfvl_trials import (
     unlearning_verdicts,
 )
 from jaxfed.experiments.spec import Experiment, Reading, Sweep, band_table, preset_variant
+from jaxfed.gfvl import expfam, gossip, graphs, likelihoods, natgrad, quadrature
 
 NAME = "gfvl-unlearning"
 NAME_CONJUGATE = "gfvl-unlearning-conjugate"

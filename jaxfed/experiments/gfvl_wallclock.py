@@ -31,22 +31,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import (
-    expfam,
-    gfvl,
-    gossip,
-    graphs,
-    likelihoods,
-    natgrad,
-    plotting,
-    quadrature,
-    scenarios,
-    stats,
-    validation,
-)
+from jaxfed import gfvl, plotting, scenarios, stats, validation
 from jaxfed.experiments.gfvl_checks import check_bernoulli_setting, check_natgrad_setting
 from jaxfed.experiments.gfvl_trials import noisy_data, summary_reading, target_text
 from jaxfed.experiments.spec import Experiment, Reading, Sweep
+from jaxfed.gfvl import expfam, gossip, graphs, likelihoods, natgrad, quadrature
 
 NAME = "gfvl-wallclock"
 MODELS = ("conjugate", "non-conjugate")

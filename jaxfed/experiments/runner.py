@@ -1,5 +1,5 @@
 """Running an experiment: :func:`run_experiment` hands its sweep to :func:`jaxfed.engine.run` under the
-experiment's identity and writes the result directory (:mod:`jaxfed.rundir`) and its figure."""
+experiment's identity and writes the result directory (:mod:`jaxfed.store.rundir`) and its figure."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 import jax
 
-from jaxfed import engine, rundir, store, validation
+from jaxfed import engine, store, validation
 from jaxfed.experiments import catalog
 from jaxfed.experiments.spec import (
     Experiment,
@@ -26,6 +26,7 @@ from jaxfed.experiments.spec import (
     check_sizes,
     check_sweep,
 )
+from jaxfed.store import rundir
 
 __all__ = ["run_experiment", "still_running"]
 
@@ -65,7 +66,7 @@ def run_experiment(
     Progress goes to stderr unless ``quiet`` (:class:`jaxfed.engine.Progress`, its lines prefixed
     with the experiment's name). ``config.json`` records the options (``"options"``) and what the
     engine chose (``"engine"``); it is written after ``metrics.npz`` (the figure last) and records
-    the SHA-256 of ``metrics.npz``, so :func:`jaxfed.rundir.load_results` never pairs one run's config with
+    the SHA-256 of ``metrics.npz``, so :func:`jaxfed.store.rundir.load_results` never pairs one run's config with
     another's metrics.
 
     Returns:

@@ -3,7 +3,7 @@
 and checked from text (``--set key=value``: :func:`make_config`).
 
 :func:`jaxfed.experiments.run_experiment` (:mod:`jaxfed.experiments.runner`) runs one; the result
-directory it writes is :mod:`jaxfed.rundir`'s.
+directory it writes is :mod:`jaxfed.store.rundir`'s.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxfed import stats, validation
-from jaxfed.rundir import JSON_TYPES, check_json
+from jaxfed.store.rundir import JSON_TYPES, check_json
 
 __all__ = [
     "Experiment",
@@ -46,7 +46,7 @@ class Sweep(NamedTuple):
     labels: list  # JSON dict per point, e.g. {"topology": "ring"}
     metric_axes: dict  # metric -> axis names after (point, trial), e.g. {"kl": ("slot",)}
     # axis name -> its coordinate values, one JSON number or string per index (e.g. {"record": [1, 2, 5]});
-    # "slot" and "round" default to 1, 2, …: see jaxfed.rundir.axis_coords. Recorded in config.json ("coords").
+    # "slot" and "round" default to 1, 2, …: see jaxfed.store.rundir.axis_coords. Recorded in config.json ("coords").
     coords: Mapping[str, list] | None = None
 
 

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from support import one_line_error
 
-from jaxfed import cli, engine, plotting, report, stats, store
+from jaxfed import cli, engine, plotting, stats, store
 from jaxfed.experiments import Experiment, Sweep, get, load_results, make_config
 from jaxfed.experiments.spec import check_representable
+from jaxfed.results import report
 
 # A user experiment file; the fields below are replaced per case.
 USER_FILE = """

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from jaxfed import cli, graphs, kmeans, natgrad, oac
+from jaxfed import cli, kmeans, oac
 from jaxfed.experiments import REGISTRY, catalog
 from jaxfed.experiments.gfvl_logistic import SPLITS
+from jaxfed.gfvl import graphs, natgrad
 
 ROOT = Path(__file__).resolve().parents[2]
 

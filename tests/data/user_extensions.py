@@ -17,8 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import experiments, expfam, graphs, natgrad, oac
+from jaxfed import experiments, oac
 from jaxfed.experiments import Experiment, Sweep, kmeans_trials
+from jaxfed.gfvl import expfam, graphs, natgrad
 
 
 # --------------------------------------------------------------------------- a channel

@@ -4,8 +4,8 @@ CLI): Exponential(λ) data with a Gamma prior on the rate λ, registered under "
 import jax
 import jax.numpy as jnp
 
-from jaxfed import expfam, models
 from jaxfed.experiments import gfvl_heterogeneity
+from jaxfed.gfvl import expfam, models
 
 
 def exponential_stats(key, rates, sizes, variance):

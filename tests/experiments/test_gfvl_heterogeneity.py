@@ -8,8 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxfed import cli, expfam, gfvl, gossip, graphs, likelihoods, models, scenarios
+from jaxfed import cli, gfvl, scenarios
 from jaxfed.experiments import gfvl_heterogeneity, make_config, run_experiment
+from jaxfed.gfvl import expfam, gossip, graphs, likelihoods, models
 
 EXP = gfvl_heterogeneity.EXPERIMENT
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxfed import cli, expfam, gfvl, gossip, graphs, likelihoods, stats
+from jaxfed import cli, gfvl, stats
 from jaxfed.experiments import (
     REGISTRY,
     gfvl_graphs,
@@ -21,6 +21,7 @@ from jaxfed.experiments import (
     make_config,
     run_experiment,
 )
+from jaxfed.gfvl import expfam, gossip, graphs, likelihoods
 
 
 def _mh(a):

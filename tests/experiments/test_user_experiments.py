@@ -269,7 +269,8 @@ EXTENSIONS = pathlib.Path(__file__).parents[1] / "data" / "user_extensions.py"
 def extensions():
     """tests/data/user_extensions.py's path; afterwards its registrations are removed and its module
     forgotten, so that no other test sees them and the next load registers them again."""
-    from jaxfed import experiments, expfam, graphs, oac
+    from jaxfed import experiments, oac
+    from jaxfed.gfvl import expfam, graphs
 
     yield str(EXTENSIONS)
     experiments.REGISTRY.unregister("user-kmeans")

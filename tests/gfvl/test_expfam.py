@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from jaxfed import expfam
-from jaxfed.expfam import BETA, beta_kl, beta_natural
+from jaxfed.gfvl import expfam
+from jaxfed.gfvl.expfam import BETA, beta_kl, beta_natural
 
 
 def kl_by_quadrature(a1, b1, a2, b2):
@@ -166,7 +166,7 @@ def _beta_kl_cases():
     "dtype, rtol, rtol_large", [(jnp.float32, 5e-6, 1e-6), (jnp.float64, 1e-12, 1e-13)], ids=["float32", "float64"]
 )
 def test_beta_kl_meets_its_stated_accuracy(dtype, rtol, rtol_large):
-    """expfam.kl for the Beta (its closed form, expfam._beta_kl) within the bounds jaxfed.expfam states, for
+    """expfam.kl for the Beta (its closed form, expfam._beta_kl) within the bounds jaxfed.gfvl.expfam states, for
     KL >= 1e-9, and tighter where every shape is at least 4 (measured worst: 2.9e-6 / 3.6e-14 overall, 4.3e-7 /
     1.7e-15 with shapes >= 4; the quadrature it replaced: 9.6e-6 / 2.9e-14 overall)."""
     cases, _ = _beta_kl_cases()

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from jaxfed import expfam, natgrad
-from jaxfed.expfam import GAMMA, NORMAL
+from jaxfed.gfvl import expfam, natgrad
+from jaxfed.gfvl.expfam import GAMMA, NORMAL
 
 DIR3 = expfam.dirichlet(3)
 
@@ -81,7 +81,7 @@ def _grid(name, n, seed):
 FAMILY = {"normal": NORMAL, "gamma": GAMMA, "dirichlet": DIR3}
 # Measured on the 300 cases per family below (KL from ~1e-9 to ~1e7): max relative error 5.0e-7 (normal),
 # 3.9e-7 (gamma), 1.0e-6 (dirichlet) in float32; 5.9e-16, 3.4e-14, 6.2e-14 in float64. The bounds are the
-# ones jaxfed.expfam states (kl: 2e-5 / 1e-12; the Normal's closed form: 2e-6 / 1e-12).
+# ones jaxfed.gfvl.expfam states (kl: 2e-5 / 1e-12; the Normal's closed form: 2e-6 / 1e-12).
 KL_RTOL = {"float32": {"normal": 2e-6, "gamma": 2e-5, "dirichlet": 2e-5}, "float64": 1e-12}
 
 

@@ -18,8 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import betaln, digamma
 
-from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, natgrad, quadrature
-from jaxfed.expfam import BETA
+from jaxfed import gfvl
+from jaxfed.gfvl import expfam, gossip, graphs, likelihoods, natgrad, quadrature
+from jaxfed.gfvl.expfam import BETA
 
 PRIOR = np.array([2.0, 2.0])
 SETTINGS = settings(max_examples=12, deadline=None, derandomize=True)

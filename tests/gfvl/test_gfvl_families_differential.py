@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from scipy.special import digamma, gammaln
 
-from jaxfed import expfam, gfvl, gossip, graphs, scenarios
+from jaxfed import gfvl, scenarios
+from jaxfed.gfvl import expfam, gossip, graphs
 
 PRIORS = {
     "beta": np.array([2.0, 2.0]),

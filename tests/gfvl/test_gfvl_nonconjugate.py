@@ -3,8 +3,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, scenarios
-from jaxfed.expfam import BETA, beta_natural
+from jaxfed import gfvl, scenarios
+from jaxfed.gfvl import expfam, gossip, graphs, likelihoods
+from jaxfed.gfvl.expfam import BETA, beta_natural
 
 K, N = 10, 100
 PRIOR = beta_natural(2.0, 2.0)
@@ -119,7 +120,7 @@ def test_learning_rate_schedule_is_evaluated_at_the_slot_index():
 
 @pytest.mark.parametrize("spec", ["cosine", "inverse:50"])
 def test_named_schedules(spec):
-    from jaxfed import natgrad
+    from jaxfed.gfvl import natgrad
 
     schedule = natgrad.rho_schedule(spec, 0.1, 100)
     values = np.asarray([schedule(i) for i in (0, 50, 99)])

@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxfed import gossip, graphs
+from jaxfed.gfvl import gossip, graphs
 
 
 def _schedules(adjacency, n_chains, n_slots, seed=0):

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from jaxfed import graphs
+from jaxfed.gfvl import graphs
 
 
 def reference_mh(a: np.ndarray) -> np.ndarray:

@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxfed import likelihoods
+from jaxfed.gfvl import likelihoods
 
 
 def _points(ones, total):
@@ -82,7 +82,7 @@ def test_loss_change_is_accurate_to_its_own_size_in_float32(epsilon):
     # The linear coefficient n1/p_r − n0/(1 − p_r) is a difference of two ~10³ terms, so it carries
     # ~1e-4 absolute: an error ~1e-4·|t| on top of the ~1e-6 relative error of the remainders.
     assert np.all(np.abs(got - want) <= 2e-6 * np.abs(want) + 2e-4 * np.abs(t))
-    # the plain float32 difference of the two losses, as the comment in jaxfed.likelihoods says: ~1e-4 anywhere
+    # the plain float32 difference of the two losses, as the comment in jaxfed.gfvl.likelihoods says: ~1e-4 anywhere
     plain = np.asarray(
         lik.loss(jnp.asarray(data, f32), f32(theta_ref) + jnp.asarray(t, f32))
         - lik.loss(jnp.asarray(data, f32), f32(theta_ref))

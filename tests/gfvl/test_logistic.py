@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
-from jaxfed import cli, expfam, gfvl, gossip, graphs, likelihoods, logistic, natgrad
+from jaxfed import cli, gfvl
 from jaxfed.experiments import gfvl_logistic, make_config
+from jaxfed.gfvl import expfam, gossip, graphs, likelihoods, logistic, natgrad
 
 
 def _problem(n_features=3, n_agents=3, seed=0):
@@ -353,7 +354,7 @@ _SS = (
 )
 _FULL_GRID = [(sign * mu, s) for mu in _MUS for sign in ((1,) if mu == 0 else (1, -1)) for s in _SS]
 _COARSE_GRID = [(mu, s) for mu in (-100.0, -20.0, -3.0, -0.5, 0.0, 0.5, 3.0, 20.0) for s in (1 / 16, 0.5, 2, 8, 30)]
-# Relative error bounds stated in jaxfed.logistic (E[softplus], E[σ(±a)]; E[σ′], i.e. the s-derivative), and the
+# Relative error bounds stated in jaxfed.gfvl.logistic (E[softplus], E[σ(±a)]; E[σ′], i.e. the s-derivative), and the
 # smallest reference values they cover (below, float32 results are subnormal or 0).
 _BOUNDS = {"float32": (5e-6, 1e-5, 1e-30), "float64": (3e-14, 1e-13, 1e-280)}
 
@@ -388,7 +389,7 @@ def _check_gaussian_means(grid, dtype):
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
 def test_gaussian_means_match_mpmath_on_a_coarse_grid(dtype):
     """E[softplus(a)], E[σ(±a)] and the derivatives ∂/∂μ = E[σ(a)], ∂/∂s = s E[σ′(a)] (jit, vmap) within the
-    bounds stated in jaxfed.logistic on 40 points from the full grid."""
+    bounds stated in jaxfed.gfvl.logistic on 40 points from the full grid."""
     _check_gaussian_means(_COARSE_GRID, dtype)
 
 
@@ -425,7 +426,7 @@ def test_gaussian_means_limits_are_finite(dtype):
 @pytest.mark.parametrize("dtype, ulps", [(jnp.float32, 16), (jnp.float64, 64)])
 def test_mills_complement_matches_mpmath(dtype, ulps):
     """ψ(y) = 1 − y Φ(−y)/φ(y) (the factor of E[max(a, 0)] below μ = 0) within the ulps stated in
-    jaxfed.logistic on both sides of the switch to the continued fraction (measured 10 / 34)."""
+    jaxfed.gfvl.logistic on both sides of the switch to the continued fraction (measured 10 / 34)."""
     mp.mp.dps = 40
     with jax.enable_x64(dtype == jnp.float64):
         y = jnp.asarray(np.concatenate([np.linspace(0, 10, 401), np.geomspace(10, 1e4, 30)]), dtype)

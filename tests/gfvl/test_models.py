@@ -7,7 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from jaxfed import cli, expfam, models, scenarios
+from jaxfed import cli, scenarios
+from jaxfed.gfvl import expfam, models
 
 USER_FILE = os.path.join(os.path.dirname(__file__), "..", "data", "user_family.py")
 

@@ -8,8 +8,9 @@ import optax
 import pytest
 from scipy import integrate, special, stats
 
-from jaxfed import expfam, gfvl, likelihoods, natgrad
-from jaxfed.expfam import BETA
+from jaxfed import gfvl
+from jaxfed.gfvl import expfam, likelihoods, natgrad
+from jaxfed.gfvl.expfam import BETA
 
 mp.mp.dps = 30
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy.special import betaln, expit, log_expit, ndtr
 
-from jaxfed import expfam, likelihoods, quadrature
+from jaxfed.gfvl import expfam, likelihoods, quadrature
 
 U = np.linspace(-40.0, 40.0, 400_001)
 

@@ -3,8 +3,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxfed import expfam, gfvl, gossip, graphs, likelihoods, scenarios
-from jaxfed.expfam import BETA, beta_natural
+from jaxfed import gfvl, scenarios
+from jaxfed.gfvl import expfam, gossip, graphs, likelihoods
+from jaxfed.gfvl.expfam import BETA, beta_natural
 
 
 def test_forget_removes_the_factor_and_u_then_only_relays():

@@ -11,7 +11,8 @@ import types
 import numpy as np
 import pytest
 
-from jaxfed import expfam, graphs, registry, stats, validation
+from jaxfed import registry, stats, validation
+from jaxfed.gfvl import expfam, graphs
 from jaxfed.oac import aggregators
 
 MODULES = [graphs, stats, validation, registry, expfam, aggregators]

@@ -1,28 +1,30 @@
 """The package's import graph, read from the source with ``ast`` (nothing is imported): no cycle,
-counting imports inside functions; the lower layers (the result directory, labelled results, the
-engine) import nothing above them; a function imports only a heavy optional dependency, with the
-reason on its line or the line above."""
+counting imports inside functions; every import points down the floors of :data:`FLOORS` (or
+stays in its room); a function imports only a heavy optional dependency, with the reason on its
+line or the line above."""
 
 from __future__ import annotations
 
 import ast
 import pathlib
 
-import pytest
-
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "jaxfed"
 
 LAZY_ALLOWED = ("xarray", "pandas", "matplotlib", "h5netcdf", "pyarrow", "networkx")
 """The only packages a function may import (heavy, or optional: `import jaxfed` must not load them)."""
 
-_ABOVE_RESULTS = ("jaxfed.experiments", "jaxfed.report", "jaxfed.plotting", "jaxfed.cli")
-LAYERS_BELOW = {
-    # module (or package prefix) -> what it must not reach, directly or through other modules;
-    # "jaxfed" alone is the package root, which imports every layer.
-    "jaxfed.rundir": ("jaxfed", "jaxfed.engine", "jaxfed.results", *_ABOVE_RESULTS),
-    "jaxfed.results": ("jaxfed", "jaxfed.engine", *_ABOVE_RESULTS),
-    "jaxfed.engine": ("jaxfed", "jaxfed.results", *_ABOVE_RESULTS),
-}
+FLOORS = (
+    ("jaxfed._version", "jaxfed.numerics", "jaxfed.registry", "jaxfed.validation"),  # foundations
+    ("jaxfed.stats",),  # summaries, intervals, verdicts
+    ("jaxfed.gfvl", "jaxfed.oac", "jaxfed.store"),  # kernels and models; the stored run
+    ("jaxfed.kmeans", "jaxfed.scenarios", "jaxfed.plotting", "jaxfed.engine"),
+    ("jaxfed.experiments",),
+    ("jaxfed.results",),  # labelled data, the reports
+    ("jaxfed.cli", "jaxfed._aliases"),  # the command; the old import paths
+    ("jaxfed",),  # the package's face
+)
+"""The package's rooms (a module, or a folder and everything under it) from the bottom floor up:
+a module imports only modules of its own room or of a lower floor (docs/layout.md)."""
 
 
 class Import:
@@ -155,38 +157,23 @@ def closed_path(component: list[str], edges: dict[str, set[str]]) -> list[str]:
     return component
 
 
-def path_to(edges: dict[str, set[str]], start: str, forbidden) -> list[str] | None:
-    """The shortest import path from ``start`` to a module matched by ``forbidden``, or None."""
-    previous = {start: start}
-    frontier = [start]
-    while frontier:
-        nxt = []
-        for node in frontier:
-            for child in sorted(edges.get(node, ())):
-                if child in previous:
-                    continue
-                previous[child] = node
-                if forbidden(child):
-                    path = [child]
-                    while path[-1] != start:
-                        path.append(previous[path[-1]])
-                    return list(reversed(path))
-                nxt.append(child)
-        frontier = nxt
-    return None
+def room_of(module: str, floors=FLOORS) -> tuple[int, str]:
+    """(floor, room) of a module: the longest room name that is the module or a folder above it."""
+    rooms = [(f, r) for f, names in enumerate(floors) for r in names if module == r or module.startswith(r + ".")]
+    if not rooms:
+        raise KeyError(f"{module}: in no room of FLOORS; add it to one")
+    return max(rooms, key=lambda fr: len(fr[1]))
 
 
-def _under(module: str, prefix: str) -> bool:
-    return module == prefix or (prefix != "jaxfed" and module.startswith(prefix + "."))
-
-
-def layer_violations(edges: dict[str, set[str]]) -> list[str]:
+def floor_violations(edges: dict[str, set[str]], floors=FLOORS) -> list[str]:
+    """``a -> b`` for every import of a module ``b`` in another room on the same floor or above."""
     out = []
-    for layer, above in LAYERS_BELOW.items():
-        for module in sorted(m for m in edges if _under(m, layer)):
-            path = path_to(edges, module, lambda m: any(_under(m, a) for a in above) and not _under(m, layer))
-            if path is not None:
-                out.append(" -> ".join(path))
+    for module in sorted(edges):
+        floor, room = room_of(module, floors)
+        for target in sorted(edges[module]):
+            up, other = room_of(target, floors)
+            if other != room and up >= floor:
+                out.append(f"{module} -> {target} (floor {floor} imports floor {up})")
     return out
 
 
@@ -218,12 +205,14 @@ def test_the_package_has_no_import_cycle():
     )
 
 
-@pytest.mark.parametrize("layer", sorted(LAYERS_BELOW))
-def test_a_lower_layer_imports_nothing_above_it(layer):
+def test_every_import_points_down_a_floor():
     edges = graph(imports())
-    assert any(_under(m, layer) for m in edges), f"{layer}: no such module"
-    wrong = [v for v in layer_violations(edges) if v.startswith(layer)]
-    assert not wrong, f"{layer} reaches a layer above it:\n  " + "\n  ".join(wrong)
+    assert not floor_violations(edges), "imports running up or across:\n  " + "\n  ".join(floor_violations(edges))
+
+
+def test_the_floors_hold_every_module():
+    for module in graph(imports()):
+        room_of(module)  # (KeyError naming a module in no room)
 
 
 def test_functions_import_only_heavy_optional_dependencies():
@@ -264,7 +253,7 @@ def test_the_checker_finds_a_cycle_through_a_function_level_and_a_relative_impor
     ]
 
 
-def test_the_checker_finds_a_layer_reached_through_another_module(tmp_path):
+def test_the_checker_finds_an_import_up_or_across(tmp_path):
     root = _package(
         tmp_path,
         {
@@ -274,17 +263,19 @@ def test_the_checker_finds_a_layer_reached_through_another_module(tmp_path):
             "experiments/__init__.py": "",
             "experiments/x.py": "",
             "engine/__init__.py": "from jaxfed.engine import core\n",
-            "engine/core.py": "from jaxfed import __version__\n",
+            "engine/core.py": "from jaxfed import __version__, plotting\n",
+            "plotting.py": "",
         },
     )
+    floors = (("jaxfed.stats",), ("jaxfed.engine", "jaxfed.plotting"), ("jaxfed.experiments",), ("jaxfed.results",), ("jaxfed",))  # fmt: skip
     found = imports(root)
     edges = graph(found, root)
-    assert sorted(layer_violations(edges)) == [
-        "jaxfed.engine -> jaxfed.engine.core -> jaxfed",
-        "jaxfed.engine.core -> jaxfed",
-        "jaxfed.results -> jaxfed.stats -> jaxfed.experiments.x",
+    assert floor_violations(edges, floors) == [
+        "jaxfed.engine.core -> jaxfed (floor 1 imports floor 4)",
+        "jaxfed.engine.core -> jaxfed.plotting (floor 1 imports floor 1)",
+        "jaxfed.stats -> jaxfed.experiments.x (floor 0 imports floor 2)",
     ]
-    assert cycles(edges) == []  # the engine's root import is a layer violation, not (here) a cycle
+    assert cycles(edges) == []  # the engine's root import runs up a floor, but is not (here) a cycle
     assert lazy_violations(found, root) == [
         "jaxfed.stats:3 imports xarray in a function: say why it is imported late, in a comment on its line or "
         "the line above"

@@ -13,7 +13,8 @@ import pytest
 from test_result_dirs import run
 
 import jaxfed
-from jaxfed import cli, rundir, store
+from jaxfed import cli, store
+from jaxfed.store import rundir
 
 pytestmark = pytest.mark.usefixtures("unjitted")  # tests/conftest.py: the engine op by op
 

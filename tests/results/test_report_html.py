@@ -16,9 +16,9 @@ import subprocess
 
 import pytest
 
-from jaxfed import report_html
 from jaxfed.cli import main
 from jaxfed.experiments import REGISTRY
+from jaxfed.results import report_html
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
 
@@ -154,8 +154,8 @@ def test_report_html_in_a_browser(report_dir, tmp_path):
 def test_claims_with_kinds_are_counted_and_filtered_by_kind(tmp_path, monkeypatch):
     """Claims that carry a kind (paper claim, check, …): counted by kind, and the kind filter shows
     exactly a kind's rows, alone and with the verdict filter."""
-    from jaxfed import rundir
     from jaxfed.experiments.spec import Reading
+    from jaxfed.store import rundir
 
     _chromium()
     kinds = ["paper", "paper", "check", "beyond"]

@@ -12,9 +12,10 @@ import jax
 import numpy as np
 import pytest
 
-from jaxfed import cli, plotting, rundir, store
+from jaxfed import cli, plotting, store
 from jaxfed.engine import RunOptions
 from jaxfed.experiments import Experiment, Sweep, run_experiment
+from jaxfed.store import rundir
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from test_result_dirs import TOY, ToyConfig, run
 
-from jaxfed import rundir, store
+from jaxfed import store
 from jaxfed.engine import RunOptions
 from jaxfed.experiments import run_experiment
+from jaxfed.store import rundir
 
 pytestmark = pytest.mark.usefixtures("unjitted")  # tests/conftest.py: the engine op by op
 

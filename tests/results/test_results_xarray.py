@@ -344,7 +344,9 @@ def test_a_record_without_coordinates_opens_by_position(topologies, tmp_path):
     with open(old / "config.json") as f:
         record = json.load(f)
     del record["coords"]
-    record["record_sha256"] = jaxfed.rundir.record_digest(record)  # (as a run before coords would have written it)
+    record["record_sha256"] = jaxfed.store.rundir.record_digest(
+        record
+    )  # (as a run before coords would have written it)
     os.remove(old / "config.json")
     store.atomic_write_json(str(old / "config.json"), record)
     ds = jaxfed.open_results(str(old))

@@ -32,7 +32,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxfed import expfam, gossip, likelihoods, natgrad, validation
+from jaxfed import validation
+from jaxfed.gfvl import expfam, gossip, likelihoods, natgrad
 
 __all__ = [
     "GFVLState",
@@ -174,7 +175,7 @@ def conjugate_solver(agent_stats: jax.Array, alpha) -> LocalSolver:
     Args:
         agent_stats: (K, P) per-agent sums of the likelihood's natural statistics Σ_n [s(z_{k,n}), 1]
             expressed in the prior family's natural coordinates (e.g. (Σz, Σ(1−z)) for
-            Beta–Bernoulli, see :func:`jaxfed.likelihoods.bernoulli_beta_stats`).
+            Beta–Bernoulli, see :func:`jaxfed.gfvl.likelihoods.bernoulli_beta_stats`).
         alpha: temperature α > 0.
     """
 
@@ -241,23 +242,23 @@ def natgrad_solver(
 
         η ← Π(η − ρ (FIM(η)⁻¹ ĝ + α (η − η_{−k}))),   ĝ: REINFORCE with S samples
 
-    (:func:`jaxfed.natgrad.natural_gradient_step`, :func:`jaxfed.natgrad.reinforce_gradient`),
+    (:func:`jaxfed.gfvl.natgrad.natural_gradient_step`, :func:`jaxfed.gfvl.natgrad.reinforce_gradient`),
     returning Δ = η^[L] − η. Iteration l uses the key ``fold_in(key, l)``.
 
     Args:
         family: the prior's exponential family (q's family).
-        likelihood: the observation model (:mod:`jaxfed.likelihoods`).
+        likelihood: the observation model (:mod:`jaxfed.gfvl.likelihoods`).
         agent_data: every agent's data summary, leading axis K (e.g. weighted counts (K, 2)).
         alpha: temperature α > 0 (may be traced).
         rho: learning rate ρ > 0 (may be traced), or a schedule ρ_i (an optax schedule, any
-            ``count -> ρ``; see :func:`jaxfed.natgrad.rho_schedule`) evaluated at the number of slots
+            ``count -> ρ``; see :func:`jaxfed.gfvl.natgrad.rho_schedule`) evaluated at the number of slots
             taken before this one (``state.slot``), so slot i uses ``rho(i − 1)`` for all its L iterations.
         n_iters: local iterations L per scheduled slot (static), >= 1.
         n_samples: samples S per iteration (static), >= 1 (>= 2 for "leave-one-out" and "control-variate").
-        baseline: the gradient estimator, one of :data:`jaxfed.natgrad.ESTIMATORS`: REINFORCE with a
+        baseline: the gradient estimator, one of :data:`jaxfed.gfvl.natgrad.ESTIMATORS`: REINFORCE with a
             "constant" baseline (value ``c``; the paper uses c = 0), "leave-one-out" or "control-variate"
-            (:func:`jaxfed.natgrad.reinforce_gradient`), or "reparameterisation" for the Gaussian families
-            (:func:`jaxfed.natgrad.reparameterisable`).
+            (:func:`jaxfed.gfvl.natgrad.reinforce_gradient`), or "reparameterisation" for the Gaussian families
+            (:func:`jaxfed.gfvl.natgrad.reparameterisable`).
         c: constant baseline (may be traced).
     """
     validation.integer("n_iters", n_iters, 1)
@@ -432,7 +433,7 @@ def conjugate_kl_trajectory(
         alpha: temperature.
         schedule: (n_slots,) scheduled agents.
         n_visited: (n_slots,) distinct agents visited by each slot, as returned by
-            :func:`jaxfed.gossip.mh_walk`; computed from ``schedule`` when omitted.
+            :func:`jaxfed.gfvl.gossip.mh_walk`; computed from ``schedule`` when omitted.
 
     Returns:
         (n_slots,) KL(q^(i) ‖ p(θ|D)), i = 1..n_slots.

@@ -54,7 +54,7 @@ class Likelihood(NamedTuple):
     loss: Callable
     # (data, θ_ref, t) -> L(θ_ref + t) − L(θ_ref). Count models evaluate it as a linear term in t plus a
     # non-negative remainder, so its error scales with the result and |t| even when the two losses are 1000
-    # times larger (the quadrature of :mod:`jaxfed.quadrature` relies on it): for 1000 points in float32
+    # times larger (the quadrature of :mod:`jaxfed.gfvl.quadrature` relies on it): for 1000 points in float32
     # within 2e-6 of the result plus 2e-4·|t| (the linear coefficient, a difference of two ~10³ terms),
     # where the plain difference of the two losses is off by up to 4e-4 at every t (tests/gfvl/test_likelihoods.py).
     loss_change: Callable
@@ -104,7 +104,7 @@ def bernoulli_beta_stats(n_ones: jax.Array, n_total) -> jax.Array:
 
 
 def normal_normal_stats(sum_z: jax.Array, n_total, variance) -> jax.Array:
-    """Per-agent statistics of z ~ N(θ, σ²) (σ² known) in the :data:`jaxfed.expfam.NORMAL` natural
+    """Per-agent statistics of z ~ N(θ, σ²) (σ² known) in the :data:`jaxfed.gfvl.expfam.NORMAL` natural
     coordinates: (..., 2) = (Σz/σ², −N/(2σ²)).
 
     exp(−(z − θ)²/(2σ²)) ∝ exp(θ z/σ² − θ²/(2σ²)) adds (z/σ², −1/(2σ²)) to η = (m p, −p/2). With
@@ -116,14 +116,14 @@ def normal_normal_stats(sum_z: jax.Array, n_total, variance) -> jax.Array:
 
 
 def poisson_gamma_stats(sum_z: jax.Array, n_total) -> jax.Array:
-    """Per-agent statistics of z ~ Poisson(θ) in the :data:`jaxfed.expfam.GAMMA` natural coordinates:
+    """Per-agent statistics of z ~ Poisson(θ) in the :data:`jaxfed.gfvl.expfam.GAMMA` natural coordinates:
     (..., 2) = (Σz, −N); θ^z e^(−θ)/z! adds (z, −1) to η = (a, −b)."""
     sum_z, n_total = jnp.broadcast_arrays(jnp.asarray(sum_z, dtype=float), jnp.asarray(n_total, dtype=float))
     return jnp.stack([sum_z, -n_total], axis=-1)
 
 
 def categorical_dirichlet_stats(counts: jax.Array) -> jax.Array:
-    """Per-agent statistics of categorical z in the :func:`jaxfed.expfam.dirichlet` natural coordinates:
+    """Per-agent statistics of categorical z in the :func:`jaxfed.gfvl.expfam.dirichlet` natural coordinates:
     the category counts (..., C); θ_z = exp(Σ_c [z = c] log θ_c) adds the indicator of z to η = α."""
     return jnp.asarray(counts, dtype=float)
 

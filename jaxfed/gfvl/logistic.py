@@ -2,7 +2,7 @@
 
 Model: y ∈ {0, 1} with p(y | x, θ) = σ((2y − 1) xᵀθ), θ ∈ R^d, prior N(0, σ₀² I); agent k's loss is
 L_k(θ) = Σ_n w_n softplus(−(2y_n − 1) x_nᵀθ) over its N_k points (the sum convention, w_n = 1). The
-variational family is the mean-field Gaussian (:func:`jaxfed.expfam.mean_field_normal`), so the local
+variational family is the mean-field Gaussian (:func:`jaxfed.gfvl.expfam.mean_field_normal`), so the local
 update is the paper's natural-gradient step with the REINFORCE estimator in d dimensions, with the
 Gaussian Fisher matrix in closed form (block diagonal, O(d) per solve): :func:`jaxfed.gfvl.natgrad_solver`.
 
@@ -35,7 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxfed import expfam, likelihoods, validation
+from jaxfed import validation
+from jaxfed.gfvl import expfam, likelihoods
 
 __all__ = [
     "Dataset",
@@ -156,7 +157,7 @@ def _softplus_jvp(primals, tangents):
 
 
 def likelihood() -> likelihoods.Likelihood:
-    """L(θ) = Σ_n w_n softplus(−(2y_n − 1) x_nᵀθ) on one agent's :class:`jaxfed.likelihoods.PaddedData`;
+    """L(θ) = Σ_n w_n softplus(−(2y_n − 1) x_nᵀθ) on one agent's :class:`jaxfed.gfvl.likelihoods.PaddedData`;
     θ of shape (..., d)."""
 
     def loss(data, theta):
@@ -359,7 +360,7 @@ def normal_sigmoid_means(mu, s) -> tuple[jax.Array, jax.Array]:
 
 def expected_loss(data: likelihoods.PaddedData, mean, variance) -> jax.Array:
     """E_q[L(θ)] = Σ_n w_n E[softplus(−a_n)], a_n = (2y_n − 1) x_nᵀθ ~ N((2y_n − 1) x_nᵀm, Σ_j x_nj² v_j),
-    by :func:`normal_softplus_mean` (data: one pooled :class:`jaxfed.likelihoods.PaddedData`)."""
+    by :func:`normal_softplus_mean` (data: one pooled :class:`jaxfed.gfvl.likelihoods.PaddedData`)."""
     x, y = data.z[..., :-1], data.z[..., -1]
     mu = (2.0 * y - 1.0) * (x @ mean)
     # padding rows (weight 0, x = 0) would put sqrt's infinite derivative at 0 into the gradient

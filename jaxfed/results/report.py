@@ -8,16 +8,18 @@ import json
 import os
 from typing import NamedTuple
 
-from jaxfed import report_html, rundir, stats, store
+from jaxfed import stats, store
 from jaxfed._version import __version__
 from jaxfed.experiments.spec import Reading
+from jaxfed.results import report_html
+from jaxfed.store import rundir
 
 __all__ = ["Section", "section", "write"]
 
 
 class Section(NamedTuple):
     """One finished experiment's part of the report, as report.md (:attr:`text`) and report.html
-    (:mod:`jaxfed.report_html`) show it; like a :class:`jaxfed.experiments.Reading` it has ``text``
+    (:mod:`jaxfed.results.report_html`) show it; like a :class:`jaxfed.experiments.Reading` it has ``text``
     and ``verdicts``."""
 
     description: str
@@ -163,7 +165,7 @@ def _figure_here(out_dir: str, sec: Section) -> Section:
 def write(out_dir: str, sections: list, seconds: float) -> str:
     """Writes ``<out_dir>/report.md`` from (experiment name, :func:`section`) pairs, its claims
     as ``<out_dir>/verdicts.json`` (:func:`jaxfed.results.verdicts`) and the same as one web page,
-    ``<out_dir>/report.html`` (:func:`jaxfed.report_html.write`), and returns report.md's path."""
+    ``<out_dir>/report.html`` (:func:`jaxfed.results.report_html.write`), and returns report.md's path."""
     sections = [(name, _figure_here(out_dir, sec) if isinstance(sec, Section) else sec) for name, sec in sections]
     computed = sum(float(sec.record.get("wall_s", 0.0)) for _, sec in sections if isinstance(sec, Section))
     head = [

@@ -23,7 +23,7 @@ difference. Three things keep float32 usable:
 
 1. both are written relative to θ_r, with θ − θ_r computed from u − u_r without cancellation;
 2. each log-ratio a log(θ/θ_r) + b log((1−θ)/(1−θ_r)) and each loss change (see
-   :attr:`jaxfed.likelihoods.Likelihood.loss_change`) is evaluated as a single coefficient times
+   :attr:`jaxfed.gfvl.likelihoods.Likelihood.loss_change`) is evaluated as a single coefficient times
    θ − θ_r plus remainders φ(x) = x − log1p(x) >= 0 of one sign, so a rounding error is relative to
    the O(1) values at the nodes, not to the O(10³) terms; a rounding error in the linear
    coefficient is a smooth tilt of the density, which changes the KL only in proportion to the
@@ -57,7 +57,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxfed import expfam, numerics
+from jaxfed import numerics
+from jaxfed.gfvl import expfam
 
 __all__ = ["Window", "Target", "make_target", "kl_to_target", "beta_window"]
 
@@ -187,7 +188,7 @@ def make_target(
         prior_eta: (2,) Beta prior (a0, b0).
         loss_change: ``(θ_ref, t) -> L(θ_ref + t) − L(θ_ref)`` of the *total* loss, broadcasting over t,
             e.g. ``lambda r, t: lik.loss_change(lik.pool(data), r, t)`` (cancellation-free for the count
-            models of :mod:`jaxfed.likelihoods`).
+            models of :mod:`jaxfed.gfvl.likelihoods`).
         alpha: temperature α > 0.
     """
     prior_eta = jnp.asarray(prior_eta)

@@ -3,7 +3,7 @@
 A token walks on the graph; the agent holding it at slot i is the scheduled agent k^(i).
 From k the walk proposes a neighbour j uniformly and moves there with probability
 min(1, deg(k)/deg(j)), else stays. The resulting transition matrix is
-:func:`jaxfed.graphs.mh_transition_matrix`.
+:func:`jaxfed.gfvl.graphs.mh_transition_matrix`.
 
 All functions are pure and jit/vmap-compatible; the adjacency may be a traced array.
 """

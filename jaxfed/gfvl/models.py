@@ -20,7 +20,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxfed import expfam, likelihoods, validation
+from jaxfed import validation
+from jaxfed.gfvl import expfam, likelihoods
 from jaxfed.registry import Registry
 
 __all__ = ["ConjugateModel", "register", "get", "names"]

@@ -24,7 +24,7 @@ Families (conjugate to the likelihood in brackets), registered by name (:func:`r
 - :func:`dirichlet` (C) [Categorical]: T(θ) = log θ, η = (α_1..α_C), h(θ) = 1/Π θ_c on the simplex,
   A(η) = Σ log Γ(α_c) − log Γ(α_0), α_0 = Σ α_c. C = 2 is the Beta family.
 - :func:`mean_field_normal` (d): the product of d NORMAL families on θ ∈ R^d (the variational family of
-  the non-conjugate logistic-regression model, :mod:`jaxfed.logistic`).
+  the non-conjugate logistic-regression model, :mod:`jaxfed.gfvl.logistic`).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class ExpFamily(NamedTuple):
     (..., P); the Fisher matrix is (..., P, P). ``kl_closed``, ``sample_score`` and ``fisher_solve``
     are optional closed forms (``None``: the generic definition is used). ``reparameterisation``
     (optional) says that the family is a Gaussian whose draws are θ = m + ε/√p, so that
-    :func:`jaxfed.natgrad.reparameterisation_gradient` applies to it, and how θ is laid out: one of
+    :func:`jaxfed.gfvl.natgrad.reparameterisation_gradient` applies to it, and how θ is laid out: one of
     :data:`REPARAMETERISATIONS`, "normal" (θ a scalar, η = (m p, −p/2), as :data:`NORMAL`) or
     "mean_field_normal" (θ of shape (d,), η the d pairs (m_j p_j, −p_j/2), as :func:`mean_field_normal`);
     ``None``: the family has no reparameterisation gradient.

@@ -23,7 +23,8 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 
-from jaxfed import rundir, store
+from jaxfed import store
+from jaxfed.store import rundir
 
 __all__ = ["markdown", "page", "write"]
 
@@ -254,7 +255,7 @@ def _claims(rows: list[dict]) -> str:
 
 
 def _section(out_dir: str, name: str, part) -> str:
-    """One experiment's section: structured (:class:`jaxfed.report.Section`) or a plain reading's markdown."""
+    """One experiment's section: structured (:class:`jaxfed.results.report.Section`) or a plain reading's markdown."""
     ident = anchor("sec", name)
     if not hasattr(part, "parameters"):
         return f'<section id="{ident}">{markdown(part.text)}</section>'
@@ -288,7 +289,7 @@ def _settings(name: str, record: Mapping) -> str:
 
 def page(out_dir: str, title: str, stamp: str, policy: str, sections: list, kinds: list | None = None) -> str:
     """The page's HTML: (experiment name, section) pairs in report order, a section being a
-    :class:`jaxfed.report.Section` or any object with ``text`` and ``verdicts`` (its markdown alone);
+    :class:`jaxfed.results.report.Section` or any object with ``text`` and ``verdicts`` (its markdown alone);
     ``kinds`` the kind of each claim in the same order (the paper's claim, a check, …; the claims
     are counted and filtered by it), figures read from ``out_dir``."""
     rows = rundir.verdict_records(sections)

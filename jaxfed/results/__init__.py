@@ -1,7 +1,7 @@
 """Results as labelled data: a run as an :class:`xarray.Dataset`, bands and verdicts as pandas tables.
 
 - :func:`open_results` reads a finished run's directory (``config.json`` and ``metrics.npz``,
-  verified as ``jaxfed plot`` verifies them: :func:`jaxfed.rundir.load_results`) into a
+  verified as ``jaxfed plot`` verifies them: :func:`jaxfed.store.rundir.load_results`) into a
   dataset; nothing the directory names is imported or run.
 - :func:`to_xarray` does the same for an in-memory :class:`jaxfed.engine.RunResult` and its
   :class:`~jaxfed.experiments.Sweep`.
@@ -44,8 +44,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from jaxfed import rundir, stats, store
-from jaxfed.rundir import VERDICT_COLUMNS, VERDICTS_FILE  # (re-exported: the names results has had)
+from jaxfed import stats, store
+from jaxfed.store import rundir
+from jaxfed.store.rundir import VERDICT_COLUMNS, VERDICTS_FILE  # (re-exported: the names results has had)
 
 __all__ = ["open_results", "to_xarray", "unstack", "bands", "verdicts", "for_netcdf", "QUANTILES", "VERDICTS_FILE"]
 
@@ -86,7 +87,7 @@ def open_results(directory: str | os.PathLike, *, unstack: bool = False):
 
     The directory is data: ``config.json`` and ``metrics.npz`` are read and verified as a whole
     (identity, digests, shapes, metrics.npz against the chunks beside it; no link followed, no
-    FIFO or device waited on) by :func:`jaxfed.rundir.load_results`, and no code it names is
+    FIFO or device waited on) by :func:`jaxfed.store.rundir.load_results`, and no code it names is
     imported.
 
     Args:
@@ -131,7 +132,7 @@ def to_xarray(result: Mapping, sweep=None, *, labels=None, metric_axes=None, coo
     Args:
         result: metric -> raw array (point, trial, …) or Summary (point, …), e.g. ``engine.run(…)``.
         sweep: the :class:`~jaxfed.experiments.Sweep` that was run: its labels, metric axes and
-            coordinate values (:func:`jaxfed.rundir.axis_coords`).
+            coordinate values (:func:`jaxfed.store.rundir.axis_coords`).
         labels, metric_axes, coords: instead of (or over) the sweep's; without either, ``point``
             is 0, 1, … and the axes ``dim_0``, ``dim_1``, …
         unstack: one dimension per label key instead of ``point`` (:func:`unstack`).

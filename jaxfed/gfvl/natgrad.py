@@ -1,6 +1,6 @@
 """Natural-gradient machinery of non-conjugate G-FVL, pure and vmap-able.
 
-For q_η in an exponential family (:mod:`jaxfed.expfam`) and a loss L(θ):
+For q_η in an exponential family (:mod:`jaxfed.gfvl.expfam`) and a loss L(θ):
 
 - :func:`reinforce_gradient`: the score-function (REINFORCE) estimate of ∇_η E_{q_η}[L],
       ĝ = (1/S) Σ_s (L(θ_s) − c_s) (T(θ_s) − μ(η)),   θ_s ~ q_η i.i.d.,
@@ -8,7 +8,7 @@ For q_η in an exponential family (:mod:`jaxfed.expfam`) and a loss L(θ):
   per-coordinate control variate through the score's known mean (``"control-variate"``); all keep ĝ
   unbiased because c_s does not depend on θ_s.
 - :func:`reparameterisation_gradient`: the pathwise estimate for the Gaussian families (a family whose
-  ``reparameterisation`` field names its layout, :data:`jaxfed.expfam.REPARAMETERISATIONS`), and
+  ``reparameterisation`` field names its layout, :data:`jaxfed.gfvl.expfam.REPARAMETERISATIONS`), and
   :func:`estimate_gradient` / :func:`estimator_variance` over every estimator (:data:`ESTIMATORS`).
 - :func:`fisher_solve`: FIM(η)⁻¹ v (the family's closed form where it carries one, else a P×P solve).
 - :func:`natural_gradient_step`: one step on the local free energy F(η) = E_q[L] + α KL(q_η ‖ q_{η_cav}),
@@ -18,7 +18,7 @@ For q_η in an exponential family (:mod:`jaxfed.expfam`) and a loss L(θ):
   same step as optax ``GradientTransformation``\\ s, to combine with optax schedules.
 
 **Projection Π** (:func:`keep_in_domain`): the proposal is mapped into the natural-parameter domain by
-``family.project`` (for Beta: each shape clipped to >= 1e-3, :data:`jaxfed.expfam.BETA_MIN_SHAPE`);
+``family.project`` (for Beta: each shape clipped to >= 1e-3, :data:`jaxfed.gfvl.expfam.BETA_MIN_SHAPE`);
 a proposal with a non-finite entry (only possible from a non-finite loss) is discarded and η kept.
 So the state never holds a NaN or an infinity, whatever ĝ, ρ or α.
 
@@ -28,8 +28,8 @@ matrix (its leading 1/x terms cancel exactly). With c = 0 an error δμ in μ(η
 −E[L]·δμ, and FIM⁻¹ (eigenvalue ~4·10⁵ along a + b at Beta(420, 180)) turns float32's
 δμ ≈ 5e-7 (ψ(420) − ψ(600)) with E[L] ≈ 60 into a bias of ~10 in the natural gradient, as large as
 its signal near convergence. The Beta closed forms avoid both cancellations (see
-:func:`beta_sample_score` and :func:`beta_fisher_solve`, the fields of :data:`jaxfed.expfam.BETA`); the
-other families carry their own (:mod:`jaxfed.expfam`).
+:func:`beta_sample_score` and :func:`beta_fisher_solve`, the fields of :data:`jaxfed.gfvl.expfam.BETA`); the
+other families carry their own (:mod:`jaxfed.gfvl.expfam`).
 """
 
 from __future__ import annotations
@@ -42,11 +42,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxfed import expfam, numerics, validation
+from jaxfed import numerics, validation
+from jaxfed.gfvl import expfam
 
 # The Beta closed forms live with the family (its ``sample_score`` and ``fisher_solve`` fields);
 # re-exported here, where they are documented as the natural gradient's accuracy fixes.
-from jaxfed.expfam import beta_fisher_solve, beta_sample_score
+from jaxfed.gfvl.expfam import beta_fisher_solve, beta_sample_score
 
 __all__ = [
     "BASELINES",
@@ -82,7 +83,7 @@ reparameterisation gradient (the Gaussian families only: :func:`reparameterisabl
 
 
 def _gaussian(family: expfam.ExpFamily) -> str | None:
-    """The family's Gaussian layout, one of :data:`jaxfed.expfam.REPARAMETERISATIONS` ("normal": θ a scalar,
+    """The family's Gaussian layout, one of :data:`jaxfed.gfvl.expfam.REPARAMETERISATIONS` ("normal": θ a scalar,
     "mean_field_normal": θ of shape (d,)): its ``reparameterisation`` field, or for a family made without
     one but with the built-in Gaussians' closed-form draws (``sample_score``), theirs; None for another family."""
     if family.reparameterisation is not None:
@@ -96,8 +97,8 @@ def _gaussian(family: expfam.ExpFamily) -> str | None:
 
 def reparameterisable(family: expfam.ExpFamily) -> bool:
     """True for a family the reparameterisation gradient handles: a Gaussian whose draws are θ = m + ε/√p,
-    declared by its ``reparameterisation`` field (:attr:`jaxfed.expfam.ExpFamily.reparameterisation`;
-    :data:`jaxfed.expfam.NORMAL` and :func:`jaxfed.expfam.mean_field_normal` set it, and so may a
+    declared by its ``reparameterisation`` field (:attr:`jaxfed.gfvl.expfam.ExpFamily.reparameterisation`;
+    :data:`jaxfed.gfvl.expfam.NORMAL` and :func:`jaxfed.gfvl.expfam.mean_field_normal` set it, and so may a
     registered family)."""
     return _gaussian(family) in expfam.REPARAMETERISATIONS
 
@@ -119,7 +120,7 @@ def __getattr__(name: str):
     (:func:`reparameterisable`)."""
     if name == "REPARAMETERISABLE":
         warnings.warn(
-            "jaxfed.natgrad.REPARAMETERISABLE is deprecated and will be removed in the next minor version; "
+            "jaxfed.gfvl.natgrad.REPARAMETERISABLE is deprecated and will be removed in the next minor version; "
             "use natgrad.reparameterisable(family) (a family's ExpFamily.reparameterisation field)",
             DeprecationWarning,
             stacklevel=2,
@@ -249,7 +250,7 @@ def mean_field_reinforce_natural_gradient(
 
     With weights w_s (w_s = (L_s − c)/S, or (L_s − mean L)/(S − 1) for leave-one-out), per coordinate
     A = Σ_s w_s ε_s and B = Σ_s w_s (ε_s² − 1); then ĝ = (s A, 2m s A + s² B) and the closed-form
-    FIM⁻¹ of :func:`jaxfed.expfam.normal_fisher_solve` give
+    FIM⁻¹ of :func:`jaxfed.gfvl.expfam.normal_fisher_solve` give
 
         FIM⁻¹ ĝ = (√p A − m p B,  p B / 2)
 

@@ -421,7 +421,7 @@ for _name, _builder in (("complete", complete), ("ring", ring), ("star", star), 
 def by_name(name: str, n_agents: int) -> np.ndarray:
     """Deprecated (a :class:`DeprecationWarning`; removed in the next minor version): :func:`build`."""
     warnings.warn(
-        "jaxfed.graphs.by_name is deprecated and will be removed in the next minor version; "
+        "jaxfed.gfvl.graphs.by_name is deprecated and will be removed in the next minor version; "
         "use graphs.build(name, n_agents)",
         DeprecationWarning,
         stacklevel=2,
@@ -434,7 +434,7 @@ def __getattr__(name: str):
     registry itself (it reads and writes like the dict it was); use :func:`names`, :func:`get`, :func:`register`."""
     if name == "TOPOLOGIES":
         warnings.warn(
-            "jaxfed.graphs.TOPOLOGIES is deprecated and will be removed in the next minor version; "
+            "jaxfed.gfvl.graphs.TOPOLOGIES is deprecated and will be removed in the next minor version; "
             "use graphs.names(), graphs.get(name) and graphs.register(name, builder)",
             DeprecationWarning,
             stacklevel=2,
