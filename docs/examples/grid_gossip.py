@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed.gfvl import expfam, gossip, graphs, likelihoods
 from jaxfed import gfvl, plotting, scenarios, stats, validation
 from jaxfed.experiments import Experiment, Sweep
+from jaxfed.gfvl import expfam, gossip, graphs, likelihoods
 
 
 @dataclasses.dataclass(frozen=True)
