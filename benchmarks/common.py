@@ -14,7 +14,7 @@ import jax
 def experiment_width(exp) -> int | None:
     """The micro-batch width ``jaxfed run`` gives ``exp`` on this machine's platform where the
     experiment sets its own (``Experiment.micro_batch``), else None: the engine's rule. Pass it as
-    ``micro_batch=`` to ``engine.run`` and ``engine.chunk_function`` so that a benchmark times the
+    ``micro_batch=`` to ``engine.run`` and ``engine.testing.chunk_function`` so that a benchmark times the
     program the CLI runs."""
     return exp.width_on(jax.devices()[0].platform)
 

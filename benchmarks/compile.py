@@ -50,7 +50,7 @@ def program_sizes(name: str) -> dict:
     """StableHLO lines and cold compile seconds of each group's device program of ``name``."""
     exp = REGISTRY[name]
     sweep = exp.build(make_config(exp.config_cls, {}))
-    width = experiment_width(exp) or engine.MICRO_BATCH["cpu"]
+    width = experiment_width(exp) or engine.testing.MICRO_BATCH["cpu"]
     lines, seconds = [], []
     for group, _ in group_points(sweep.points):
         points = [sweep.points[i] for i in group.point_ids]

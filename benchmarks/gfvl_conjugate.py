@@ -133,7 +133,7 @@ def main(argv=None):
     work = n_points * args.trials * cfg.n_slots  # trial·slots
 
     width = experiment_width(gfvl_topologies.EXPERIMENT)  # as `jaxfed run gfvl-topologies` runs it
-    fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, args.trials, micro_batch=width)
+    fn, fn_args = engine.testing.chunk_function(sweep.trial, sweep.points, args.trials, micro_batch=width)
     t_compile, compiled = compile_time(fn, *fn_args)
 
     # The plain jit(vmap) of the same trial on the same trials: keys as the engine's, no micro-batches.

@@ -223,7 +223,7 @@ def main(argv=None):
     cfg = gfvl_local_iters.Config(**settings)
     sweep = gfvl_local_iters.build(cfg)
     work = args.trials * N_SLOTS * N_ITERS  # trial·local iterations
-    fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, args.trials, common=True)
+    fn, fn_args = engine.testing.chunk_function(sweep.trial, sweep.points, args.trials, common=True)
     t_compile, compiled = compile_time(fn, *fn_args)
     kl = np.asarray(compiled(*fn_args)["kl"])
     assert np.all(np.isfinite(kl))

@@ -167,7 +167,9 @@ def main(argv=None):
         for common in (False, True):
             mcfg = kmeans_mall.SnrConfig(digits_list=(DIGITS,), channel=mode)
             sweep = kmeans_trials.mall_sweep(mcfg, labels)
-            fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, args.chunk, common=common, micro_batch=width)
+            fn, fn_args = engine.testing.chunk_function(
+                sweep.trial, sweep.points, args.chunk, common=common, micro_batch=width
+            )
             t_compile, compiled = compile_time(fn, *fn_args)
             t_chunk = median_time(lambda: compiled(*fn_args), args.repeats)
             batch = compiled(*fn_args)["loss"].shape[1]

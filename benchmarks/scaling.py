@@ -98,7 +98,7 @@ def device_child(n_devices: int, trials: int, repeats: int) -> dict:
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
     width = experiment_width(gfvl_topologies.EXPERIMENT)
-    fn, args = engine.chunk_function(sweep.trial, sweep.points, trials, devices=n_devices, micro_batch=width)
+    fn, args = engine.testing.chunk_function(sweep.trial, sweep.points, trials, devices=n_devices, micro_batch=width)
     t_compile, compiled = compile_time(fn, *args)
     t = median_time(lambda: compiled(*args), repeats)
     work = len(sweep.points) * trials * 300
@@ -133,7 +133,7 @@ def kernel_throughput(trials: int, repeats: int) -> float:
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
     width = experiment_width(gfvl_topologies.EXPERIMENT)  # the CLI's, which the sweep it is set against runs
-    fn, args = engine.chunk_function(sweep.trial, sweep.points, trials, micro_batch=width)
+    fn, args = engine.testing.chunk_function(sweep.trial, sweep.points, trials, micro_batch=width)
     _, compiled = compile_time(fn, *args)
     return trials / median_time(lambda: compiled(*args), repeats)
 
@@ -147,7 +147,7 @@ def power_of_two(n: float) -> int:
 
 
 def at_first_trial(fn_args: tuple, first: int) -> tuple:
-    """``engine.chunk_function``'s arguments for the chunk starting at trial ``first``: the first
+    """``engine.testing.chunk_function``'s arguments for the chunk starting at trial ``first``: the first
     trial is the fourth argument; any after it (on one device, the micro-batch loop's trip count)
     stay."""
     return (*fn_args[:3], np.uint32(first), *fn_args[4:])
@@ -259,7 +259,7 @@ def summary_and_raw(args, out, cache) -> dict:
         return time.perf_counter() - t0, info["chunk_sizes"][0]
 
     raw_chunk = timed_run(args.raw_trials)[1]
-    fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, raw_chunk, micro_batch=width)
+    fn, fn_args = engine.testing.chunk_function(sweep.trial, sweep.points, raw_chunk, micro_batch=width)
     _, compiled = compile_time(fn, *fn_args)
     starts = range(0, args.raw_trials, raw_chunk)
 
@@ -326,7 +326,7 @@ def summary_in_process(args, cache) -> dict:
     )
     chunk = engine.run(sweep.trial, sweep.points, args.sweep_trials, **go).info["chunk_sizes"][0]  # fills the cache
     engine.run(sweep.trial, sweep.points, 64, **go)
-    fn, fn_args = engine.chunk_function(sweep.trial, sweep.points, chunk, common=True, micro_batch=width)
+    fn, fn_args = engine.testing.chunk_function(sweep.trial, sweep.points, chunk, common=True, micro_batch=width)
     _, compiled = compile_time(fn, *fn_args)
     starts = range(0, args.sweep_trials, chunk)
 
@@ -764,8 +764,8 @@ def main(argv=None):
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
     width = experiment_width(gfvl_topologies.EXPERIMENT)
-    fn, fn_args = engine.chunk_function(
-        sweep.trial, sweep.points, width or engine.micro_batch_width(None), micro_batch=width
+    fn, fn_args = engine.testing.chunk_function(
+        sweep.trial, sweep.points, width or engine.testing.micro_batch_width(None), micro_batch=width
     )
     t_compile, _ = compile_time(fn, *fn_args)
 

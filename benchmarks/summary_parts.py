@@ -69,7 +69,7 @@ def part_functions(chunk: int):
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
     # The width `jaxfed run gfvl-topologies` gives this run (the experiment's own, else the engine's rule), every row.
     width = experiment_width(gfvl_topologies.EXPERIMENT) or trial_width(sweep.trial, sweep.points, chunk)
-    kernel, args = engine.chunk_function(sweep.trial, sweep.points, chunk, micro_batch=width)
+    kernel, args = engine.testing.chunk_function(sweep.trial, sweep.points, chunk, micro_batch=width)
     batch = kernel.lower(*args).out_info["kl"].shape[1]  # the chunk rounded up to whole micro-batches
     n_valid = np.uint32(batch // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK)
 

@@ -23,20 +23,15 @@ from jaxfed import stats, store
 
 __all__ = [
     "band_plot",
-    "band_title",
     "coincide_note",
     "exact_fraction_plot",
     "figure",
-    "interval_bars",
     "interval_plot",
-    "kl_label",
     "legend",
     "LINE_STYLES",
     "PALETTE",
-    "readable_ticks",
     "save",
     "series_style",
-    "series_line",
     "small_multiples",
 ]
 

@@ -20,9 +20,6 @@ __all__ = [
     "MallScenario",
     "mall",
     "tile_of",
-    "iid_owner",
-    "random_subset",
-    "pad_by_owner",
 ]
 
 

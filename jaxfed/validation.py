@@ -26,8 +26,6 @@ import jax
 import numpy as np
 
 __all__ = [
-    "INT32_NOTE",
-    "INT32_RANGE",
     "MAX_TRIALS",
     "SEED_LIMIT",
     "check",
@@ -35,7 +33,6 @@ __all__ = [
     "finite_array",
     "index",
     "integer",
-    "is_traced",
     "non_negative",
     "number",
     "one_of",

@@ -62,24 +62,18 @@ Layout: :mod:`~jaxfed.engine.options` (:class:`RunOptions`), :mod:`~jaxfed.engin
 (micro-batch width, budgets, chunk size), :mod:`~jaxfed.engine.cache` (compilation cache),
 :mod:`~jaxfed.engine.compiled` (the chunk function), :mod:`~jaxfed.engine.sinks` (raw
 and summary results, resume, pipelining), :mod:`~jaxfed.engine.target` (precision targets),
-:mod:`~jaxfed.engine.progress` and :mod:`~jaxfed.engine.core` (:func:`plan`, :func:`execute`, :func:`run`).
+:mod:`~jaxfed.engine.progress` and :mod:`~jaxfed.engine.core` (:func:`plan`, :func:`execute`, :func:`run`);
+:mod:`~jaxfed.engine.testing`: what benchmarks and tests reach inside for (not public).
 """
 
-from jaxfed.engine.cache import (
-    CACHE_ENV,
-    CacheInfo,
-    cache_info,
-    clear_cache,
-    compilation_cache_dir,
-    use_compilation_cache,
-)
-from jaxfed.engine.core import MAX_TRIALS, RAW_LIMIT_BYTES, Plan, RunInfo, RunResult, execute, plan, run
-from jaxfed.engine.devices import default_memory_budget, make_mesh, start_distributed, use_all_cores
+from jaxfed.engine import testing as testing  # (not public: benchmarks and tests)
+from jaxfed.engine.cache import CACHE_ENV, CacheInfo, cache_info, clear_cache
+from jaxfed.engine.core import Plan, RunInfo, RunResult, execute, plan, run
+from jaxfed.engine.devices import start_distributed, use_all_cores
 from jaxfed.engine.options import RunOptions
-from jaxfed.engine.progress import Progress
-from jaxfed.engine.sizing import MICRO_BATCH, DeviceSpec, choose_width, chunk_function, micro_batch_width
+from jaxfed.engine.sizing import DeviceSpec, choose_width
 from jaxfed.engine.target import TARGET_STATISTICS, Target, parse_target
-from jaxfed.store import ConfigMismatch, StoreError, atomic_savez, atomic_write_json
+from jaxfed.store import ConfigMismatch, StoreError
 
 __all__ = [
     "run",
@@ -89,29 +83,17 @@ __all__ = [
     "Plan",
     "RunResult",
     "RunInfo",
-    "chunk_function",
-    "compilation_cache_dir",
-    "use_compilation_cache",
     "cache_info",
     "clear_cache",
     "CacheInfo",
     "CACHE_ENV",
-    "make_mesh",
     "use_all_cores",
     "start_distributed",
-    "default_memory_budget",
-    "Progress",
     "Target",
     "TARGET_STATISTICS",
     "parse_target",
     "ConfigMismatch",
     "StoreError",
-    "MICRO_BATCH",
-    "micro_batch_width",
     "choose_width",
     "DeviceSpec",
-    "MAX_TRIALS",
-    "RAW_LIMIT_BYTES",
-    "atomic_write_json",
-    "atomic_savez",
 ]

@@ -23,7 +23,7 @@ from jaxfed.engine.target import TARGET_STATISTICS
 
 KEEP_MODES = ("raw", "summary", "auto")
 """What a run keeps: every trial, streaming summaries, or raw while the raw metrics fit in
-:data:`jaxfed.engine.RAW_LIMIT_BYTES`."""
+:data:`jaxfed.engine.core.RAW_LIMIT_BYTES`."""
 
 DISTRIBUTED_MODES = ("auto", "off")
 """Whether a run joins the processes a cluster scheduler started (see :attr:`RunOptions.distributed`)."""

@@ -43,17 +43,6 @@ import typing
 from jaxfed import validation
 from jaxfed.experiments.spec import Experiment, check_config_class
 
-__all__ = [
-    "ENTRY_POINT_GROUP",
-    "find",
-    "from_file",
-    "plugins",
-    "code_identity",
-    "parameters",
-    "describe",
-    "user_frame",
-]
-
 ENTRY_POINT_GROUP = "jaxfed.experiments"
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 from jaxfed import validation
 from jaxfed.gfvl import likelihoods, natgrad
 
-__all__ = ["check_bernoulli_setting", "check_loss_normalisation", "check_natgrad_setting"]
-
 
 def check_bernoulli_setting(cfg, min_agents: int = 2) -> None:
     """Validates the fields every G-FVL experiment shares: n_agents, n_per_agent, prior_a, prior_b,

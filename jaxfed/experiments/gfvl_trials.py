@@ -18,6 +18,14 @@ from jaxfed import gfvl, scenarios, stats
 from jaxfed.experiments.spec import Reading
 from jaxfed.gfvl import expfam, gossip, graphs, likelihoods, natgrad, quadrature
 
+__all__ = [
+    "local_iters_trial",
+    "noisy_data",
+    "unlearning_verdicts",
+    "first_slot_at_or_below",
+    "summary_reading",
+]
+
 
 def target_text(loss_normalisation: str, alpha: float) -> str:
     """What the KL of a non-conjugate G-FVL experiment is measured against, in words."""

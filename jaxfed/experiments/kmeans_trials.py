@@ -29,6 +29,23 @@ from jax import lax
 from jaxfed import kmeans, oac, scenarios, stats, validation
 from jaxfed.experiments.spec import Sweep
 
+__all__ = [
+    "MallConfig",
+    "make_trial",
+    "mall_sweep",
+    "methods",
+    "label_point",
+    "method_label",
+    "point_channel",
+    "resources_table",
+    "final_values",
+    "index_of",
+    "ratio_verdict",
+    "difference_verdict",
+    "verdict_block",
+    "trace_choices",
+]
+
 SYMBOL_ENERGIES = ("beta", "sqrt-beta")
 SPLITS = ("tiles", "iid")
 """The splits of the customers over the EDs a label's ``split`` names (default "tiles")."""
@@ -577,6 +594,8 @@ DIFFERENCE_TEXT = "per-trial difference a − b of final losses (m²); mean with
 
 
 def verdict_block(verdicts, how: str = RATIO_TEXT, what: str = "median ratio a/b") -> str:
+    """A report's verdicts paragraph: how the effect is measured (``how``), the meaning of "≈"
+    when a claim uses it, and :func:`jaxfed.stats.verdict_table` of ``verdicts`` (column ``what``)."""
     equal = f'; "≈" means within ±{EQUAL_MARGIN:.0%}' if any("≈" in v.claim for v in verdicts) else ""
     return (
         f"**Verdicts** ({how}, over the same trials{equal}; exact sign test):\n\n"

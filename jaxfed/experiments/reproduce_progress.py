@@ -15,8 +15,6 @@ import tqdm
 
 from jaxfed.engine.progress import clock_text, is_terminal
 
-__all__ = ["experiment_group", "overall_eta", "Overall"]
-
 
 def experiment_group(name: str) -> str:
     """The group an experiment's cost is judged with: its name up to the first "-" ("gfvl", "kmeans")."""

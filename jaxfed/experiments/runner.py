@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 import jax
 
 from jaxfed import engine, store, validation
+from jaxfed.engine.progress import Progress
 from jaxfed.experiments import catalog
 from jaxfed.experiments.spec import (
     Experiment,
@@ -27,8 +28,6 @@ from jaxfed.experiments.spec import (
     check_sweep,
 )
 from jaxfed.store import rundir
-
-__all__ = ["run_experiment", "still_running"]
 
 
 def run_experiment(
@@ -63,7 +62,7 @@ def run_experiment(
     count is not part of it, so rerunning with more trials computes only the new ones (see
     :mod:`jaxfed.store`). Trials with a NaN or ±inf metric are counted per point in
     ``config_json["nonfinite_trials"]`` and reported on stderr, in raw and summary modes alike.
-    Progress goes to stderr unless ``quiet`` (:class:`jaxfed.engine.Progress`, its lines prefixed
+    Progress goes to stderr unless ``quiet`` (:class:`jaxfed.engine.progress.Progress`, its lines prefixed
     with the experiment's name). ``config.json`` records the options (``"options"``) and what the
     engine chose (``"engine"``); it is written after ``metrics.npz`` (the figure last) and records
     the SHA-256 of ``metrics.npz``, so :func:`jaxfed.store.rundir.load_results` never pairs one run's config with
@@ -305,8 +304,8 @@ def _engine_options(exp: Experiment, sweep: Sweep, options: engine.RunOptions, i
     """The engine's options of an experiment's run: the experiment's identity, axes, common random
     numbers and micro-batch width, and progress lines named after the experiment (in a log)."""
     progress = options.progress
-    if not isinstance(progress, engine.Progress):
-        progress = engine.Progress(progress is not False, label=f"{exp.name}: ")
+    if not isinstance(progress, Progress):
+        progress = Progress(progress is not False, label=f"{exp.name}: ")
     return dataclasses.replace(
         options,
         identity=identity,

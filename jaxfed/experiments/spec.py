@@ -17,20 +17,17 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxfed import stats, validation
-from jaxfed.store.rundir import JSON_TYPES, check_json
+from jaxfed.store.rundir import check_json
 
 __all__ = [
     "Experiment",
     "Reading",
     "Sweep",
     "PARAMETER_TYPES",
-    "JSON_TYPES",
     "band_table",
     "check",
     "check_config_class",
     "check_finite",
-    "check_sizes",
-    "check_json",
     "check_representable",
     "check_sweep",
     "make_config",
@@ -71,7 +68,7 @@ class Experiment:
     default_trials: int = 1000  # used by `jaxfed run` without --trials and by `jaxfed reproduce`
     common_random_numbers: bool = False  # all points of a trial share its key (same data and draws)
     # Trials per micro-batch by platform ("cpu", "gpu", …) where the engine's default
-    # (jaxfed.engine.MICRO_BATCH) does not suit the trial: narrow for expensive trials, which a
+    # (jaxfed.engine.testing.MICRO_BATCH) does not suit the trial: narrow for expensive trials, which a
     # wide micro-batch pads in small runs, wide for cheap ones. Part of a stored run's identity.
     micro_batch: Mapping[str, int] | None = None
     source: str = ""  # "path/to/file.py:ATTRIBUTE" of a user experiment (set when loaded from a file)

@@ -23,7 +23,6 @@ __all__ = [
     "Walk",
     "mh_walk",
     "mh_schedule",
-    "first_visit_slots",
     "cover_time",
     "hitting_time",
     "expected_hitting_times",
@@ -31,8 +30,6 @@ __all__ = [
     "expected_cover_time",
     "cover_time_bounds",
     "EXACT_COVER_MAX_AGENTS",
-    "ACCELERATOR_UNROLL",
-    "PACKED_MAX_AGENTS",
 ]
 
 

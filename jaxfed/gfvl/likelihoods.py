@@ -35,11 +35,7 @@ __all__ = [
     "noisy_bernoulli",
     "from_log_lik",
     "bernoulli_beta_stats",
-    "normal_normal_stats",
-    "poisson_gamma_stats",
-    "categorical_dirichlet_stats",
     "loss_weight",
-    "agent_data",
     "without_agent",
 ]
 

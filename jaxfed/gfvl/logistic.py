@@ -41,16 +41,11 @@ from jaxfed.gfvl import expfam, likelihoods
 __all__ = [
     "Dataset",
     "load_breast_cancer",
-    "check_data",
     "train_test_split",
     "split_iid",
     "split_label_skew",
     "to_padded",
     "likelihood",
-    "normal_softplus_mean",
-    "normal_sigmoid_means",
-    "expected_loss",
-    "centralised_optimum",
     "predictive_metrics",
 ]
 

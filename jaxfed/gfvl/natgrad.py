@@ -47,27 +47,18 @@ from jaxfed.gfvl import expfam
 
 # The Beta closed forms live with the family (its ``sample_score`` and ``fisher_solve`` fields);
 # re-exported here, where they are documented as the natural gradient's accuracy fixes.
-from jaxfed.gfvl.expfam import beta_fisher_solve, beta_sample_score
 
 __all__ = [
     "BASELINES",
     "ESTIMATORS",
     "reparameterisable",
-    "check_reparameterisable",
-    "reparameterisation_gradient",
     "estimate_gradient",
     "estimator_variance",
     "natural_gradient_estimate",
-    "mean_field_reinforce_natural_gradient",
     "natural_step",
-    "beta_sample_score",
-    "beta_fisher_solve",
     "sample_score",
     "fisher_solve",
     "reinforce_gradient",
-    "keep_in_domain",
-    "natural_gradient_step",
-    "free_energy_gradient",
     "fisher_preconditioner",
     "keep_in_domain_updates",
     "natural_gradient_descent",

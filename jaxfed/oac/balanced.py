@@ -38,7 +38,11 @@ from jax import lax
 
 from jaxfed import validation
 
-__all__ = ["max_level", "encode", "decode", "check_base"]
+__all__ = [
+    "max_level",
+    "encode",
+    "decode",
+]
 
 # 2ξ = β^D − 1 is the largest integer formed; it must fit an int32.
 _INT32_LIMIT = 2**31

@@ -52,13 +52,8 @@ from jaxfed.oac.channel import activation, aggregate_energy, qpsk, resource_coun
 
 __all__ = [
     "power_control_gains",
-    "power_control_energy",
-    "power_control_mean",
-    "power_control_variance",
     "rician_energy",
-    "rician_variance",
     "block_fading_energy",
-    "block_fading_variance",
     "check_block",
 ]
 

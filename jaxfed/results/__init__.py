@@ -48,7 +48,13 @@ from jaxfed import stats, store
 from jaxfed.store import rundir
 from jaxfed.store.rundir import VERDICT_COLUMNS, VERDICTS_FILE  # (re-exported: the names results has had)
 
-__all__ = ["open_results", "to_xarray", "unstack", "bands", "verdicts", "for_netcdf", "QUANTILES", "VERDICTS_FILE"]
+__all__ = [
+    "open_results",
+    "to_xarray",
+    "unstack",
+    "bands",
+    "verdicts",
+]
 
 QUANTILES = (0.125, 0.5, 0.875)
 """The quantiles of a summary metric's ``NAME_quantile`` variable: the 75% band and the median."""

@@ -14,8 +14,6 @@ from jaxfed.experiments.spec import Reading
 from jaxfed.results import report_html
 from jaxfed.store import rundir
 
-__all__ = ["Section", "section", "write"]
-
 
 class Section(NamedTuple):
     """One finished experiment's part of the report, as report.md (:attr:`text`) and report.html

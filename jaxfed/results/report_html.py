@@ -26,8 +26,6 @@ from collections.abc import Mapping
 from jaxfed import store
 from jaxfed.store import rundir
 
-__all__ = ["markdown", "page", "write"]
-
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 _STYLE = """

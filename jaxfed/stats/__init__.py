@@ -10,9 +10,9 @@
   an ordered list of rules), their policy and their Markdown (:func:`verdict_table`).
 
 The parts import one another in that order only (summary imports neither, intervals not verdicts).
-This face re-exports every name ``jaxfed.stats`` had before it was split (``__all__`` as it was;
-the names imported ``as`` themselves are the public ones outside it and the private ones tests
-use), so importers use ``from jaxfed import stats`` as before. A name set on the face (a test's
+The public names are the parts' ``__all__``; the face also carries the engine's and the store's
+summary internals (``chunk_summary``, ``fold``, ``finish``, …) and the private names the tests
+use, outside ``__all__`` and the API reference, so importers use ``from jaxfed import stats``. A name set on the face (a test's
 monkeypatch, a benchmark's timer) is set in the parts that hold it too, so their own calls see
 it, as in one module; and ``doctest.testmod(jaxfed.stats)`` runs the parts' examples (``__test__``).
 """
@@ -25,6 +25,8 @@ import types
 import numpy as np  # noqa: F401  # the namespace of the examples that doctest.testmod(jaxfed.stats) runs
 
 from jaxfed.stats import intervals, summary, verdicts
+
+# Outside __all__: the engine's and the store's summary internals, and the private names tests use.
 from jaxfed.stats.intervals import _binomial_ranks as _binomial_ranks
 from jaxfed.stats.intervals import _resampled_means as _resampled_means
 from jaxfed.stats.intervals import _resampled_medians as _resampled_medians
@@ -37,103 +39,90 @@ from jaxfed.stats.intervals import (
 from jaxfed.stats.summary import _EDGES as _EDGES
 from jaxfed.stats.summary import _N_SIDE as _N_SIDE
 from jaxfed.stats.summary import _ZERO as _ZERO
+from jaxfed.stats.summary import HIST_LOG_MAX as HIST_LOG_MAX
+from jaxfed.stats.summary import HIST_LOG_MIN as HIST_LOG_MIN
+from jaxfed.stats.summary import HIST_PER_DECADE as HIST_PER_DECADE
+from jaxfed.stats.summary import HISTOGRAM_METHODS as HISTOGRAM_METHODS
+from jaxfed.stats.summary import N_BINS as N_BINS
+from jaxfed.stats.summary import SUM_LEVELS as SUM_LEVELS
 from jaxfed.stats.summary import (
-    HIST_LOG_MAX,
-    HIST_LOG_MIN,
-    HIST_PER_DECADE,
-    HISTOGRAM_METHODS,
-    SUM_LEVELS,
     SUMMARY_BLOCK,
     Band,
     Summary,
-    SummaryAccumulator,
-    SummaryPass,
     SummaryState,
     band,
-    bin_index,
-    chunk_summary,
-    count_into,
-    dyadic_pieces,
-    empty_state,
-    finish,
-    fold,
     fraction_at_most,
-    level_total,
     median_se,
-    merge_point_groups,
-    result_of,
-    summary_of_blocks,
-    summary_pass,
     summary_quantile,
 )
-from jaxfed.stats.summary import N_BINS as N_BINS
+from jaxfed.stats.summary import SummaryAccumulator as SummaryAccumulator
+from jaxfed.stats.summary import SummaryPass as SummaryPass
 from jaxfed.stats.summary import _dyadic_sums as _dyadic_sums
 from jaxfed.stats.summary import _float32_level as _float32_level
 from jaxfed.stats.summary import _histogram as _histogram
 from jaxfed.stats.summary import _tree_sum as _tree_sum
-from jaxfed.stats.verdicts import DIRECTION_ONLY as DIRECTION_ONLY
-from jaxfed.stats.verdicts import EACH_TRIAL_SHARE as EACH_TRIAL_SHARE
+from jaxfed.stats.summary import bin_index as bin_index
+from jaxfed.stats.summary import chunk_summary as chunk_summary
+from jaxfed.stats.summary import count_into as count_into
+from jaxfed.stats.summary import dyadic_pieces as dyadic_pieces
+from jaxfed.stats.summary import empty_state as empty_state
+from jaxfed.stats.summary import finish as finish
+from jaxfed.stats.summary import fold as fold
+from jaxfed.stats.summary import level_total as level_total
+from jaxfed.stats.summary import merge_point_groups as merge_point_groups
+from jaxfed.stats.summary import result_of as result_of
+from jaxfed.stats.summary import summary_of_blocks as summary_of_blocks
+from jaxfed.stats.summary import summary_pass as summary_pass
 from jaxfed.stats.verdicts import (
+    DIRECTION_ONLY,
     EQUAL_RATIO_MARGIN,
+    INCONCLUSIVE,
     MIN_UNTIED_PAIRS,
+    NOT_REPRODUCED,
+    NOT_TESTABLE,
+    REPRODUCED,
     SIGN_TEST_ALPHA,
     Verdict,
     not_testable,
     paired_verdict,
+    share_verdict,
     verdict_table,
 )
+from jaxfed.stats.verdicts import EACH_TRIAL_SHARE as EACH_TRIAL_SHARE
 from jaxfed.stats.verdicts import FEW_TRIALS_SHARE as FEW_TRIALS_SHARE
-from jaxfed.stats.verdicts import INCONCLUSIVE as INCONCLUSIVE
-from jaxfed.stats.verdicts import NOT_REPRODUCED as NOT_REPRODUCED
-from jaxfed.stats.verdicts import NOT_TESTABLE as NOT_TESTABLE
-from jaxfed.stats.verdicts import REPRODUCED as REPRODUCED
 from jaxfed.stats.verdicts import VERDICT_POLICY as VERDICT_POLICY
 from jaxfed.stats.verdicts import VISIBLE_FRACTION as VISIBLE_FRACTION
 from jaxfed.stats.verdicts import VISIBLE_RATIO as VISIBLE_RATIO
 from jaxfed.stats.verdicts import percent as percent
-from jaxfed.stats.verdicts import share_verdict as share_verdict
 
 __all__ = [
     "Band",
-    "Verdict",
-    "EQUAL_RATIO_MARGIN",
-    "MIN_UNTIED_PAIRS",
-    "SIGN_TEST_ALPHA",
+    "band",
+    "Summary",
+    "SummaryState",
+    "SUMMARY_BLOCK",
+    "summary_quantile",
+    "median_se",
+    "fraction_at_most",
     "bootstrap_interval",
     "quantile_interval",
     "interval",
     "sign_test",
+    "Verdict",
+    "REPRODUCED",
+    "NOT_REPRODUCED",
+    "INCONCLUSIVE",
+    "NOT_TESTABLE",
+    "DIRECTION_ONLY",
+    "share_verdict",
+    "EQUAL_RATIO_MARGIN",
+    "MIN_UNTIED_PAIRS",
+    "SIGN_TEST_ALPHA",
     "paired_verdict",
     "not_testable",
     "verdict_table",
-    "band",
-    "Summary",
-    "SummaryAccumulator",
-    "SummaryState",
-    "SUMMARY_BLOCK",
-    "SUM_LEVELS",
-    "HISTOGRAM_METHODS",
-    "bin_index",
-    "chunk_summary",
-    "summary_of_blocks",
-    "summary_pass",
-    "SummaryPass",
-    "count_into",
-    "dyadic_pieces",
-    "level_total",
-    "empty_state",
-    "fold",
-    "finish",
-    "result_of",
-    "summary_quantile",
-    "median_se",
-    "fraction_at_most",
-    "merge_point_groups",
-    "HIST_LOG_MIN",
-    "HIST_LOG_MAX",
-    "HIST_PER_DECADE",
 ]
-"""The names of the parts' ``__all__``, each once (tests/results/test_stats_face.py)."""
+"""The parts' ``__all__``, each name once (tests/results/test_stats_face.py)."""
 
 _PARTS = (summary, intervals, verdicts)
 

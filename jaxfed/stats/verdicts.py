@@ -25,6 +25,12 @@ from jaxfed.stats.intervals import interval, sign_test
 
 __all__ = [
     "Verdict",
+    "REPRODUCED",
+    "NOT_REPRODUCED",
+    "INCONCLUSIVE",
+    "NOT_TESTABLE",
+    "DIRECTION_ONLY",
+    "share_verdict",
     "EQUAL_RATIO_MARGIN",
     "MIN_UNTIED_PAIRS",
     "SIGN_TEST_ALPHA",

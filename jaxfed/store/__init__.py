@@ -46,34 +46,6 @@ import numpy as np
 
 from jaxfed import stats
 
-__all__ = [
-    "STORE_FORMAT",
-    "StoreError",
-    "ConfigMismatch",
-    "GroupSpec",
-    "Store",
-    "atomic_write_bytes",
-    "atomic_write_json",
-    "atomic_savez",
-    "check_no_link",
-    "open_regular",
-    "read_regular",
-    "read_json",
-    "identity_digest",
-    "CHUNK_DIR",
-    "ChunkName",
-    "StoredSummary",
-    "chunk_dir",
-    "list_chunks",
-    "chunk_header",
-    "read_chunk",
-    "read_summary",
-    "finish_summaries",
-    "verify_record",
-    "savez_bytes",
-    "describe_differences",
-]
-
 STORE_FORMAT = 5
 """Version of the layout above; a directory written by another version is refused as another configuration."""
 

@@ -32,32 +32,6 @@ import numpy as np
 from jaxfed import stats, store, validation
 from jaxfed._version import __version__
 
-__all__ = [
-    "CONFIG_FILE",
-    "METRICS_FILE",
-    "VERDICTS_FILE",
-    "VERDICT_COLUMNS",
-    "AXES_NUMBERED_FROM_1",
-    "JSON_TYPES",
-    "axis_coords",
-    "check_json",
-    "chunks_digest",
-    "record_digest",
-    "jsonable",
-    "load_results",
-    "metric_doc",
-    "nonfinite_lines",
-    "npz_arrays",
-    "read_verdicts",
-    "same_metrics",
-    "stored_record",
-    "trial_shapes",
-    "verdict_records",
-    "versions",
-    "write_results",
-    "write_verdicts",
-]
-
 CONFIG_FILE = "config.json"
 """The run's record: parameters, points, seed, trials, metric docs, coordinates, versions, digests."""
 METRICS_FILE = "metrics.npz"

@@ -204,7 +204,7 @@ def test_chunk_size_is_capped_at_the_trial_count_and_memory_is_checked_first():
     assert out.info["chunk_sizes"] == [5] and out["x"].shape == (2, 5, 3)
     with pytest.raises(
         ValueError,
-        match=rf"the smallest chunk \({engine.MICRO_BATCH['cpu']} trials\) would need .* more than the memory budget of 1 KiB",
+        match=rf"the smallest chunk \({engine.testing.MICRO_BATCH['cpu']} trials\) would need .* more than the memory budget of 1 KiB",
     ):
         engine.run(walk, POINTS, 5, max_memory=1024)
     with pytest.raises(

@@ -134,13 +134,13 @@ def test_the_cache_can_be_disabled_by_option_or_environment(tmp_path, monkeypatc
     _, info = run("off")
     assert info["compilation_cache"] is None and info["compile_cached"] == [False]
     monkeypatch.setenv(engine.CACHE_ENV, "off")
-    assert engine.compilation_cache_dir() is None
+    assert engine.testing.compilation_cache_dir() is None
     monkeypatch.setenv(engine.CACHE_ENV, str(tmp_path / "env"))
-    assert engine.compilation_cache_dir() == str(tmp_path / "env")
-    assert engine.compilation_cache_dir(str(tmp_path / "opt")) == str(tmp_path / "opt")
+    assert engine.testing.compilation_cache_dir() == str(tmp_path / "env")
+    assert engine.testing.compilation_cache_dir(str(tmp_path / "opt")) == str(tmp_path / "opt")
     monkeypatch.delenv(engine.CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert engine.compilation_cache_dir() == str(tmp_path / "xdg" / "jaxfed" / "xla")
+    assert engine.testing.compilation_cache_dir() == str(tmp_path / "xdg" / "jaxfed" / "xla")
 
 
 @pytest.mark.filterwarnings("ignore:Error reading persistent compilation cache")  # JAX's note on each damaged entry

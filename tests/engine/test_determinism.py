@@ -40,7 +40,7 @@ def test_every_built_in_experiment_has_small_settings():
 def sweep_of(name: str):
     exp = REGISTRY[name]
     sweep = exp.build(make_config(exp.config_cls, SMALL[name]))
-    width = exp.width_on("cpu") or engine.MICRO_BATCH["cpu"]
+    width = exp.width_on("cpu") or engine.testing.MICRO_BATCH["cpu"]
     return exp, sweep, width
 
 

@@ -312,7 +312,7 @@ def test_a_chunk_that_runs_out_of_memory_is_halved_and_rerun_with_the_same_resul
     reference = engine.run(trial, POINTS, 300, chunk_size=WIDTH, **go)
     failures = _failing_executions(monkeypatch, WIDTH, where)
     notes: list = []
-    progress = engine.Progress(False)
+    progress = engine.progress.Progress(False)
     progress.note = notes.append  # type: ignore[method-assign]
     out_dir = str(tmp_path / "run")
     out = engine.run(trial, POINTS, 300, chunk_size=chunk_size, out_dir=out_dir, identity={}, progress=progress, **go)

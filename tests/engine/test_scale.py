@@ -121,7 +121,7 @@ def test_small_memory_budget_gives_smaller_chunks_and_the_same_metrics(single, t
     b = engine.run(sweep.trial, sweep.points, 4800, max_memory=12 * 2**20, common_random_numbers=crn)
     big, small = a.info, b.info
     assert small["chunk_sizes"][0] < big["chunk_sizes"][0]
-    assert small["chunk_sizes"][0] % engine.MICRO_BATCH["cpu"] == 0
+    assert small["chunk_sizes"][0] % engine.testing.MICRO_BATCH["cpu"] == 0
     np.testing.assert_array_equal(a["kl"], b["kl"])
     np.testing.assert_array_equal(a["kl"][:, :300], single["kl"])  # the first 300 trials of the same keys
     result = cli(

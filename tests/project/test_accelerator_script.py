@@ -40,7 +40,7 @@ def test_every_step_of_the_accelerator_script_runs_on_one_cpu_device(tmp_path):
 
 
 def test_chunk_arguments_at_a_first_trial_keep_the_trip_count():
-    """On one device engine.chunk_function's arguments end with the micro-batch loop's trip count,
+    """On one device engine.testing.chunk_function's arguments end with the micro-batch loop's trip count,
     after the first trial: moving the first trial must keep it (it was dropped: a crash on a GPU)."""
     one_device = ("seed", "points", "traced", 0, "steps")
     assert scaling.at_first_trial(one_device, 4096) == ("seed", "points", "traced", 4096, "steps")

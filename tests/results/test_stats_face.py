@@ -1,5 +1,5 @@
 """``jaxfed.stats`` is one face over three parts (summary, intervals, verdicts): the names it had as
-one module, the parts' import order, names set on the face reaching the parts, short functions."""
+one module still there, the public ones in ``__all__``, the parts' import order, names set on the face reaching the parts, short functions."""
 
 import ast
 import doctest
@@ -55,17 +55,18 @@ BEFORE_THE_SPLIT = [
 ]
 OUTSIDE_ALL = [
     # public names that were never in __all__, and the private ones tests import from jaxfed.stats
-    *("N_BINS", "REPRODUCED", "NOT_REPRODUCED", "INCONCLUSIVE", "NOT_TESTABLE", "DIRECTION_ONLY"),
-    *("VERDICT_POLICY", "VISIBLE_RATIO", "VISIBLE_FRACTION", "FEW_TRIALS_SHARE", "EACH_TRIAL_SHARE"),
-    *("share_verdict", "percent", "_EDGES", "_N_SIDE", "_ZERO", "_tree_sum", "_dyadic_sums", "_histogram"),
+    *("N_BINS", "VERDICT_POLICY", "VISIBLE_RATIO", "VISIBLE_FRACTION", "FEW_TRIALS_SHARE", "EACH_TRIAL_SHARE"),
+    *("percent", "_EDGES", "_N_SIDE", "_ZERO", "_tree_sum", "_dyadic_sums", "_histogram"),
     *("_float32_level", "_resampled_medians", "_resampled_means", "_binomial_ranks"),
 ]
 
 
-def test_the_face_exports_what_the_module_did_and_each_name_once_from_its_part():
-    assert stats.__all__ == BEFORE_THE_SPLIT
+def test_the_face_has_every_name_the_module_had_and_exports_the_parts_public_names_once():
+    """``__all__`` is the public names (the parts'); the names the one module exported before
+    (summary internals included: the engine and the store use them) are still on the face."""
+    assert all(hasattr(stats, name) for name in BEFORE_THE_SPLIT)
     parts_all = [name for part in PARTS for name in part.__all__]
-    assert len(parts_all) == len(set(parts_all)) and set(parts_all) == set(stats.__all__)
+    assert len(parts_all) == len(set(parts_all)) and parts_all == stats.__all__
     for part in PARTS:
         for name in part.__all__:
             value = vars(part)[name]
