@@ -8,7 +8,7 @@ every 20 local iterations).
 Measured in one run on the same machine:
 - jaxfed: the engine's jitted chunk function for the ``gfvl-local-iters`` trial (compile timed apart);
 - sampling only: the same scan over slots and local iterations drawing only the S Beta variates and
-  their scores (``natgrad.beta_sample_score``, Cheng's BB/BC) at the η of a real run, and the same
+  their scores (``expfam.beta_sample_score``, Cheng's BB/BC) at the η of a real run, and the same
   with ``jax.random.beta`` (two Marsaglia–Tsang gammas) and the digamma score;
 - NumPy: the same algorithm and maths one trial at a time (``Generator.beta``, ``scipy.special``, the
   same Gauss–Legendre windows for the KL in float64), timed on a few trials and scaled.

@@ -37,11 +37,11 @@ MOVED = {
 REBUILT = {
     "jaxfed.experiments.base": {
         "jaxfed.experiments.spec": (
-            "Experiment Reading Sweep PARAMETER_TYPES JSON_TYPES band_table check check_config_class check_finite "
-            "check_json check_representable check_sweep make_config preset_variant"
+            "Experiment Reading Sweep PARAMETER_TYPES band_table check check_config_class check_finite "
+            "check_representable check_sweep make_config preset_variant"
         ),
         "jaxfed.experiments.gfvl_checks": "check_bernoulli_setting check_loss_normalisation check_natgrad_setting",
-        "jaxfed.store.rundir": "AXES_NUMBERED_FROM_1 axis_coords load_results nonfinite_lines",
+        "jaxfed.store.rundir": "AXES_NUMBERED_FROM_1 JSON_TYPES axis_coords check_json load_results nonfinite_lines",
         "jaxfed.experiments.runner": "run_experiment",
     },
 }

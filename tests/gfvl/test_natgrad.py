@@ -21,7 +21,7 @@ SHAPES = [(0.3, 0.5), (0.5, 4.0), (1.0, 1.0), (2.0, 3.0), (1.5, 900.0), (700.0, 
 
 @functools.cache
 def _sampler(n):
-    return jax.jit(lambda key, eta: natgrad.beta_sample_score(key, eta, n))
+    return jax.jit(lambda key, eta: expfam.beta_sample_score(key, eta, n))
 
 
 @pytest.mark.parametrize("a, b", SHAPES)
@@ -45,7 +45,7 @@ def test_beta_sampler_distribution_in_float64(a, b):
     """Kolmogorov–Smirnov against SciPy's Beta CDF (fixed seed; the threshold 1e-4 is the false-alarm
     probability of an exact sampler)."""
     with jax.enable_x64(True):
-        theta, _ = natgrad.beta_sample_score(jax.random.key(5), jnp.array([a, b]), 100_000)
+        theta, _ = expfam.beta_sample_score(jax.random.key(5), jnp.array([a, b]), 100_000)
     assert stats.kstest(np.asarray(theta), stats.beta(a, b).cdf).pvalue > 1e-4
 
 
