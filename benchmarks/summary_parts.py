@@ -2,8 +2,8 @@
 
 Workload: one chunk of gfvl-topologies (3 topologies × 300 slots per trial) of ``--chunk`` trials.
 Each row is a jitted function of the same trials that returns only some outputs of the summarised
-chunk (:func:`jaxfed.stats.chunk_summary`, whose parts share one pass over the values,
-:func:`jaxfed.stats.summary_pass`); XLA drops what is not returned, so the difference to
+chunk (:func:`jaxfed.stats.summary.chunk_summary`, whose parts share one pass over the values,
+:func:`jaxfed.stats.summary.summary_pass`); XLA drops what is not returned, so the difference to
 ``kernel_sum`` is what that part costs on the device:
 
 - ``kernel``: the trials alone (``jit(vmap(vmap(trial)))``, the values returned, as in raw mode);
@@ -71,14 +71,14 @@ def part_functions(chunk: int):
     width = experiment_width(gfvl_topologies.EXPERIMENT) or trial_width(sweep.trial, sweep.points, chunk)
     kernel, args = engine.testing.chunk_function(sweep.trial, sweep.points, chunk, micro_batch=width)
     batch = kernel.lower(*args).out_info["kl"].shape[1]  # the chunk rounded up to whole micro-batches
-    n_valid = np.uint32(batch // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK)
+    n_valid = np.uint32(batch // stats.summary.SUMMARY_BLOCK * stats.summary.SUMMARY_BLOCK)
 
     def only(keys, histogram):
         def fn(*a):
             values = kernel(*a)
             with jax.enable_x64(True):  # as in the engine: float64 block sums on any device
                 return {
-                    name: {k: stats.chunk_summary(v, n_valid, jnp, histogram=histogram)[k] for k in keys}
+                    name: {k: stats.summary.chunk_summary(v, n_valid, jnp, histogram=histogram)[k] for k in keys}
                     for name, v in values.items()
                 }
 

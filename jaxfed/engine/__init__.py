@@ -31,8 +31,8 @@ Results: ``keep="raw"`` returns every trial, arrays (point, trial, …); ``keep=
 a :class:`jaxfed.stats.Summary` (count, mean, standard error and a log-spaced histogram for
 quantiles) so a million trials need no more memory than one chunk. The device computes each
 chunk's part of it inside the compiled chunk function's loop over micro-batches, the values never
-stored (:func:`jaxfed.engine.compiled.batched_summary`, bit for bit :func:`jaxfed.stats.chunk_summary`:
-integer counts and histograms, float64 sums per block of ``stats.SUMMARY_BLOCK`` trials aligned to
+stored (:func:`jaxfed.engine.compiled.batched_summary`, bit for bit :func:`jaxfed.stats.summary.chunk_summary`:
+integer counts and histograms, float64 sums per block of ``stats.summary.SUMMARY_BLOCK`` trials aligned to
 trial indices, merged by a fixed pairwise tree over aligned ranges of blocks, so a chunk hands
 the host O(log n) partial sums per cell). Summary chunks are whole blocks (the
 chunk size is rounded up to a multiple of ``SUMMARY_BLOCK``), which keeps summaries bit-identical

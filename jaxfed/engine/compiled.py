@@ -94,7 +94,7 @@ class ChunkFn:
             return args
         n_valid, first_block = (int(x) for x in extra)
         share_valid = min(max(n_valid - offset, 0), self.local)
-        return (*args, np.uint32(share_valid), np.uint32(first_block + offset // stats.SUMMARY_BLOCK))
+        return (*args, np.uint32(share_valid), np.uint32(first_block + offset // stats.summary.SUMMARY_BLOCK))
 
     def lower(self, *args) -> _Lowered:
         """As ``jax.jit(f).lower(*args)``: ``.compile()`` compiles every device's program (and the
@@ -122,20 +122,20 @@ class ChunkFn:
 
 
 def share_summary(values, n_valid, first_block, histogram: str) -> dict:
-    """A device's share of a summary chunk: :func:`jaxfed.stats.chunk_summary` of its trials
+    """A device's share of a summary chunk: :func:`jaxfed.stats.summary.chunk_summary` of its trials
     [0, ``n_valid``) (whole blocks, from block ``first_block`` on), with ``tail``, the raw values
     (points, SUMMARY_BLOCK, …) of the block from ``n_valid`` on (the run's last, partial block
     when this share holds it; garbage otherwise), ``blocks`` (points,), the whole blocks
     summarised, and ``full`` (points,), whether they fill the share (the tail is in the first
     share that is not full). Every leaf gets a share axis of length 1 after the points."""
-    out = stats.chunk_summary(values, n_valid, jnp, first_block, histogram=histogram)
-    tail = jax.lax.dynamic_slice_in_dim(values, n_valid, stats.SUMMARY_BLOCK, axis=1)
+    out = stats.summary.chunk_summary(values, n_valid, jnp, first_block, histogram=histogram)
+    tail = jax.lax.dynamic_slice_in_dim(values, n_valid, stats.summary.SUMMARY_BLOCK, axis=1)
     return _with_share_fields(out, tail, n_valid, values.shape[1])
 
 
 @functools.partial(jax.jit, static_argnames=("histogram", "block"))
 def _jitted_share_summary(values, n_valid, first_block, histogram: str, block: int) -> dict:
-    """:func:`share_summary` as one program. ``block`` is ``stats.SUMMARY_BLOCK``, which the trace
+    """:func:`share_summary` as one program. ``block`` is ``stats.summary.SUMMARY_BLOCK``, which the trace
     reads: a static argument, so that a changed block size (tests patch it) is traced anew, not
     served a program built for another."""
     del block
@@ -145,7 +145,7 @@ def _jitted_share_summary(values, n_valid, first_block, histogram: str, block: i
 def eager_share_summary(values, n_valid, first_block, histogram: str) -> dict:
     """The op-by-op engine's :func:`share_summary`, compiled as one program: op by op, its few hundred
     operations, each compiled for every new shape, took ~13 s before a test's first summary chunk."""
-    return _jitted_share_summary(values, n_valid, first_block, histogram, stats.SUMMARY_BLOCK)
+    return _jitted_share_summary(values, n_valid, first_block, histogram, stats.summary.SUMMARY_BLOCK)
 
 
 def _with_share_fields(out: dict, tail, n_valid, local: int) -> dict:
@@ -153,9 +153,9 @@ def _with_share_fields(out: dict, tail, n_valid, local: int) -> dict:
     share axis of length 1 after the points on every leaf."""
     n_points = tail.shape[0]
     out["tail"] = tail
-    blocks = jnp.asarray(n_valid).astype(np.int32) // stats.SUMMARY_BLOCK
+    blocks = jnp.asarray(n_valid).astype(np.int32) // stats.summary.SUMMARY_BLOCK
     out["blocks"] = jnp.broadcast_to(blocks, (n_points,))
-    out["full"] = jnp.broadcast_to(blocks * stats.SUMMARY_BLOCK == local, (n_points,))
+    out["full"] = jnp.broadcast_to(blocks * stats.summary.SUMMARY_BLOCK == local, (n_points,))
     return {name: jnp.expand_dims(x, 1) for name, x in out.items()}
 
 
@@ -184,7 +184,7 @@ def make_chunk_fn(
     pass over every value to count the non-finite trials.
     Summary: (…, first_trial, n_valid, first_block) -> metric -> per device of the mesh, its
     :func:`share_summary` side by side (points, devices, …): trials [first_trial, first_trial +
-    n_valid) count (a multiple of ``stats.SUMMARY_BLOCK``; the chunk starts at block
+    n_valid) count (a multiple of ``stats.summary.SUMMARY_BLOCK``; the chunk starts at block
     ``first_block``, so the O(log n) dyadic sums are aligned to trial indices, and the histogram
     is counted by :func:`histogram_method`'s method), and the block from ``first_trial + n_valid``
     on (the run's last, partial block, which the host summarises) is kept raw.
@@ -195,7 +195,7 @@ def make_chunk_fn(
 
 
 def histogram_method(kind: str) -> str:
-    """How the device counts the summary's histogram (:data:`jaxfed.stats.HISTOGRAM_METHODS`, the
+    """How the device counts the summary's histogram (:data:`jaxfed.stats.summary.HISTOGRAM_METHODS`, the
     same counts either way): XLA's scatter-add on a CPU, where it is fastest; sorting on an
     accelerator, where a scatter-add serialises on the bins many values share (a KL of 0 after
     the cover time)."""
@@ -299,8 +299,8 @@ def batched_summary(trial: Trial, group: Group, local: int, width: int, common: 
     device's :func:`share_summary` of trials first_trial + [0, local), summarised inside the
     micro-batch loop of :func:`batched_metrics` (unjitted).
 
-    Each micro-batch's values are read once (:func:`jaxfed.stats.summary_pass`): counted into the
-    running histogram, their float64 :data:`~jaxfed.stats.SUMMARY_BLOCK` sums placed at their
+    Each micro-batch's values are read once (:func:`jaxfed.stats.summary.summary_pass`): counted into the
+    running histogram, their float64 :data:`~jaxfed.stats.summary.SUMMARY_BLOCK` sums placed at their
     blocks, their non-finite trials counted and the raw tail block kept while they are in cache; the share's values are never
     stored (a 12,288-trial share of gfvl-topologies held 44 MB of them, written out and read back
     by a second program). The trials are the same program as in raw mode, and every output is the
@@ -312,17 +312,17 @@ def batched_summary(trial: Trial, group: Group, local: int, width: int, common: 
 
     def on_device(seed, point_ids, traced, first_trial, steps, n_valid, first_block):
         n_valid = jnp.asarray(n_valid).astype(jnp.int32)
-        tail_at = jnp.minimum(n_valid, local - stats.SUMMARY_BLOCK)  # the raw block kept (as share_summary)
+        tail_at = jnp.minimum(n_valid, local - stats.summary.SUMMARY_BLOCK)  # the raw block kept (as share_summary)
 
         def start(shapes, n_points):
             with jax.enable_x64(True):
                 return {
                     name: _SummaryCarry(
-                        hist=jnp.zeros((n_points,) + s.shape[1:] + (stats.N_BINS,), jnp.int32),
-                        sums=jnp.zeros((n_points, local // stats.SUMMARY_BLOCK) + s.shape[1:], jnp.float64),
-                        squares=jnp.zeros((n_points, local // stats.SUMMARY_BLOCK) + s.shape[1:], jnp.float64),
+                        hist=jnp.zeros((n_points,) + s.shape[1:] + (stats.summary.N_BINS,), jnp.int32),
+                        sums=jnp.zeros((n_points, local // stats.summary.SUMMARY_BLOCK) + s.shape[1:], jnp.float64),
+                        squares=jnp.zeros((n_points, local // stats.summary.SUMMARY_BLOCK) + s.shape[1:], jnp.float64),
                         nonfinite=jnp.zeros((n_points,), jnp.int32),
-                        tail=jnp.zeros((n_points, stats.SUMMARY_BLOCK) + s.shape[1:], s.dtype),
+                        tail=jnp.zeros((n_points, stats.summary.SUMMARY_BLOCK) + s.shape[1:], s.dtype),
                     )
                     for name, s in shapes.items()
                 }
@@ -359,13 +359,13 @@ def _added(c: _SummaryCarry, v, row, block, width: int, n_valid, tail_at, histog
     from ``tail_at`` on is kept when it lies in this micro-batch."""
     offset = block * width
     valid = (offset + jnp.arange(width, dtype=jnp.int32) < n_valid).reshape((width,) + (1,) * (v.ndim - 1))
-    one = stats.summary_pass(v[None], valid[None], jnp)  # the micro-batch's values read once
-    at = (row, block * (width // stats.SUMMARY_BLOCK)) + (jnp.int32(0),) * (v.ndim - 1)
-    start = jnp.clip(tail_at - offset, 0, width - stats.SUMMARY_BLOCK)
+    one = stats.summary.summary_pass(v[None], valid[None], jnp)  # the micro-batch's values read once
+    at = (row, block * (width // stats.summary.SUMMARY_BLOCK)) + (jnp.int32(0),) * (v.ndim - 1)
+    start = jnp.clip(tail_at - offset, 0, width - stats.summary.SUMMARY_BLOCK)
     here = (tail_at >= offset) & (tail_at < offset + width)
-    tail = jnp.where(here, jax.lax.dynamic_slice_in_dim(v, start, stats.SUMMARY_BLOCK), c.tail[row])
+    tail = jnp.where(here, jax.lax.dynamic_slice_in_dim(v, start, stats.summary.SUMMARY_BLOCK), c.tail[row])
     return _SummaryCarry(
-        hist=stats.count_into(c.hist, row, one.bins[0], jnp, histogram),
+        hist=stats.summary.count_into(c.hist, row, one.bins[0], jnp, histogram),
         sums=jax.lax.dynamic_update_slice(c.sums, one.sums, at),
         squares=jax.lax.dynamic_update_slice(c.squares, one.squares, at),
         nonfinite=c.nonfinite.at[row].add(one.nonfinite_trials[0]),
@@ -375,7 +375,7 @@ def _added(c: _SummaryCarry, v, row, block, width: int, n_valid, tail_at, histog
 
 def _finished(carry: _SummaryCarry, n_valid, first_block, local: int) -> dict:
     """The :func:`share_summary` of a device's share from its running summary ``carry``."""
-    out = stats.summary_of_blocks(
+    out = stats.summary.summary_of_blocks(
         carry.hist, carry.sums, carry.squares, carry.nonfinite, n_valid, first_block, None, jnp
     )
     return _with_share_fields(out, carry.tail, n_valid, local)

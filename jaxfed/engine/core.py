@@ -319,7 +319,7 @@ def _stored_width(options: RunOptions, where: str) -> int | None:
     width = None if stored is None else stored.get("micro_batch")
     if stored is None or stored.get("platform") != where or type(width) is not int:
         return None
-    return width if width > 0 and width % stats.SUMMARY_BLOCK == 0 else None
+    return width if width > 0 and width % stats.summary.SUMMARY_BLOCK == 0 else None
 
 
 def hists_on_device(machine: Machine) -> bool:
@@ -429,10 +429,10 @@ def _open_store(options: RunOptions, identity: dict | None, bar: Progress, is_ma
 
 def _chunk_request(chunk_size: int | None, sink, keep: str, n_trials: int) -> int | None:
     """The chunk size a group asks for: the given one, or the one a continued run must keep; in
-    summary mode on whole sum blocks (see ``stats.SUMMARY_BLOCK``). None: from the memory budget."""
+    summary mode on whole sum blocks (see ``stats.summary.SUMMARY_BLOCK``). None: from the memory budget."""
     wanted = sink.resume().chunk_size or chunk_size
     if keep == "summary" and wanted is not None:
-        wanted = min(round_up(wanted, stats.SUMMARY_BLOCK), n_trials)
+        wanted = min(round_up(wanted, stats.summary.SUMMARY_BLOCK), n_trials)
     return wanted
 
 
@@ -459,7 +459,7 @@ def execute(plan: Plan) -> RunResult:
     )
     if plan.keep == "raw":
         return RunResult(plan.results, info)
-    summaries = {name: stats.merge_point_groups([p[name] for p in parts], plan.n_points) for name in plan.specs}
+    summaries = {name: stats.summary.merge_point_groups([p[name] for p in parts], plan.n_points) for name in plan.specs}
     return RunResult(summaries, info)
 
 

@@ -116,8 +116,8 @@ def _micro_batch(value):
     validation.check(
         "micro_batch",
         value,
-        type(value) is int and value > 0 and value % stats.SUMMARY_BLOCK == 0,
-        f"a positive multiple of {stats.SUMMARY_BLOCK} (trials)",
+        type(value) is int and value > 0 and value % stats.summary.SUMMARY_BLOCK == 0,
+        f"a positive multiple of {stats.summary.SUMMARY_BLOCK} (trials)",
     )
     return value
 

@@ -246,8 +246,8 @@ def _union(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def _whole(stop):
-    """Trials before ``stop`` in whole sum blocks (see ``stats.SUMMARY_BLOCK``)."""
-    return stop // stats.SUMMARY_BLOCK * stats.SUMMARY_BLOCK
+    """Trials before ``stop`` in whole sum blocks (see ``stats.summary.SUMMARY_BLOCK``)."""
+    return stop // stats.summary.SUMMARY_BLOCK * stats.summary.SUMMARY_BLOCK
 
 
 class SummarySink(Sink):
@@ -324,7 +324,7 @@ class SummarySink(Sink):
 
     def extra_args(self, chunk) -> tuple:
         """(trials of the chunk in whole blocks, the chunk's first block): see ``make_chunk_fn``."""
-        return (np.uint32(_whole(chunk[1]) - chunk[0]), np.uint32(chunk[0] // stats.SUMMARY_BLOCK))
+        return (np.uint32(_whole(chunk[1]) - chunk[0]), np.uint32(chunk[0] // stats.summary.SUMMARY_BLOCK))
 
     def host_part(self, device_out):
         """The chunk's outputs but its histograms, when they stay on the device."""
@@ -341,7 +341,7 @@ class SummarySink(Sink):
         if self.hist_on_device:  # (after the outputs reached the host: a failed chunk changes nothing)
             for name, part in device_out.items():
                 self.device_hists[name] = _running_hist(self.device_hists.get(name), part["hist"])
-        n_blocks = (_whole(stop) - start) // stats.SUMMARY_BLOCK
+        n_blocks = (_whole(stop) - start) // stats.summary.SUMMARY_BLOCK
         self.counts[active] = stop  # on every process: the next chunk's start
         if not self.is_main:
             return
@@ -415,14 +415,14 @@ def folded_shares(state: stats.SummaryState, part: dict, n_blocks: int, n_tail: 
     trials): ``part`` holds each share's :func:`jaxfed.engine.compiled.share_summary` along axis
     1, in trial order; the shares' whole blocks add up to the chunk's ``n_blocks``, and the tail
     is in the first share whose blocks do not fill it. The shares' histograms are added into
-    ``state.hist`` in place (``hist_in_place`` of :func:`jaxfed.stats.fold`): the caller owns it."""
+    ``state.hist`` in place (``hist_in_place`` of :func:`jaxfed.stats.summary.fold`): the caller owns it."""
     tail = None
     summarised = 0
     for g in range(part["blocks"].shape[1]):
         share = {field: values[:, g] for field, values in part.items()}
         blocks = int(share["blocks"][0])
         if blocks:
-            state = stats.fold(state, share, blocks, hist_in_place=True)
+            state = stats.summary.fold(state, share, blocks, hist_in_place=True)
             summarised += blocks
         if tail is None and not share["full"][0]:
             tail = share["tail"][:, :n_tail]
@@ -443,7 +443,7 @@ def resume_point(stored: StoredSummary | None, n_trials: int, n_points: int, spe
     over the same trials as in an uninterrupted run.
     """
     if stored is None:
-        states = {name: stats.empty_state((n_points,) + shape) for name, (shape, _) in specs.items()}
+        states = {name: stats.summary.empty_state((n_points,) + shape) for name, (shape, _) in specs.items()}
         tails = {name: np.zeros((n_points, 0) + shape, dt) for name, (shape, dt) in specs.items()}
         return 0, states, tails, np.zeros(n_points, np.int64)
     if stored.stop == n_trials:

@@ -69,7 +69,7 @@ def choose_width(device: DeviceSpec, trial_bytes: float, n_trials: int | None = 
         W ≤ MICRO_BATCH[platform],  W · trial_bytes ≤ WIDTH_FRACTION · memory_bytes,
         W ≤ 2^⌈log2 n_trials⌉ (a run of n trials pads at most to the next power of two),
 
-    and at least :data:`MIN_WIDTH`. A power of two is a multiple of ``stats.SUMMARY_BLOCK``, as a
+    and at least :data:`MIN_WIDTH`. A power of two is a multiple of ``stats.summary.SUMMARY_BLOCK``, as a
     summary needs. The width is part of the run's identity: a stored run keeps its own
     (:func:`jaxfed.engine.core.plan` reads it back), whatever this rule says on another machine.
     """
@@ -188,7 +188,7 @@ def check_host_memory(keep: str, n_points: int, n_trials: int, specs: dict) -> N
         need = n_trials * trial_bytes(n_points, specs)
         hint = "keep fewer trials or use keep='summary' (--keep summary)"
     else:
-        need = n_points * cells * (stats.N_BINS * SUMMARY_BYTES_PER_BIN + 64)
+        need = n_points * cells * (stats.summary.N_BINS * SUMMARY_BYTES_PER_BIN + 64)
         hint = "use smaller metric shapes"
     budget = HOST_FRACTION * host_memory()
     if need > budget:
@@ -226,9 +226,10 @@ def check_chunk_outputs(
 def summary_output_bytes(n_points: int, specs: dict) -> int:
     """Bytes of a summary chunk's outputs that do not grow with the batch: int32 counts and
     histograms, the float64 partial sums (at most 2 per level and sum), and the raw tail block."""
-    per_cell = 4 * (stats.N_BINS + 2) + 8 * 2 * 2 * stats.SUM_LEVELS
+    per_cell = 4 * (stats.summary.N_BINS + 2) + 8 * 2 * 2 * stats.summary.SUM_LEVELS
     return n_points * sum(
-        math.prod(shape) * (per_cell + stats.SUMMARY_BLOCK * np.dtype(dt).itemsize) + 4 for shape, dt in specs.values()
+        math.prod(shape) * (per_cell + stats.summary.SUMMARY_BLOCK * np.dtype(dt).itemsize) + 4
+        for shape, dt in specs.values()
     )
 
 

@@ -78,5 +78,5 @@ def worst_se(summary, target: Target) -> np.ndarray:
 def still_running(states: dict, counts: np.ndarray, n_trials: int, target: Target) -> np.ndarray:
     """Per point, whether it needs another chunk: fewer than ``n_trials`` trials and the target
     not yet met by the trials done (decided from completed chunks only)."""
-    se = worst_se(stats.result_of(states[target.metric]), target)
+    se = worst_se(stats.summary.result_of(states[target.metric]), target)
     return (counts < n_trials) & ~(se <= target.se)

@@ -390,10 +390,10 @@ def _crossover_text(cross: np.ndarray, censored: np.ndarray) -> str:
     """Median r* with its interval; not testable where a trial of either L never reached the level (its r*
     is then computed from a censoring value)."""
     if censored.any():
-        return f"not testable (censored: {stats.percent(float(np.mean(censored)))} of trials did not reach the level for one of the two L)"
+        return f"not testable (censored: {stats.verdicts.percent(float(np.mean(censored)))} of trials did not reach the level for one of the two L)"
     est, lo, hi = stats.interval(cross, "median")
     return f"{est:.3g} [{lo:.3g}, {hi:.3g}]" + (
-        f" ({stats.percent(float(np.mean(np.isinf(cross))))} of trials never)" if np.isinf(cross).any() else ""
+        f" ({stats.verdicts.percent(float(np.mean(np.isinf(cross))))} of trials never)" if np.isinf(cross).any() else ""
     )
 
 

@@ -177,7 +177,7 @@ def write(out_dir: str, sections: list, seconds: float) -> str:
         "metrics on the same trials (common random numbers): the statistic of the paired differences or "
         "ratios with its 95% interval (for a median exact, from order statistics; for a mean the percentile "
         "bootstrap), and the exact sign test. "
-        + stats.VERDICT_POLICY
+        + stats.verdicts.VERDICT_POLICY
         + " *Not reproduced*: the interval lies on the other side (the reason is given). *Not testable here*: "
         'the settings cannot show the effect (the reason is given). "(n dropped)": pairs left out because a '
         "value is NaN or infinite. Claims are counted by kind: the papers' claims, beyond-the-paper studies "

@@ -7,7 +7,7 @@ Layout of ``out_dir`` (every name is built here; no name is ever read from a fil
 - ``chunks/g{G}_t{START}_{STOP}.npz`` (raw mode): trials [START, STOP) of every point of group G.
 - ``chunks/summary_g{G}.npz`` (summary mode): the summary state of group G after trials [0, STOP):
   counts, histograms and the binary counter of float64 sums over the whole blocks of
-  ``stats.SUMMARY_BLOCK`` trials [0, W), W = STOP rounded down to a block (O(log W) partial sums
+  ``stats.summary.SUMMARY_BLOCK`` trials [0, W), W = STOP rounded down to a block (O(log W) partial sums
   per cell, see :class:`jaxfed.stats.SummaryState`), and the raw values of trials [W, STOP) (``tail``).
 
 Each of these ``.npz`` files is its own commit point: it is written to a temporary file, flushed
@@ -57,7 +57,7 @@ SUMMARY_FIELDS = {
     "hist": np.int32,
 }
 """Per-cell arrays of a summary state (see :class:`jaxfed.stats.SummaryState`), with their dtypes;
-``total`` and ``total_sq`` have a level axis (``stats.SUM_LEVELS``) after the point axis."""
+``total`` and ``total_sq`` have a level axis (``stats.summary.SUM_LEVELS``) after the point axis."""
 
 CHUNK_DIR = "chunks"
 """The folder of a result directory that holds its chunk files (the only place it is spelled)."""
@@ -565,13 +565,13 @@ def read_summary(path: str) -> StoredSummary:
 
 def finish_summaries(states: dict, tails: dict, point_trials) -> dict:
     """metric -> (final state, :class:`jaxfed.stats.Summary`) of a group: each state followed by its
-    raw tail (:func:`jaxfed.stats.finish`). The tail counts only for the points that ran to the
+    raw tail (:func:`jaxfed.stats.summary.finish`). The tail counts only for the points that ran to the
     end (those with the most trials); a point that stopped early (a precision target) stopped at
     a whole block. The engine's last step, and what a stored summary is checked against."""
     counts = np.asarray(point_trials, np.int64)
     whole = counts // _block() * _block()
     lengths = np.where(counts == counts.max(initial=0), counts - whole, 0)
-    return {metric: stats.finish(state, tails[metric], lengths) for metric, state in states.items()}
+    return {metric: stats.summary.finish(state, tails[metric], lengths) for metric, state in states.items()}
 
 
 def verify_record(out_dir: str, record: dict, record_path: str) -> None:
@@ -887,12 +887,12 @@ def _summary_name(group: int) -> str:
 
 
 def _n_bins() -> int:
-    return stats.N_BINS
+    return stats.summary.N_BINS
 
 
 def _levels() -> int:
-    return stats.SUM_LEVELS
+    return stats.summary.SUM_LEVELS
 
 
 def _block() -> int:
-    return stats.SUMMARY_BLOCK
+    return stats.summary.SUMMARY_BLOCK

@@ -125,10 +125,10 @@ def metric_doc(value, axes) -> dict:
             "arrays": {f"{field}": cells + (["bin"] if field == "hist" else []) for field in stats.Summary._fields},
             "shape": list(value.mean.shape),
             "histogram": {
-                "log10_min": stats.HIST_LOG_MIN,
-                "log10_max": stats.HIST_LOG_MAX,
-                "bins_per_decade": stats.HIST_PER_DECADE,
-                "quantile_relative_error": 10 ** (1 / stats.HIST_PER_DECADE) - 1,
+                "log10_min": stats.summary.HIST_LOG_MIN,
+                "log10_max": stats.summary.HIST_LOG_MAX,
+                "bins_per_decade": stats.summary.HIST_PER_DECADE,
+                "quantile_relative_error": 10 ** (1 / stats.summary.HIST_PER_DECADE) - 1,
             },
         }
     return {"kept": "raw", "axes": ["point", "trial", *axes], "shape": list(value.shape), "dtype": str(value.dtype)}

@@ -289,7 +289,7 @@ def test_every_experiments_figure_and_report_survive_non_finite_points(nan_point
 
 
 def _summarised(values: np.ndarray) -> stats.Summary:
-    accumulator = stats.SummaryAccumulator((values.shape[0],) + values.shape[2:])
+    accumulator = stats.summary.SummaryAccumulator((values.shape[0],) + values.shape[2:])
     accumulator.add(values)
     return accumulator.result()
 

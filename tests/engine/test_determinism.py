@@ -119,12 +119,12 @@ def check_matrix(name: str, tmp_path) -> None:
 
 def host_summary(values: np.ndarray) -> stats.Summary:
     """The summary of raw values (points, trials, …), computed on the host in trial order."""
-    block = stats.SUMMARY_BLOCK
+    block = stats.summary.SUMMARY_BLOCK
     whole = values.shape[1] // block * block
-    state = stats.empty_state((values.shape[0],) + values.shape[2:])
+    state = stats.summary.empty_state((values.shape[0],) + values.shape[2:])
     if whole:
-        state = stats.fold(state, stats.chunk_summary(values[:, :whole], whole, np), whole // block)
-    return stats.finish(state, values[:, whole:])[1]
+        state = stats.summary.fold(state, stats.summary.chunk_summary(values[:, :whole], whole, np), whole // block)
+    return stats.summary.finish(state, values[:, whole:])[1]
 
 
 def _specs(result):

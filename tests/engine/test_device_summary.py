@@ -44,30 +44,34 @@ def device_summary():
 
 def test_device_summary_equals_the_host_summary_of_the_same_trials(raw, device_summary):
     for name, values in raw.items():
-        host = stats.SummaryAccumulator(values.shape[:1] + values.shape[2:])
+        host = stats.summary.SummaryAccumulator(values.shape[:1] + values.shape[2:])
         host.add(values)
         want, got = host.result(), device_summary[name]
         for field in ("count", "nan_count", "hist"):
             np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=f"{name}/{field}")
         np.testing.assert_allclose(got.mean, want.mean, rtol=1e-12, atol=0)
         np.testing.assert_allclose(got.se, want.se, rtol=1e-9, atol=0)
-    assert device_summary["s"].nan_count.sum() > 0 and (device_summary["x"].hist[..., stats.N_BINS // 2] > 0).any()
+    assert (
+        device_summary["s"].nan_count.sum() > 0 and (device_summary["x"].hist[..., stats.summary.N_BINS // 2] > 0).any()
+    )
 
 
 @pytest.mark.parametrize("chunk_size", [pytest.param(1, marks=pytest.mark.slow), 7])
 def test_bit_identical_for_any_chunk_size(device_summary, chunk_size):
     out = engine.run(trial, POINTS, N, seed=5, keep="summary", chunk_size=chunk_size)
-    assert out.info["chunk_sizes"] == [stats.SUMMARY_BLOCK]  # rounded up to whole sum blocks
+    assert out.info["chunk_sizes"] == [stats.summary.SUMMARY_BLOCK]  # rounded up to whole sum blocks
     assert_summaries_equal(out, device_summary)
 
 
 def test_bin_index_is_the_same_in_numpy_and_xla():
-    edges = stats._EDGES.astype(np.float32)
+    edges = stats.summary._EDGES.astype(np.float32)
     x = np.concatenate([edges, np.nextafter(edges, 0), np.nextafter(edges, np.inf), -edges, [0.0, 1e30, -1e-30]])
     x = x.astype(np.float32)
-    np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: stats.bin_index(v, jnp))(x)), stats.bin_index(x, np))
-    index = stats.bin_index(edges[:-1], np)  # each edge opens its own bin
-    np.testing.assert_array_equal(index, stats.N_BINS // 2 + 1 + np.arange(edges.size - 1))
+    np.testing.assert_array_equal(
+        np.asarray(jax.jit(lambda v: stats.summary.bin_index(v, jnp))(x)), stats.summary.bin_index(x, np)
+    )
+    index = stats.summary.bin_index(edges[:-1], np)  # each edge opens its own bin
+    np.testing.assert_array_equal(index, stats.summary.N_BINS // 2 + 1 + np.arange(edges.size - 1))
 
 
 @pytest.mark.slow
@@ -105,9 +109,9 @@ def test_histograms_kept_on_the_device_between_stores_give_the_same_summaries(tm
 
     monkeypatch.setattr(core, "hists_on_device", lambda machine: True)
     added, folded = [], []
-    real_running, real_fold = sinks._running_hist, stats.fold
+    real_running, real_fold = sinks._running_hist, stats.summary.fold
     monkeypatch.setattr(sinks, "_running_hist", lambda running, hist: added.append(1) or real_running(running, hist))
-    monkeypatch.setattr(stats, "fold", lambda state, part, *a, **k: folded.append("hist" in part) or real_fold(state, part, *a, **k))  # fmt: skip
+    monkeypatch.setattr(stats.summary, "fold", lambda state, part, *a, **k: folded.append("hist" in part) or real_fold(state, part, *a, **k))  # fmt: skip
     out = engine.run(trial, POINTS, N, seed=5, keep="summary", chunk_size=64)
     assert_summaries_equal(out, device_summary)
     # three chunks of two metrics added on the device; the two with whole blocks folded on the host
@@ -191,7 +195,7 @@ def runs_trial(key, point):
     k1, k2, k3 = jax.random.split(key, 3)
     level = jax.random.normal(k1, (12,)) * 10.0 ** jax.random.uniform(k2, (12,), minval=-13, maxval=9)
     x = jnp.repeat(level, 4)[:40] * point["scale"]
-    x = x.at[5].set(jnp.float32(stats._EDGES[700]))
+    x = x.at[5].set(jnp.float32(stats.summary._EDGES[700]))
     x = x.at[6].set(jnp.where(jax.random.uniform(k3) < 0.1, jnp.nan, x[6]))
     return {"kl": x.reshape(2, 20), "last": jnp.where(x[0] > 1e7, -jnp.inf, x[-1])}
 

@@ -43,11 +43,11 @@ def test_jit_and_no_jit_agree():
 
 
 def test_the_op_by_op_summary_follows_a_patched_summary_block(monkeypatch):
-    """The op-by-op engine summarises in one jitted program that reads ``stats.SUMMARY_BLOCK`` while
+    """The op-by-op engine summarises in one jitted program that reads ``stats.summary.SUMMARY_BLOCK`` while
     tracing: after a run at one block size, a run at another (the store's tests patch it) must be
     traced anew. Served the other's program, it summarised 0 of a chunk's 2 blocks and failed."""
     for block in (64, 8):
-        monkeypatch.setattr(stats, "SUMMARY_BLOCK", block)
+        monkeypatch.setattr(stats.summary, "SUMMARY_BLOCK", block)
         raw = engine.run(trial, POINTS, 20, seed=2, chunk_size=16, use_jit=False)
         summary = engine.run(trial, POINTS, 20, seed=2, chunk_size=16, use_jit=False, keep="summary")
         np.testing.assert_array_equal(summary["last"].count, np.full(3, 20))

@@ -143,11 +143,11 @@ def test_summary_bands_match_raw_quantiles_within_the_sketch_error():
     np.testing.assert_array_equal(summary.count, 10_000)
     np.testing.assert_allclose(summary.mean, raw.mean(1, dtype=np.float64), rtol=1e-9)
     np.testing.assert_allclose(summary.se, raw.std(1, ddof=1, dtype=np.float64) / 100, rtol=1e-6)
-    ratio = 10 ** (1 / stats.HIST_PER_DECADE)
+    ratio = 10 ** (1 / stats.summary.HIST_PER_DECADE)
     for q in (0.125, 0.5, 0.875):
         exact = np.quantile(raw, q, axis=1, method="inverted_cdf").astype(np.float64)
         sketch = stats.summary_quantile(summary, q)
-        small = np.abs(exact) < 10.0**stats.HIST_LOG_MIN
+        small = np.abs(exact) < 10.0**stats.summary.HIST_LOG_MIN
         assert np.all(sketch[small] == 0)
         rel = sketch[~small] / exact[~small]
         assert np.all((rel <= ratio) & (rel >= 1 / ratio)), (rel.min(), rel.max())
@@ -171,13 +171,13 @@ def test_summary_sums_do_not_depend_on_chunking_or_resume(tmp_path):
 
 
 def test_summary_of_signed_values_and_nans():
-    acc = stats.SummaryAccumulator((1, 1))
+    acc = stats.summary.SummaryAccumulator((1, 1))
     values = np.array([-3.0, -1e-3, 0.0, 2e-14, 5.0, 7.0, np.nan], np.float32).reshape(1, -1, 1)
     acc.add(values)
     s = acc.result()
     assert s.count[0, 0] == 6 and s.nan_count[0, 0] == 1
     assert s.mean[0, 0] == pytest.approx(np.mean([-3.0, -1e-3, 0.0, 2e-14, 5.0, 7.0]), rel=1e-6)
-    ratio = 10 ** (1 / stats.HIST_PER_DECADE)
+    ratio = 10 ** (1 / stats.summary.HIST_PER_DECADE)
     for q, exact in [(0.1, -3.0), (0.3, -1e-3), (0.5, 0.0), (0.9, 7.0)]:
         got = stats.summary_quantile(s, q)[0, 0]
         assert (got == exact == 0) or (exact != 0 and 1 / ratio <= got / exact <= ratio), (q, got)

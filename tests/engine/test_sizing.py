@@ -46,7 +46,7 @@ def test_large_trials_get_fewer_lanes_bounded_by_the_memory_fraction():
 def test_every_width_is_a_power_of_two_in_range(memory, trial_bytes):
     width = choose_width(DeviceSpec("gpu", memory), trial_bytes, 10**8)
     assert MIN_WIDTH <= width <= MICRO_BATCH["gpu"] and width & (width - 1) == 0
-    assert width % stats.SUMMARY_BLOCK == 0  # a summary needs whole sum blocks per micro-batch
+    assert width % stats.summary.SUMMARY_BLOCK == 0  # a summary needs whole sum blocks per micro-batch
     assert width == MIN_WIDTH or width * trial_bytes <= sizing.WIDTH_FRACTION * memory
     narrower = choose_width(DeviceSpec("gpu", memory // 2), trial_bytes, 10**8)
     assert narrower <= width  # less memory never widens
@@ -95,7 +95,7 @@ def _as_accelerator(monkeypatch):
     """The engine's rule as on a described accelerator whose budget is the run's ``max_memory`` and
     on which each trial takes :data:`TRIAL_BYTES` (this CPU computes it), with the floor at one sum
     block so that small budgets give small widths; returns the widths it chose."""
-    monkeypatch.setattr(sizing, "MIN_WIDTH", stats.SUMMARY_BLOCK)
+    monkeypatch.setattr(sizing, "MIN_WIDTH", stats.summary.SUMMARY_BLOCK)
     chosen: list = []
 
     def rule(device, trial_bytes, n_trials):

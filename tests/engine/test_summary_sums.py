@@ -1,6 +1,6 @@
 """The summary's float64 sums (a binary counter of aligned block ranges) and its histogram
 methods: the same bits whatever the chunking, on the host and on the device; the one pass over the
-values (stats.summary_pass) is the bits of the separate passes."""
+values (stats.summary.summary_pass) is the bits of the separate passes."""
 
 import functools
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxfed import stats
-from jaxfed.stats import _dyadic_sums, _histogram
+from jaxfed.stats.summary import _dyadic_sums, _histogram
 
 
 def adversarial(rng, shape):
@@ -29,7 +29,7 @@ def canonical_total(block_sums: np.ndarray) -> np.ndarray:
     """The total over blocks [0, N) by the definition: the binary decomposition of N, largest first."""
     total = np.zeros(block_sums.shape[:1] + block_sums.shape[2:])
     start = 0
-    for j in range(stats.SUM_LEVELS - 1, -1, -1):
+    for j in range(stats.summary.SUM_LEVELS - 1, -1, -1):
         if block_sums.shape[1] >> j & 1:
             total = total + dyadic(block_sums, j, start >> j)
             start += 1 << j
@@ -38,7 +38,7 @@ def canonical_total(block_sums: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("first, n", [(0, 0), (0, 1), (3, 10), (5, 1), (8, 8), (7, 25), (1, 30), (1023, 3), (64, 50)])
 def test_dyadic_pieces_tile_the_range_with_aligned_ranges(first, n):
-    pieces = stats.dyadic_pieces(first, n)
+    pieces = stats.summary.dyadic_pieces(first, n)
     at = first
     for j, k in pieces:
         assert k << j == at  # contiguous and aligned to its own size
@@ -61,7 +61,7 @@ def test_dyadic_sums_on_host_and_device_equal_the_definition(width):
                 continue
             blocks = global_sums[:, first : first + width]
             for n in sorted({0, 1, width // 2, width - 1, width} - {-1}):
-                pieces = stats.dyadic_pieces(first, n)
+                pieces = stats.summary.dyadic_pieces(first, n)
                 want = np.stack([dyadic(global_sums, j, k) for j, k in pieces], 1) if pieces else None
                 host = _dyadic_sums(blocks, first, n, np)
                 device = np.asarray(on_device(blocks, np.uint32(first), np.uint32(n)))
@@ -74,11 +74,13 @@ def test_dyadic_sums_on_host_and_device_equal_the_definition(width):
 
 def state_after(values: np.ndarray, chunks: list) -> stats.SummaryState:
     """The state of trials values[:, :sum(chunks) * 64] folded chunk by chunk (sizes in blocks)."""
-    state = stats.empty_state(values.shape[:1] + values.shape[2:])
+    state = stats.summary.empty_state(values.shape[:1] + values.shape[2:])
     start = 0
     for size in chunks:
-        part = stats.chunk_summary(values[:, start * 64 : (start + size) * 64], size * 64, np, first_block=start)
-        state = stats.fold(state, part, size)
+        part = stats.summary.chunk_summary(
+            values[:, start * 64 : (start + size) * 64], size * 64, np, first_block=start
+        )
+        state = stats.summary.fold(state, part, size)
         start += size
     return state
 
@@ -94,15 +96,17 @@ def test_the_state_does_not_depend_on_the_chunking(n_blocks):
         for field in stats.SummaryState._fields:
             np.testing.assert_array_equal(getattr(state, field), getattr(whole, field), err_msg=f"{chunks}: {field}")
     clean = values.astype(np.float64).reshape(2, n_blocks, 64, 3)
-    block_sums = stats._tree_sum(clean, 2)
-    np.testing.assert_array_equal(stats.level_total(whole.total), canonical_total(block_sums))
-    np.testing.assert_allclose(stats.result_of(whole).mean, values.astype(np.float64).mean(1), rtol=1e-12, atol=1e-6)
+    block_sums = stats.summary._tree_sum(clean, 2)
+    np.testing.assert_array_equal(stats.summary.level_total(whole.total), canonical_total(block_sums))
+    np.testing.assert_allclose(
+        stats.summary.result_of(whole).mean, values.astype(np.float64).mean(1), rtol=1e-12, atol=1e-6
+    )
 
 
 def test_a_chunk_hands_the_host_sums_that_do_not_grow_with_it():
     """O(log n) partial sums per cell: 2·bit_length(blocks) pieces, not one per block."""
     values = np.ones((1, 64 * 1024, 2), np.float32)
-    part = stats.chunk_summary(values, 64 * 1024, np)
+    part = stats.summary.chunk_summary(values, 64 * 1024, np)
     assert part["sum_pieces"].shape == (1, 22, 2)
 
 
@@ -112,16 +116,16 @@ def test_the_device_chunk_summary_equals_the_host_one_at_any_offset():
     values[0, 5] = np.nan
     values[1, 70:80] = np.inf
     with jax.enable_x64(True):
-        fn = jax.jit(lambda v, n, f: stats.chunk_summary(v, n, jnp, f))
+        fn = jax.jit(lambda v, n, f: stats.summary.chunk_summary(v, n, jnp, f))
         for first, n_valid in [(0, 640), (13, 640), (13, 320), (1, 0)]:
-            host = stats.chunk_summary(values, n_valid, np, first_block=first)
+            host = stats.summary.chunk_summary(values, n_valid, np, first_block=first)
             device = fn(values, np.uint32(n_valid), np.uint32(first))
             for key, want in host.items():
                 np.testing.assert_array_equal(np.asarray(device[key]), want, err_msg=f"{first}, {n_valid}: {key}")
 
 
 def histogram_cases():
-    edges = stats._EDGES.astype(np.float32)
+    edges = stats.summary._EDGES.astype(np.float32)
     every_bin = np.concatenate([-edges[::-1][1:], [0.0], edges[:-1]]).astype(np.float32)  # one per bin
     rng = np.random.default_rng(0)
     return {
@@ -150,41 +154,41 @@ def separate_passes(values, valid, xp, method: str) -> dict:
     """The summary's parts each from its own pass over ``values`` (points, T, *cells): the block sums
     and the sums of squares in two trees, the bins counted with the counted values as weights, the
     non-finite trials from the values again (the engine before issue 35): the reference of
-    :func:`jaxfed.stats.summary_pass`."""
+    :func:`jaxfed.stats.summary.summary_pass`."""
     n_points, n_trials = values.shape[:2]
     cells = tuple(values.shape[2:])
     finite = xp.isfinite(values)
     used = finite & valid
     clean = xp.where(used, values, 0).astype(np.float64)
-    blocks = clean.reshape((n_points, n_trials // stats.SUMMARY_BLOCK, stats.SUMMARY_BLOCK) + cells)
-    bins = stats.bin_index(values, xp)
+    blocks = clean.reshape((n_points, n_trials // stats.summary.SUMMARY_BLOCK, stats.summary.SUMMARY_BLOCK) + cells)
+    bins = stats.summary.bin_index(values, xp)
     n_cells = n_points * int(np.prod(cells))
     if xp is np or method == "scatter":
-        flat = (xp.arange(n_cells, dtype=np.int32).reshape((n_points, 1) + cells) * stats.N_BINS + bins).ravel()
+        flat = (xp.arange(n_cells, dtype=np.int32).reshape((n_points, 1) + cells) * stats.summary.N_BINS + bins).ravel()
         weights = used.astype(np.int32).ravel()
         if xp is np:
-            hist = np.bincount(flat, weights, minlength=n_cells * stats.N_BINS).astype(np.int32)
+            hist = np.bincount(flat, weights, minlength=n_cells * stats.summary.N_BINS).astype(np.int32)
         else:
-            hist = xp.zeros(n_cells * stats.N_BINS, np.int32).at[flat].add(weights)
-        hist = hist.reshape((n_points,) + cells + (stats.N_BINS,))
+            hist = xp.zeros(n_cells * stats.summary.N_BINS, np.int32).at[flat].add(weights)
+        hist = hist.reshape((n_points,) + cells + (stats.summary.N_BINS,))
     else:  # (sorted with the uncounted values last: the sentinel)
-        hist = _histogram(xp.where(used, bins, stats.N_BINS), xp, method)
+        hist = _histogram(xp.where(used, bins, stats.summary.N_BINS), xp, method)
     return {
-        "sums": stats._tree_sum(blocks, 2),
-        "squares": stats._tree_sum(blocks * blocks, 2),
+        "sums": stats.summary._tree_sum(blocks, 2),
+        "squares": stats.summary._tree_sum(blocks * blocks, 2),
         "hist": hist,
         "nonfinite_trials": ((~finite) & valid).reshape(n_points, n_trials, -1).any(-1).sum(1, dtype=np.int32),
     }
 
 
 def _fused(values, valid, xp, method: str) -> dict:
-    one = stats.summary_pass(values, valid, xp)
+    one = stats.summary.summary_pass(values, valid, xp)
     hist = _histogram(one.bins, xp, method)
     running = jnp.zeros((2,) + hist.shape[1:], np.int32) if xp is jnp else None
     out = {"sums": one.sums, "squares": one.squares, "hist": hist, "nonfinite_trials": one.nonfinite_trials}
     if running is not None:  # the engine's loop: each point's bins counted into row 1 of a running histogram
         out["counted"] = jnp.stack(
-            [stats.count_into(running, 1, one.bins[p], jnp, method)[1] for p in range(len(hist))]
+            [stats.summary.count_into(running, 1, one.bins[p], jnp, method)[1] for p in range(len(hist))]
         )
     return out
 
@@ -197,7 +201,7 @@ def _on_device(fn, method: str):
 
 @pytest.mark.parametrize("case", list(fused_cases()))
 def test_the_fused_pass_is_the_bits_of_the_separate_passes(case):
-    """stats.summary_pass (values read once) against the separate passes, on the host and jitted
+    """stats.summary.summary_pass (values read once) against the separate passes, on the host and jitted
     with each histogram method, with every trial valid and with the last 5 (a partial block) and
     the first 100 (not a multiple of the sum block) left out; sums compared as bits. For float64
     values the sums of squares only to rounding: a float64 square rounds, and XLA may fuse it into
@@ -211,7 +215,7 @@ def test_the_fused_pass_is_the_bits_of_the_separate_passes(case):
         assert host["hist"].sum() == (np.isfinite(values) & valid).sum()
         checks = [("numpy", _fused(values, valid, np, "scatter"), host)]
         with jax.enable_x64(True):
-            for method in stats.HISTOGRAM_METHODS:
+            for method in stats.summary.HISTOGRAM_METHODS:
                 reference = _on_device(separate_passes, method)(values, valid)
                 fused = _on_device(_fused, method)(values, valid)
                 if values.dtype == np.float32:
@@ -229,7 +233,7 @@ def test_the_fused_pass_is_the_bits_of_the_separate_passes(case):
             if "counted" in got:
                 np.testing.assert_array_equal(np.asarray(got["counted"]), host["hist"], err_msg=f"{where}: count_into")
     if case == "every bin once":  # the values are the bins' lower edges, in order
-        np.testing.assert_array_equal(stats.bin_index(values, np).ravel(), np.arange(values.size))
+        np.testing.assert_array_equal(stats.summary.bin_index(values, np).ravel(), np.arange(values.size))
     if case == "all non-finite":
         assert host["hist"].sum() == 0 and host["nonfinite_trials"].tolist() == [n_valid, n_valid]
 
@@ -240,11 +244,11 @@ def test_an_unknown_histogram_method_names_the_choices():
 
 
 def test_the_float32_bin_from_the_bits_is_the_bin_of_the_definition():
-    """stats.bin_index reads a float32's level from its top 16 bits and one edge comparison; the
+    """stats.summary.bin_index reads a float32's level from its top 16 bits and one edge comparison; the
     definition is the edge interval holding |x| (searched in the float32 edges), the zero bin below
     1e-12 and the sign. Compared on every edge and its neighbours up to 3 ulp, subnormals, ±0,
     the largest floats and a million random bit patterns (all 2^32 agreed once, off the suite)."""
-    edges = stats._EDGES.astype(np.float32)
+    edges = stats.summary._EDGES.astype(np.float32)
     near, up, down = [edges], edges, edges
     for _ in range(3):  # 1, 2 and 3 ulp either side of every edge
         up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(0))
@@ -254,9 +258,11 @@ def test_the_float32_bin_from_the_bits_is_the_bin_of_the_definition():
     bits = rng.integers(0, 2**32, 10**6, dtype=np.uint64).astype(np.uint32).view(np.float32)
     magnitudes = np.concatenate(near + [special, np.abs(bits[np.isfinite(bits)])])
     x = np.concatenate([magnitudes, -magnitudes])
-    level = np.clip(np.searchsorted(edges, np.abs(x), side="right") - 1, 0, stats._N_SIDE - 1)
+    level = np.clip(np.searchsorted(edges, np.abs(x), side="right") - 1, 0, stats.summary._N_SIDE - 1)
     want = np.where(
-        np.abs(x) < edges[0], stats._ZERO, np.where(x > 0, stats._ZERO + 1 + level, stats._ZERO - 1 - level)
+        np.abs(x) < edges[0],
+        stats.summary._ZERO,
+        np.where(x > 0, stats.summary._ZERO + 1 + level, stats.summary._ZERO - 1 - level),
     )
-    np.testing.assert_array_equal(stats.bin_index(x, np), want)
-    np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: stats.bin_index(v, jnp))(x)), want)
+    np.testing.assert_array_equal(stats.summary.bin_index(x, np), want)
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: stats.summary.bin_index(v, jnp))(x)), want)

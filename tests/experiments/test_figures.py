@@ -74,7 +74,7 @@ def summarised(results: dict) -> dict:
     """The results as a summary-mode run stores them (:class:`jaxfed.stats.Summary` per metric)."""
     out = {}
     for metric, values in results.items():
-        accumulator = stats.SummaryAccumulator((values.shape[0],) + values.shape[2:])
+        accumulator = stats.summary.SummaryAccumulator((values.shape[0],) + values.shape[2:])
         accumulator.add(values)
         out[metric] = accumulator.result()
     return out

@@ -117,10 +117,10 @@ def test_list_chunks_refuses_a_linked_folder(tmp_path):
 def test_finish_summaries_counts_the_tail_of_the_points_that_ran_to_the_end():
     """The tail rule: a point with the most trials has its tail summarised after its whole blocks;
     a point that stopped early (at a whole block) has none, whatever its tail rows hold."""
-    block = stats.SUMMARY_BLOCK
+    block = stats.summary.SUMMARY_BLOCK
     values = np.arange(2 * (block + 3), dtype=np.float32).reshape(2, block + 3) + 1
-    whole = stats.chunk_summary(values[:, :block], block, np, n_blocks=1)
-    state = stats.fold(stats.empty_state((2,)), whole, 1)
+    whole = stats.summary.chunk_summary(values[:, :block], block, np, n_blocks=1)
+    state = stats.summary.fold(stats.summary.empty_state((2,)), whole, 1)
     tails = values[:, block:]
     (final, summary) = store.finish_summaries({"m": state}, {"m": tails}, [block + 3, block])["m"]
     assert final.count.tolist() == [block + 3, block]

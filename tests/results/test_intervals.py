@@ -57,9 +57,9 @@ def _datasets():
 def test_fast_resamples_have_the_reference_bootstrap_law(name, statistic):
     x = _datasets()[name]
     if statistic == "median":
-        fast = stats._resampled_medians(x, 4000, np.random.default_rng(1))
+        fast = stats.intervals._resampled_medians(x, 4000, np.random.default_rng(1))
     else:
-        fast = stats._resampled_means(x, 4000, np.random.default_rng(1))
+        fast = stats.intervals._resampled_means(x, 4000, np.random.default_rng(1))
     slow = reference_resamples(x, statistic, 4000, seed=2)
     if np.ptp(slow) == 0:
         np.testing.assert_array_equal(fast, slow)
@@ -96,7 +96,7 @@ def test_bootstrap_mean_with_infinite_values_follows_the_reference():
 def test_order_statistic_ranks_are_the_tightest_that_keep_each_tail(q):
     level, tail = 0.95, 0.025
     for n in [*range(1, 80), 101, 1000, 20_000, 1_000_001]:
-        lower, upper = stats._binomial_ranks(n, q, level)
+        lower, upper = stats.intervals._binomial_ranks(n, q, level)
         cdf = sps.binom(n, q).cdf
         # P[B <= l − 1] <= tail < P[B <= l] and P[B >= u] <= tail < P[B >= u − 1]
         assert (lower == 0 or cdf(lower - 1) <= tail + 1e-12) and cdf(lower) > tail - 1e-12, (n, lower)

@@ -116,14 +116,14 @@ def test_median_se_from_the_histogram_matches_the_spread_of_sample_medians(draw)
         "exponential": lambda s: rng.exponential(1.0, s),
         "lognormal": lambda s: rng.lognormal(0.0, 2.0, s),
     }[draw]((400, 2000))
-    acc = stats.SummaryAccumulator((400,))
+    acc = stats.summary.SummaryAccumulator((400,))
     acc.add(values)
     estimate = np.median(stats.median_se(acc.result()))
     assert estimate == pytest.approx(np.median(values, axis=1).std(), rel=0.15)
 
 
 def test_median_se_needs_four_finite_trials():
-    acc = stats.SummaryAccumulator((2,))
+    acc = stats.summary.SummaryAccumulator((2,))
     acc.add(np.array([[1.0, 2.0, 3.0, np.nan], [1.0, 2.0, 3.0, 4.0]]))
     se = stats.median_se(acc.result())
     assert se[0] == np.inf and np.isfinite(se[1])
@@ -133,14 +133,16 @@ def test_fraction_at_most_from_the_histogram_matches_raw_values_at_bin_edges():
     rng = np.random.default_rng(3)
     values = np.where(rng.random((2, 500, 3)) < 0.3, 0.0, rng.lognormal(-3.0, 2.0, (2, 500, 3)))
     values[0, :7, 0] = np.nan  # left out, as everywhere
-    acc = stats.SummaryAccumulator((2, 3))
+    acc = stats.summary.SummaryAccumulator((2, 3))
     acc.add(values)
     summary = acc.result()
     finite = np.isfinite(values)
     np.testing.assert_allclose(
         stats.fraction_at_most(summary), (values == 0).sum(1) / finite.sum(1)
     )  # nothing here lies in (0, 1e-12)
-    edge = 10.0 ** (stats.HIST_LOG_MIN + np.arange(2000) / stats.HIST_PER_DECADE)[1037]  # a bin edge: exact there
+    edge = (
+        10.0 ** (stats.summary.HIST_LOG_MIN + np.arange(2000) / stats.summary.HIST_PER_DECADE)[1037]
+    )  # a bin edge: exact there
     with np.errstate(invalid="ignore"):
         expected = (values < edge).sum(1) / finite.sum(1)
     np.testing.assert_allclose(stats.fraction_at_most(summary, edge), expected)
@@ -192,7 +194,7 @@ def test_the_report_states_the_verdict_policy_once_and_tables_every_claim(tmp_pa
     assert text.count("**How verdicts are decided**") == 1
     assert f"at least {stats.MIN_UNTIED_PAIRS} pairs differ" in text and f"p < {stats.SIGN_TEST_ALPHA:g}" in text
     assert "*Not testable here*" in text and "(n dropped)" in text
-    assert stats.VERDICT_POLICY in text and "**direction only**" in text and "not testable (censored)" in text
+    assert stats.verdicts.VERDICT_POLICY in text and "**direction only**" in text and "not testable (censored)" in text
     assert "| the papers' claims | 2 | 1 | 0 | 0 | 0 | 1 |" in text  # counted by kind and verdict
     table = text[text.index("## Every claim") : text.index("## exp-a")]
     assert "| [exp-a](#exp-a) | a > b | 25.5 [" in table and "**reproduced**" in table
@@ -266,7 +268,7 @@ def test_effect_size_censoring_equivalence_and_each_trial_verdicts():
 
 def test_a_share_that_is_not_zero_never_reads_zero_percent():
     """The full reproduce printed "not testable (censored: 0% of pairs …)": a share below 0.5% that decided a verdict."""
-    assert [stats.percent(x) for x in (0.0, 0.004, 0.3, 0.996, 1.0)] == ["0%", "<1%", "30%", ">99%", "100%"]
+    assert [stats.verdicts.percent(x) for x in (0.0, 0.004, 0.3, 0.996, 1.0)] == ["0%", "<1%", "30%", ">99%", "100%"]
     t = np.arange(1.0, 401.0)
     cens = np.zeros(400, bool)
     cens[0] = True  # one pair in 400 censored, and no effect to speak of: not testable, said as "<1%"

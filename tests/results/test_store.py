@@ -78,7 +78,7 @@ def _fast(mp):
     and a partial last block."""
     mp.setattr(engine, "run", functools.partial(engine.run, use_jit=False))
     mp.setattr(os, "fsync", lambda fd: None)
-    mp.setattr(stats, "SUMMARY_BLOCK", 8)
+    mp.setattr(stats.summary, "SUMMARY_BLOCK", 8)
 
 
 @pytest.fixture(autouse=True)
