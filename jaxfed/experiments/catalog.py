@@ -18,6 +18,8 @@ show`` lists the values the code accepts, never a stale copy.
 every user file the experiment runs (the experiment file, the modules its functions, classes and
 registered channels come from) and, for a plugin, its distribution and version; a rerun on the
 same ``--out`` after any of these files changed is refused as another configuration.
+
+Internal: not a public API (no ``__all__``; the public names are in tests/project/public_api.txt).
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Checks of the parameters the G-FVL experiments share (the Bernoulli setting, the loss
-normalisation, the natural-gradient solver's settings), for their config classes' ``__post_init__``."""
+normalisation, the natural-gradient solver's settings), for their config classes' ``__post_init__``.
+
+Internal: not a public API (no ``__all__``; the public names are in tests/project/public_api.txt).
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 ETA from each experiment's expected time, corrected by what its group's finished experiments took
 (:func:`overall_eta`, :class:`Overall`). The command's (:mod:`jaxfed.cli`), above the engine, whose
 :class:`jaxfed.engine.progress.Progress` shows each run's groups below it.
+
+Internal: not a public API (no ``__all__``; the public names are in tests/project/public_api.txt).
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Running an experiment: :func:`run_experiment` hands its sweep to :func:`jaxfed.engine.run` under the
-experiment's identity and writes the result directory (:mod:`jaxfed.store.rundir`) and its figure."""
+experiment's identity and writes the result directory (:mod:`jaxfed.store.rundir`) and its figure.
+
+Internal: not a public API (no ``__all__``; the public names are in tests/project/public_api.txt).
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """``report.md`` for ``jaxfed reproduce``: the verdict policy and a summary table of every claim, then
 one section per figure with its plot, parameters, the numbers behind the plot and a reading computed
-from them."""
+from them.
+
+Internal: not a public API (no ``__all__``; the public names are in tests/project/public_api.txt).
+"""
 
 from __future__ import annotations
 

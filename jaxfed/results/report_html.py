@@ -10,6 +10,8 @@ parameters, the experiment's reading), then the settings and environment of ever
 
 The markdown of the sections is rendered by :func:`markdown`, a small converter for what the
 experiments write (headings, paragraphs, lists, pipe tables, images, code, bold, italics, links).
+
+Internal: not a public API (no ``__all__``; the public names are in tests/project/public_api.txt).
 """
 
 from __future__ import annotations

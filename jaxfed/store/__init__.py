@@ -23,9 +23,16 @@ header claims), so a file that is truncated, damaged, edited, copied from anothe
 trial range is never merged: it raises :class:`StoreError`, one line naming the file and what is
 wrong, or with ``overwrite`` it is deleted and its trials recomputed.
 
+This module is the chunk format's only reader and writer: the engine, :func:`verify_record` and
+the result directory (:mod:`jaxfed.store.rundir`, which decides which chunks make a run) read
+chunks through its view, :class:`ChunkName`, :func:`list_chunks`, :func:`read_chunk`,
+:func:`read_summary` and :func:`finish_summaries` (tests/results/test_chunk_format_owner.py).
+
 Every write goes through the few filesystem functions at the top of this module (``_write_file``,
 ``_replace``, ``_remove``, ``_makedirs``), so the fault-injection tests can cut a run at any one of
 them.
+
+Internal: not a public API (no ``__all__``; the public names are in tests/project/public_api.txt).
 """
 
 from __future__ import annotations

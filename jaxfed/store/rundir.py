@@ -15,6 +15,8 @@ A run of an experiment (:func:`jaxfed.experiments.run_experiment`) leaves in its
 
 A directory is data: :func:`load_results` verifies config.json against the store and metrics.npz
 against config.json before believing either, follows no link and imports nothing it names.
+
+Internal: not a public API (no ``__all__``; the public names are in tests/project/public_api.txt).
 """
 
 from __future__ import annotations
