@@ -31,6 +31,8 @@ from jaxfed.experiments.spec import Sweep
 
 __all__ = [
     "MallConfig",
+    "SWEPT",
+    "parse_channel_sweep",
     "make_trial",
     "mall_sweep",
     "methods",

@@ -66,6 +66,7 @@ __all__ = [
     "resource_index",
     "activation",
     "noise_variance",
+    "qpsk",
     "aggregate_energy",
     "SUPERPOSITIONS",
     "detect",
