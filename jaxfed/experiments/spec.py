@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxfed import stats, validation
+from jaxfed import _deprecation, stats, validation
 from jaxfed.store.rundir import check_json
 
 __all__ = [
@@ -290,3 +290,7 @@ def band_table(x_name: str, x_values, labels: list[str], band: stats.Band, index
         for p, label in enumerate(labels)
     ]
     return "\n".join([head, rule, *rows])
+
+
+__getattr__ = _deprecation.forwarding(__name__, dict.fromkeys(("JSON_TYPES", "check_json"), "jaxfed.store.rundir"))
+"""``JSON_TYPES`` and ``check_json``, re-exported here before 0.2, are the result directory's."""

@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxfed import numerics, validation
+from jaxfed import _deprecation, numerics, validation
 from jaxfed.gfvl import expfam
 
 # The Beta closed forms live with the family (its ``sample_score`` and ``fisher_solve`` fields);
@@ -117,7 +117,13 @@ def __getattr__(name: str):
             stacklevel=2,
         )
         return expfam.REPARAMETERISATIONS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _moved(name)
+
+
+_moved = _deprecation.forwarding(
+    __name__, dict.fromkeys(("beta_sample_score", "beta_fisher_solve"), "jaxfed.gfvl.expfam"), stacklevel=3
+)
+"""The Beta family's sampler and Fisher solve, re-exported here before 0.2, are expfam's."""
 
 
 # --------------------------------------------------------------------------- generic operations

@@ -14,7 +14,13 @@ LAZY_ALLOWED = ("xarray", "pandas", "matplotlib", "h5netcdf", "pyarrow", "networ
 """The only packages a function may import (heavy, or optional: `import jaxfed` must not load them)."""
 
 FLOORS = (
-    ("jaxfed._version", "jaxfed.numerics", "jaxfed.registry", "jaxfed.validation"),  # foundations
+    (
+        "jaxfed._version",
+        "jaxfed._deprecation",
+        "jaxfed.numerics",
+        "jaxfed.registry",
+        "jaxfed.validation",
+    ),  # foundations
     ("jaxfed.stats",),  # summaries, intervals, verdicts
     ("jaxfed.gfvl", "jaxfed.oac", "jaxfed.store"),  # kernels and models; the stored run
     ("jaxfed.kmeans", "jaxfed.scenarios", "jaxfed.plotting", "jaxfed.engine"),

@@ -61,3 +61,24 @@ def test_a_fresh_interpreter_imports_the_package_without_a_warning():
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "module, name, home",
+    [
+        ("jaxfed.engine", "chunk_function", "jaxfed.engine.testing"),
+        ("jaxfed.engine", "Progress", "jaxfed.engine.progress"),
+        ("jaxfed.engine", "atomic_write_json", "jaxfed.store"),
+        ("jaxfed.stats", "chunk_summary", "jaxfed.stats.summary"),
+        ("jaxfed.stats", "percent", "jaxfed.stats.verdicts"),
+        ("jaxfed.gfvl.natgrad", "beta_sample_score", "jaxfed.gfvl.expfam"),
+        ("jaxfed.experiments.spec", "JSON_TYPES", "jaxfed.store.rundir"),
+    ],
+)
+def test_a_name_that_left_a_face_is_found_at_its_new_home_with_a_warning(module, name, home):
+    with pytest.warns(DeprecationWarning, match=f"use {home}.{name}") as caught:
+        value = getattr(importlib.import_module(module), name)
+    assert value is getattr(importlib.import_module(home), name)
+    assert caught[0].filename == __file__
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        importlib.import_module(module).no_such_name  # noqa: B018
