@@ -2,7 +2,9 @@
 same sections and claims.
 
 Nothing on the page is fetched: each figure is inline (a base64 PNG ``data:`` URI), the style and the
-script (sorting and filtering the table of claims, plain JavaScript) are in the page. From the top:
+script (sorting and filtering the table of claims, plain JavaScript) are in the page. Nothing else
+runs: a Content-Security-Policy allows only that script and style (:data:`CONTENT_SECURITY_POLICY`),
+and a link is kept only to ``http(s):``, an anchor or a relative path (:func:`safe_href`). From the top:
 the claims counted by kind (by verdict where the claims carry no kind), the table of every claim
 (sortable by any column, filterable by kind and verdict; each claim links to its section, figure and
 parameters), the verdict policy, one section per experiment (its figure with a caption, the
@@ -17,6 +19,7 @@ Internal: not a public API (no ``__all__``; the public names are in tests/projec
 from __future__ import annotations
 
 import base64
+import hashlib
 import html
 import json
 import os
@@ -97,6 +100,19 @@ _SETTINGS = ("experiment", "n_trials", "seed", "dtype", "device", "keep", "creat
 """The entries of a run's config.json shown under its settings (then ``versions``, its environment)."""
 
 
+def _sha256(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode("ascii") + "'"
+
+
+CONTENT_SECURITY_POLICY = (
+    f"default-src 'none'; script-src {_sha256(_SCRIPT)}; style-src {_sha256(_STYLE)}; img-src data:; "
+    "base-uri 'none'; form-action 'none'"
+)
+"""The page's Content-Security-Policy (a ``<meta>`` first in its head): only the page's own script
+and style run (by their SHA-256), images only from ``data:`` URIs, nothing fetched, no form sent.
+Whatever text reached the page, an injected script or handler does not run."""
+
+
 def _e(text) -> str:
     return html.escape(str(text), quote=True)
 
@@ -118,9 +134,30 @@ def _inline(text: str) -> str:
         s = _e(part)
         s = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", s)
         s = re.sub(r"(?<![\w*])\*(?![\s*])(.+?)(?<![\s*])\*(?![\w*])", r"<i>\1</i>", s)
-        s = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", lambda m: f'<a href="{m.group(2)}">{m.group(1)}</a>', s)
+        s = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", _link, s)
         out.append(s)
     return "".join(out)
+
+
+_RELATIVE = re.compile(r"[^:/?#]*(?:[/?#]|$)")
+"""A URL without a scheme: no ``:`` before its first ``/``, ``?`` or ``#``."""
+
+
+def safe_href(url: str) -> bool:
+    """Whether a link to ``url`` (as written, unescaped) may be followed from the page: ``http:`` and
+    ``https:`` links, ``#`` anchors and relative paths. Any other scheme (``javascript:``, ``data:``,
+    ``file:``, …) and any control character or backslash, which browsers strip or read as ``/``
+    before they read the scheme, is refused."""
+    if any(ord(c) < 0x21 or c in "\x7f\\" for c in url):
+        return False
+    return bool(re.match(r"https?://", url, re.IGNORECASE) or _RELATIVE.match(url))
+
+
+def _link(match: re.Match) -> str:
+    """``[text](url)`` (both already escaped) as a link, or as the text it was where the URL is not
+    :func:`safe_href`: a report received from someone else runs nothing when clicked."""
+    text, url = match.group(1), match.group(2)
+    return f'<a href="{url}">{text}</a>' if safe_href(html.unescape(url)) else match.group(0)
 
 
 def _cells(line: str) -> list[str]:
@@ -307,6 +344,7 @@ def page(out_dir: str, title: str, stamp: str, policy: str, sections: list, kind
         [
             "<!DOCTYPE html>",
             '<html lang="en"><head><meta charset="utf-8">',
+            f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
             f'<h1 id="top">{_e(title)}</h1>',

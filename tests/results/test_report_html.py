@@ -7,6 +7,7 @@ an element. A screenshot of the top of the page is written to the test's directo
 from __future__ import annotations
 
 import base64
+import hashlib
 import html
 import json
 import os
@@ -94,11 +95,29 @@ def _browser(args: list, page: str, cwd: str) -> subprocess.CompletedProcess:
     )
 
 
-def _probe(text: str, tmp_path) -> dict:
+def _script_hash(script: str) -> str:
+    """The CSP source of an inline ``<script>…</script>``: its content's SHA-256."""
+    content = script.split(">", 1)[1].rsplit("</script>", 1)[0]
+    return "'sha256-" + base64.b64encode(hashlib.sha256(content.encode()).digest()).decode() + "'"
+
+
+def _with_probe(text: str, probe_end: str = "") -> str:
+    """The page with the probe's scripts, each allowed by its hash in the page's own CSP (which
+    allows nothing else)."""
+    policy = report_html.CONTENT_SECURITY_POLICY
+    assert text.count(policy) == 1, "the page carries its Content-Security-Policy"
+    hashes = " ".join(_script_hash(script) for script in (_PROBE_HEAD, probe_end or _PROBE_END))
+    text = text.replace(policy, policy.replace("script-src ", f"script-src {hashes} "), 1)
+    return text.replace("<head>", "<head>" + _PROBE_HEAD, 1).replace(
+        "</body>", (probe_end or _PROBE_END) + "</body>", 1
+    )
+
+
+def _probe(text: str, tmp_path, probe_end: str = "") -> dict:
     """What the injected probe found on the page ``text``, loaded in headless Chromium."""
     probed = str(tmp_path / "probed.html")
     with open(probed, "w", encoding="utf-8") as f:
-        f.write(text.replace("<head>", "<head>" + _PROBE_HEAD, 1).replace("</body>", _PROBE_END + "</body>", 1))
+        f.write(_with_probe(text, probe_end))
     done = _browser(["--dump-dom"], probed, str(tmp_path))
     found = re.search(r'<pre id="test-result">(.*?)</pre>', done.stdout, re.S)
     assert found, f"the probe did not run: {done.stderr[-2000:]}"
@@ -189,3 +208,64 @@ def test_page_without_figure_or_claims(tmp_path):
     page = report_html.page(str(tmp_path), "t", "stamp", "policy", [("exp-a", Reading("## exp-a"))])
     assert 'id="sec-exp-a"' in page and "No section states a claim." in page
     assert base64.b64encode(b"\x89PNG").decode() not in page
+
+
+_HOSTILE = (
+    "[a](javascript:window.__pwned='link') [b](JaVaScRiPt:window.__pwned='case') "
+    "[c](data:text/html,<script>window.__pwned='data'</script>) [d](vbscript:x) [e](\\\\evil/x) "
+    "<script>window.__pwned='script'</script> <img src=x onerror=\"window.__pwned='img'\"> "
+    "<svg onload=\"window.__pwned='svg'\"></svg> [ok](#sec-hostile) [web](https://example.org/x) [rel](other/page.html)"
+)
+
+# After load: clicks every link that does not leave the page (an anchor, or any scheme but http(s):
+# a javascript: link would run here) and reports whether any injected code ran.
+_PROBE_CLICKS = """<script>
+window.addEventListener("load", function () {
+  Array.from(document.querySelectorAll("a")).forEach(function (a) {
+    var h = (a.getAttribute("href") || "").trim();
+    if (h[0] === "#" || (/^[a-z][a-z0-9+.-]*:/i.test(h) && !/^https?:/i.test(h))) a.click(); });
+  setTimeout(function () {
+    var pre = document.createElement("pre"); pre.id = "test-result";
+    pre.textContent = JSON.stringify({errors: window.__errors, pwned: window.__pwned || null,
+      links: Array.from(document.querySelectorAll("a")).map(function (a) { return a.getAttribute("href"); })});
+    document.body.appendChild(pre); }, 200);
+});
+</script>"""
+
+
+def test_a_hostile_report_text_runs_nothing_in_a_browser(tmp_path, monkeypatch):
+    """Report text from someone else's result directory (javascript:, data: and vbscript: links, a
+    script, event handlers) becomes text; in Chromium no injected code runs, links clicked."""
+    from jaxfed.experiments.spec import Reading
+
+    _chromium()
+    monkeypatch.setattr(report_html.rundir, "verdict_records", lambda sections: [])
+    page = report_html.page(str(tmp_path), "t <script>", _HOSTILE, _HOSTILE, [("hostile", Reading(_HOSTILE))])
+    assert "javascript:" not in page.lower().replace("[a](javascript:", "").replace("[b](javascript:", "")
+    assert not any(tag in page for tag in ("<script>window", "<img src=x", "<svg"))
+    result = _probe(page, tmp_path, _PROBE_CLICKS)
+    assert result["pwned"] is None, result
+    assert sorted(set(result["links"])) == ["#sec-hostile", "https://example.org/x", "other/page.html"], result["links"]
+
+
+@pytest.mark.parametrize(
+    "url, kept",
+    [
+        ("https://example.org/a?b#c", True),
+        ("HTTP://example.org", True),
+        ("#sec-a", True),
+        ("other/page.html", True),
+        ("page.html?x=1:2", True),
+        ("javascript:alert(1)", False),
+        (" javascript:alert(1)", False),
+        ("java\tscript:alert(1)", False),
+        ("data:text/html,x", False),
+        ("file:///etc/passwd", False),
+        ("\\\\host\\share", False),
+        ("mailto:a@b", False),
+    ],
+)
+def test_only_web_anchor_and_relative_links_are_kept(url, kept):
+    assert report_html.safe_href(url) is kept
+    out = report_html.markdown(f"[x]({url})")
+    assert ("<a href=" in out) is (kept and " " not in url and "\t" not in url)
