@@ -40,6 +40,7 @@ import io
 import json
 import os
 import re
+import stat
 from collections.abc import Mapping
 
 import numpy as np
@@ -618,7 +619,10 @@ def export_all(
         ValueError: as :func:`export`; a directory holding no run; ``out`` not a directory for
             several runs; no run with ``metric``.
     """
-    if os.path.isfile(os.path.join(directory, rundir.CONFIG_FILE)) or not os.path.isdir(directory):
+    config = os.path.join(directory, rundir.CONFIG_FILE)
+    if os.path.lexists(config) and not os.path.isfile(config):
+        raise ValueError(f"{config}: is not a regular file (a FIFO, device, socket, directory or link); not read")
+    if os.path.isfile(config) or not os.path.isdir(directory):
         return [export(directory, fmt, metric=metric, with_bands=with_bands, out=out)]
     runs = runs_in(directory)
     if not runs:
@@ -666,8 +670,9 @@ _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 def _export_target(directory: str, name: str, out: str | None, metric, with_bands: bool, fmt: str) -> str:
     """The file an export writes: ``out`` as given, or the default name in ``directory`` built from
-    the record's experiment name (a plain file name, checked); ValueError naming it when it is a
-    directory, has no existing directory, or is a file of the run."""
+    the record's experiment name (a plain file name, checked); ValueError naming it when it is
+    empty, a directory, a device, FIFO or socket (replaced by a rename, whoever runs the export),
+    has no existing directory, or is a file of the run."""
     if out is None:
         stem = ".".join([name] + ([metric] if metric else []) + (["bands"] if with_bands else []))
         if not _FILE_NAME.fullmatch(stem) or ".." in stem:
@@ -677,8 +682,12 @@ def _export_target(directory: str, name: str, out: str | None, metric, with_band
             )
         out = os.path.join(directory, f"{stem}.{FORMATS[fmt]}")
     out = os.fspath(out)
+    if not out:
+        raise ValueError("--out is empty; give the file to write")
     if os.path.isdir(out):
         raise ValueError(f"{out}: is a directory; give the file to write (e.g. {os.path.join(out, 'export')})")
+    if os.path.lexists(out) and not os.path.islink(out) and not stat.S_ISREG(os.lstat(out).st_mode):
+        raise ValueError(f"{out}: is a device, FIFO or socket; an export writes only a regular file or a new name")
     parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent):
         raise ValueError(f"{out}: its directory {parent} does not exist")

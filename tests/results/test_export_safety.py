@@ -165,3 +165,37 @@ def test_netcdf_export_reads_back(finished, tmp_path):
     path = jaxfed.results.export(str(finished), "netcdf", out=str(tmp_path / "d.nc"))
     with xr.open_dataset(path, engine="h5netcdf") as ds:
         assert ds["x"].shape == (2, 6, 3)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "device"])
+def test_an_out_that_is_a_fifo_socket_or_device_is_refused_and_left_alone(finished, capsys, tmp_path, kind):
+    """An export renames its file over --out: a FIFO, socket or device node there (as /dev/full) is
+    refused in one line and stays what it was, whoever runs the export."""
+    import socket
+    import stat
+
+    if kind == "fifo":
+        target = tmp_path / "pipe"
+        os.mkfifo(target)
+    elif kind == "socket":
+        target = tmp_path / "sock"
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(target))
+    else:
+        target = "/dev/null"  # (a character device every system has; never replaced: the export is refused)
+    before = os.lstat(target)
+    code, err = _export(capsys, finished, "--format", "csv", "--out", target)
+    assert code == 2 and err.count("\n") == 0 and "is a device, FIFO or socket" in err and str(target) in err
+    after = os.lstat(target)
+    assert (stat.S_IFMT(after.st_mode), after.st_ino) == (stat.S_IFMT(before.st_mode), before.st_ino)
+    if kind == "socket":
+        server.close()
+
+
+def test_an_empty_out_and_a_config_that_is_no_file_are_exact(finished, capsys):
+    code, err = _export(capsys, finished, "--format", "csv", "--out", "")
+    assert code == 2 and err.endswith("--out is empty; give the file to write"), err
+    os.remove(finished / "config.json")
+    os.mkfifo(finished / "config.json")
+    code, err = _export(capsys, finished, "--format", "csv")
+    assert code == 2 and "config.json: is not a regular file" in err and "no config.json" not in err, err
