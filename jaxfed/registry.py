@@ -24,6 +24,7 @@ ValueError: unknown shape 'circle'; choose one of: square
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
@@ -31,6 +32,10 @@ __all__ = ["Registry"]
 
 V = TypeVar("V")
 _REQUIRED = object()  # get() without a default raises for an unknown name
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+"""What a registered name may be: what ``--set key=NAME`` and ``--set key=a,b`` can select (no
+comma, colon, ``=``, space or markup), a letter or digit first, at most 64 characters."""
 
 
 class Registry(Generic[V]):
@@ -49,9 +54,13 @@ class Registry(Generic[V]):
         self._values: dict[str, V] = {}
 
     def register(self, name: str, value: V) -> V:
-        """Adds ``value`` under ``name`` (a non-empty string), replacing a value of that name, and returns it."""
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"name must be a non-empty string (the {self.kind}'s name), got {name!r}")
+        """Adds ``value`` under ``name`` (:data:`NAME`: letters, digits, ``_ . -``), replacing a value
+        of that name, and returns it."""
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            raise ValueError(
+                f"name must be 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit "
+                f"(what --set can select; the {self.kind}'s name), got {name!r}"
+            )
         self._values[name] = value
         return value
 
