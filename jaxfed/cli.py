@@ -8,6 +8,7 @@ the file and line), print one line ``jaxfed: error: …`` and exit with status 2
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import signal
@@ -680,9 +681,10 @@ def main(argv: list[str] | None = None) -> int:
     previous = _count_interrupts(signals)
     try:
         _start_devices(args)
-        with still_running(f"importing {', '.join(args.imports)}"):
-            args.imported = catalog.import_extensions(args.imports)  # before any name is resolved
-        return args.func(args)
+        with _os_exit_refused():
+            with still_running(f"importing {', '.join(args.imports)}"):
+                args.imported = catalog.import_extensions(args.imports)  # before any name is resolved
+            return args.func(args)
     except KeyboardInterrupt as err:
         where = None if signals or (previous is None and not ignored) else catalog.user_frame(err)
         if where is not None and not debug:
@@ -698,8 +700,9 @@ def main(argv: list[str] | None = None) -> int:
         where = catalog.user_frame(err)
         if where is None or debug:
             raise
+        called = f"os._exit({err.code!r})" if isinstance(err, OsExitCalled) else f"sys.exit({err.code!r})"
         print(
-            f"jaxfed: error: {where[0]}:{where[1]}: the experiment's code called sys.exit({err.code!r}); "
+            f"jaxfed: error: {where[0]}:{where[1]}: the experiment's code called {called}; "
             "the run did not finish (a file must define experiments, not exit)",
             file=sys.stderr,
         )
@@ -713,6 +716,29 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
+
+
+class OsExitCalled(SystemExit):
+    """``os._exit(status)`` called by code a command runs: raised in its place (see :func:`_os_exit_refused`)."""
+
+
+@contextlib.contextmanager
+def _os_exit_refused():
+    """While a command runs user code, ``os._exit`` in this process raises :class:`OsExitCalled`
+    (reported with the caller's file and line, exit status 2) instead of ending the process with
+    the status the code chose and no result written. A forked child (another pid) still exits."""
+    real, pid = os._exit, os.getpid()
+
+    def refused(status: int) -> None:
+        if os.getpid() != pid:
+            real(status)
+        raise OsExitCalled(status)
+
+    os._exit = refused  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        os._exit = real
 
 
 def _resolve_paths(args) -> None:

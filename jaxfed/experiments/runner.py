@@ -181,8 +181,9 @@ def still_running(what: str, after: float | None = None):
 
 
 MARKER = ".user-code-running"
-"""In a result directory while a user experiment's code runs (build, trials, figure): a run that
-ended without a word inside it (``os._exit``, a kill) leaves it, and the next run says so."""
+"""In a result directory while a user experiment's code runs (build, trials, figure): what runs
+and since when. A run that ended without a word inside it (a kill; ``os._exit`` outside the
+``jaxfed`` command) leaves it, and the next run says so."""
 
 
 def _start_marker(exp: Experiment, out_dir: str | None) -> tuple[str, bool] | None:
@@ -199,15 +200,17 @@ def _start_marker(exp: Experiment, out_dir: str | None) -> tuple[str, bool] | No
             previous = {}
         pid = previous.get("pid") if isinstance(previous, dict) else None
         if not (isinstance(pid, int) and _alive(pid)):
+            previous = previous if isinstance(previous, dict) else {}
             _warn(exp)(
-                f"the previous run on {out_dir} ended inside the experiment's code "
-                f"({previous.get('code', '?') if isinstance(previous, dict) else '?'}) without an error: "
-                "it called os._exit or was killed; its results were not written (this run computes them)"
+                f"the previous run on {out_dir} ended inside the experiment's code ({previous.get('code', '?')}, "
+                f"running since {previous.get('since', '?')}) without an error: it was killed or ended the "
+                "process itself; its results were not written (this run computes them)"
             )
     created = not os.path.isdir(out_dir)
     try:
         os.makedirs(out_dir, exist_ok=True)
-        store.atomic_write_json(path, {"pid": os.getpid(), "code": _file(exp) or exp.plugin})
+        since = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+        store.atomic_write_json(path, {"pid": os.getpid(), "code": _file(exp) or exp.plugin, "since": since})
     except (OSError, store.StoreError):
         return None  # (an unwritable --out is reported by the store, with its name)
     return path, created

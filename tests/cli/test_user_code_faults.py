@@ -1,6 +1,6 @@
 """User code cannot end a run silently or move it (issue 37 part 4): paths are resolved before it
-runs; an exit or a KeyboardInterrupt it raises is an error naming the file; os._exit is detected at
-the next run; jax_enable_x64 switched in build() and jax_disable_jit set at import are refused; a
+runs; an exit (sys.exit, os._exit) or a KeyboardInterrupt it raises is an error naming the file; a
+kill inside it is reported at the next run; jax_enable_x64 switched in build() and jax_disable_jit set at import are refused; a
 report of the wrong type or a sweep whose axes do not fit names the file; long imports and
 builds say so."""
 
@@ -39,6 +39,8 @@ class Config:
 def trial(key, point):
     if MODE == "exit_trace":
         sys.exit(0)
+    if MODE == "os_exit_trace":
+        os._exit(0)
     return {{"x": jax.random.normal(key, () if MODE == "scalar" else (2,))}}
 
 
@@ -47,6 +49,8 @@ def build(cfg):
         sys.exit(0)
     if MODE == "os_exit":
         os._exit(0)
+    if MODE == "kill":
+        os.kill(os.getpid(), 9)
     if MODE == "x64":
         jax.config.update("jax_enable_x64", True)
     if MODE == "interrupt":
@@ -167,17 +171,34 @@ def test_a_long_import_or_build_says_so(tmp_path, capsys, monkeypatch, mode, wha
     assert code == 0 and f"jaxfed: {what} {path} … still running after 0.2 s" in err
 
 
-def test_os_exit_in_build_is_reported_at_the_next_run(tmp_path):
-    path = _user_file(tmp_path, "os_exit")
+@pytest.mark.parametrize(
+    "mode, line", [("os_exit", _line("os._exit(0)", 1)), ("os_exit_trace", _line("os._exit(0)", 0))]
+)
+def test_os_exit_in_user_code_is_an_error_naming_the_file_not_a_silent_success(tmp_path, mode, line):
+    """os._exit(0) in build or in the trial used to end `jaxfed run` with status 0 and nothing
+    written: now it is an error with the file and line, exit status 2."""
+    path = _user_file(tmp_path, mode)
+    command = [sys.executable, "-m", "jaxfed.cli", "run", f"{path}:EXPERIMENT", "--trials", "3", "--out", "out"]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    done = subprocess.run(command + ["--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert f"{path}:{line}: the experiment's code called os._exit(0)" in done.stderr
+    assert not (tmp_path / "out" / "config.json").exists()
+
+
+def test_a_run_killed_inside_user_code_is_reported_at_the_next_run(tmp_path):
+    path = _user_file(tmp_path, "kill")
     command = [sys.executable, "-m", "jaxfed.cli", "run", f"{path}:EXPERIMENT", "--trials", "3", "--out", "out"]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     first = subprocess.run(command + ["--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert first.returncode == 0  # os._exit(0) cannot be caught in the process …
+    assert first.returncode == -signal.SIGKILL  # (a kill cannot be caught in the process …)
     assert (tmp_path / "out" / runner.MARKER).exists()
-    path.write_text(path.read_text().replace("MODE = 'os_exit'", "MODE = ''"))
+    path.write_text(path.read_text().replace("MODE = 'kill'", "MODE = ''"))
     second = subprocess.run(command + ["--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert second.returncode == 0, second.stderr
-    assert "the previous run on" in second.stderr and "ended inside the experiment's code" in second.stderr
+    said = [line for line in second.stderr.splitlines() if "the previous run on" in line]
+    assert len(said) == 1 and "ended inside the experiment's code" in said[0] and "running since" in said[0]
+    assert str(path) in said[0]  # (… the next run says what was running, and since when)
     assert not (tmp_path / "out" / runner.MARKER).exists() and (tmp_path / "out" / "config.json").exists()
 
 
