@@ -798,5 +798,23 @@ def _error_line(err: Exception) -> str | None:
     return f"{at}{type(err).__name__}: {first} (the full traceback: --debug or {DEBUG_ENV}=1)"
 
 
+def console() -> None:
+    """The ``jaxfed`` command: :func:`main`, then the process ends with its exit status, even where
+    user code left threads running (a non-daemon thread would keep the process alive, hanging,
+    after the run was written): it says so and exits without them."""
+    code = main()
+    left = [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+    if left:
+        names = ", ".join(sorted({t.name for t in left}))
+        print(
+            f"jaxfed: note: the experiment's code left {len(left)} thread(s) running ({names}); exiting without them",
+            file=sys.stderr,
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

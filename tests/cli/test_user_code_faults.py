@@ -51,6 +51,9 @@ def build(cfg):
         os._exit(0)
     if MODE == "kill":
         os.kill(os.getpid(), 9)
+    if MODE == "thread":
+        import threading
+        threading.Thread(target=time.sleep, args=(600,), name="user-sleeper").start()
     if MODE == "x64":
         jax.config.update("jax_enable_x64", True)
     if MODE == "interrupt":
@@ -225,3 +228,15 @@ def test_the_users_ctrl_c_is_still_an_interrupt(tmp_path):
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130 and "jaxfed: interrupted" in err
+
+
+def test_a_thread_left_running_by_user_code_does_not_keep_the_finished_run_alive(tmp_path):
+    """A non-daemon thread started in build() kept `jaxfed run` from exiting after the run was
+    written: the command says so and exits with the run's status."""
+    path = _user_file(tmp_path, "thread")
+    command = [sys.executable, "-m", "jaxfed.cli", "run", f"{path}:EXPERIMENT", "--trials", "3", "--out", "out"]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    done = subprocess.run(command + ["--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "left 1 thread(s) running (user-sleeper); exiting without them" in done.stderr
+    assert (tmp_path / "out" / "config.json").exists()
