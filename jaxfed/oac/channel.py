@@ -392,7 +392,21 @@ class ChannelModel(NamedTuple):
         return self._replace(params=MappingProxyType(params))
 
     def received_energy(self, key, numerals, beta, noise_var, symbol_energy, active) -> jax.Array:
-        return self.energy(key, numerals, beta, noise_var, symbol_energy, active, **self.params)
+        """``energy(...)``, checked once where it is traced: (L,) = (β·D·Q,) real floating values,
+        else a one-line ValueError naming the function and its file (a complex or integer result
+        used to surface as a JAX traceback, or as NaN in every trial)."""
+        out = self.energy(key, numerals, beta, noise_var, symbol_energy, active, **self.params)
+        _, n_values, digits = numerals.shape
+        shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
+        if shape != (beta * digits * n_values,) or dtype is None or not jnp.issubdtype(dtype, jnp.floating):
+            code = getattr(self.energy, "__code__", None)
+            where = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+            name = getattr(self.energy, "__qualname__", repr(self.energy))
+            raise ValueError(
+                f"channel energy {name}{where} returned {dtype}{list(shape) if shape is not None else ''}, expected "
+                f"real floating energies of shape ({beta * digits * n_values},) (L = beta*D*Q resources)"
+            )
+        return out
 
     def detected_counts(self, energy, noise_var, symbol_energy) -> jax.Array:
         params = {} if self.detect is detect else self.params  # the built-in detector takes none

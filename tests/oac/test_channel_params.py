@@ -150,3 +150,29 @@ def test_the_power_gains_study_runs_through_the_plain_cli(tmp_path):
     assert cli.main(["report", out, "--experiment", spec]) == 0
     report = (tmp_path / "gains" / "report.md").read_text()
     assert "larger with gains spread 3 dB than 0 dB (ratio)" in report and "**reproduced**" in report
+
+
+@pytest.mark.parametrize(
+    "result, shown", [("jnp.complex64", "complex64"), ("jnp.int32", "int32"), ("shape", "float32")]
+)
+def test_a_user_channel_returning_the_wrong_energies_is_one_line_naming_its_file(tmp_path, capsys, result, shown):
+    """A channel whose energies are complex, integer or of the wrong shape: one error line naming the
+    function and its file, before any trial runs (was: a 56-line JAX traceback, or NaN in every trial)."""
+    name = f"bad-{shown}-{result.replace('.', '')}"
+    cast = "[:3].astype(jnp.float32)" if result == "shape" else f".astype({result})"
+    channel_file = tmp_path / "bad.py"
+    channel_file.write_text(
+        "import jax.numpy as jnp\nfrom jaxfed import oac\n\n\n"
+        "def bad(key, numerals, beta, noise_var, symbol_energy, active):\n"
+        f"    return oac.channel.resource_counts(numerals, beta, active){cast}\n\n\n"
+        f"oac.channel.register({name!r}, bad, variance=None)\n"
+    )
+    try:
+        args = ["run", "kmeans-convergence", "--import", str(channel_file), "--out", str(tmp_path / "o"), "--quiet"]
+        args += ["--trials", "2", "--set", f"channel={name}", "--set", "snrs_db=20", *SMALL[:8]]
+        assert cli.main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0, err
+        assert f"channel energy bad ({channel_file}:5) returned {shown}" in err and "expected real floating" in err
+    finally:
+        oac.channel._CHANNELS.unregister(name)
