@@ -90,7 +90,7 @@ def run_experiment(
             f"{_where(exp)}jax_disable_jit is on: jaxfed compiles every trial ahead of time and cannot run without "
             "jit; leave it off (do not set it in the experiment's file)"
         )
-    marker = _start_marker(exp, options.out_dir)
+    marker = _start_marker(exp, options.out_dir, imports)
     try:
         return _run(exp, config, n_trials, options, imports, dtype, started)
     finally:
@@ -186,11 +186,12 @@ and since when. A run that ended without a word inside it (a kill; ``os._exit`` 
 ``jaxfed`` command) leaves it, and the next run says so."""
 
 
-def _start_marker(exp: Experiment, out_dir: str | None) -> tuple[str, bool] | None:
-    """Writes ``out_dir/MARKER`` for a user or plugin experiment (after saying, when one is there
-    from a process no longer running, that the previous run ended inside user code): (its path,
-    whether the directory was created for it)."""
-    if out_dir is None or not (exp.source or exp.plugin) or jax.process_index() != 0:
+def _start_marker(exp: Experiment, out_dir: str | None, imports=None) -> tuple[str, bool] | None:
+    """Writes ``out_dir/MARKER`` for a user or plugin experiment, or any experiment run with user
+    files (``imports``: a channel, family, graph, …), after saying, when one is there from a
+    process no longer running, that the previous run ended inside user code: (its path, whether
+    the directory was created for it)."""
+    if out_dir is None or not (exp.source or exp.plugin or imports) or jax.process_index() != 0:
         return None
     path = os.path.join(out_dir, MARKER)
     if os.path.lexists(path):
@@ -210,7 +211,8 @@ def _start_marker(exp: Experiment, out_dir: str | None) -> tuple[str, bool] | No
     try:
         os.makedirs(out_dir, exist_ok=True)
         since = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-        store.atomic_write_json(path, {"pid": os.getpid(), "code": _file(exp) or exp.plugin, "since": since})
+        code = _file(exp) or exp.plugin or ", ".join(imports or ())
+        store.atomic_write_json(path, {"pid": os.getpid(), "code": code, "since": since})
     except (OSError, store.StoreError):
         return None  # (an unwritable --out is reported by the store, with its name)
     return path, created

@@ -240,3 +240,27 @@ def test_a_thread_left_running_by_user_code_does_not_keep_the_finished_run_alive
     assert done.returncode == 0, done.stderr
     assert "left 1 thread(s) running (user-sleeper); exiting without them" in done.stderr
     assert (tmp_path / "out" / "config.json").exists()
+
+
+def test_a_run_killed_inside_an_imported_file_of_a_built_in_experiment_is_reported_next_time(tmp_path):
+    """The marker also covers a built-in experiment running user code from --import (here a graph
+    builder): a kill inside it is reported by the next run, naming the file."""
+    graph_file = tmp_path / "killer_graph.py"
+    body = (
+        "import os\nimport numpy as np\nfrom jaxfed.gfvl import graphs\n\n\n"
+        "def killer(n):\n    {action}\n    return graphs.ring(n)\n\n\n"
+        "graphs.register('killer', killer)\n"
+    )
+    graph_file.write_text(body.format(action="os.kill(os.getpid(), 9)"))
+    command = [sys.executable, "-m", "jaxfed.cli", "run", "gfvl-topologies", "--import", str(graph_file), "--quiet"]
+    command += ["--trials", "3", "--set", "n_slots=8", "--set", "topologies=killer,ring", "--out", "out"]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    first = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode == -signal.SIGKILL, first.stderr
+    assert (tmp_path / "out" / runner.MARKER).exists()
+    graph_file.write_text(body.format(action="pass"))
+    second = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    said = [line for line in second.stderr.splitlines() if "the previous run on" in line]
+    assert len(said) == 1 and "killer_graph.py" in said[0] and "running since" in said[0], second.stderr
+    assert not (tmp_path / "out" / runner.MARKER).exists() and (tmp_path / "out" / "config.json").exists()
