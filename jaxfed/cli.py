@@ -25,7 +25,7 @@ from jaxfed import store, validation
 from jaxfed.engine import cache, devices
 from jaxfed.engine.options import MAX_DEVICES as MAX_DEVICES  # (--devices at most; re-exported)
 from jaxfed.engine.options import RunOptions
-from jaxfed.experiments import REGISTRY, catalog, describe, get, load_results, make_config, run_experiment
+from jaxfed.experiments import REGISTRY, catalog, describe, get, load_results, make_config, run_experiment, verifying
 from jaxfed.experiments.reproduce_progress import Overall, experiment_group
 from jaxfed.experiments.runner import still_running
 from jaxfed.results import FORMATS, export_all, report
@@ -278,6 +278,12 @@ def _cmd_report(args) -> int:
     return 0
 
 
+def _cmd_verify(args) -> int:
+    exp, cfg, config_json, results = _finished_run(args)
+    print(verifying.recompute_sample(exp, cfg, args.dir, config_json, results, args.sample, args.seed))
+    return 0
+
+
 def _plotting_experiment(out_dir: str, config_json: dict, named: str | None):
     """The experiment whose plot redraws ``out_dir``: a built-in found by the recorded name, or the
     one the user names (``--experiment``). A result directory is data: code it names (a user
@@ -379,6 +385,13 @@ def build_parser() -> argparse.ArgumentParser:
             help="the user or plugin experiment that wrote DIR (never taken from DIR itself; its code must match the run's)",
         )
         reader.set_defaults(func=func)
+    verify = sub.add_parser("verify", help="recompute stored trials of a finished run and compare them bit for bit")
+    verify.add_argument("dir", help="result directory of a finished raw run")
+    verify.add_argument("--sample", type=_argument(lambda n: validation.integer("--sample", n, low=1)), default=8,
+                        help="trials drawn per point group (default 8); each is recomputed with its micro-batch")  # fmt: skip
+    verify.add_argument("--seed", type=_argument(validation.seed), default=0, help="seed of the draw (default 0)")
+    verify.add_argument("--experiment", default=None, metavar="FILE.py:NAME", help="the user or plugin experiment that wrote DIR")  # fmt: skip
+    verify.set_defaults(func=_cmd_verify)
     _add_export_command(sub.add_parser("export", help="write a finished run as netCDF, or a table as CSV or Parquet"))
     _add_cache_command(sub.add_parser("cache", help="the compilation cache: where it is and its size, or clear it"))
     for command in sub.choices.values():
