@@ -251,6 +251,10 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
     validation.check("options", options, isinstance(options, RunOptions), "a jaxfed.engine.RunOptions")
     validation.trial_count(n_trials)
     validation.check("points", points, bool(points), "a non-empty list")
+    if options.trial_range is not None:
+        validation.check(
+            "trial_range", options.trial_range, options.trial_range[1] <= n_trials, f"a range of trials [0, {n_trials})"
+        )
     if options.out_dir is not None:
         identity_ok = isinstance(options.identity, dict)
         validation.check("identity", options.identity, identity_ok, "a JSON dict when out_dir is given")
@@ -277,7 +281,7 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
         resources.callback(bar.close)
         resources.callback(writer.close)
         specs_of = [GroupSpec(g, group.point_ids, specs) for g, (group, _) in enumerate(groups)]
-        sinks = open_sinks(store, specs_of, n_trials, results, writer, summary=keep == "summary", targeted=target is not None, checkpoint_every=options.checkpoint_every, hist_on_device=hists_on_device(machine))  # fmt: skip
+        sinks = open_sinks(store, specs_of, n_trials, results, writer, summary=keep == "summary", targeted=target is not None, checkpoint_every=options.checkpoint_every, hist_on_device=hists_on_device(machine), trial_range=options.trial_range)  # fmt: skip
     except BaseException:
         resources.close()
         raise
@@ -418,7 +422,8 @@ def _open_store(options: RunOptions, identity: dict | None, bar: Progress, is_ma
     store = None
     try:
         out_dir = options.out_dir if is_main else None
-        store = Store(out_dir, identity or {}, options.overwrite, note=bar.note, aliases=aliases)
+        first = options.trial_range[0] if options.trial_range else 0
+        store = Store(out_dir, identity or {}, options.overwrite, note=bar.note, aliases=aliases, first_trial=first)
         resources.callback(store.close)
     except StoreError as err:
         refusal = err

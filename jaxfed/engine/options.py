@@ -122,6 +122,19 @@ def _micro_batch(value):
     return value
 
 
+def _trial_range(value):
+    block = stats.summary.SUMMARY_BLOCK
+    ok = (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and all(type(v) is int for v in value)
+        and 0 <= value[0] < value[1]
+        and value[0] % block == 0
+    )
+    validation.check("trial_range", value, ok, f"(start, stop) with 0 <= start < stop, start a multiple of {block}")
+    return value
+
+
 def _checkpoint_every(value):
     validation.check(
         "checkpoint_every", value, isinstance(value, (int, float)) and not isinstance(value, bool), "a number (seconds)"
@@ -282,6 +295,14 @@ class RunOptions:
         cli=False,
         record=False,
     )
+    trial_range: tuple[int, int] | None = option(
+        None,
+        "(start, stop): compute only trials [start, stop) of each point, a shard of the run of n_trials "
+        "(jaxfed run --shard I/M); start a multiple of the sum block, stop at most n_trials; everything "
+        "else (the micro-batch width, keep='auto') is decided for the whole run",
+        check=_trial_range,
+        cli=False,
+    )
     use_jit: bool = option(
         True,
         "False runs the same vmapped function unjitted on one device (for tests of the bookkeeping)",
@@ -294,6 +315,11 @@ class RunOptions:
             value, check = getattr(self, f.name), f.metadata.get("check")
             if value is not None and check is not None:
                 check(value)
+        if self.targeted and self.trial_range is not None:
+            raise ValueError(
+                "a precision target (target_se) cannot run as a shard (trial_range, --shard): where each point stops "
+                "depends on every trial before it; run it in one process (or grow a merged run with --target-se)"
+            )
         if self.targeted and self.keep == "raw":
             raise ValueError(
                 "a precision target (target_se) needs keep='summary' (--keep summary): raw runs have a fixed trial count"

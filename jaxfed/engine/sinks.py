@@ -114,7 +114,7 @@ class Resume(NamedTuple):
     chunk_size: int | None  # the chunk size a continued run must keep (a targeted run's), else None
 
 
-def open_sinks(store: Store, specs: list, n_trials: int, results: dict, writer: Writer, *, summary: bool, targeted: bool, checkpoint_every: float = 0.0, clock: Callable[[], float] = time.monotonic, hist_on_device: bool = False) -> list:  # fmt: skip
+def open_sinks(store: Store, specs: list, n_trials: int, results: dict, writer: Writer, *, summary: bool, targeted: bool, checkpoint_every: float = 0.0, clock: Callable[[], float] = time.monotonic, hist_on_device: bool = False, trial_range: tuple[int, int] | None = None) -> list:  # fmt: skip
     """Each group's sink (``specs``: a :class:`jaxfed.store.GroupSpec` per group), with what ``store``
     holds restored, and each group's :class:`Resume` decided: the one place a group's resume is.
     A summary's state is stored every ``checkpoint_every`` seconds by ``clock`` and at the end of
@@ -122,7 +122,8 @@ def open_sinks(store: Store, specs: list, n_trials: int, results: dict, writer: 
 
     First process 0 reads and verifies every stored file (a refusal is raised on every process,
     before any collective the others would wait in), then every process takes process 0's
-    decisions (:meth:`Sink.settle`).
+    decisions (:meth:`Sink.settle`). ``trial_range`` (start, stop): a shard's, whose sinks compute
+    and store those trials only.
 
     Raises:
         StoreError: a stored file cannot be used (on process 0; on the others, that it refused).
@@ -133,9 +134,9 @@ def open_sinks(store: Store, specs: list, n_trials: int, results: dict, writer: 
     try:
         for spec in specs:
             sinks.append(
-                SummarySink(store, spec, n_trials, writer, is_main, targeted, checkpoint_every, clock, hist_on_device)
+                SummarySink(store, spec, n_trials, writer, is_main, targeted, checkpoint_every, clock, hist_on_device, trial_range)  # fmt: skip
                 if summary
-                else RawSink(store, spec, n_trials, results, writer)
+                else RawSink(store, spec, n_trials, results, writer, trial_range)
             )
     except StoreError as err:
         refusal = err
@@ -177,8 +178,11 @@ class RawSink(Sink):
     shared by all groups) and stored chunk by chunk. The stored chunks are copied in first; a
     larger run's chunk serves a smaller request."""
 
-    def __init__(self, store: Store, spec: GroupSpec, n_trials: int, results: dict, writer: Writer):
+    def __init__(self, store: Store, spec: GroupSpec, n_trials: int, results: dict, writer: Writer, trial_range=None):
         self.store, self.spec, self.n_trials, self.results, self.writer = store, spec, n_trials, results, writer
+        # a shard's: the trials outside its range count as done, for planning only
+        start, stop = trial_range or (0, n_trials)
+        self.outside = [(0, start), (stop, n_trials)]
         self.rows = np.asarray(spec.point_ids)
         # consecutive points (one group: all of them) as a slice: a plain copy, not a scatter
         # (0.12 s -> 0.02 s per 118 MB chunk)
@@ -196,13 +200,15 @@ class RawSink(Sink):
         self.computed_nonfinite = {name: np.zeros(len(self.rows), np.int64) for name in spec.metrics}
 
     def settle(self) -> None:
-        missing = missing_ranges(self.n_trials, self.done, self.n_trials)
+        missing = missing_ranges(self.n_trials, self.done + self.outside, self.n_trials)
         complete = int(broadcast_from_0(np.asarray([not missing], np.int64))[0])  # only process 0 reads the store
         done = len(self.rows) * (self.n_trials - sum(stop - start for start, stop in missing))
         self._resume = Resume(bool(complete), done, None)
 
     def chunks(self, size: int) -> list:
-        plan = broadcast_from_0(np.asarray(missing_ranges(self.n_trials, self.done, size), np.int64).reshape(-1, 2))
+        plan = broadcast_from_0(
+            np.asarray(missing_ranges(self.n_trials, self.done + self.outside, size), np.int64).reshape(-1, 2)
+        )
         return [(int(start), int(stop)) for start, stop in plan]
 
     def extra_args(self, chunk) -> tuple:
@@ -278,7 +284,9 @@ class SummarySink(Sink):
         checkpoint_every: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         hist_on_device: bool = False,
+        trial_range: tuple[int, int] | None = None,
     ):
+        start, n_trials = trial_range or (0, n_trials)  # a shard's trials [start, stop)
         self.store, self.spec, self.n_trials, self.writer, self.is_main = store, spec, n_trials, writer, is_main
         self.hist_on_device = hist_on_device and not targeted
         self.device_hists: dict = {}  # metric -> the histograms of the chunks handled since the last pull
@@ -288,7 +296,7 @@ class SummarySink(Sink):
         self.rows = np.asarray(spec.point_ids)
         stored = store.load_summary(spec, n_trials)
         complete = stored is not None and stored.stop == n_trials
-        first, states, self.tails, counts = resume_point(stored, n_trials, len(self.rows), spec.metrics)
+        first, states, self.tails, counts = resume_point(stored, n_trials, len(self.rows), spec.metrics, start)
         # The sink owns its histograms and adds each chunk's into them in place (see handle).
         self.states = {name: state._replace(hist=np.array(state.hist)) for name, state in states.items()}
         kept = (stored.chunk or 0) if targeted and stored is not None else 0
@@ -351,12 +359,12 @@ class SummarySink(Sink):
         for name, part in out.items():
             before = self.states[name]
             if not isinstance(active, slice):
-                before = stats.SummaryState(*(f[active] for f in before))  # (copies)
+                before = stats.SummaryState(*(f if f is None else f[active] for f in before))  # (copies)
             state, tail = folded_shares(before, part, n_blocks, stop - _whole(stop))
             if isinstance(active, slice):
                 self.states[name], self.tails[name] = state, tail
             else:
-                self.states[name] = stats.SummaryState(*(with_rows(f, active, v) for f, v in zip(self.states[name], state)))  # fmt: skip
+                self.states[name] = stats.SummaryState(*(f if f is None else with_rows(f, active, v) for f, v in zip(self.states[name], state)))  # fmt: skip
                 self.tails[name] = with_rows(widened(self.tails[name], tail.shape[1]), active, tail)
         self.unstored = True
         finished = bool(np.all(self.counts >= self.n_trials))
@@ -433,19 +441,21 @@ def folded_shares(state: stats.SummaryState, part: dict, n_blocks: int, n_tail: 
     return state, tail
 
 
-def resume_point(stored: StoredSummary | None, n_trials: int, n_points: int, specs: dict) -> tuple[int, dict, dict, np.ndarray]:  # fmt: skip
+def resume_point(stored: StoredSummary | None, n_trials: int, n_points: int, specs: dict, start: int = 0) -> tuple[int, dict, dict, np.ndarray]:  # fmt: skip
     """(first trial to compute, metric -> SummaryState of the whole blocks before it, metric ->
     raw tail after them, per point the trials done) from a group's stored summary (see
     :meth:`jaxfed.store.Store.load_summary`; None: nothing stored).
 
     A finished run (stored up to ``n_trials``) is complete as stored; a shorter one resumes at its
     last whole block, recomputing the partial block after it, so that every block sum is taken
-    over the same trials as in an uninterrupted run.
+    over the same trials as in an uninterrupted run. A shard's trials begin at ``start`` (a
+    whole block).
     """
     if stored is None:
-        states = {name: stats.summary.empty_state((n_points,) + shape) for name, (shape, _) in specs.items()}
+        block = stats.summary.SUMMARY_BLOCK
+        states = {name: stats.summary.range_state((n_points,) + shape, start // block) for name, (shape, _) in specs.items()}  # fmt: skip
         tails = {name: np.zeros((n_points, 0) + shape, dt) for name, (shape, dt) in specs.items()}
-        return 0, states, tails, np.zeros(n_points, np.int64)
+        return start, states, tails, np.full(n_points, start, np.int64)
     if stored.stop == n_trials:
         return stored.stop, stored.states, stored.tails, stored.point_trials
     first = _whole(stored.stop)

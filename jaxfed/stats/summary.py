@@ -261,6 +261,13 @@ class SummaryState(NamedTuple):
     hist: np.ndarray  # (*cells, N_BINS) int32
     nonfinite_trials: np.ndarray  # (points,) int64: trials with a non-finite value in any cell
     blocks: np.ndarray  # (points,) int64: whole blocks summarised (N above)
+    # A shard's summary of blocks [F, F + N) (F = ``first`` > 0, :func:`range_state`): its sums
+    # are the aligned pieces of :func:`dyadic_pieces` (F, N), rising in level up to the last
+    # piece of the highest level (``left``, by level) and falling after it (``total``, by level,
+    # as above). None: F = 0, where nothing rises.
+    first: np.ndarray | None = None  # (points,) int64: F
+    left: np.ndarray | None = None  # (points, SUM_LEVELS, *time) float64
+    left_sq: np.ndarray | None = None  # the same for the squares
 
 
 def empty_state(cell_shape: tuple) -> SummaryState:
@@ -274,6 +281,19 @@ def empty_state(cell_shape: tuple) -> SummaryState:
         hist=np.zeros(cell_shape + (N_BINS,), np.int32),
         nonfinite_trials=np.zeros(cell_shape[:1], np.int64),
         blocks=np.zeros(cell_shape[:1], np.int64),
+    )
+
+
+def range_state(cell_shape: tuple, first_block: int) -> SummaryState:
+    """The summary of no trial from block ``first_block`` on (a shard's start): :func:`empty_state`
+    with the rising pieces of a range that does not start at 0 (see :class:`SummaryState`)."""
+    state = empty_state(cell_shape)
+    if not first_block:
+        return state
+    return state._replace(
+        first=np.full(cell_shape[:1], first_block, np.int64),
+        left=np.zeros_like(state.total),
+        left_sq=np.zeros_like(state.total_sq),
     )
 
 
@@ -520,6 +540,37 @@ def _pushed(levels: np.ndarray, n: int, pieces: list, sums: np.ndarray) -> np.nd
     return levels
 
 
+def _peak(pieces: list) -> int:
+    """Index of the last piece of the highest level: where the rising pieces end."""
+    top = max((j for j, _ in pieces), default=0)
+    return max((i for i, (j, _) in enumerate(pieces) if j == top), default=0)
+
+
+def _range_pushed(left, right, first: int, n: int, pieces: list, sums) -> tuple[np.ndarray, np.ndarray]:
+    """(left, right) of blocks [first, first + n) (see :class:`SummaryState`) followed by the
+    ``pieces`` [(j, k), …] from block first + n on with sums ``sums`` (rows, ≥ len(pieces), …):
+    the pieces in order on a stack, two siblings D(j, 2k), D(j, 2k + 1) on top replaced by their
+    sum D(j + 1, k) (left + right, as :func:`_pushed` adds them), until none are; what is left is
+    the aligned pieces of the longer range, each the same fixed function of its trials."""
+    held = dyadic_pieces(first, n)
+    peak = _peak(held)
+    stack = [(j, k, left[:, j] if i < peak else right[:, j]) for i, (j, k) in enumerate(held)]
+    for i, (j, k) in enumerate(pieces):
+        carry = sums[:, i]
+        while stack and k % 2 == 1 and stack[-1][:2] == (j, k - 1):
+            carry = stack.pop()[2] + carry
+            j, k = j + 1, k // 2
+        stack.append((j, k, carry))
+    grown = dyadic_pieces(first, n + sum(1 << j for j, _ in pieces))
+    if [(j, k) for j, k, _ in stack] != grown:
+        raise AssertionError(f"pieces {pieces} do not continue blocks [{first}, {first + n})")
+    left, right = np.zeros_like(left), np.zeros_like(right)
+    peak = _peak(grown)
+    for i, (j, _, value) in enumerate(stack):
+        (left if i < peak else right)[:, j] = value
+    return left, right
+
+
 def fold(state: SummaryState, part: dict, n_blocks: int, hist_in_place: bool = False) -> SummaryState:
     """``state`` followed by a chunk's :func:`chunk_summary` (host arrays) whose sums were taken
     over blocks [N, N + ``n_blocks``) of each row, N its ``state.blocks``: O(log n) additions
@@ -532,8 +583,15 @@ def fold(state: SummaryState, part: dict, n_blocks: int, hist_in_place: bool = F
     for a caller that owns that array and copies it before another thread reads it
     (:class:`jaxfed.engine.sinks.SummarySink`). The counts are the same either way. A ``part``
     without ``hist`` leaves the histograms to the caller (a sink that adds them on the device)."""
-    total, total_sq = state.total, state.total_sq
-    if n_blocks:
+    total, total_sq, left, left_sq = state.total, state.total_sq, state.left, state.left_sq
+    if n_blocks and state.first is not None:  # a shard's range
+        if np.unique(state.first).size != 1 or np.unique(state.blocks).size != 1:
+            raise AssertionError("a shard's points summarise the same blocks")
+        first, n = int(state.first[0]), int(state.blocks[0])
+        pieces = dyadic_pieces(first + n, n_blocks)
+        left, total = _range_pushed(left, total, first, n, pieces, np.asarray(part["sum_pieces"]))
+        left_sq, total_sq = _range_pushed(left_sq, total_sq, first, n, pieces, np.asarray(part["sq_pieces"]))
+    elif n_blocks:
         done = np.asarray(state.blocks)
         total, total_sq = total.copy(), total_sq.copy()
         for n in np.unique(done):
@@ -552,7 +610,41 @@ def fold(state: SummaryState, part: dict, n_blocks: int, hist_in_place: bool = F
         hist=hist,
         nonfinite_trials=state.nonfinite_trials + part["nonfinite_trials"],
         blocks=state.blocks + n_blocks,
+        first=state.first,
+        left=left,
+        left_sq=left_sq,
     )
+
+
+def _pieces_of(state: SummaryState, levels: np.ndarray, rising: np.ndarray | None) -> tuple[list, np.ndarray]:
+    """(pieces, their sums (rows, pieces, …)) a state holds in ``levels`` and ``rising``."""
+    first = 0 if state.first is None else int(state.first[0])
+    pieces = dyadic_pieces(first, int(state.blocks[0]))
+    peak = _peak(pieces)
+    sums = [rising[:, j] if i < peak else levels[:, j] for i, (j, _) in enumerate(pieces)]  # type: ignore[index]
+    return pieces, np.stack(sums, 1) if sums else levels[:, :0]
+
+
+def joined(before: SummaryState, after: SummaryState) -> SummaryState:
+    """The summary of two adjacent ranges of whole blocks, ``before`` [F, G) and ``after``
+    [G, H) (every point at the same blocks; ``after`` the summary of a shard), as one fold of
+    ``after``'s pieces onto ``before``: the same bits as a run that summarised [F, H) itself.
+    The histograms and counts are added (integers)."""
+    start = 0 if before.first is None else int(before.first[0])
+    after_first = 0 if after.first is None else int(after.first[0])
+    if np.unique(before.blocks).size > 1 or np.unique(after.blocks).size > 1:
+        raise ValueError("joined: every point of a summary must cover the same blocks")
+    if start + int(before.blocks[0]) != after_first:
+        raise ValueError(f"joined: blocks [{start}, {start + int(before.blocks[0])}) are not followed by {after_first}")
+    _, sums = _pieces_of(after, after.total, after.left)  # (the pieces fold takes from [G, H))
+    _, squares = _pieces_of(after, after.total_sq, after.left_sq)
+    part = dict(
+        count=after.count, nan_count=after.nan_count, nonfinite_trials=after.nonfinite_trials, hist=after.hist,
+        sum_pieces=sums, sq_pieces=squares,
+    )  # fmt: skip
+    if before.first is not None and start == 0:  # a range from 0 is an ordinary state
+        before = before._replace(first=None, left=None, left_sq=None)
+    return fold(before, part, int(after.blocks[0]))
 
 
 def level_total(levels: np.ndarray) -> np.ndarray:
@@ -580,6 +672,8 @@ def finish(state: SummaryState, tail: np.ndarray, lengths=None) -> tuple[Summary
 def result_of(state: SummaryState) -> Summary:
     """The :class:`Summary` (mean, standard error, …) of a state."""
     total, total_sq = level_total(state.total), level_total(state.total_sq)
+    if state.left is not None:  # a shard's: its rising pieces too
+        total, total_sq = level_total(state.left) + total, level_total(state.left_sq) + total_sq
     return _summary(state.count, state.nan_count, total, total_sq, state.hist)
 
 

@@ -66,6 +66,10 @@ SUMMARY_FIELDS = {
 """Per-cell arrays of a summary state (see :class:`jaxfed.stats.SummaryState`), with their dtypes;
 ``total`` and ``total_sq`` have a level axis (``stats.summary.SUM_LEVELS``) after the point axis."""
 
+SHARD_SUMMARY_FIELDS = {"left": np.float64, "left_sq": np.float64}
+"""The further per-cell arrays of a shard's summary, whose trials do not start at 0 (with a level
+axis, and ``first``, the first block, per point)."""
+
 CHUNK_DIR = "chunks"
 """The folder of a result directory that holds its chunk files (the only place it is spelled)."""
 _META = "__meta__"
@@ -545,7 +549,7 @@ def _stored_summary(header: dict, arrays: dict) -> StoredSummary:
     for key, value in arrays.items():
         metric, field = key.rsplit("/", 1)
         fields.setdefault(metric, {})[field] = value
-    states = {m: stats.SummaryState(**{f: v[f] for f in stats.SummaryState._fields}) for m, v in fields.items()}
+    states = {m: stats.SummaryState(**{f: v[f] for f in stats.SummaryState._fields if f in v}) for m, v in fields.items()}
     counts = np.asarray(header["point_trials"], np.int64)
     tails = {m: v["tail"] for m, v in fields.items()}
     return StoredSummary(header["trials"][1], header["point_ids"], counts, header.get("chunk"), states, tails)
@@ -631,6 +635,9 @@ class Store:
             that a run started in a terminal stored with colour codes): a directory holding one of
             them is continued under the identity it holds. An iterable, read only when the
             directory holds an identity other than ``identity`` (it may compute them lazily).
+        first_trial: a shard's first trial (a multiple of the sum block): its summaries hold
+            trials [first_trial, n) (:func:`jaxfed.stats.summary.range_state`); raw chunks are
+            named by their trials whoever computed them.
 
     Raises:
         StoreError: ``out_dir`` cannot be created or written, or ``identity.json`` is unreadable.
@@ -639,9 +646,16 @@ class Store:
     """
 
     def __init__(
-        self, out_dir: str | None, identity: dict, overwrite: bool = False, note=lambda message: None, aliases=()
+        self,
+        out_dir: str | None,
+        identity: dict,
+        overwrite: bool = False,
+        note=lambda message: None,
+        aliases=(),
+        first_trial: int = 0,
     ):
         self.dir, self.overwrite, self.note = out_dir or "", overwrite, note  # "": nothing is stored
+        self.first_trial = first_trial  # a shard's: its summaries cover trials [first_trial, n)
         self.digest = identity_digest(identity)
         if out_dir is None:
             return
@@ -796,17 +810,17 @@ class Store:
             return None
         try:
             meta, arrays, crcs = _unpack(path)
-            stop = _checked_summary_header(path, meta, len(spec.point_ids))
+            stop = _checked_summary_header(path, meta, len(spec.point_ids), self.first_trial)
             _verify(
                 path,
                 meta,
                 arrays,
                 crcs,
-                self._expected("summary", spec, 0, stop),
+                self._expected("summary", spec, self.first_trial, stop),
                 self._summary_specs(spec, stop - stop // _block() * _block()),
             )
             stored = _stored_summary(meta, arrays)
-            _check_counts(path, stored)
+            _check_counts(path, stored, self.first_trial)
             if stop > n_trials:
                 raise StoreError(
                     f"{path}: summarises {stop} trials, more than the {n_trials} asked for; a summary "
@@ -822,22 +836,28 @@ class Store:
         computed in chunks of ``chunk`` trials: one atomic file."""
         if not self.dir:
             return
-        arrays = {f"{metric}/{field}": value for metric, s in states.items() for field, value in s.items()}
-        meta = dict(self._expected("summary", spec, 0, max(point_trials)), point_trials=list(point_trials), chunk=chunk)
+        arrays = {
+            f"{metric}/{field}": value for metric, s in states.items() for field, value in s.items() if value is not None
+        }
+        stop = max(point_trials)
+        meta = dict(self._expected("summary", spec, self.first_trial, stop), point_trials=list(point_trials), chunk=chunk)
         atomic_write_bytes(os.path.join(self.chunks, _summary_name(spec.group)), _pack(meta, arrays))
 
     def _summary_specs(self, spec: GroupSpec, n_tail: int) -> dict:
         specs = {}
         for metric, (shape, dtype) in spec.metrics.items():
             cells = (len(spec.point_ids), *shape)
-            for field, field_dtype in SUMMARY_FIELDS.items():
-                if field in ("total", "total_sq"):
+            shard = SHARD_SUMMARY_FIELDS if self.first_trial else {}
+            for field, field_dtype in {**SUMMARY_FIELDS, **shard}.items():
+                if field in ("total", "total_sq", "left", "left_sq"):
                     field_shape = (cells[0], _levels(), *cells[1:])
                 else:
                     field_shape = cells + ((_n_bins(),) if field == "hist" else ())
                 specs[f"{metric}/{field}"] = (field_shape, field_dtype)
             specs[f"{metric}/nonfinite_trials"] = ((len(spec.point_ids),), np.int64)
             specs[f"{metric}/blocks"] = ((len(spec.point_ids),), np.int64)
+            if self.first_trial:
+                specs[f"{metric}/first"] = ((len(spec.point_ids),), np.int64)
             specs[f"{metric}/tail"] = ((len(spec.point_ids), n_tail, *shape), dtype)
         return specs
 
@@ -852,12 +872,13 @@ class Store:
         }
 
 
-def _checked_summary_header(path: str, meta: dict, n_points: int) -> int:
-    """The trials of a summary file's header (``trials`` [0, n]), after checking its per-point
-    trial counts (each n, or a whole number of blocks below it) and its chunk size."""
+def _checked_summary_header(path: str, meta: dict, n_points: int, first: int = 0) -> int:
+    """The trials of a summary file's header (``trials`` [first, n]: a shard's from its first
+    trial), after checking its per-point trial counts (each n, or a whole number of blocks below
+    it) and its chunk size."""
     trials, counts, chunk = meta.get("trials"), meta.get("point_trials"), meta.get("chunk")
-    if not (isinstance(trials, list) and len(trials) == 2 and trials[0] == 0 and type(trials[1]) is int):
-        raise StoreError(f"{path}: header has no trial range [0, n]; {_HINT}")
+    if not (isinstance(trials, list) and len(trials) == 2 and trials[0] == first and type(trials[1]) is int):
+        raise StoreError(f"{path}: header has no trial range [{first}, n]; {_HINT}")
     stop = trials[1]
     if not (
         isinstance(counts, list)
@@ -871,9 +892,10 @@ def _checked_summary_header(path: str, meta: dict, n_points: int) -> int:
     return stop
 
 
-def _check_counts(path: str, stored: StoredSummary) -> None:
-    """StoreError unless every cell of every state counts exactly its point's whole blocks of trials."""
-    whole = stored.point_trials // _block() * _block()
+def _check_counts(path: str, stored: StoredSummary, first: int = 0) -> None:
+    """StoreError unless every cell of every state counts exactly its point's whole blocks of
+    trials (from ``first``, a shard's first trial)."""
+    whole = stored.point_trials // _block() * _block() - first
     for metric, state in stored.states.items():
         counted = state.count + state.nan_count
         if (
@@ -881,6 +903,7 @@ def _check_counts(path: str, stored: StoredSummary) -> None:
             or np.any(state.hist.sum(-1, dtype=np.int64) != state.count)
             or np.any((state.nonfinite_trials < 0) | (state.nonfinite_trials > whole))
             or np.any(state.blocks != whole // _block())
+            or (first and np.any(state.first != first // _block()))
         ):
             raise StoreError(f"{path}: counts of {metric!r} do not add up to its trials in whole blocks; {_HINT}")
 
