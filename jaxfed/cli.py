@@ -25,7 +25,18 @@ from jaxfed import store, validation
 from jaxfed.engine import cache, devices
 from jaxfed.engine.options import MAX_DEVICES as MAX_DEVICES  # (--devices at most; re-exported)
 from jaxfed.engine.options import RunOptions
-from jaxfed.experiments import REGISTRY, catalog, describe, get, load_results, make_config, run_experiment, verifying
+from jaxfed.experiments import (
+    REGISTRY,
+    catalog,
+    describe,
+    distributed,
+    get,
+    load_results,
+    make_config,
+    run_experiment,
+    sharding,
+    verifying,
+)
 from jaxfed.experiments.reproduce_progress import Overall, experiment_group
 from jaxfed.experiments.runner import still_running
 from jaxfed.results import FORMATS, export_all, report
@@ -111,7 +122,11 @@ def _cmd_run(args) -> int:
         if args.target_metric is None:
             raise ValueError("--target-se needs --target-metric NAME[@index]")
         n_trials = args.max_trials or DEFAULT_MAX_TRIALS
+    if args.shard is not None:
+        return _cmd_run_shard(exp, args, n_trials)
     out_dir = args.out or os.path.join(args.default_out, exp.name)
+    if args.executor is not None:
+        return _cmd_run_on_executor(exp, args, n_trials, out_dir)
     start = time.perf_counter()
     cfg, config_json, results = _run_one(exp, _parse_sets(args.set), args, out_dir, n_trials)
     if jax.process_index() == 0 and "served_from" not in config_json:
@@ -119,6 +134,76 @@ def _cmd_run(args) -> int:
         if not _quiet(args):
             _say(f"{exp.name}: report {path}")
     print(args.out_given or os.path.join(DEFAULT_OUT, exp.name))  # (as given: the run went to its absolute form)
+    return 0
+
+
+def _cmd_run_shard(exp, args, n_trials: int) -> int:
+    """``jaxfed run NAME --shard I/M``: one shard's trials into its own directory (no report: merge the shards)."""
+    if args.target_se is not None:
+        raise ValueError(
+            "--shard: a precision target (--target-se) cannot be sharded: where each point stops depends on every "
+            "trial before it; run it in one process"
+        )
+    shard = sharding.check_shard(sharding.parse_shard(args.shard), n_trials)
+    out_dir = args.out or os.path.join(
+        args.default_out, f"{exp.name}.shards", f"{shard.index:05d}-of-{shard.count:05d}"
+    )
+    start, stop = sharding.shard_range(n_trials, shard)
+    if not _quiet(args):
+        _say(f"{exp.name}: shard {shard} of {n_trials} trials: trials [{start}, {stop}) of each point -> {out_dir}")
+    cfg = make_config(exp.config_cls, _parse_sets(args.set))
+    options = dataclasses.replace(_run_options(args), out_dir=out_dir)
+    sharding.compute_shard(exp, cfg, n_trials, shard, options, imports=args.imported)
+    print(out_dir)
+    return 0
+
+
+def _cmd_merge(args) -> int:
+    """``jaxfed merge DIR... --out DIR``: the shards of one run joined into the one-process run's directory."""
+    start = time.perf_counter()
+    out_dir = _merged(args.dirs, args.out, partial=args.partial, experiment=args.experiment, imported=args.imported)
+    if not _quiet(args):
+        _say(f"merged {len(args.dirs)} shard directories in {time.perf_counter() - start:.1f} s")
+    print(out_dir)
+    return 0
+
+
+def _merged(paths, out_dir: str, *, partial: bool, experiment: str | None, imported) -> str:
+    """Merges shard directories into ``out_dir`` and writes its report (see :func:`jaxfed.merge`)."""
+    start = time.perf_counter()
+    first = sharding.read_shard(os.path.abspath(paths[0])) if paths else None
+    if first is None:
+        raise ValueError("merge: no shard directories given")
+    exp, cfg = sharding.experiment_of(first.record, experiment, imported)
+    config_json, results, left_out = sharding.merge_shards(
+        paths, out_dir, exp=exp, cfg=cfg, partial=partial, imports=imported
+    )
+    sec = report.section(exp, cfg, config_json, results, time.perf_counter() - start)
+    if left_out:
+        count = first.shard.count
+        sec = sec._replace(
+            settings=sec.settings
+            + f" **A partial merge**: shards 0–{min(left_out) - 1} of {count} ({config_json['n_trials']} of "
+            f"{first.record['n_trials']} trials per point); shard(s) {', '.join(f'{i}/{count}' for i in left_out)} "
+            "left out."
+        )
+    report.write(out_dir, [(exp.name, sec)], time.perf_counter() - start)
+    return out_dir
+
+
+def _cmd_run_on_executor(exp, args, n_trials: int, out_dir: str) -> int:
+    """``jaxfed run NAME --executor dask://HOST:PORT``: the run's shards as Dask tasks, merged here."""
+    if args.target_se is not None:
+        raise ValueError("--executor: a precision target (--target-se) cannot be sharded; run it in one process")
+    start = time.perf_counter()
+    distributed.run_on_dask(
+        args.executor, exp.source or exp.name, n_trials, out_dir, sets=dict(_parse_sets(args.set)),
+        seed=args.seed, keep=args.keep, imports=args.imports, tasks=args.tasks,
+    )  # fmt: skip
+    config_json, results = load_results(out_dir)
+    cfg = make_config(exp.config_cls, _parse_sets(args.set))
+    _write_report(out_dir, exp, cfg, config_json, results, time.perf_counter() - start)
+    print(args.out_given or os.path.join(DEFAULT_OUT, exp.name))
     return 0
 
 
@@ -392,6 +477,17 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--seed", type=_argument(validation.seed), default=0, help="seed of the draw (default 0)")
     verify.add_argument("--experiment", default=None, metavar="FILE.py:NAME", help="the user or plugin experiment that wrote DIR")  # fmt: skip
     verify.set_defaults(func=_cmd_verify)
+    merge = sub.add_parser(
+        "merge", help="join the shards of one run (jaxfed run --shard I/M) into its result directory"
+    )
+    merge.add_argument("dirs", nargs="+", metavar="DIR", help="shard directories, in any order")
+    merge.add_argument(
+        "--out", required=True, help="the merged run's result directory (new, or a merge of the same run)"
+    )
+    merge.add_argument("--partial", action="store_true", help="merge the shards from 0 up to the first missing one (the report says so)")  # fmt: skip
+    merge.add_argument("--experiment", default=None, metavar="FILE.py:NAME", help="the user or plugin experiment that wrote the shards")  # fmt: skip
+    merge.add_argument("--quiet", dest="progress", action="store_false", default=None, help="no status lines")
+    merge.set_defaults(func=_cmd_merge)
     _add_export_command(sub.add_parser("export", help="write a finished run as netCDF, or a table as CSV or Parquet"))
     _add_cache_command(sub.add_parser("cache", help="the compilation cache: where it is and its size, or clear it"))
     for command in sub.choices.values():
@@ -496,6 +592,25 @@ def _add_run_command(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--out", default=None, help=f"result directory (default {DEFAULT_OUT}/NAME)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter")
+    run.add_argument(
+        "--shard",
+        default=None,
+        metavar="I/M",
+        help="compute shard I of M only (trials cut on blocks of 64; default --out results/NAME.shards/I-of-M), then "
+        "`jaxfed merge`; auto: a SLURM array task's, auto/M: a Kubernetes indexed job's (JOB_COMPLETION_INDEX)",
+    )
+    run.add_argument(
+        "--executor",
+        default=None,
+        metavar="dask://HOST:PORT",
+        help="run the shards as tasks of this Dask scheduler (the dask extra; a shared file system) and merge them",
+    )
+    run.add_argument(
+        "--tasks",
+        type=_positive_int("tasks"),
+        default=None,
+        help="with --executor: shards (default 4 per worker thread; a lost worker loses at most its task)",
+    )
     run.add_argument(
         "--max-trials",
         type=_trials("max_trials"),

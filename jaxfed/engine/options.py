@@ -318,7 +318,7 @@ class RunOptions:
         if self.targeted and self.trial_range is not None:
             raise ValueError(
                 "a precision target (target_se) cannot run as a shard (trial_range, --shard): where each point stops "
-                "depends on every trial before it; run it in one process (or grow a merged run with --target-se)"
+                "depends on every trial before it; run it in one process"
             )
         if self.targeted and self.keep == "raw":
             raise ValueError(

@@ -134,7 +134,18 @@ def open_sinks(store: Store, specs: list, n_trials: int, results: dict, writer: 
     try:
         for spec in specs:
             sinks.append(
-                SummarySink(store, spec, n_trials, writer, is_main, targeted, checkpoint_every, clock, hist_on_device, trial_range)  # fmt: skip
+                SummarySink(
+                    store,
+                    spec,
+                    n_trials,
+                    writer,
+                    is_main,
+                    targeted,
+                    checkpoint_every,
+                    clock,
+                    hist_on_device,
+                    trial_range,
+                )  # fmt: skip
                 if summary
                 else RawSink(store, spec, n_trials, results, writer, trial_range)
             )
@@ -359,12 +370,12 @@ class SummarySink(Sink):
         for name, part in out.items():
             before = self.states[name]
             if not isinstance(active, slice):
-                before = stats.SummaryState(*(f if f is None else f[active] for f in before))  # (copies)
+                before = stats.SummaryState(*(f if f is None else f[active] for f in before))  # type: ignore[arg-type]  # (copies)
             state, tail = folded_shares(before, part, n_blocks, stop - _whole(stop))
             if isinstance(active, slice):
                 self.states[name], self.tails[name] = state, tail
             else:
-                self.states[name] = stats.SummaryState(*(f if f is None else with_rows(f, active, v) for f, v in zip(self.states[name], state)))  # fmt: skip
+                self.states[name] = stats.SummaryState(*(f if f is None else with_rows(f, active, v) for f, v in zip(self.states[name], state)))  # type: ignore[arg-type]  # fmt: skip
                 self.tails[name] = with_rows(widened(self.tails[name], tail.shape[1]), active, tail)
         self.unstored = True
         finished = bool(np.all(self.counts >= self.n_trials))

@@ -115,6 +115,8 @@ def _run(exp, config, n_trials, options, imports, dtype, started) -> tuple[dict,
         results = engine.run(sweep.trial, sweep.points, n_trials, options=options)
     _check_dtype_kept(exp, dtype, "the trial")
     config_json = _record(exp, identity, options, n_trials, sweep, results)
+    if options.trial_range is not None:  # a shard: its record is jaxfed.experiments.sharding's
+        return config_json, results
     if jax.process_index() == 0:
         for line in rundir.nonfinite_lines(config_json["nonfinite_trials"], sweep.labels, n_trials):
             print(f"jaxfed: warning: {exp.name}: {line}", file=sys.stderr)

@@ -672,7 +672,7 @@ def finish(state: SummaryState, tail: np.ndarray, lengths=None) -> tuple[Summary
 def result_of(state: SummaryState) -> Summary:
     """The :class:`Summary` (mean, standard error, …) of a state."""
     total, total_sq = level_total(state.total), level_total(state.total_sq)
-    if state.left is not None:  # a shard's: its rising pieces too
+    if state.left is not None and state.left_sq is not None:  # a shard's: its rising pieces too
         total, total_sq = level_total(state.left) + total, level_total(state.left_sq) + total_sq
     return _summary(state.count, state.nan_count, total, total_sq, state.hist)
 

@@ -549,7 +549,9 @@ def _stored_summary(header: dict, arrays: dict) -> StoredSummary:
     for key, value in arrays.items():
         metric, field = key.rsplit("/", 1)
         fields.setdefault(metric, {})[field] = value
-    states = {m: stats.SummaryState(**{f: v[f] for f in stats.SummaryState._fields if f in v}) for m, v in fields.items()}
+    states = {
+        m: stats.SummaryState(**{f: v[f] for f in stats.SummaryState._fields if f in v}) for m, v in fields.items()
+    }
     counts = np.asarray(header["point_trials"], np.int64)
     tails = {m: v["tail"] for m, v in fields.items()}
     return StoredSummary(header["trials"][1], header["point_ids"], counts, header.get("chunk"), states, tails)
@@ -837,10 +839,15 @@ class Store:
         if not self.dir:
             return
         arrays = {
-            f"{metric}/{field}": value for metric, s in states.items() for field, value in s.items() if value is not None
+            f"{metric}/{field}": value
+            for metric, s in states.items()
+            for field, value in s.items()
+            if value is not None
         }
         stop = max(point_trials)
-        meta = dict(self._expected("summary", spec, self.first_trial, stop), point_trials=list(point_trials), chunk=chunk)
+        meta = dict(
+            self._expected("summary", spec, self.first_trial, stop), point_trials=list(point_trials), chunk=chunk
+        )
         atomic_write_bytes(os.path.join(self.chunks, _summary_name(spec.group)), _pack(meta, arrays))
 
     def _summary_specs(self, spec: GroupSpec, n_tail: int) -> dict:
@@ -862,14 +869,36 @@ class Store:
         return specs
 
     def _expected(self, kind: str, spec: GroupSpec, start: int, stop: int) -> dict:
-        return {
-            "format": STORE_FORMAT,
-            "kind": kind,
-            "identity": self.digest,
-            "group": spec.group,
-            "point_ids": list(spec.point_ids),
-            "trials": [start, stop],
-        }
+        return _chunk_meta(kind, self.digest, spec.group, spec.point_ids, start, stop)
+
+
+def _chunk_meta(kind: str, digest: str, group: int, point_ids, start: int, stop: int) -> dict:
+    """A chunk file's header (before its arrays' descriptions and checksums)."""
+    return {
+        "format": STORE_FORMAT,
+        "kind": kind,
+        "identity": digest,
+        "group": group,
+        "point_ids": list(point_ids),
+        "trials": [start, stop],
+    }
+
+
+def summary_path(out_dir: str, group: int) -> str:
+    """The file of group ``group``'s summary in the result directory ``out_dir``."""
+    return os.path.join(chunk_dir(out_dir), _summary_name(group))
+
+
+def write_summary(out_dir: str, group: int, point_ids, point_trials: list, chunk: int, states: dict) -> None:
+    """Writes group ``group``'s summary of trials [0, max(point_trials)) into ``out_dir`` under the
+    identity its identity.json holds (a merge of shards: :mod:`jaxfed.experiments.sharding`), as
+    :meth:`Store.save_summary` does; ``states``: metric -> {field: array} (None fields left out)."""
+    digest = identity_digest(_read_json(os.path.join(out_dir, "identity.json")))
+    arrays = {
+        f"{metric}/{field}": value for metric, s in states.items() for field, value in s.items() if value is not None
+    }
+    meta = dict(_chunk_meta("summary", digest, group, point_ids, 0, max(point_trials)), point_trials=list(point_trials), chunk=chunk)  # fmt: skip
+    atomic_write_bytes(summary_path(out_dir, group), _pack(meta, arrays))
 
 
 def _checked_summary_header(path: str, meta: dict, n_points: int, first: int = 0) -> int:

@@ -179,6 +179,16 @@ def write_results(out_dir: str, config_json: dict, results: Mapping, started: fl
     return config_json
 
 
+def write_shard_record(out_dir: str, config_json: dict) -> dict:
+    """Writes a shard's ``config.json`` (no metrics.npz: a shard's trials are a part of the run's,
+    see :mod:`jaxfed.experiments.sharding`): ``config_json`` with the digest of identity.json and
+    last ``record_sha256``; returns it."""
+    config_json["identity_sha256"] = store.identity_digest(store.read_json(os.path.join(out_dir, "identity.json")))
+    config_json["record_sha256"] = record_digest(config_json)
+    store.atomic_write_json(os.path.join(out_dir, CONFIG_FILE), config_json)
+    return config_json
+
+
 def record_digest(record: Mapping) -> str:
     """SHA-256 of a record (config.json, verdicts.json) without its ``record_sha256``: every entry
     read back as truth (points, coordinates, non-finite counts, verdicts, …) is under it."""

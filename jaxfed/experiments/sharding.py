@@ -1,0 +1,395 @@
+"""Shards and their merge: a run computed as independent pieces, anywhere, and joined exactly.
+
+Every trial is a pure function of (seed, point, trial index, code), and a run's results do not
+depend on how its trials were chunked. So a run of N trials per point can be cut into M shards,
+each the trials ``[start, stop)`` of every point (:func:`shard_range`: fixed by N and M alone,
+cut on the summary's sum blocks of 64 trials), computed by separate processes on separate
+machines at separate times (:func:`run_shard`: a SLURM array task, a Kubernetes indexed job, a
+Dask task), and merged (:func:`merge_shards`) into the directory a one-process run writes:
+
+- raw shards: their chunk files are the run's chunk files (the same name, header and values);
+- summary shards: each keeps the aligned dyadic pieces of its block range
+  (:func:`jaxfed.stats.summary.range_state`), which :func:`jaxfed.stats.summary.joined` folds in
+  trial order into the state a one-process run folds, bit for bit; the last shard holds the tail.
+
+The merged directory is then finished by the ordinary run on it, which finds every trial stored
+and computes nothing: metrics.npz is the one-process run's byte for byte.
+
+Internal: not a public API (no ``__all__``; the public names are in tests/project/public_api.txt).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from jaxfed import engine, stats, store, validation
+from jaxfed.experiments import REGISTRY, catalog
+from jaxfed.experiments.runner import run_experiment
+from jaxfed.experiments.spec import make_config
+from jaxfed.store import rundir
+
+SHARD_KEY = "shard"
+"""The key of a shard's config.json that says which shard it is: ``{"index", "count", "trials"}``."""
+
+
+class Shard(NamedTuple):
+    """Shard ``index`` of ``count`` (0 <= index < count)."""
+
+    index: int  # type: ignore[assignment]  # (a field named like tuple.index: the shard's number)
+    count: int  # type: ignore[assignment]  # (like tuple.count: how many shards)
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def shard_range(n_trials: int, shard: Shard) -> tuple[int, int]:
+    """Trials [start, stop) of each point that ``shard`` computes in a run of ``n_trials``: the
+    B = ⌈n_trials / 64⌉ sum blocks cut at ⌊i·B / M⌋ (sizes differ by at most one block), the
+    last shard ending at ``n_trials``.
+
+    >>> [shard_range(1000, Shard(i, 3)) for i in range(3)]
+    [(0, 320), (320, 640), (640, 1000)]
+    """
+    block = stats.summary.SUMMARY_BLOCK
+    n_blocks = math.ceil(n_trials / block)
+    check_shard(shard, n_trials)
+    first, last = shard.index * n_blocks // shard.count, (shard.index + 1) * n_blocks // shard.count
+    return first * block, min(last * block, n_trials)
+
+
+def check_shard(shard: Shard, n_trials: int) -> Shard:
+    """``shard``, after checking it (0 <= index < count <= the run's sum blocks)."""
+    n_blocks = math.ceil(n_trials / stats.summary.SUMMARY_BLOCK)
+    validation.check("shard", str(shard), 1 <= shard.count, "I/M with M >= 1")
+    validation.check("shard", str(shard), 0 <= shard.index < shard.count, "I/M with 0 <= I < M")
+    validation.check(
+        "shard",
+        str(shard),
+        shard.count <= n_blocks,
+        f"I/M with M at most {n_blocks} for {n_trials} trials (shards are cut on blocks of "
+        f"{stats.summary.SUMMARY_BLOCK} trials)",
+    )
+    return shard
+
+
+def parse_shard(text: str, environ: Mapping[str, str] | None = None) -> Shard:
+    """``I/M``; or ``auto``: a SLURM array task's (``SLURM_ARRAY_TASK_ID`` − ``SLURM_ARRAY_TASK_MIN``
+    of ``SLURM_ARRAY_TASK_COUNT``); or ``auto/M``: a Kubernetes indexed job's
+    (``JOB_COMPLETION_INDEX`` of M), or a SLURM array task's checked against M."""
+    env = os.environ if environ is None else environ
+    allowed = "I/M (0 <= I < M), auto (a SLURM array task) or auto/M (a Kubernetes indexed job of M completions)"
+    head, _, tail = text.partition("/")
+    try:
+        count = int(tail) if tail else None
+        if head != "auto":
+            return Shard(int(head), int(tail))
+    except ValueError:
+        raise ValueError(f"shard: got {text!r}; expected {allowed}") from None
+    if "SLURM_ARRAY_TASK_ID" in env:
+        index, total = _env_int(env, "SLURM_ARRAY_TASK_ID"), _env_int(env, "SLURM_ARRAY_TASK_COUNT")
+        index -= _env_int(env, "SLURM_ARRAY_TASK_MIN") if "SLURM_ARRAY_TASK_MIN" in env else 0
+        if count is not None and count != total:
+            raise ValueError(f"shard: {text} but SLURM_ARRAY_TASK_COUNT is {total}")
+        return Shard(index, total)
+    if "JOB_COMPLETION_INDEX" in env:
+        if count is None:
+            raise ValueError(
+                "shard: auto found JOB_COMPLETION_INDEX (a Kubernetes indexed job) but no count: give --shard auto/M, "
+                "M the job's completions"
+            )
+        return Shard(_env_int(env, "JOB_COMPLETION_INDEX"), count)
+    raise ValueError(
+        f"shard: {text} found neither SLURM_ARRAY_TASK_ID (a SLURM job array) nor JOB_COMPLETION_INDEX "
+        "(a Kubernetes indexed job) in the environment; give --shard I/M"
+    )
+
+
+def _env_int(env: Mapping[str, str], name: str) -> int:
+    try:
+        return int(env[name])
+    except (KeyError, ValueError):
+        raise ValueError(f"shard: the environment's {name} is {env.get(name)!r}, not an integer") from None
+
+
+# --------------------------------------------------------------------------- one shard
+def run_shard(
+    name: str,
+    n_trials: int,
+    shard: Shard,
+    out_dir: str,
+    *,
+    sets: Mapping[str, str] | None = None,
+    seed: int = 0,
+    keep: str = "auto",
+    imports: Sequence[str] = (),
+    quiet: bool = True,
+) -> str:
+    """``jaxfed run NAME --trials N --shard I/M --out DIR`` in this process (a Dask task, a
+    script): the experiment ``name`` (built in, or ``path/file.py:NAME``) with the parameters
+    ``sets`` (``--set`` strings), after executing the user files ``imports`` (``--import``; once
+    per content in a process); returns ``out_dir``. See :func:`compute_shard`."""
+    imported = catalog.import_extensions(imports)
+    exp = catalog.find(name, REGISTRY)
+    cfg = make_config(exp.config_cls, dict(sets or {}))
+    options = engine.RunOptions.for_experiments(seed=seed, keep=keep, out_dir=out_dir, progress=not quiet)
+    compute_shard(exp, cfg, n_trials, shard, options, imported or None)
+    return out_dir
+
+
+def compute_shard(
+    exp,
+    cfg,
+    n_trials: int,
+    shard: Shard,
+    options: engine.RunOptions,
+    imports: Mapping[str, str] | None = None,
+) -> dict:
+    """Computes shard ``shard`` of the experiment's run of ``n_trials`` trials into
+    ``options.out_dir``, a result directory of the run's identity (a rerun resumes it like any
+    run) whose config.json says which shard it is; returns that record.
+
+    Raises:
+        ValueError: a bad shard, a precision target (where each point stops depends on every trial
+            before it), or what :func:`jaxfed.experiments.run_experiment` raises.
+    """
+    check_shard(shard, n_trials)
+    if options.out_dir is None:
+        raise ValueError("a shard needs a result directory (--out, options.out_dir)")
+    if options.targeted:
+        raise ValueError(
+            "--shard: a precision target (--target-se) cannot be sharded: where each point stops depends on every "
+            "trial before it; run it in one process"
+        )
+    span = shard_range(n_trials, shard)
+    options = dataclasses.replace(options, trial_range=span, out_dir=os.path.abspath(options.out_dir))
+    config_json, _ = run_experiment(exp, cfg, n_trials, options, imports=imports)
+    config_json[SHARD_KEY] = {"index": shard.index, "count": shard.count, "trials": list(span)}
+    return rundir.write_shard_record(str(options.out_dir), config_json)
+
+
+# --------------------------------------------------------------------------- merge
+class ShardDir(NamedTuple):
+    """A verified shard directory: its path, its record, its shard and its trials [start, stop)."""
+
+    path: str
+    record: dict
+    shard: Shard
+    trials: tuple[int, int]
+
+
+def read_shard(path: str) -> ShardDir:
+    """The shard in ``path``, its record checked against its identity and every chunk header
+    (:func:`jaxfed.store.verify_record`); ValueError naming the directory otherwise."""
+    record_path = os.path.join(path, rundir.CONFIG_FILE)
+    try:
+        record = store.read_json(record_path)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: holds no {rundir.CONFIG_FILE}: not a finished shard (rerun its command)") from None
+    if not isinstance(record, dict) or not isinstance(record.get(SHARD_KEY), dict):
+        raise ValueError(f"{path}: is not a shard (its {rundir.CONFIG_FILE} names none); merge takes shard directories")
+    if record.get("record_sha256") != rundir.record_digest(record):
+        raise ValueError(f"{record_path}: was changed after it was written (its record digest differs)")
+    store.verify_record(path, record, record_path)
+    marker = record[SHARD_KEY]
+    shard = Shard(int(marker["index"]), int(marker["count"]))
+    trials = shard_range(int(record["n_trials"]), shard)
+    if list(trials) != marker["trials"]:
+        raise ValueError(
+            f"{record_path}: shard {shard} of {record['n_trials']} trials is {trials}, not {marker['trials']}"
+        )
+    return ShardDir(path, record, shard, trials)
+
+
+def check_one_run(shards: list[ShardDir], partial: bool) -> list[ShardDir]:
+    """The shards to merge, in trial order: all of one run (experiment, parameters, seed, code:
+    the identity; the trial count, the shard count, what is kept), each once, every one of them
+    (or, with ``partial``, those from shard 0 up to the first one missing)."""
+    if not shards:
+        raise ValueError("merge: no shard directories given")
+    first = shards[0]
+    for other in shards[1:]:
+        for key in ("identity_sha256", "n_trials", "keep"):
+            if other.record.get(key) != first.record.get(key):
+                raise ValueError(f"merge: {other.path} and {first.path} are not shards of one run (their {key} differ)")
+        if other.shard.count != first.shard.count:
+            raise ValueError(
+                f"merge: {other.path} is shard {other.shard}, {first.path} shard {first.shard}: cut into different counts"
+            )
+    by_index: dict[int, ShardDir] = {}
+    for s in shards:
+        if s.shard.index in by_index:
+            raise ValueError(f"merge: shard {s.shard} is given twice ({by_index[s.shard.index].path} and {s.path})")
+        by_index[s.shard.index] = s
+    missing = [i for i in range(first.shard.count) if i not in by_index]
+    if missing and not partial:
+        n = int(first.record["n_trials"])
+        spans = [shard_range(n, Shard(i, first.shard.count)) for i in missing[:5]]
+        shown = ", ".join(f"{i}/{first.shard.count} (trials [{a}, {b}))" for i, (a, b) in zip(missing, spans))
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise ValueError(f"merge: shard(s) {shown}{more} missing; run them, or merge what is there with --partial")
+    prefix = missing[0] if missing else first.shard.count
+    if prefix == 0:
+        raise ValueError(f"merge --partial: shard 0/{first.shard.count} is missing; a merged run starts at trial 0")
+    return [by_index[i] for i in range(prefix)]
+
+
+def merge(
+    paths: Sequence[str],
+    out_dir: str,
+    *,
+    partial: bool = False,
+    experiment: str | None = None,
+    imports: Sequence[str] = (),
+) -> str:
+    """:func:`merge_shards` of a built-in experiment, or of the one ``experiment`` names
+    (``path/file.py:NAME``) with the user files ``imports`` (``--import``) the shards ran with;
+    returns ``out_dir`` (metrics.npz, config.json and the figure; ``jaxfed merge`` also writes
+    report.md)."""
+    if not paths:
+        raise ValueError("merge: no shard directories given")
+    imported = catalog.import_extensions(imports)
+    exp, cfg = experiment_of(read_shard(os.path.abspath(paths[0])).record, experiment, imported)
+    merge_shards(paths, out_dir, exp=exp, cfg=cfg, partial=partial, imports=imported or None)
+    return out_dir
+
+
+def merge_shards(
+    paths: Sequence[str],
+    out_dir: str,
+    *,
+    exp,
+    cfg,
+    partial: bool = False,
+    imports: Mapping[str, str] | None = None,
+) -> tuple[dict, dict, list[int]]:
+    """Merges the shard directories ``paths`` (any order) into ``out_dir`` and finishes it with
+    the ordinary run of the experiment on it, which computes nothing: (config_json, results, the
+    indices of the shards left out by ``partial``). The inputs are read only; a rerun writes the
+    same directory again.
+
+    Raises:
+        ValueError: a directory that is not a verified shard, shards of different runs, a shard
+            given twice or missing (unless ``partial``), an unfinished shard, or ``out_dir`` one of
+            the inputs.
+    """
+    shards = [read_shard(os.path.abspath(p)) for p in paths]
+    used = check_one_run(shards, partial)
+    out_dir = os.path.abspath(out_dir)
+    if any(os.path.realpath(s.path) == os.path.realpath(out_dir) for s in shards):
+        raise ValueError(f"merge: --out {out_dir} is one of the shards; merge writes a new directory")
+    record = used[0].record
+    n_trials = used[-1].trials[1]
+    _copy_chunks(used, out_dir)
+    options = engine.RunOptions.for_experiments(
+        seed=int(record["seed"]), keep=record["keep"], out_dir=out_dir, progress=False
+    )
+    config_json, results = run_experiment(exp, cfg, n_trials, options, imports=imports)
+    computed = [size for size in config_json["engine"]["chunk_sizes"] if size is not None]
+    if computed:  # (the shards are verified: a merged run that computes is a defect, not a user error)
+        raise AssertionError(f"merge: the merged run of {out_dir} computed trials ({computed})")
+    left_out = sorted(set(range(used[0].shard.count)) - {s.shard.index for s in used})
+    return config_json, results, left_out
+
+
+def _copy_chunks(shards: list[ShardDir], out_dir: str) -> None:
+    """Writes the merged run's identity and chunks into ``out_dir``: raw chunks copied as they are
+    (each shard's covering its trials, or it is not finished), each group's summary joined in
+    trial order."""
+    identity_bytes = store.read_regular(os.path.join(shards[0].path, "identity.json"))
+    _check_out(out_dir, identity_bytes)
+    os.makedirs(store.chunk_dir(out_dir), exist_ok=True)
+    store.atomic_write_bytes(os.path.join(out_dir, "identity.json"), identity_bytes)
+    for s in shards:
+        raw = [c for c in store.list_chunks(s.path) if c.kind == "raw" and c.canonical]
+        for group in sorted({c.group for c in raw}):
+            covered = s.trials[0]
+            for c in sorted((c for c in raw if c.group == group), key=lambda c: c.start):
+                covered = max(covered, c.stop) if c.start <= covered else covered
+            if covered < s.trials[1]:
+                raise ValueError(
+                    f"merge: {s.path} (shard {s.shard}) holds trials up to {covered} of [{s.trials[0]}, "
+                    f"{s.trials[1]}): not finished; rerun its command"
+                )
+        for chunk in raw:
+            data = store.read_regular(os.path.join(store.chunk_dir(s.path), chunk.name))
+            store.atomic_write_bytes(os.path.join(store.chunk_dir(out_dir), chunk.name), data)
+    groups = sorted({c.group for c in store.list_chunks(shards[0].path) if c.kind == "summary"})
+    for group in groups:
+        _join_summaries(shards, out_dir, group)
+
+
+def _check_out(out_dir: str, identity_bytes: bytes) -> None:
+    """ValueError unless ``out_dir`` is new, empty or a merge of the same run (a rerun)."""
+    if not os.path.lexists(out_dir):
+        return
+    store.check_no_link(out_dir)
+    if not os.path.isdir(out_dir):
+        raise ValueError(f"merge: --out {out_dir} is not a directory")
+    names = os.listdir(out_dir)
+    if not names:
+        return
+    path = os.path.join(out_dir, "identity.json")
+    if "identity.json" not in names:
+        raise ValueError(f"merge: --out {out_dir} holds files that are not a jaxfed run; use a new or empty directory")
+    if store.read_json(path) != json.loads(identity_bytes):
+        raise ValueError(f"merge: --out {out_dir} holds another run (its identity.json differs); use a new directory")
+
+
+def _join_summaries(shards: list[ShardDir], out_dir: str, group: int) -> None:
+    """Writes group ``group``'s summary of the merged run: the shards' states joined in trial order
+    (:func:`jaxfed.stats.summary.joined`), the last shard's tail."""
+    states, tails, point_ids, chunk = None, None, None, None
+    for s in shards:
+        path = store.summary_path(s.path, group)
+        stored = store.read_summary(path)
+        if stored.stop != s.trials[1]:
+            raise ValueError(
+                f"merge: {s.path} (shard {s.shard}) holds trials up to {stored.stop} of [{s.trials[0]}, {s.trials[1]}): "
+                "not finished; rerun its command"
+            )
+        if states is None:
+            states, point_ids, chunk = dict(stored.states), stored.point_ids, stored.chunk
+        else:
+            states = {m: stats.summary.joined(states[m], stored.states[m]) for m in states}
+        tails = stored.tails
+    assert states is not None and tails is not None and point_ids is not None
+    n = shards[-1].trials[1]
+    snapshot = {m: dict(state._asdict(), tail=tails[m]) for m, state in states.items()}
+    store.write_summary(out_dir, group, point_ids, np.full(len(point_ids), n).tolist(), chunk or 1, snapshot)
+
+
+# --------------------------------------------------------------------------- the experiment
+def experiment_of(record: dict, named: str | None, imported: Mapping[str, str] | None):
+    """(experiment, config) of a shard's record: a built-in experiment by its recorded name, or the
+    one the user names (``named``, ``path/file.py:NAME``); a directory never runs code it names.
+    The user files ``--import``'ed must be those the run imported."""
+    if record.get("imports", {}) != dict(imported or {}):
+        raise ValueError(
+            f"the shards were run with --import {', '.join(sorted(record.get('imports', {}))) or '(nothing)'}: "
+            "give the same files, unchanged"
+        )
+    recorded = record["experiment"]
+    if named is None:
+        if record.get("plugin") or record.get("source") or recorded not in REGISTRY:
+            raise ValueError(
+                f"the shards were written by the experiment {record.get('source') or recorded!r}, which is not built "
+                "in; a result directory never runs the code it names: give it with --experiment path/to/file.py:NAME"
+            )
+        exp = REGISTRY[recorded]
+    else:
+        exp = catalog.find(named, REGISTRY)
+        if exp.name != recorded:
+            raise ValueError(f"--experiment {named}: is the experiment {exp.name!r}, but the shards hold {recorded!r}")
+    params = {k: ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in record["parameters"].items()}
+    cfg = make_config(exp.config_cls, params)
+    code = catalog.code_identity(exp, cfg)
+    if code != {k: record[k] for k in ("code", "plugin") if k in record}:
+        raise ValueError(f"{exp.source or exp.name}: is not the code that wrote the shards (its file digests differ)")
+    return exp, cfg

@@ -1,0 +1,243 @@
+"""Shards and merge (issue "Beyond one machine"): a run cut into M shards, computed separately and
+merged in any order, is the one-process run byte for byte, raw and summary; every refusal of the
+merge is one line naming what is wrong."""
+
+import json
+import os
+import random
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from support import SMALL, one_line_error
+
+from jaxfed import cli, engine, store
+from jaxfed.experiments import sharding
+from jaxfed.experiments.sharding import Shard, parse_shard, shard_range
+from jaxfed.stats import summary
+
+NAME = "gfvl-topologies"
+SETS = [arg for k, v in SMALL[NAME].items() for arg in ("--set", f"{k}={v}")]
+N = 700  # 11 sum blocks: shards of uneven sizes, the last with a tail of 60 trials
+
+
+def _run(*argv) -> None:
+    assert cli.main(["run", NAME, "--trials", str(N), "--quiet", *SETS, *argv]) == 0
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """The one-process runs, raw and summary."""
+    base = tmp_path_factory.mktemp("one")
+    for keep in ("raw", "summary"):
+        _run("--keep", keep, "--out", str(base / keep))
+    return base
+
+
+# --------------------------------------------------------------------------- ranges
+@pytest.mark.parametrize("n_trials", [1, 64, 65, 700, 10_000, 2**32])
+@pytest.mark.parametrize("count", [1, 2, 3, 7, 1000])
+def test_shard_ranges_cover_every_trial_once_on_whole_blocks(n_trials, count):
+    blocks = -(-n_trials // 64)
+    if count > blocks:
+        with pytest.raises(ValueError, match=f"M at most {blocks}"):
+            shard_range(n_trials, Shard(0, count))
+        return
+    spans = [shard_range(n_trials, Shard(i, count)) for i in range(count)]
+    assert spans[0][0] == 0 and spans[-1][1] == n_trials
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+    assert all(start % 64 == 0 and start < stop for start, stop in spans)
+    sizes = [-(-(stop - start) // 64) for start, stop in spans]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_shard_from_the_environment_of_a_slurm_array_or_a_kubernetes_indexed_job():
+    slurm = {"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_COUNT": "8"}
+    assert parse_shard("auto", slurm) == Shard(4, 8)
+    assert parse_shard("auto/8", slurm) == Shard(4, 8)
+    with pytest.raises(ValueError, match="SLURM_ARRAY_TASK_COUNT is 8"):
+        parse_shard("auto/7", slurm)
+    assert parse_shard("auto/12", {"JOB_COMPLETION_INDEX": "11"}) == Shard(11, 12)
+    with pytest.raises(ValueError, match="--shard auto/M"):
+        parse_shard("auto", {"JOB_COMPLETION_INDEX": "3"})
+    with pytest.raises(ValueError, match="neither SLURM_ARRAY_TASK_ID"):
+        parse_shard("auto", {})
+    with pytest.raises(ValueError, match="expected I/M"):
+        parse_shard("1/x", {})
+    assert parse_shard("2/3", {}) == Shard(2, 3)
+
+
+# --------------------------------------------------------------------------- summaries
+def test_joined_shard_summaries_are_the_one_fold_bit_for_bit():
+    """Random cuts into shards, random chunks inside each: the joined state is the one-process one."""
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        n_blocks = int(rng.integers(1, 80))
+        values = rng.standard_normal((2, n_blocks * 64, 3)).astype(np.float32)
+
+        def folded(first, stop):
+            state, pos = summary.range_state((2, 3), first), first
+            while pos < stop:
+                size = int(rng.integers(1, stop - pos + 1))
+                part = summary.chunk_summary(values[:, pos * 64 : (pos + size) * 64], size * 64, np, first_block=pos)
+                state, pos = summary.fold(state, part, size), pos + size
+            return state
+
+        whole = folded(0, n_blocks)
+        cuts = sorted({0, n_blocks, *rng.integers(1, n_blocks, int(rng.integers(0, 6))).tolist()})
+        joined = None
+        for a, b in zip(cuts, cuts[1:]):
+            part = folded(a, b)
+            joined = part if joined is None else summary.joined(joined, part)
+        assert joined.first is None
+        for field in ("total", "total_sq", "count", "nan_count", "hist", "blocks"):
+            np.testing.assert_array_equal(getattr(joined, field), getattr(whole, field), err_msg=field)
+
+
+def test_a_stopped_summary_shard_resumes_to_the_same_state(tmp_path):
+    def trial(key, point):
+        return {"x": jax.random.normal(key, (2,)) * point["s"]}
+
+    points = [{"s": jnp.float32(1.0)}, {"s": jnp.float32(3.0)}]
+    kw = dict(keep="summary", identity={"t": 1}, progress=False, chunk_size=64)
+    engine.run(trial, points, 1000, out_dir=str(tmp_path / "once"), trial_range=(320, 1000), **kw)
+    # the same shard stopped after trial 500 (a partial block), then run again to its end
+    engine.run(trial, points, 1000, out_dir=str(tmp_path / "twice"), trial_range=(320, 500), **kw)
+    engine.run(trial, points, 1000, out_dir=str(tmp_path / "twice"), trial_range=(320, 1000), **kw)
+    once, twice = (store.read_summary(store.summary_path(str(tmp_path / d), 0)) for d in ("once", "twice"))
+    for field in ("total", "total_sq", "left", "left_sq", "hist", "count"):
+        np.testing.assert_array_equal(getattr(once.states["x"], field), getattr(twice.states["x"], field))
+    np.testing.assert_array_equal(once.tails["x"], twice.tails["x"])
+
+
+# --------------------------------------------------------------------------- end to end
+def _shards(base, keep: str, count: int) -> list[str]:
+    paths = []
+    for i in range(count):
+        path = str(base / f"{keep}-{count}-s{i}")
+        _run("--keep", keep, "--shard", f"{i}/{count}", "--out", path, "--chunk-size", "128")
+        paths.append(path)
+    return paths
+
+
+def _masked_report(path: str) -> list[str]:
+    """report.md without its lines of how and how long the run was computed (devices, chunks, seconds)."""
+    return [line for line in open(path).read().splitlines() if "to compute (as recorded)" not in line]
+
+
+@pytest.mark.parametrize("keep", ["raw", "summary"])
+@pytest.mark.parametrize("count", [1, 2, 3, 7])
+def test_merged_shards_are_the_one_process_run_byte_for_byte(one_process, tmp_path, keep, count):
+    paths = _shards(tmp_path, keep, count)
+    random.Random(count).shuffle(paths)
+    merged = str(tmp_path / "merged")
+    assert cli.main(["merge", *paths, "--out", merged, "--quiet"]) == 0
+    reference = str(one_process / keep)
+    for name in ("metrics.npz",):
+        assert open(os.path.join(merged, name), "rb").read() == open(os.path.join(reference, name), "rb").read()
+    verdicts = [json.load(open(os.path.join(d, "verdicts.json")))["verdicts"] for d in (merged, reference)]
+    assert verdicts[0] == verdicts[1]
+    assert _masked_report(os.path.join(merged, "report.md")) == _masked_report(os.path.join(reference, "report.md"))
+    # merge never changes its inputs and is safe to rerun
+    before = {p: sorted(os.listdir(os.path.join(p, "chunks"))) for p in paths}
+    assert cli.main(["merge", *paths, "--out", merged, "--quiet"]) == 0
+    assert open(os.path.join(merged, "metrics.npz"), "rb").read() == open(os.path.join(reference, "metrics.npz"), "rb").read()  # fmt: skip
+    assert before == {p: sorted(os.listdir(os.path.join(p, "chunks"))) for p in paths}
+
+
+def test_a_killed_raw_shard_resumes_and_merges(one_process, tmp_path):
+    paths = _shards(tmp_path, "raw", 2)
+    chunks = os.path.join(paths[1], "chunks")
+    os.remove(os.path.join(chunks, sorted(os.listdir(chunks))[-1]))  # killed before its last chunk …
+    os.remove(os.path.join(paths[1], "config.json"))  # … and before its record
+    _run("--keep", "raw", "--shard", "1/2", "--out", paths[1], "--chunk-size", "128")
+    merged = str(tmp_path / "merged")
+    assert cli.main(["merge", *paths, "--out", merged, "--quiet"]) == 0
+    assert open(os.path.join(merged, "metrics.npz"), "rb").read() == open(one_process / "raw" / "metrics.npz", "rb").read()  # fmt: skip
+
+
+def test_python_merge_writes_the_merged_run(one_process, tmp_path):
+    paths = [
+        sharding.run_shard(NAME, N, Shard(i, 2), str(tmp_path / f"s{i}"), sets=SMALL[NAME], keep="summary")
+        for i in range(2)
+    ]
+    out = sharding.merge(paths[::-1], str(tmp_path / "merged"))
+    assert open(os.path.join(out, "metrics.npz"), "rb").read() == open(one_process / "summary" / "metrics.npz", "rb").read()  # fmt: skip
+
+
+# --------------------------------------------------------------------------- refusals
+@pytest.fixture(scope="module")
+def three_shards(tmp_path_factory):
+    return _shards(tmp_path_factory.mktemp("three"), "raw", 3)
+
+
+def _merge_error(capsys, *argv) -> str:
+    return one_line_error(capsys, ["merge", *argv])
+
+
+def test_merge_refuses_a_missing_or_duplicated_shard(capsys, tmp_path, three_shards):
+    a, b, c = three_shards
+    err = _merge_error(capsys, a, c, "--out", str(tmp_path / "m"))
+    assert "shard(s) 1/3 (trials [192, 448)) missing" in err and "--partial" in err
+    assert "shard 0/3 is given twice" in _merge_error(capsys, a, a, b, c, "--out", str(tmp_path / "m"))
+    assert "shard 0/3 is missing" in _merge_error(capsys, b, c, "--partial", "--out", str(tmp_path / "m"))
+
+
+def test_a_partial_merge_is_the_shorter_run_and_says_so(capsys, tmp_path, three_shards):
+    a, b, c = three_shards
+    out = str(tmp_path / "partial")
+    assert cli.main(["merge", a, c, "--partial", "--out", out, "--quiet"]) == 0
+    record = json.load(open(os.path.join(out, "config.json")))
+    assert record["n_trials"] == 192
+    assert (
+        "**A partial merge**: shards 0–0 of 3 (192 of 700 trials per point); shard(s) 1/3, 2/3 left out"
+        in open(os.path.join(out, "report.md")).read()
+    )
+
+
+def test_merge_refuses_shards_of_different_runs(capsys, tmp_path, three_shards):
+    other = str(tmp_path / "seed1")
+    _run("--keep", "raw", "--shard", "1/3", "--out", other, "--seed", "1", "--chunk-size", "128")
+    err = _merge_error(capsys, three_shards[0], other, three_shards[2], "--out", str(tmp_path / "m"))
+    assert "are not shards of one run (their identity_sha256 differ)" in err
+    cut = str(tmp_path / "cut2")
+    _run("--keep", "raw", "--shard", "1/2", "--out", cut, "--chunk-size", "128")
+    assert "cut into different counts" in _merge_error(capsys, three_shards[0], cut, "--out", str(tmp_path / "m"))
+
+
+def test_merge_refuses_what_is_not_a_finished_shard(capsys, tmp_path, one_process, three_shards):
+    assert "is not a shard" in _merge_error(capsys, str(one_process / "raw"), "--out", str(tmp_path / "m"))
+    broken = str(tmp_path / "broken")
+    shutil.copytree(three_shards[1], broken)
+    chunks = os.path.join(broken, "chunks")
+    os.remove(os.path.join(chunks, sorted(os.listdir(chunks))[0]))
+    err = _merge_error(capsys, three_shards[0], broken, three_shards[2], "--out", str(tmp_path / "m"))
+    assert "not finished; rerun its command" in err
+    edited = str(tmp_path / "edited")
+    shutil.copytree(three_shards[1], edited)
+    record = json.load(open(os.path.join(edited, "config.json")))
+    record["shard"]["index"] = 2
+    json.dump(record, open(os.path.join(edited, "config.json"), "w"))
+    assert "was changed after it was written" in _merge_error(capsys, edited, "--out", str(tmp_path / "m"))
+
+
+def test_merge_refuses_to_write_over_an_input_or_another_run(capsys, tmp_path, one_process, three_shards):
+    assert "is one of the shards" in _merge_error(capsys, *three_shards, "--out", three_shards[0])
+    other = str(tmp_path / "other")
+    shutil.copytree(one_process / "raw", other)
+    with open(os.path.join(other, "identity.json"), "w") as f:
+        json.dump({"someone": "else"}, f)
+    assert "holds another run" in _merge_error(capsys, *three_shards, "--out", other)
+
+
+def test_a_shard_refuses_a_precision_target_and_a_bad_count(capsys, tmp_path):
+    err = one_line_error(
+        capsys,
+        ["run", NAME, "--shard", "0/2", "--target-se", "0.1", "--target-metric", "error", "--out", str(tmp_path / "x")],
+    )
+    assert "cannot be sharded" in err or "cannot run as a shard" in err
+    err = one_line_error(capsys, ["run", NAME, "--trials", "100", "--shard", "0/3", "--out", str(tmp_path / "y")])
+    assert "M at most 2 for 100 trials" in err
+    assert "expected I/M" in one_line_error(capsys, ["run", NAME, "--shard", "two", "--out", str(tmp_path / "z")])
