@@ -11,11 +11,16 @@ The package in layers, each importing only those below it (docs/layout.md):
 - :mod:`jaxfed.engine` (sweeps), :mod:`~jaxfed.plotting`;
 - :mod:`jaxfed.experiments` (the reproduced figures);
 - :mod:`jaxfed.results` (results as labelled data, docs/results.md: :func:`open_results`,
-  :func:`to_xarray`, :func:`bands`, :func:`verdicts`; the reports); the ``jaxfed`` command.
+  :func:`to_xarray`, :func:`bands`, :func:`verdicts`; the reports); the ``jaxfed`` command;
+- beyond one machine (docs/clusters.md): ``jaxfed.run_shard`` computes one shard of a run,
+  ``jaxfed.merge`` joins the shards into the one-process run's directory byte for byte,
+  ``jaxfed.run_on_dask`` runs the shards as Dask tasks (the dask extra).
 
 Modules that moved in 0.2 keep their old paths (``jaxfed.expfam``, ``jaxfed.rundir``, …) with a
 DeprecationWarning until 0.3 (:mod:`jaxfed._aliases`).
 """
+
+import importlib
 
 from jaxfed import _aliases, engine, gfvl, kmeans, numerics, oac, registry, scenarios, stats, validation
 from jaxfed._version import __version__
@@ -37,12 +42,25 @@ __all__ = [
     "to_xarray",
     "bands",
     "verdicts",
+    "merge",
+    "run_shard",
+    "run_on_dask",
     "__version__",
 ]
+
+_ON_FIRST_USE = {
+    "merge": "jaxfed.results.merging",
+    "run_shard": "jaxfed.experiments.sharding",
+    "run_on_dask": "jaxfed.experiments.distributed",
+}
+"""Public names imported on first use (``import jaxfed`` does not load the experiments): runs
+beyond one machine (docs/clusters.md)."""
 
 
 def __getattr__(name: str):
     """``jaxfed.expfam`` and the other modules that moved in 0.2, with a DeprecationWarning."""
+    if name in _ON_FIRST_USE:
+        return getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
     old = f"jaxfed.{name}"
     if old in _aliases.MOVED:
         return _aliases.moved(old, stacklevel=3)  # (the line that reads jaxfed.NAME)

@@ -39,7 +39,7 @@ from jaxfed.experiments import (
 )
 from jaxfed.experiments.reproduce_progress import Overall, experiment_group
 from jaxfed.experiments.runner import still_running
-from jaxfed.results import FORMATS, export_all, report
+from jaxfed.results import FORMATS, export_all, merging, report
 
 DEFAULT_OUT = "results"
 DEFAULT_MAX_TRIALS = 1_000_000  # trials per point at most in a precision-targeted run
@@ -161,34 +161,11 @@ def _cmd_run_shard(exp, args, n_trials: int) -> int:
 def _cmd_merge(args) -> int:
     """``jaxfed merge DIR... --out DIR``: the shards of one run joined into the one-process run's directory."""
     start = time.perf_counter()
-    out_dir = _merged(args.dirs, args.out, partial=args.partial, experiment=args.experiment, imported=args.imported)
+    out_dir = merging.merge(args.dirs, args.out, partial=args.partial, experiment=args.experiment, imports=args.imports)
     if not _quiet(args):
         _say(f"merged {len(args.dirs)} shard directories in {time.perf_counter() - start:.1f} s")
     print(out_dir)
     return 0
-
-
-def _merged(paths, out_dir: str, *, partial: bool, experiment: str | None, imported) -> str:
-    """Merges shard directories into ``out_dir`` and writes its report (see :func:`jaxfed.merge`)."""
-    start = time.perf_counter()
-    first = sharding.read_shard(os.path.abspath(paths[0])) if paths else None
-    if first is None:
-        raise ValueError("merge: no shard directories given")
-    exp, cfg = sharding.experiment_of(first.record, experiment, imported)
-    config_json, results, left_out = sharding.merge_shards(
-        paths, out_dir, exp=exp, cfg=cfg, partial=partial, imports=imported
-    )
-    sec = report.section(exp, cfg, config_json, results, time.perf_counter() - start)
-    if left_out:
-        count = first.shard.count
-        sec = sec._replace(
-            settings=sec.settings
-            + f" **A partial merge**: shards 0–{min(left_out) - 1} of {count} ({config_json['n_trials']} of "
-            f"{first.record['n_trials']} trials per point); shard(s) {', '.join(f'{i}/{count}' for i in left_out)} "
-            "left out."
-        )
-    report.write(out_dir, [(exp.name, sec)], time.perf_counter() - start)
-    return out_dir
 
 
 def _cmd_run_on_executor(exp, args, n_trials: int, out_dir: str) -> int:

@@ -122,7 +122,7 @@ def _env_int(env: Mapping[str, str], name: str) -> int:
 def run_shard(
     name: str,
     n_trials: int,
-    shard: Shard,
+    shard: Shard | tuple[int, int] | str,
     out_dir: str,
     *,
     sets: Mapping[str, str] | None = None,
@@ -134,7 +134,9 @@ def run_shard(
     """``jaxfed run NAME --trials N --shard I/M --out DIR`` in this process (a Dask task, a
     script): the experiment ``name`` (built in, or ``path/file.py:NAME``) with the parameters
     ``sets`` (``--set`` strings), after executing the user files ``imports`` (``--import``; once
-    per content in a process); returns ``out_dir``. See :func:`compute_shard`."""
+    per content in a process); returns ``out_dir``. ``shard``: (index, count), or ``"I/M"``,
+    ``"auto"``, ``"auto/M"`` as ``--shard`` takes them. See :func:`compute_shard`."""
+    shard = parse_shard(shard) if isinstance(shard, str) else Shard(*shard)
     imported = catalog.import_extensions(imports)
     exp = catalog.find(name, REGISTRY)
     cfg = make_config(exp.config_cls, dict(sets or {}))
@@ -240,6 +242,19 @@ def check_one_run(shards: list[ShardDir], partial: bool) -> list[ShardDir]:
     return [by_index[i] for i in range(prefix)]
 
 
+class Merged(NamedTuple):
+    """A merged run: its experiment and config, its record and results, and the shards a partial
+    merge left out."""
+
+    exp: object
+    cfg: object
+    config_json: dict
+    results: dict
+    left_out: list
+    count: int  # type: ignore[assignment]  # (like tuple.count: the shards the run was cut into)
+    n_trials: int  # the whole run's trials per point
+
+
 def merge(
     paths: Sequence[str],
     out_dir: str,
@@ -248,16 +263,30 @@ def merge(
     experiment: str | None = None,
     imports: Sequence[str] = (),
 ) -> str:
-    """:func:`merge_shards` of a built-in experiment, or of the one ``experiment`` names
-    (``path/file.py:NAME``) with the user files ``imports`` (``--import``) the shards ran with;
-    returns ``out_dir`` (metrics.npz, config.json and the figure; ``jaxfed merge`` also writes
-    report.md)."""
+    """:func:`merged`, returning ``out_dir`` (metrics.npz, config.json and the figure; the public
+    ``jaxfed.merge`` and ``jaxfed merge`` write report.md too)."""
+    merged(paths, out_dir, partial=partial, experiment=experiment, imports=imports)
+    return out_dir
+
+
+def merged(
+    paths: Sequence[str],
+    out_dir: str,
+    *,
+    partial: bool = False,
+    experiment: str | None = None,
+    imports: Sequence[str] = (),
+) -> Merged:
+    """:func:`merge_shards` of a built-in experiment found by its recorded name, or of the one
+    ``experiment`` names (``path/file.py:NAME``), with the user files ``imports`` (``--import``)
+    the shards ran with."""
     if not paths:
         raise ValueError("merge: no shard directories given")
     imported = catalog.import_extensions(imports)
-    exp, cfg = experiment_of(read_shard(os.path.abspath(paths[0])).record, experiment, imported)
-    merge_shards(paths, out_dir, exp=exp, cfg=cfg, partial=partial, imports=imported or None)
-    return out_dir
+    first = read_shard(os.path.abspath(paths[0]))
+    exp, cfg = experiment_of(first.record, experiment, imported)
+    config_json, results, left_out = merge_shards(paths, out_dir, exp=exp, cfg=cfg, partial=partial, imports=imported or None)  # fmt: skip
+    return Merged(exp, cfg, config_json, results, left_out, first.shard.count, int(first.record["n_trials"]))
 
 
 def merge_shards(
