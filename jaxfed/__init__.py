@@ -14,7 +14,8 @@ The package in layers, each importing only those below it (docs/layout.md):
   :func:`to_xarray`, :func:`bands`, :func:`verdicts`; the reports); the ``jaxfed`` command;
 - beyond one machine (docs/clusters.md): ``jaxfed.run_shard`` computes one shard of a run,
   ``jaxfed.merge`` joins the shards into the one-process run's directory byte for byte,
-  ``jaxfed.run_on_dask`` runs the shards as Dask tasks (the dask extra).
+  ``jaxfed.run_on_dask`` runs the shards as Dask tasks (the dask extra); ``jaxfed.verify``
+  recomputes stored values of a finished run bit for bit.
 
 Modules that moved in 0.2 keep their old paths (``jaxfed.expfam``, ``jaxfed.rundir``, …) with a
 DeprecationWarning until 0.3 (:mod:`jaxfed._aliases`).
@@ -45,6 +46,7 @@ __all__ = [
     "merge",
     "run_shard",
     "run_on_dask",
+    "verify",
     "__version__",
 ]
 
@@ -52,6 +54,7 @@ _ON_FIRST_USE = {
     "merge": "jaxfed.results.merging",
     "run_shard": "jaxfed.experiments.sharding",
     "run_on_dask": "jaxfed.experiments.distributed",
+    "verify": "jaxfed.experiments.verifying",
 }
 """Public names imported on first use (``import jaxfed`` does not load the experiments): runs
 beyond one machine (docs/clusters.md)."""

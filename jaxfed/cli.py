@@ -341,8 +341,9 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_verify(args) -> int:
-    exp, cfg, config_json, results = _finished_run(args)
-    print(verifying.recompute_sample(exp, cfg, args.dir, config_json, results, args.sample, args.seed))
+    print(
+        verifying.verify(args.dir, sample=args.sample, seed=args.seed, experiment=args.experiment, imports=args.imports)
+    )
     return 0
 
 
@@ -449,8 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
         reader.set_defaults(func=func)
     verify = sub.add_parser("verify", help="recompute stored trials of a finished run and compare them bit for bit")
     verify.add_argument("dir", help="result directory of a finished raw run")
-    verify.add_argument("--sample", type=_argument(lambda n: validation.integer("--sample", n, low=1)), default=8,
-                        help="trials drawn per point group (default 8); each is recomputed with its micro-batch")  # fmt: skip
+    verify.add_argument("--sample", type=_argument(lambda n: n if n == "all" else validation.integer("--sample", n, low=1)), default=8,
+                        help="raw: trials drawn per point group (default 8), each recomputed with its micro-batch; summary: "
+                        "the smallest stored block sums per group; all: everything")  # fmt: skip
     verify.add_argument("--seed", type=_argument(validation.seed), default=0, help="seed of the draw (default 0)")
     verify.add_argument("--experiment", default=None, metavar="FILE.py:NAME", help="the user or plugin experiment that wrote DIR")  # fmt: skip
     verify.set_defaults(func=_cmd_verify)
