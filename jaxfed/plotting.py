@@ -321,16 +321,14 @@ def legend(fig, axes=None, title: str | None = None, loc: str = "outside lower c
         return None
     wide = loc.split()[1] in ("lower", "upper")  # below or above: labels side by side
     ncol = ncol or (min(len(handles), 4) if wide else 1)
-    return fig.legend(
-        list(handles.values()),
-        list(handles),
-        loc=loc,
-        ncol=ncol,
-        title=title,
-        fontsize=FONT_SIZE,
-        title_fontsize=FONT_SIZE,
-        frameon=False,
-    )
+    kwargs = {"loc": loc, "title": title, "fontsize": FONT_SIZE, "title_fontsize": FONT_SIZE, "frameon": False}
+    made = fig.legend(list(handles.values()), list(handles), ncol=ncol, **kwargs)
+    renderer = fig._get_renderer()
+    while ncol > 1 and made.get_window_extent(renderer).width > fig.bbox.width:  # fewer columns: none cut
+        made.remove()
+        ncol -= 1
+        made = fig.legend(list(handles.values()), list(handles), ncol=ncol, **kwargs)
+    return made
 
 
 def figure(nrows: int = 1, ncols: int = 1, **kwargs):

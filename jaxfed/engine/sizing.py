@@ -198,17 +198,36 @@ def check_host_memory(keep: str, n_points: int, n_trials: int, specs: dict) -> N
         )
 
 
-def refuse_chunk(chunk_size: int, minimum: bool, need: float, budget: int) -> None:
+def refuse_chunk(
+    chunk_size: int, minimum: bool, need: float, budget: int, padding: tuple[int, int] | None = None
+) -> None:
+    """ValueError when a chunk of ``chunk_size`` trials (``minimum``: the smallest there is) needs more
+    than ``budget`` bytes; ``padding`` = (micro-batch width, devices): a chunk is padded to a whole
+    micro-batch on every device, which the advice names where a smaller chunk cannot help."""
     if need > budget:
-        what, hint = (
-            (f"the smallest chunk ({chunk_size} trials)", "smaller shapes")
-            if minimum
-            else (f"a chunk of {chunk_size} trials", "a smaller chunk size")
-        )
+        what = f"the smallest chunk ({chunk_size} trials)" if minimum else f"a chunk of {chunk_size} trials"
+        padded = padding is not None and (minimum or chunk_size <= padding[0] * padding[1])
+        hint = "smaller shapes" if minimum else "a smaller chunk size"
+        if padding is not None and padded:
+            what += f", padded to {_padding_text(*padding)},"
+            hint = f"a narrower micro-batch ({padding_advice()}), smaller shapes"
         raise ValueError(
             f"{what} would need {size_text(need)} per device, more than the memory budget of {size_text(budget)} "
             f"(--max-memory / max_memory); use {hint} or a larger budget"
         )
+
+
+def _padding_text(width: int, devices: int) -> str:
+    per = f"on each of {devices} devices" if devices > 1 else "on the device"
+    return f"a whole micro-batch of {width} trials {per}"
+
+
+def padding_advice() -> str:
+    """How to narrow the micro-batch, the unit every chunk is padded to."""
+    return (
+        "an experiment's micro_batch={'cpu': 64}, a positive multiple of 64 trials; RunOptions(micro_batch=64) "
+        "for engine.run"
+    )
 
 
 def check_chunk_outputs(
@@ -220,7 +239,8 @@ def check_chunk_outputs(
     step = width * n_devices
     batch = step if chunk_size is None else round_up(chunk_size, step)
     out_per_trial = trial_bytes(n_points, specs)
-    refuse_chunk(chunk_size or step, chunk_size is None, batch * out_per_trial * (1 + 1 / n_devices), budget)
+    need = batch * out_per_trial * (1 + 1 / n_devices)
+    refuse_chunk(chunk_size or step, chunk_size is None, need, budget, (width, n_devices))
 
 
 def summary_output_bytes(n_points: int, specs: dict) -> int:
@@ -320,9 +340,12 @@ def _fitted(
             if not chosen or chunk_size <= step:
                 what = f"the smallest chunk ({chunk_size} trials)" if chosen else f"a chunk of {chunk_size} trials"
                 asked = size_text(refused) if refused else "more than was free"
+                hint = "a smaller --chunk-size / chunk_size or smaller shapes"
+                if chunk_size <= step:  # padded to one micro-batch per device: a smaller chunk is the same program
+                    what += f" (padded to {_padding_text(job.width, step // job.width)})"
+                    hint = f"a narrower micro-batch ({padding_advice()}) or smaller shapes"
                 raise ValueError(
-                    f"{what} does not fit in the device's memory: compiling it asked for {asked}; "
-                    "use a smaller --chunk-size / chunk_size or smaller shapes"
+                    f"{what} does not fit in the device's memory: compiling it asked for {asked}; use {hint}"
                 ) from err
             chunk_size = resized(chunk_size, refused or 2 * limit)
             continue
@@ -333,7 +356,7 @@ def _fitted(
             # compilation's own figure.
             chunk_size = resized(chunk_size, need)
             continue
-        refuse_chunk(chunk_size, False, need, budget)
+        refuse_chunk(chunk_size, False, need, budget, (job.width, step // job.width))
         return chunk_size, compiled, compile_batch.record
     raise ValueError(
         f"no chunk size fitting the memory budget of {size_text(budget)} was found in {MAX_RESIZES} compilations "

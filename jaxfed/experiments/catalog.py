@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -126,8 +127,10 @@ def load_file(path: str):
         setattr(module, _DIGEST_ATTRIBUTE, digest)
         sys.modules[module_name] = module  # dataclasses resolve their annotations through it
         try:
-            # Executes exactly the bytes digested (dont_inherit: not this module's __future__ flags).
-            exec(compile(data, path, "exec", dont_inherit=True), module.__dict__)
+            # Executes exactly the bytes digested (dont_inherit: not this module's __future__ flags), with
+            # the file's own directory importable, as for `python FILE`: a helper module beside it imports.
+            with _importable(os.path.dirname(path)):
+                exec(compile(data, path, "exec", dont_inherit=True), module.__dict__)
         except BaseException as err:  # SystemExit and KeyboardInterrupt too: a file that exits is an error, not a run
             del sys.modules[module_name]
             line = _line_in(err, path)
@@ -135,10 +138,30 @@ def load_file(path: str):
             hint = (
                 " (the file is imported: it must define experiments, not exit)" if isinstance(err, SystemExit) else ""
             )
+            if isinstance(err, ModuleNotFoundError):
+                hint = (
+                    f" (modules in {os.path.dirname(path)} import; one elsewhere needs its directory on PYTHONPATH, "
+                    "e.g. PYTHONPATH=path/to/dir jaxfed run …, or the package installed)"
+                )
             raise ValueError(
                 f"user experiment file {where} failed to import: {type(err).__name__}{f': {err}' if str(err) else ''}{hint}"
             ) from err
     return module
+
+
+@contextlib.contextmanager
+def _importable(directory: str):
+    """``directory`` first on ``sys.path`` while the block runs (then as it was): a user file's imports
+    of modules beside it resolve, and the modules stay imported (``sys.modules``) for the run, whose
+    code identity counts their files (:func:`code_identity`)."""
+    added = directory not in sys.path
+    if added:
+        sys.path.insert(0, directory)
+    try:
+        yield
+    finally:
+        if added and directory in sys.path:
+            sys.path.remove(directory)
 
 
 _MISSING = object()

@@ -298,7 +298,11 @@ def claims(cfg: Config, labels, results, props: list[dict]) -> tuple[list, list,
             continue
         if x is None:
             predictor_checks.append(
-                stats.not_testable(claim, f"a graph has K > exact_max_agents = {cfg.exact_max_agents}")
+                stats.not_testable(
+                    claim,
+                    ", ".join(lab["graph"] for lab, p in zip(labels, props) if p["agents"] > cfg.exact_max_agents)
+                    + f": K > exact_max_agents = {cfg.exact_max_agents}",
+                )
             )
             continue
         rho[name] = spearman(x, slots.T)  # (trial,)
@@ -543,9 +547,15 @@ def report(cfg: Config, labels, results, extra: Mapping | None = None) -> Readin
     cover_checks, predictor_checks, _ = claims(cfg, labels, results, props)
     corr_rows = []
     values = predictor_values(props) if len(props) >= MIN_GRAPHS else dict.fromkeys(PREDICTORS)
+    too_big = [lab["graph"] for lab, prop in zip(labels, props) if prop["agents"] > cfg.exact_max_agents]
+    why = (
+        f"{len(props)} graphs; a rank correlation needs {MIN_GRAPHS}"
+        if len(props) < MIN_GRAPHS
+        else f"{', '.join(too_big)}: K > exact_max_agents = {cfg.exact_max_agents}"
+    )
     for name, value in median_correlations(values, level).items():
         if value is None:
-            corr_rows.append(f"| {name} | – (a graph has K > exact_max_agents) |")
+            corr_rows.append(f"| {name} | – ({why}) |")
         else:
             corr_rows.append(f"| {name} | {value[0]:.3f} [{value[1]:.3f}, {value[2]:.3f}] |")
     text += [

@@ -266,7 +266,7 @@ def report(cfg: Config, labels, results) -> Reading:
 
 EXPERIMENT = Experiment(
     name=NAME,
-    description="Beyond the paper: conjugate G-FVL (beta/normal/gamma/dirichlet) on heterogeneous agents: KL vs slot per topology and spread of θ_k",
+    description="Beyond the paper: conjugate G-FVL of a registered data model (--set family=NAME) on heterogeneous agents: KL vs slot per topology and spread of θ_k",
     config_cls=Config,
     build=build,
     plot=plot,

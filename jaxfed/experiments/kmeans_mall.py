@@ -49,6 +49,7 @@ from jaxfed.experiments.kmeans_trials import (
     index_of,
     mall_sweep,
     method_label,
+    over_channel,
     parse_channel_sweep,
     ratio_verdict,
     resources_table,
@@ -63,18 +64,37 @@ from jaxfed.experiments.spec import Experiment, Reading, band_table
 class ConvergenceConfig(MallConfig):
     digits: int = 4  # D for quantisation and OAC
     snrs_db: tuple[float, ...] = (0.0, 10.0, 20.0, 30.0)  # SNRs (dB) of the OAC points
+    # the aggregation methods run at every SNR with D digits: "oac" and any registered ones, one of
+    # oac.aggregators.names() (--import a file that registers one: --set methods=oac,NAME)
+    methods: tuple[str, ...] = ("oac",)
 
     def __post_init__(self):
         super().__post_init__()
         validation.integer("digits", self.digits, 1)
         validation.check("snrs_db", self.snrs_db, len(self.snrs_db) >= 1, "at least one SNR")
         check_snrs("snrs_db", self.snrs_db)
+        check_methods(self.methods)
+
+
+def check_methods(methods: tuple[str, ...]) -> None:
+    """ValueError unless ``methods`` are distinct registered aggregation methods, "oac" among them (the
+    reports' claims are on it); an unknown name is the registry's error listing the registered ones."""
+    for name in methods:
+        oac.aggregators.get(name)
+    validation.check("methods", methods, len(set(methods)) == len(methods), "distinct names")
+    validation.check("methods", methods, "oac" in methods, 'registered aggregation methods, "oac" among them')
+
+
+def _others(methods: tuple[str, ...]) -> list[str]:
+    """The methods swept beside "oac", in the order given."""
+    return [m for m in methods if m != "oac"]
 
 
 def _convergence_labels(cfg: ConvergenceConfig) -> list[dict]:
     fixed: list[dict] = [{"method": "centralized"}, {"method": "ideal"}, {"method": "quantized", "digits": cfg.digits}]
     oac_points = [{"method": "oac", "digits": cfg.digits, "snr_db": s} for s in cfg.snrs_db]
-    return fixed + oac_points + [{"method": "centralized-best"}]
+    others = [{"method": m, "digits": cfg.digits, "snr_db": s} for m in _others(cfg.methods) for s in cfg.snrs_db]
+    return fixed + oac_points + others + [{"method": "centralized-best"}]
 
 
 def _scenario_panel(ax, cfg: MallConfig) -> None:
@@ -135,12 +155,16 @@ def _plot_convergence(cfg: ConvergenceConfig, labels, results, path):
     rounds = np.arange(1, cfg.n_rounds + 1)
     names = [method_label(lab) for lab in labels]
     b = stats.band(results["loss"])
-    over_air = [i for i, lab in enumerate(labels) if lab["method"] == "oac"]
+    over_air = [i for i, lab in enumerate(labels) if lab["method"] in cfg.methods]
     references = [i for i in range(len(labels)) if i not in over_air]
     title = f"loss per round, {{}} (medians; band: centralized's 75%)\nC={cfg.n_clusters}, β={cfg.beta}, {cfg.channel} channel, init {cfg.init}"
     for ax, rows, what in (
         (axes[0, 1], references, "references"),
-        (axes[1, 0], over_air, f"OAC D={cfg.digits} at each SNR"),
+        (
+            axes[1, 0],
+            over_air,
+            f"{'OAC' if cfg.methods == ('oac',) else ', '.join(cfg.methods)} D={cfg.digits} at each SNR",
+        ),
     ):
         ax.fill_between(rounds, b.lower[0], b.upper[0], color=plotting.series_style(0)["color"], alpha=0.15, lw=0)
         if 0 not in rows:  # centralized's median as the reference line
@@ -266,6 +290,9 @@ NOISE_FREE_DB = 100.0  # σ²/E_s ~ 1e-10: the noise-free limit of the channel
 class SnrConfig(MallConfig):
     digits_list: tuple[int, ...] = (1, 2, 3, 4)  # the D compared (quantised and OAC points at each)
     snrs_db: tuple[float, ...] = (-10.0, -5.0, 0.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0)  # SNRs (dB) of the OAC points
+    # the aggregation methods run at every D and SNR (and without noise): "oac" and any registered ones,
+    # one of oac.aggregators.names() (--import a file that registers one: --set methods=oac,NAME)
+    methods: tuple[str, ...] = ("oac",)
 
     def __post_init__(self):
         super().__post_init__()
@@ -274,31 +301,54 @@ class SnrConfig(MallConfig):
             validation.integer("digits_list", d, 1)
         validation.check("snrs_db", self.snrs_db, len(self.snrs_db) >= 1, "at least one SNR")
         check_snrs("snrs_db", self.snrs_db)
+        check_methods(self.methods)
 
 
 def _snr_labels(cfg: SnrConfig) -> list[dict]:
+    """kmeans-snr's sweep labels (public: ``jaxfed.experiments.get("kmeans-snr").labels(...)``); each
+    method of ``cfg.methods`` at every D and SNR, and at :data:`NOISE_FREE_DB` (``noise_free``)."""
+    swept = ["oac", *_others(cfg.methods)]
     return (
         [{"method": "centralized"}, {"method": "ideal"}]
         + [{"method": "quantized", "digits": d} for d in cfg.digits_list]
-        + [{"method": "oac", "digits": d, "snr_db": s} for d in cfg.digits_list for s in cfg.snrs_db]
-        + [{"method": "oac", "digits": d, "snr_db": NOISE_FREE_DB, "noise_free": True} for d in cfg.digits_list]
+        + [{"method": m, "digits": d, "snr_db": s} for m in swept for d in cfg.digits_list for s in cfg.snrs_db]
+        + [
+            {"method": m, "digits": d, "snr_db": NOISE_FREE_DB, "noise_free": True}
+            for m in swept
+            for d in cfg.digits_list
+        ]
         + [{"method": "centralized-best"}]
     )
 
 
-def _oac_rows(labels, d, where: tuple | None = None) -> list[int]:
-    """Rows of OAC with D = d over the SNR grid (without the noise-free point). With a swept channel
-    parameter (``channel_sweep``) the rows of ``where`` = (parameter, value), by default of its
+def _oac_rows(labels, d, where: tuple | None = None, method: str = "oac") -> list[int]:
+    """Rows of ``method`` (OAC) with D = d over the SNR grid (without the noise-free point). With a swept
+    channel parameter (``channel_sweep``) the rows of ``where`` = (parameter, value), by default of its
     first value (the one the report's verdicts use)."""
     rows, seen = [], set()
     for i, lab in enumerate(labels):
-        if lab["method"] != "oac" or lab["digits"] != d or lab.get("noise_free"):
+        if lab["method"] != method or lab["digits"] != d or lab.get("noise_free"):
             continue
         if (where is not None and lab.get(where[0]) != where[1]) or lab["snr_db"] in seen:
             continue
         rows.append(i)
         seen.add(lab["snr_db"])
     return rows
+
+
+def _snr_series(cfg: SnrConfig, col: int, d: int, wheres: list) -> list[tuple]:
+    """The series of the panel of D = d: (style index, D, where, method) for each method of
+    ``cfg.methods`` ("oac" first) and, for a method sent over the channel, each value of a swept
+    channel parameter (``wheres``)."""
+    pairs = [(m, where) for m in ["oac", *_others(cfg.methods)] for where in (wheres if over_channel(m) else [None])]
+    if len(pairs) == 1:
+        return [(col, d, pairs[0][1], "oac")]
+    return [(j, d, where, m) for j, (m, where) in enumerate(pairs)]
+
+
+def _series_name(d: int, where, method: str) -> str:
+    name = "OAC" if method == "oac" else method
+    return f"{name}, {where[0]}={where[1]:g}" if where else f"{name} D={d}"  # (a panel per D)
 
 
 def _series(cfg: SnrConfig) -> list:
@@ -319,9 +369,9 @@ def _plot_snr(cfg: SnrConfig, labels, results, path):
     last = final_values(results)
     wheres = _series(cfg)
     for col, d in enumerate(cfg.digits_list):
-        # One panel per D; within it one series per value of a swept channel parameter. A series keeps its
-        # style in every panel: by D without a sweep, by the swept value with one.
-        series = [(col if where is None else j, d, where) for j, where in enumerate(wheres)]
+        # One panel per D; within it one series per method and value of a swept channel parameter. A series
+        # keeps its style in every panel: by D with one series, by the series' place with several.
+        series = _snr_series(cfg, col, d, wheres)
         ax = axes[0, col]
         _snr_loss_panel(ax, cfg, labels, b, series, snrs, free_x)
         ax.set_title(f"D = {d}: final loss (median, 75% band)", fontsize=9)
@@ -367,13 +417,14 @@ def _snr_loss_panel(ax, cfg: SnrConfig, labels, b: stats.Band, series, snrs, fre
     ax.axhspan(b.lower[0, -1], b.upper[0, -1], color="0.5", alpha=0.12, lw=0)
     ax.axhline(b.median[0, -1], color="k", lw=1.2, label="centralized (median; grey: its 75% band)")
     ax.axhline(b.median[1, -1], color="0.4", ls="--", lw=1.2, label="ideal federated (median)")
-    for j, (k, d, where) in enumerate(series):
-        rows = _oac_rows(labels, d, where)
-        name = f"OAC, {where[0]}={where[1]:g}" if where else f"OAC D={d}"  # (a panel per D)
+    for j, (k, d, where, method) in enumerate(series):
+        rows = _oac_rows(labels, d, where, method)
+        name = _series_name(d, where, method)
         kmeans_figures.estimate_line(ax, snrs, b.median[rows, -1], b.lower[rows, -1], b.upper[rows, -1], k, label=name)
-        free = _noise_free_row(labels, d, where)
-        if free is not None:
-            kmeans_figures.estimate_points(ax, [free_x], b.median[free, -1], b.lower[free, -1], b.upper[free, -1], k)
+        free = _noise_free_row(labels, d, where, method)
+        if free is not None:  # side by side where several series have one
+            x = free_x + kmeans_figures.dodge(snrs, j, len(series))
+            kmeans_figures.estimate_points(ax, [x], b.median[free, -1], b.lower[free, -1], b.upper[free, -1], k)
         if j == 0:  # (one quantised point per D, whatever the swept channel parameter)
             q = index_of(labels, method="quantized", digits=d)
             colour = plotting.series_style(k)["color"] if len(series) == 1 else "0.3"
@@ -382,12 +433,11 @@ def _snr_loss_panel(ax, cfg: SnrConfig, labels, b: stats.Band, series, snrs, fre
     ax.set_yscale("log")
 
 
-def _noise_free_row(labels, d: int, where) -> int | None:
-    """The noise-free point of OAC with D = d (for the first value of a swept channel parameter only), or None."""
-    if where is not None and where[1] != labels[_oac_rows(labels, d)[0]].get(where[0]):
-        return None
+def _noise_free_row(labels, d: int, where, method: str = "oac") -> int | None:
+    """The noise-free point of ``method`` (OAC) with D = d, of the value ``where`` = (parameter, value) of
+    a swept channel parameter (None: the first), or None."""
     try:
-        return index_of(labels, method="oac", digits=d, noise_free=True)
+        return index_of(labels, method=method, digits=d, noise_free=True, **dict([where] if where else []))
     except KeyError:
         return None
 
@@ -398,20 +448,22 @@ def _snr_ratio_panel(ax, cfg, labels, last, series, reference: int, snrs, free_x
     OAC ``series`` [(style index, D, where)]; dotted: quantisation only. A linear axis for a ratio range under
     a factor 2, else log."""
     drawn = []
-    for k, d, where in series:
-        rows = [r for r in _oac_rows(labels, d, where) if labels[r]["snr_db"] in set(snrs.tolist())]
+    for j, (k, d, where, method) in enumerate(series):
+        rows = [r for r in _oac_rows(labels, d, where, method) if labels[r]["snr_db"] in set(snrs.tolist())]
         est, lo, hi = (np.exp(v) for v in stats.interval(np.log(last[rows] / last[reference][None]), "median"))
         style = plotting.series_style(k)
         bounded = lambda v: np.where(np.isfinite(v) & (v > 0), v, est)  # noqa: E731  (too few trials: no bound)
         kmeans_figures.estimate_line(ax, snrs, est, bounded(lo), bounded(hi), k)
-        free = _noise_free_row(labels, d, where)
+        free = _noise_free_row(labels, d, where, method)
         if free is not None:
             f_est, f_lo, f_hi = (
                 float(np.exp(v)) for v in stats.interval(np.log(last[free] / last[reference]), "median")
             )
-            kmeans_figures.estimate_points(ax, [free_x], f_est, f_lo, f_hi, k)
+            kmeans_figures.estimate_points(
+                ax, [free_x + kmeans_figures.dodge(snrs, j, len(series))], f_est, f_lo, f_hi, k
+            )
             drawn += [f_lo, f_hi]
-        if where is None or where == series[0][2]:  # (one quantised point per D, whatever the sweep)
+        if j == 0:  # (one quantised point per D, whatever the sweep)
             q = index_of(labels, method="quantized", digits=d)
             colour = style["color"] if len(series) == 1 else "0.3"
             ax.axhline(np.exp(np.median(np.log(last[q] / last[reference]))), color=colour, ls=":", lw=1.0)
@@ -473,12 +525,14 @@ def _snr_table(cfg: SnrConfig, labels, b) -> list[str]:
     )
     lines = [head, "|---|" + "---|" * (len(cfg.snrs_db) + 2)]
     cell = lambda i: f"{b.median[i, -1]:.3g} [{b.lower[i, -1]:.3g}, {b.upper[i, -1]:.3g}]"  # noqa: E731
-    for d in cfg.digits_list:
-        rows = _oac_rows(labels, d) + [
-            index_of(labels, method="oac", digits=d, noise_free=True),
-            index_of(labels, method="quantized", digits=d),
-        ]
-        lines.append(f"| {d} | " + " | ".join(cell(i) for i in rows) + " |")
+    for method in ["oac", *_others(cfg.methods)]:
+        for d in cfg.digits_list:
+            rows = _oac_rows(labels, d, method=method) + [
+                index_of(labels, method=method, digits=d, noise_free=True),
+                index_of(labels, method="quantized", digits=d),
+            ]
+            name = str(d) if method == "oac" else f"{d} ({method})"
+            lines.append(f"| {name} | " + " | ".join(cell(i) for i in rows) + " |")
     return lines
 
 

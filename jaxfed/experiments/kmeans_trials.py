@@ -313,7 +313,9 @@ def make_trial(
 
     The hook for a study: ``channel_for(key, point) -> oac.ChannelModel`` builds the trial's channel
     (the default: :func:`point_channel`), e.g. with per-ED residual power-control gains drawn once
-    per trial from ``key`` and kept for every round (a (K,) parameter of the channel).
+    per trial from ``key`` and kept for every round (a (K,) parameter of the channel). Without the
+    hook, a channel registered with ``per_trial`` (:func:`jaxfed.oac.channel.register`) draws that
+    state itself from the same key: a built-in experiment then takes it by name (``--set channel=NAME``).
     """
 
     def trial(key, point):
@@ -321,7 +323,7 @@ def make_trial(
         scene, owner, init = _customers(cfg, point, k_scene, k_split, k_init)
         data = kmeans.flat_data(scene.points, owner)
         if channel_for is None:
-            channel = point_channel(cfg, point)
+            channel = _with_trial_state(point_channel(cfg, point), jax.random.fold_in(key, CHANNEL_STREAM), point)
         else:
             channel = channel_for(jax.random.fold_in(key, CHANNEL_STREAM), point)
 
@@ -350,6 +352,13 @@ def make_trial(
         return out
 
     return trial
+
+
+def _with_trial_state(channel: oac.ChannelModel, key, point: dict) -> oac.ChannelModel:
+    """The channel with the state its ``per_trial`` draws once per trial (none: the channel as it is)."""
+    if channel.per_trial is None:
+        return channel
+    return channel.with_params(**channel.per_trial(key, point["rows"] * point["cols"], **channel.params))
 
 
 def _customers(cfg: MallConfig, point: dict, k_scene, k_split, k_init):
@@ -512,7 +521,11 @@ def mall_sweep(
         axes.update(dict.fromkeys(COUNT_DIAGNOSTICS, ("round",)))
     trial = make_trial(cfg, round_diagnostics, last_round_diagnostics, channel_for, count_diagnostics)
     points = trace_choices([label_point(cfg, lab) for lab in labels])
-    return Sweep(trial, points, labels, axes)
+    undefined = dict.fromkeys(("centroid_noise_pred", "centroid_noise_floor"), NO_FORMULA)
+    return Sweep(trial, points, labels, axes, undefined=undefined if last_round_diagnostics else None)
+
+
+NO_FORMULA = "a channel registered with variance=None has no formula to predict its error (docs/kmeans.md §B7)"
 
 
 def _choices() -> dict[str, tuple[str, ...]]:

@@ -111,18 +111,46 @@ def _run(exp, config, n_trials, options, imports, dtype, started) -> tuple[dict,
             store.check_no_link(os.path.join(out_dir, name))
     identity = _identity(exp, config, sweep, options.seed, dtype, imports)
     options = _engine_options(exp, sweep, options, identity)
-    with _naming_the_user_file(exp):
-        results = engine.run(sweep.trial, sweep.points, n_trials, options=options)
+    fresh = out_dir is not None and _holds_no_run(out_dir)
+    try:
+        with _naming_the_user_file(exp):
+            results = engine.run(sweep.trial, sweep.points, n_trials, options=options)
+    except BaseException:
+        if fresh:  # a run refused (memory, …) before it stored a trial leaves no directory to block the next
+            _remove_empty_store(out_dir)
+        raise
     _check_dtype_kept(exp, dtype, "the trial")
     config_json = _record(exp, identity, options, n_trials, sweep, results)
     if options.trial_range is not None:  # a shard: its record is jaxfed.experiments.sharding's
         return config_json, results
     if jax.process_index() == 0:
-        for line in rundir.nonfinite_lines(config_json["nonfinite_trials"], sweep.labels, n_trials):
-            print(f"jaxfed: warning: {exp.name}: {line}", file=sys.stderr)
+        for line in _nonfinite_notes(exp.name, config_json["nonfinite_trials"], sweep, n_trials, options.progress):
+            print(line, file=sys.stderr)
     if out_dir is None or jax.process_index() != 0:
         return config_json, results
     return _write_result_directory(exp, config, sweep, out_dir, config_json, results, started)
+
+
+def _nonfinite_notes(name: str, nonfinite: Mapping, sweep: Sweep, n_trials: int, progress) -> list[str]:
+    """The stderr lines about trials with NaN or ±inf values, one per metric: a warning naming its first
+    point (and how many more), or, for a metric the sweep declares may be undefined
+    (``Sweep.undefined``), a note saying why, and nothing when ``progress`` is off (``--quiet``)."""
+    undefined = sweep.undefined or {}
+    lines = []
+    for metric, counts in nonfinite.items():
+        per_point = rundir.nonfinite_lines({metric: counts}, sweep.labels, n_trials)
+        if not per_point:
+            continue
+        if metric in undefined:
+            if progress.enabled if isinstance(progress, Progress) else progress is not False:
+                lines.append(
+                    f"jaxfed: note: {name}: {metric} is undefined (NaN) at {len(per_point)} of {len(counts)} points, "
+                    f"as expected: {undefined[metric]} (left out of bands and summaries; counted in config.json)"
+                )
+            continue
+        more = f" (and at {len(per_point) - 1} more points: config.json)" if len(per_point) > 1 else ""
+        lines.append(f"jaxfed: warning: {name}: {per_point[0]}{more}")
+    return lines
 
 
 # --------------------------------------------------------------------------- user code
@@ -218,6 +246,36 @@ def _start_marker(exp: Experiment, out_dir: str | None, imports=None) -> tuple[s
     except (OSError, store.StoreError):
         return None  # (an unwritable --out is reported by the store, with its name)
     return path, created
+
+
+_EMPTY_STORE = ("identity.json", ".lock", "chunks", MARKER)
+"""What a store holds before its first trial is written (and the user-code marker)."""
+
+
+def _holds_no_run(out_dir: str) -> bool:
+    """True when ``out_dir`` is absent or holds nothing but the user-code marker: this run creates its store."""
+    return not os.path.isdir(out_dir) or set(os.listdir(out_dir)) <= {MARKER}
+
+
+def _remove_empty_store(out_dir: str) -> None:
+    """Removes the store a failed run created in ``out_dir`` when it holds no trial (``identity.json``, the
+    lock and an empty ``chunks/``), so that a rerun with another configuration (a narrower micro-batch, say)
+    is not refused as a different run; anything else there stays."""
+    if jax.process_index() != 0 or not os.path.isdir(out_dir):
+        return
+    try:
+        entries = set(os.listdir(out_dir))
+        chunks = os.path.join(out_dir, "chunks")
+        if not entries <= set(_EMPTY_STORE) or (os.path.isdir(chunks) and os.listdir(chunks)):
+            return
+        for name in entries - {MARKER, "chunks"}:
+            os.remove(os.path.join(out_dir, name))
+        if "chunks" in entries:
+            os.rmdir(chunks)
+        if not os.listdir(out_dir):
+            os.rmdir(out_dir)
+    except OSError:
+        pass
 
 
 def _end_marker(marker: tuple[str, bool] | None) -> None:

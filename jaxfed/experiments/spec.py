@@ -45,6 +45,9 @@ class Sweep(NamedTuple):
     # axis name -> its coordinate values, one JSON number or string per index (e.g. {"record": [1, 2, 5]});
     # "slot" and "round" default to 1, 2, …: see jaxfed.store.rundir.axis_coords. Recorded in config.json ("coords").
     coords: Mapping[str, list] | None = None
+    # metric -> why it may be undefined (NaN) by design, e.g. {"centroid_noise_pred": "the channel has no
+    # variance formula"}: its non-finite trials are said once, as a note (none under --quiet), not as a warning.
+    undefined: Mapping[str, str] | None = None
 
 
 class Reading(NamedTuple):
@@ -80,6 +83,13 @@ class Experiment:
         """The experiment's own micro-batch width on ``platform`` ("cpu", "gpu", …); None where the
         engine's rule (:func:`jaxfed.engine.choose_width`) decides."""
         return (self.micro_batch or {}).get(platform)
+
+    def labels(self, config=None, **parameters) -> list[dict]:
+        """The sweep labels of ``config`` (default: ``config_cls(**parameters)``), one JSON dict per
+        point in the order the results hold them, e.g.
+        ``jaxfed.experiments.get("kmeans-snr").labels(snrs_db=(0.0, 20.0))``: what a study built on a
+        built-in experiment selects its points from, without re-typing its label code."""
+        return list(self.build(self.config_cls(**parameters) if config is None else config).labels)
 
     def __post_init__(self):
         # The name becomes a directory and a file name (``<out>/<name>/<name>.png``): nothing that

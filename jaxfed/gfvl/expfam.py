@@ -40,7 +40,7 @@ import numpy as np
 from jax import lax
 from jax.scipy.special import digamma, gammaln, polygamma
 
-from jaxfed import numerics, validation
+from jaxfed import _deprecation, numerics, validation
 from jaxfed.registry import Registry
 
 __all__ = [
@@ -494,8 +494,9 @@ def normal_natural(mean, variance) -> jax.Array:
     return jnp.stack([mean / variance, -0.5 / variance], axis=-1)
 
 
-def normal_moments(eta: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(m, p): mean m = η₁/p and precision p = −2η₂ of the Normal with natural parameter η."""
+def normal_mean_precision(eta: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(m, p): mean m = η₁/p and precision p = −2η₂ of the Normal with natural parameter η (not its
+    moments: the second is 1/variance; ``normal_moments``, its name before, still works, deprecated)."""
     p = -2.0 * eta[..., 1]
     return eta[..., 0] / p, p
 
@@ -516,13 +517,13 @@ def _normal_log_partition(eta):
 
 def _normal_mean(eta):
     """μ = (E θ, E θ²) = (m, m² + 1/p)."""
-    m, p = normal_moments(eta)
+    m, p = normal_mean_precision(eta)
     return jnp.stack([m, m * m + 1.0 / p], axis=-1)
 
 
 def _normal_fisher(eta):
     """FIM = [[1/p, 2m/p], [2m/p, 4m²/p + 2/p²]]."""
-    m, p = normal_moments(eta)
+    m, p = normal_mean_precision(eta)
     row0 = jnp.stack([1.0 / p, 2.0 * m / p], axis=-1)
     row1 = jnp.stack([2.0 * m / p, 4.0 * m * m / p + 2.0 / (p * p)], axis=-1)
     return jnp.stack([row0, row1], axis=-2)
@@ -530,7 +531,7 @@ def _normal_fisher(eta):
 
 def _normal_fisher_quadratic(eta, d):
     """dᵀ FIM d = (d₁ + 2m d₂)²/p + 2d₂²/p², a sum of non-negative terms."""
-    m, p = normal_moments(eta)
+    m, p = normal_mean_precision(eta)
     d1, d2 = d[..., 0], d[..., 1]
     return (d1 + 2.0 * m * d2) ** 2 / p + 2.0 * d2 * d2 / (p * p)
 
@@ -541,7 +542,7 @@ def _normal_boundary(eta):
 
 
 def _normal_sample(key, eta, shape=()):
-    m, p = normal_moments(eta)
+    m, p = normal_mean_precision(eta)
     return m + jax.random.normal(key, shape, eta.dtype) / jnp.sqrt(p)
 
 
@@ -559,7 +560,7 @@ def _normal_kl(eta1, eta2):
     < 1e-12 in float64 (measured against mpmath: 5.0e-7 and 5.9e-16, i.e. 4 and 3 ulps, over 300 cases with
     KL from 1.6e-9 to 1e7; tests/gfvl/test_expfam_families.py).
     """
-    m1, p1 = normal_moments(eta1)
+    m1, p1 = normal_mean_precision(eta1)
     p2 = -2.0 * eta2[..., 1]
     d1 = eta2[..., 0] - eta1[..., 0]
     dp = -2.0 * (eta2[..., 1] - eta1[..., 1])
@@ -569,7 +570,7 @@ def _normal_kl(eta1, eta2):
 def normal_sample_score(key: jax.Array, eta: jax.Array, n_samples: int) -> tuple[jax.Array, jax.Array]:
     """θ_s = m + ε_s/√p, ε_s ~ N(0, 1), and the scores T(θ) − μ = (ε s, 2m ε s + (ε² − 1) s²), s = 1/√p
     (the textbook θ² − (m² + 1/p) cancels the m² when the posterior concentrates)."""
-    m, p = normal_moments(eta)
+    m, p = normal_mean_precision(eta)
     s = 1.0 / jnp.sqrt(p)
     eps = jax.random.normal(key, (n_samples,), eta.dtype)
     score = jnp.stack([eps * s, 2.0 * m * eps * s + (eps * eps - 1.0) * s * s], axis=-1)
@@ -579,7 +580,7 @@ def normal_sample_score(key: jax.Array, eta: jax.Array, n_samples: int) -> tuple
 def normal_fisher_solve(eta: jax.Array, v: jax.Array) -> jax.Array:
     """FIM(η)⁻¹ v = (p v₁ + m p² (2m v₁ − v₂), p² (v₂/2 − m v₁)), from the closed-form inverse
     [[2m²p² + p, −m p²], [−m p², p²/2]] (det FIM = 2/p³, never formed)."""
-    m, p = normal_moments(eta)
+    m, p = normal_mean_precision(eta)
     v1, v2 = v[..., 0], v[..., 1]
     p2 = p * p
     return jnp.stack([p * v1 + m * p2 * (2.0 * m * v1 - v2), p2 * (0.5 * v2 - m * v1)], axis=-1)
@@ -866,7 +867,7 @@ def _mf_boundary(eta):
 
 
 def _mf_sample(key, eta, shape=()):
-    m, p = normal_moments(_pairs(eta))
+    m, p = normal_mean_precision(_pairs(eta))
     return m + numerics.standard_normal(key, shape + m.shape, eta.dtype) / jnp.sqrt(p)
 
 
@@ -884,7 +885,7 @@ def _mf_kl(eta1, eta2):
 def mean_field_sample_score(key: jax.Array, eta: jax.Array, n_samples: int) -> tuple[jax.Array, jax.Array]:
     """θ_s = m + ε_s ⊙ s (s_j = p_j^(−1/2), ε_s ~ N(0, I_d)) and per coordinate the NORMAL scores
     (ε s, 2m ε s + (ε² − 1) s²), flattened to (S, 2d)."""
-    m, p = normal_moments(_pairs(eta))
+    m, p = normal_mean_precision(_pairs(eta))
     s = 1.0 / jnp.sqrt(p)
     eps = numerics.standard_normal(key, (n_samples,) + m.shape, eta.dtype)
     score = jnp.stack([eps * s, 2.0 * m * eps * s + (eps * eps - 1.0) * s * s], axis=-1)
@@ -935,7 +936,7 @@ def mean_field_natural(mean, variance) -> jax.Array:
 
 def mean_field_moments(eta: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(m, v): the (..., d) means and variances of the mean-field Gaussian with natural parameter η."""
-    m, p = normal_moments(_pairs(eta))
+    m, p = normal_mean_precision(_pairs(eta))
     return m, 1.0 / p
 
 
@@ -987,3 +988,10 @@ def check_natural(family: ExpFamily, eta, name: str = "eta") -> None:
         inside = np.asarray(family.boundary_distance(jnp.asarray(eta))) > 0
     allowed = f"inside the natural-parameter domain of {family.name!r} (where its Fisher matrix is positive definite)"
     validation.check(name, eta.tolist(), bool(np.all(inside)), allowed)
+
+
+__getattr__ = _deprecation.forwarding(
+    __name__,
+    {"normal_moments": f"{__name__}:normal_mean_precision"},
+    reason="(which returns the mean and the precision, not moments) is renamed",
+)

@@ -206,7 +206,7 @@ def reparameterisation_gradient(
     check_reparameterisable(family)
     validation.integer("n_samples", n_samples, 1)
     pairs = eta.reshape(-1, 2)
-    m, p = expfam.normal_moments(pairs)
+    m, p = expfam.normal_mean_precision(pairs)
     s = 1.0 / jnp.sqrt(p)
     eps = numerics.standard_normal(key, (n_samples,) + m.shape, eta.dtype)
     theta = m + eps * s
@@ -256,7 +256,7 @@ def mean_field_reinforce_natural_gradient(
     up to rounding (tests/gfvl/test_natgrad.py compares them in float64 on adversarial η and losses); about
     twice as fast vmapped over trials on the CPU (benchmarks/gfvl_logistic.py).
     """
-    m, p = expfam.normal_moments(eta.reshape(-1, 2))
+    m, p = expfam.normal_mean_precision(eta.reshape(-1, 2))
     s = 1.0 / jnp.sqrt(p)
     eps = numerics.standard_normal(key, (n_samples,) + m.shape, eta.dtype)
     losses = loss(m + eps * s)

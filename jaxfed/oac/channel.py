@@ -380,6 +380,10 @@ class ChannelModel(NamedTuple):
     # (e.g. validation.non_negative("k_factor", k_factor)); called by with_params with every
     # parameter, traced ones included (the validation functions pass those through). None: no check.
     check: Callable[..., Any] | None = None
+    # per_trial(key, n_devices, **params) -> {parameter: value}: state drawn once per trial and kept
+    # for every round (e.g. per-ED residual gains, a (K,) array), set on the model by the k-means
+    # trial layer from a key of its own stream; None: no per-trial state.
+    per_trial: Callable[..., Mapping[str, Any]] | None = None
 
     def with_params(self, **values) -> ChannelModel:
         """The same model with some parameters set (each must be one of ``params``; the model's
@@ -422,7 +426,14 @@ _CHANNELS: Registry[ChannelModel] = Registry("channel")
 
 
 def register(
-    name: str, energy, detect=detect, variance=rayleigh_count_variance, noisy: bool = True, params=None, check=None
+    name: str,
+    energy,
+    detect=detect,
+    variance=rayleigh_count_variance,
+    noisy: bool = True,
+    params=None,
+    check=None,
+    per_trial=None,
 ) -> ChannelModel:
     """Registers a channel model under ``name`` (see :class:`ChannelModel` for the signatures) and
     returns it; the name then works wherever a channel is named (:func:`over_the_air_sum`,
@@ -435,6 +446,10 @@ def register(
     ``get(NAME).with_params(key=value)`` sets them; a parameter may be traced, so it can
     be swept like the SNR. ``check(**params)`` (optional) raises a ValueError for a value a
     parameter may not take; it runs whenever parameters are set, and once on the defaults.
+    ``per_trial(key, n_devices, **params) -> {parameter: value}`` (optional) draws state once per
+    trial (per-ED gains, a (K,) array), which the k-means experiments set on the model before the
+    rounds (:func:`jaxfed.experiments.kmeans_trials.make_trial`), so that a built-in experiment takes
+    such a channel by name (``--set channel=NAME``).
 
     >>> import jax, jax.numpy as jnp
     >>> from jaxfed import oac
@@ -453,7 +468,8 @@ def register(
     validation.check("variance", variance, variance is None or callable(variance), "a function or None")
     validation.check("params", params, params is None or isinstance(params, Mapping), "a dict {name: default}")
     validation.check("check", check, check is None or callable(check), "a function or None")
-    model = ChannelModel(energy, detect, variance, bool(noisy), MappingProxyType(dict(params or {})), check)
+    validation.check("per_trial", per_trial, per_trial is None or callable(per_trial), "a function or None")
+    model = ChannelModel(energy, detect, variance, bool(noisy), MappingProxyType(dict(params or {})), check, per_trial)
     if check is not None:
         check(**model.params)
     return _CHANNELS.register(name, model)

@@ -420,8 +420,9 @@ def metrics_of(ds) -> list[str]:
 
 def bands(ds_or_dir, metric: str, mass: float = 0.75):
     """Median and central ``mass`` band over trials of ``metric``, one row per (point, index):
-    the label columns, the metric's axis coordinates (``slot``, ``round``, …), ``median``,
-    ``lower``, ``upper`` (:func:`jaxfed.stats.band`, the same numbers) and ``n``, the finite
+    the label columns, the metric's axis coordinates (``slot``, ``round``, …), ``q50`` (the
+    median: a column ``median`` would hide behind ``DataFrame.median``, ``table.median`` being the
+    method), ``lower``, ``upper`` (:func:`jaxfed.stats.band`, the same numbers) and ``n``, the finite
     trials of the cell.
 
     Args:
@@ -457,7 +458,7 @@ def bands(ds_or_dir, metric: str, mass: float = 0.75):
         row = dict(labels[p])
         for dim, i in zip(dims, rest):
             row[dim] = ds[dim].values[i] if dim in ds.coords else i
-        row.update(median=band.median[cell], lower=band.lower[cell], upper=band.upper[cell], n=int(n[cell]))
+        row.update(q50=band.median[cell], lower=band.lower[cell], upper=band.upper[cell], n=int(n[cell]))
         rows.append(row)
     return pd.DataFrame(rows)
 

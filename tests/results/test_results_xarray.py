@@ -261,18 +261,18 @@ def test_bands_equal_stats_band_and_csv_keeps_them(topologies, tmp_path):
         else:
             summary = stats.Summary(**{f: ds[f"kl_{f}"].values for f in stats.Summary._fields})
             band, n = stats.band(summary), summary.count
-        assert list(table.columns) == ["topology", "slot", "median", "lower", "upper", "n"]
+        assert list(table.columns) == ["topology", "slot", "q50", "lower", "upper", "n"]
         assert table.topology.tolist() == [t for t in ("star", "ring", "complete") for _ in range(ds.sizes["slot"])]
         assert table.slot.tolist() == list(ds.slot.values) * 3
-        for column in ("median", "lower", "upper"):
-            assert np.array_equal(table[column].to_numpy(), getattr(band, column).ravel())
+        for column, field in (("q50", "median"), ("lower", "lower"), ("upper", "upper")):
+            assert np.array_equal(table[column].to_numpy(), getattr(band, field).ravel())
         assert np.array_equal(table.n.to_numpy(), n.ravel())
         assert cli.main(["export", out, "--format", "csv", "--bands", "--out", str(tmp_path / f"{keep}.csv")]) == 0
         written = pd.read_csv(tmp_path / f"{keep}.csv")
         assert written.metric.unique().tolist() == ["kl"]
-        for column in ("median", "lower", "upper"):  # as printed: float repr, which reads back exactly
-            got = written[column].to_numpy().astype(getattr(band, column).dtype)
-            assert np.array_equal(got, getattr(band, column).ravel())
+        for column, field in (("q50", "median"), ("lower", "lower"), ("upper", "upper")):  # float repr: exact
+            got = written[column].to_numpy().astype(getattr(band, field).dtype)
+            assert np.array_equal(got, getattr(band, field).ravel())
 
 
 def test_parquet_and_csv_tables_hold_the_values(topologies, tmp_path):
