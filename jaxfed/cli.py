@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import dataclasses
 import os
+import re
 import signal
 import sys
 import threading
@@ -39,7 +40,7 @@ from jaxfed.experiments import (
 )
 from jaxfed.experiments.reproduce_progress import Overall, experiment_group
 from jaxfed.experiments.runner import still_running
-from jaxfed.results import FORMATS, export_all, merging, report
+from jaxfed.results import FORMATS, deciding, export_all, merging, report
 
 DEFAULT_OUT = "results"
 DEFAULT_MAX_TRIALS = 1_000_000  # trials per point at most in a precision-targeted run
@@ -122,6 +123,8 @@ def _cmd_run(args) -> int:
         if args.target_metric is None:
             raise ValueError("--target-se needs --target-metric NAME[@index]")
         n_trials = args.max_trials or DEFAULT_MAX_TRIALS
+    if args.decide and (args.target_se is not None or args.shard is not None or args.executor is not None):
+        raise ValueError("--decide grows one process's run: it does not go with --target-se, --shard or --executor")
     if args.shard is not None:
         return _cmd_run_shard(exp, args, n_trials)
     out_dir = args.out or os.path.join(args.default_out, exp.name)
@@ -129,12 +132,51 @@ def _cmd_run(args) -> int:
         return _cmd_run_on_executor(exp, args, n_trials, out_dir)
     start = time.perf_counter()
     cfg, config_json, results = _run_one(exp, _parse_sets(args.set), args, out_dir, n_trials)
-    if jax.process_index() == 0 and "served_from" not in config_json:
+    if args.decide:
+        runs = {exp.name: deciding.Run(exp, cfg, config_json, results, 0, n_trials, deciding.seconds_per_trial(config_json, n_trials))}  # fmt: skip
+        sections, text = _decided(runs, args, lambda name: out_dir, _parse_sets(args.set))
+        path = report.write(out_dir, list(sections.items()), time.perf_counter() - start, text)
+        if not _quiet(args):
+            _say(f"{exp.name}: report {path}")
+    elif jax.process_index() == 0 and "served_from" not in config_json:
         path = _write_report(out_dir, exp, cfg, config_json, results, time.perf_counter() - start)
         if not _quiet(args):
             _say(f"{exp.name}: report {path}")
     print(args.out_given or os.path.join(DEFAULT_OUT, exp.name))  # (as given: the run went to its absolute form)
     return 0
+
+
+def _decided(runs: dict, args, out_dir_of, overrides: dict) -> tuple[dict, str]:
+    """(sections, report.md's account) of ``--decide`` on ``runs`` (:func:`jaxfed.results.deciding.decide`)."""
+
+    def grow(run, n: int):
+        before = run.config_json["n_trials"]
+        cfg, config_json, results = _run_one(run.exp, overrides, args, out_dir_of(run.exp.name), n)
+        spt = deciding.seconds_per_trial(config_json, n - before)
+        return run._replace(cfg=cfg, config_json=config_json, results=results, seconds_per_trial=spt)
+
+    say = (lambda line: None) if _quiet(args) else _say
+    sections, claims, spent, before = deciding.decide(runs, grow, args.budget, say)
+    return sections, deciding.summary(claims, before, spent, args.budget)
+
+
+def _budget(text: str) -> float:
+    """Seconds of a duration such as 30m, 2h, 90s or 1h30m."""
+    match = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?", text.strip())
+    if not text.strip() or match is None:
+        raise argparse.ArgumentTypeError(f"budget must be a duration such as 30m, 2h, 90s or 1h30m, got {text!r}")
+    hours, minutes, seconds = (float(g or 0) for g in match.groups())
+    return 3600 * hours + 60 * minutes + seconds
+
+
+def _add_decide_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--decide",
+        action="store_true",
+        help="grow the runs holding undecided claims look by look (n, 2n, 4n, … trials) until they are decided "
+        "or the budget is spent, keeping the stated 5%% error rate over the whole procedure (report.md says how)",
+    )
+    p.add_argument("--budget", type=_budget, default=1800.0, metavar="DURATION", help="with --decide: time to spend deciding (default 30m)")  # fmt: skip
 
 
 def _cmd_run_shard(exp, args, n_trials: int) -> int:
@@ -277,18 +319,36 @@ def _cmd_reproduce(args) -> int:
     # corrected by its group's finished ones; the engine's per-group bars open below it (on a
     # terminal), its lines between its lines (in a log).
     overall = Overall(not _quiet(args) and jax.process_index() == 0, reproduce_priors(experiments, trials))
-    sections, times, start = [], [], time.perf_counter()
+    sections, times, start, runs_of = [], [], time.perf_counter(), {}
     for exp in experiments:
         overall.start(exp.name)
         t0, out_dir = time.perf_counter(), os.path.join(args.out, exp.name)
         digest_before = _record_digest(out_dir)
         cfg, config_json, results = _run_one(exp, {}, args, out_dir, trials[exp.name])
+        runs_of[exp.name] = (cfg, config_json, results)
         times.append((exp.name, time.perf_counter() - t0))
         sections.append((exp.name, report.section(exp, cfg, config_json, results, times[-1][1])))
         overall.finish(measured=_computed_here(config_json, digest_before))
     overall.close()
+    text = ""
+    if args.decide:
+        runs = {
+            exp.name: deciding.Run(
+                exp,
+                cfg,
+                config_json,
+                results,
+                0,
+                trials[exp.name],
+                deciding.seconds_per_trial(config_json, trials[exp.name]),
+            )  # fmt: skip
+            for exp, (_, sec) in zip(experiments, sections)
+            for cfg, config_json, results in [runs_of[exp.name]]
+        }
+        decided, text = _decided(runs, args, lambda name: os.path.join(args.out, name), {})
+        sections = list(decided.items())
     if jax.process_index() == 0:
-        path = report.write(args.out, sections, time.perf_counter() - start)
+        path = report.write(args.out, sections, time.perf_counter() - start, text)
         if not _quiet(args):
             width = max(len(name) for name, _ in times)
             lines = [f"  {name:<{width}}  {seconds:8.1f} s" for name, seconds in times]
@@ -596,6 +656,7 @@ def _add_run_command(run: argparse.ArgumentParser) -> None:
         default=None,
         help=f"with --target-se: the most trials per point (default {DEFAULT_MAX_TRIALS:,})",
     )
+    _add_decide_options(run)
     _add_run_options(run, "run")
     _add_process_options(run)
     run.set_defaults(func=_cmd_run)
@@ -610,6 +671,7 @@ def _add_reproduce_command(rep: argparse.ArgumentParser) -> None:
         metavar="NAME[,NAME...]",
         help="run these experiments only (see jaxfed list); report.md then holds their sections only",
     )
+    _add_decide_options(rep)
     _add_run_options(rep, "reproduce")
     _add_process_options(rep)
     rep.set_defaults(func=_cmd_reproduce)

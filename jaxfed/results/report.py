@@ -163,8 +163,9 @@ def _figure_here(out_dir: str, sec: Section) -> Section:
     return sec
 
 
-def write(out_dir: str, sections: list, seconds: float) -> str:
-    """Writes ``<out_dir>/report.md`` from (experiment name, :func:`section`) pairs, its claims
+def write(out_dir: str, sections: list, seconds: float, deciding: str = "") -> str:
+    """Writes ``<out_dir>/report.md`` from (experiment name, :func:`section`) pairs (with
+    ``deciding``, the account of ``--decide``, after the counts), its claims
     as ``<out_dir>/verdicts.json`` (:func:`jaxfed.results.verdicts`) and the same as one web page,
     ``<out_dir>/report.html`` (:func:`jaxfed.results.report_html.write`), and returns report.md's path."""
     sections = [(name, _figure_here(out_dir, sec) if isinstance(sec, Section) else sec) for name, sec in sections]
@@ -189,6 +190,7 @@ def write(out_dir: str, sections: list, seconds: float) -> str:
         "",
         counts(sections),
         "",
+        *([deciding] if deciding else []),
         "## Every claim",
         "",
         "Each section's verdicts in one table (the statistic is on each claim's own scale: a slot difference, a "

@@ -15,6 +15,8 @@ This part of :mod:`jaxfed.stats` may import :mod:`jaxfed.stats.intervals` and
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 from typing import NamedTuple
 
@@ -71,6 +73,10 @@ class Verdict(NamedTuple):
         ""  # why the verdict is what it is beyond the interval (not carried, effect size, censoring, trials needed)
     )
     kind: str = ""  # "greater" | "less" | "equal" (an equivalence test) | "share" (a claim about each trial)
+    # the trials per point that would decide an undecided claim at the observed effect and spread
+    # (an estimate, its method in ``reason``); inf: no number would; None: decided, or nothing to
+    # estimate from
+    trials_needed: float | None = None
 
     def interval_text(self, fmt: str = "{:.3g}") -> str:
         return f"{fmt.format(self.estimate)} [{fmt.format(self.lower)}, {fmt.format(self.upper)}]"
@@ -105,7 +111,10 @@ VERDICT_POLICY = (
     "(counted apart). An effect carried by under half the trials (the others tie) says so in its verdict. "
     "An equality (≈) claim is an equivalence test: **reproduced** when the 95% interval lies inside the "
     "stated margin (±5% on a ratio; two one-sided tests at 2.5%), **not reproduced** when it lies outside; "
-    "otherwise inconclusive, with the number of trials that would decide it at the observed spread. A "
+    "otherwise inconclusive. Every inconclusive claim gives the trials that would decide it at the observed "
+    "effect and spread (an estimate: an interval's half-width shrinks as 1/√n), or says that no number would; "
+    "a directional claim whose interval lies within the visible size on both sides is **direction only** (no "
+    "number of trials would make it visible). A "
     "claim about each trial is judged on the share of trials meeting it (95% Wilson interval above 90%). "
     "A first-passage reading (time, slots, iterations to a level; cover times) whose verdict the trials "
     "that never reached the level could change is **not testable (censored)**."
@@ -181,16 +190,17 @@ def _pairs(a, b, claim, expect, transform, margin, min_effect, options, censored
     return Pairs(claim, expect, transform, margin, options[1], min_effect, d, int(a.size - d.size), *done)
 
 
-def _verdict(pairs: Pairs, verdict: str, reason: str) -> Verdict:
-    """The :class:`Verdict` ``verdict`` on ``pairs`` with ``reason``, to which the share of censored pairs
-    is added; a log-ratio's estimate and interval mapped back to ratios."""
+def _verdict(pairs: Pairs, verdict: str, reason: str, needed: float | None = None) -> Verdict:
+    """The :class:`Verdict` ``verdict`` on ``pairs`` with ``reason`` (and ``needed``, its
+    ``trials_needed``), to which the share of censored pairs is added; a log-ratio's estimate and
+    interval mapped back to ratios."""
     if pairs.censoring:
         reason = f"{reason}; {pairs.censoring}" if reason else pairs.censoring
     est, (lo, hi) = pairs.estimate, pairs.bounds
     if pairs.transform == "log_ratio":
         est, lo, hi = np.exp(est), np.exp(lo), np.exp(hi)
     frac = float((pairs.d > 0).mean())
-    out = (pairs.level, pairs.p_value, frac, pairs.n, pairs.dropped, verdict, pairs.untied, reason, pairs.expect)
+    out = (pairs.level, pairs.p_value, frac, pairs.n, pairs.dropped, verdict, pairs.untied, reason, pairs.expect, needed)  # fmt: skip
     return Verdict(pairs.claim, float(est), float(lo), float(hi), *out)
 
 
@@ -206,8 +216,13 @@ def _undecided_by_censoring(pairs: Pairs) -> Verdict | None:
     """Censored pairs whose completions the interval cannot decide on: :data:`NOT_TESTABLE`, whatever
     the observed values say (a verdict the completions cannot change stands, in the rules below)."""
     if pairs.widened == INCONCLUSIVE:  # "" where no pair is censored
-        return _verdict(pairs, NOT_TESTABLE, "")
+        verdict = _verdict(pairs, NOT_TESTABLE, "", math.inf)
+        return verdict._replace(reason=f"{verdict.reason}; {LONGER_HORIZON}")
     return None
+
+
+LONGER_HORIZON = "more trials at this horizon cannot decide it, a longer one could"
+"""Said of a claim that censoring leaves undecided."""
 
 
 def _not_reproduced(pairs: Pairs) -> Verdict | None:
@@ -221,12 +236,30 @@ def _not_reproduced(pairs: Pairs) -> Verdict | None:
 
 def _inconclusive(pairs: Pairs) -> Verdict | None:
     """The interval straddles the claim's boundary: inconclusive; for an equality, with the trials that
-    would decide it at the observed spread (:func:`_trials_to_decide`)."""
+    would decide it at the observed spread (:func:`_needed`); a directional claim, with those at the
+    observed effect and spread, or, when the interval lies within the visible size on both sides,
+    :data:`DIRECTION_ONLY` (no number of trials would make the effect visible)."""
     if pairs.observed != INCONCLUSIVE:
         return None
-    if pairs.expect != "equal":
-        return _verdict(pairs, INCONCLUSIVE, "")
-    return _verdict(pairs, INCONCLUSIVE, _trials_to_decide(pairs.n, pairs.estimate, pairs.lower, pairs.upper, pairs.margin))  # fmt: skip
+    half = (pairs.upper - pairs.lower) / 2
+    if pairs.expect == "equal":
+        needed = _needed(pairs.n, pairs.margin - abs(pairs.estimate), half)
+        if needed == math.inf:
+            return _verdict(pairs, INCONCLUSIVE, "the estimate lies outside the margin: more trials would not show equality", needed)  # fmt: skip
+        return _verdict(pairs, INCONCLUSIVE, _needed_text(needed, "at the observed spread", _SHRINKS), needed)
+    visible = _visible_size(pairs)
+    if -visible < pairs.lower and pairs.upper < visible:
+        reason = (
+            f"no visible effect: the interval lies within ±{_effect_text(visible, pairs.transform)}, the visible "
+            "size; no number of trials would make it visible"
+        )
+        return _verdict(pairs, DIRECTION_ONLY, reason, math.inf)
+    toward = (pairs.estimate if pairs.expect == "greater" else -pairs.estimate) - pairs.margin
+    needed = _needed(pairs.n, toward, half)
+    if needed == math.inf:
+        return _verdict(pairs, INCONCLUSIVE, "the estimate leans against the claim: more trials would not show it", needed)  # fmt: skip
+    small = " (an effect below the visible size: it would read direction only)" if abs(pairs.estimate) < visible else ""
+    return _verdict(pairs, INCONCLUSIVE, _needed_text(needed, "at the observed effect and spread", _SHRINKS) + small, needed)  # fmt: skip
 
 
 def _equivalent(pairs: Pairs) -> Verdict | None:
@@ -239,8 +272,9 @@ def _too_few_untied(pairs: Pairs) -> Verdict | None:
     """A directional effect the interval shows where fewer than :data:`MIN_UNTIED_PAIRS` pairs differ:
     inconclusive (a few trials do not carry a claim)."""
     if pairs.untied < MIN_UNTIED_PAIRS:
-        reason = f"only {pairs.untied} of {pairs.n} pairs differ (at least {MIN_UNTIED_PAIRS} needed)"
-        return _verdict(pairs, INCONCLUSIVE, reason)
+        needed = math.ceil(pairs.n * MIN_UNTIED_PAIRS / pairs.untied) if pairs.untied else math.inf
+        reason = f"only {pairs.untied} of {pairs.n} pairs differ (at least {MIN_UNTIED_PAIRS} needed); {_needed_text(needed, 'at the observed share of differing pairs', 'differing pairs ∝ n')}"  # fmt: skip
+        return _verdict(pairs, INCONCLUSIVE, reason, needed)
     return None
 
 
@@ -251,7 +285,12 @@ def _sign_test_disagrees(pairs: Pairs) -> Verdict | None:
     n_claimed = int((d > 0).sum() if pairs.expect == "greater" else (d < 0).sum())
     if pairs.p_value >= SIGN_TEST_ALPHA or 2 * n_claimed <= pairs.untied:
         reason = f"sign test p = {pairs.p_value:.2g} ({n_claimed} of {pairs.untied} differing pairs in the claimed direction)"  # fmt: skip
-        return _verdict(pairs, INCONCLUSIVE, reason)
+        # the sign test's z = (2k − m)/√m at the observed share k/m of m differing pairs reaches the
+        # normal quantile of SIGN_TEST_ALPHA / 2 when m >= (z / (2k/m − 1))²
+        lean = 2 * n_claimed / pairs.untied - 1
+        z = math.sqrt(2) * _erfinv(1 - SIGN_TEST_ALPHA)
+        needed = math.ceil(pairs.n / pairs.untied * (z / lean) ** 2) if lean > 0 else math.inf
+        return _verdict(pairs, INCONCLUSIVE, f"{reason}; {_needed_text(needed, 'at the observed share in the claimed direction', 'the sign test in its normal approximation')}", needed)  # fmt: skip
     return None
 
 
@@ -259,13 +298,19 @@ def _invisible(pairs: Pairs) -> Verdict | None:
     """A directional effect the trials carry, smaller than the visible size (``min_effect``, else a
     ratio of 1 + :data:`VISIBLE_RATIO` or :data:`VISIBLE_FRACTION` of the median |b|):
     :data:`DIRECTION_ONLY`, with both sizes in the reason."""
-    transform = pairs.transform
-    visible = np.log1p(VISIBLE_RATIO) if transform == "log_ratio" else VISIBLE_FRACTION * pairs.reference
-    visible = visible if pairs.min_effect is None else pairs.min_effect
+    transform, visible = pairs.transform, _visible_size(pairs)
     if abs(pairs.estimate) < visible:
         reason = f"effect {_smaller_text(pairs.estimate, visible, transform)} < visible {_effect_text(visible, transform)}"  # fmt: skip
         return _verdict(pairs, DIRECTION_ONLY, reason)
     return None
+
+
+def _visible_size(pairs: Pairs) -> float:
+    """The visible size of a directional effect on the transform's scale: ``min_effect``, else a
+    ratio of 1 + :data:`VISIBLE_RATIO` or :data:`VISIBLE_FRACTION` of the median |b|."""
+    if pairs.min_effect is not None:
+        return pairs.min_effect
+    return float(np.log1p(VISIBLE_RATIO) if pairs.transform == "log_ratio" else VISIBLE_FRACTION * pairs.reference)
 
 
 def _carried_by_few(pairs: Pairs) -> Verdict | None:
@@ -301,7 +346,9 @@ returns a :class:`Verdict` decides. Each assumes that the rules before it return
 2. ``_undecided_by_censoring``: censored pairs whose completions could change the verdict:
    :data:`NOT_TESTABLE`;
 3. ``_not_reproduced``: the interval lies on the other side of no effect (outside an equality's margin);
-4. ``_inconclusive``: the interval straddles the boundary (an equality: with the trials to decide it);
+4. ``_inconclusive``: the interval straddles the boundary, with the trials that would decide it
+   (``trials_needed``); a directional one whose interval lies within the visible size both ways:
+   :data:`DIRECTION_ONLY`, as no number of trials would make it visible;
 5. ``_equivalent``: an equality whose interval lies inside the margin: reproduced;
 6. ``_too_few_untied``: a directional effect where under :data:`MIN_UNTIED_PAIRS` pairs differ: inconclusive;
 7. ``_sign_test_disagrees``: the sign test does not agree (:data:`SIGN_TEST_ALPHA`): inconclusive;
@@ -321,7 +368,7 @@ def paired_verdict(
     transform: str = "difference",
     statistic: str = "median",
     margin: float = 0.0,
-    level: float = 0.95,
+    level: float | None = None,
     n_boot: int = 2000,
     seed: int = 0,
     min_effect: float | None = None,
@@ -378,12 +425,13 @@ def paired_verdict(
     >>> v.verdict, v.interval_text("{:.2f}")
     ('reproduced', '1.20 [1.18, 1.21]')
     """
+    level = _LEVEL.get() if level is None else level
     options = (statistic, level, n_boot, seed)  # as interval() takes them
     pairs = _pairs(a, b, claim, expect, transform, margin, min_effect, options, (censored_a, censored_b), censoring)
     return next(verdict for verdict in (rule(pairs) for rule in PAIRED_RULES) if verdict is not None)
 
 
-def share_verdict(met, claim: str, share: float = EACH_TRIAL_SHARE, level: float = 0.95) -> Verdict:
+def share_verdict(met, claim: str, share: float = EACH_TRIAL_SHARE, level: float | None = None) -> Verdict:
     """Verdict on a claim about each trial: the share of trials meeting it (``met``, bools; NaN is
     dropped) with its Wilson score interval, p̂ ± z√(p̂(1−p̂)/n + z²/4n²) / (1 + z²/n) around
     (p̂ + z²/2n)/(1 + z²/n): reproduced when the interval lies above ``share``, not reproduced when it
@@ -392,6 +440,7 @@ def share_verdict(met, claim: str, share: float = EACH_TRIAL_SHARE, level: float
     >>> share_verdict(np.ones(200, bool), "each trial").verdict
     'reproduced'
     """
+    level = _LEVEL.get() if level is None else level
     met = np.asarray(met, np.float64).ravel()
     ok = np.isfinite(met)
     n, k = int(ok.sum()), float(met[ok].sum())
@@ -404,8 +453,12 @@ def share_verdict(met, claim: str, share: float = EACH_TRIAL_SHARE, level: float
     lo, hi = max(0.0, float(centre - half)), min(1.0, float(centre + half))
     verdict = REPRODUCED if lo > share else NOT_REPRODUCED if hi < share else INCONCLUSIVE
     reason = f"{percent(p)} of {n} trials meet it; needs more than {share:.0%}"
+    needed = None
+    if verdict == INCONCLUSIVE:
+        needed = _needed(n, abs(p - share), (hi - lo) / 2)
+        reason = f"{reason}; {_needed_text(needed, 'at the observed share', _SHRINKS)}"
     nan = float("nan")
-    return Verdict(claim, p, lo, hi, level, nan, p, n, int(met.size - n), verdict, n, reason, "share")
+    return Verdict(claim, p, lo, hi, level, nan, p, n, int(met.size - n), verdict, n, reason, "share", needed)
 
 
 def _erfinv(y: float) -> float:
@@ -452,14 +505,53 @@ def _smaller_text(x: float, limit: float, transform: str) -> str:
     return text
 
 
-def _trials_to_decide(n: int, est: float, lo: float, hi: float, margin: float) -> str:
-    """The trials an equivalence test would need at the observed spread (half-width ∝ 1/√n)."""
-    room, half = margin - abs(est), (hi - lo) / 2
-    if not np.isfinite(half) or half <= 0:
-        return ""
+_SHRINKS = "an interval's half-width ∝ 1/√n"
+
+
+def _needed(n: int, room: float, half: float) -> float | None:
+    """The trials at which an interval of half-width ``half`` on ``n`` trials, shrinking as 1/√n,
+    would fit in ``room`` (the distance from the estimate to the boundary it must clear):
+    n·(half / room)²; inf when ``room`` <= 0 (no number would), None without a spread."""
+    if not (np.isfinite(half) and half > 0 and np.isfinite(room)):
+        return None
     if room <= 0:
-        return "the estimate lies outside the margin: more trials would not show equality"
-    return f"≈ {int(np.ceil(n * (half / room) ** 2))} trials would decide it at the observed spread"
+        return math.inf
+    return float(math.ceil(n * (half / room) ** 2))
+
+
+def _needed_text(needed: float | None, at: str, method: str) -> str:
+    if needed is None:
+        return "no spread to estimate the trials that would decide it from"
+    if needed == math.inf:
+        return f"no number of trials would decide it {at}"
+    return f"≈ {int(needed):,} trials would decide it {at} (estimated: {method})"
+
+
+_LEVEL = contextvars.ContextVar("verdict_level", default=0.95)
+"""The interval level of verdicts not given one: 0.95, or a deciding procedure's look's (:func:`judged_at`)."""
+
+
+@contextlib.contextmanager
+def judged_at(level: float):
+    """Inside, :func:`paired_verdict` and :func:`share_verdict` take intervals at ``level`` unless
+    given one: a look of a deciding procedure (:func:`look_level`) re-judges an experiment's claims
+    through its own report code."""
+    token = _LEVEL.set(validation.probability("level", level, low_open=True, high_open=True))
+    try:
+        yield
+    finally:
+        _LEVEL.reset(token)
+
+
+def look_level(look: int, alpha: float = 0.05) -> float:
+    """The interval level of look k = 0, 1, … of a procedure that grows a run until its claims are
+    decided (``jaxfed reproduce --decide``): 1 − α·2^−(k+1), spending α/2, α/4, … at looks whose
+    trial counts n_k = n_0·2^k are fixed before the first. A wrong decision at any look needs that
+    look's interval to miss the true effect, so by the union bound the chance of any wrong decision
+    is at most Σ_k α·2^−(k+1) = α, however many looks are taken, which are skipped and what stopped
+    them: the sequential plan keeps the stated error rate."""
+    validation.integer("look", look, 0)
+    return 1.0 - alpha * 2.0 ** -(look + 1)
 
 
 def _censored(d, cens_a, cens_b, expect, margin, censoring, options) -> tuple[str, str, tuple[float, float]]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -412,6 +413,7 @@ VERDICT_COLUMNS = (
     "n_untied",
     "verdict",
     "reason",
+    "trials_needed",
 )
 """The fields of a claim in ``verdicts.json`` (the columns of :func:`jaxfed.results.verdicts`)."""
 
@@ -445,6 +447,9 @@ def verdict_records(named_sections: list) -> list[dict]:
                     "n_untied": int(v.n_untied),
                     "verdict": v.verdict,
                     "reason": v.reason,
+                    # an undecided claim's trials to decide it (an estimate); null where it is decided,
+                    # nothing estimates it, or no number would (its reason says which)
+                    "trials_needed": None if v.trials_needed in (None, math.inf) else int(v.trials_needed),
                 }
             )
     return rows

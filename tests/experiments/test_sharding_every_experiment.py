@@ -10,7 +10,7 @@ import pytest
 from jaxfed import cli
 from jaxfed.experiments import REGISTRY
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.long  # (17 experiments × 4 runs: ~10 min on 2 cores, beyond the CI budget; run with -m long)
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))

@@ -78,7 +78,8 @@ def test_censoring_the_completions_cannot_decide_is_not_testable():
     undecided = pairs(shifted(30), censoring=NOTE, widened=stats.INCONCLUSIVE, bounds=(0.5, math.inf))
     verdict = v._undecided_by_censoring(undecided)
     assert verdict is not None and verdict.verdict == stats.NOT_TESTABLE
-    assert verdict.reason == NOTE and (verdict.lower, verdict.upper) == (0.5, math.inf)
+    assert verdict.reason == f"{NOTE}; {v.LONGER_HORIZON}" and (verdict.lower, verdict.upper) == (0.5, math.inf)
+    assert verdict.trials_needed == math.inf
     assert verdict.kind == "greater" and verdict.n == 30
     # Completions that all give one verdict leave it to the other rules, and so does no censoring.
     assert v._undecided_by_censoring(undecided._replace(widened=stats.REPRODUCED)) is None
@@ -102,13 +103,29 @@ def test_an_interval_on_the_wrong_side_is_not_reproduced(expect, interval, side)
     assert v._not_reproduced(pairs(shifted(25), expect, claimed.get(expect, (0.0, -0.05, 0.05)))) is None
 
 
-def test_a_straddling_interval_is_inconclusive_and_an_equality_says_what_would_decide_it():
-    directional = v._inconclusive(pairs(shifted(15, 15), "greater", (0.0, -0.5, 0.5)))
-    assert directional is not None and directional.verdict == stats.INCONCLUSIVE and directional.reason == ""
+def test_a_straddling_interval_is_inconclusive_and_says_what_would_decide_it():
+    directional = v._inconclusive(pairs(shifted(15, 15), "greater", (0.0, -0.5, 0.5), reference=1.0))
+    assert directional is not None and directional.verdict == stats.INCONCLUSIVE
+    assert directional.reason == "the estimate leans against the claim: more trials would not show it"
+    assert directional.trials_needed == math.inf
+    # estimate 0.2, half-width 0.5 on 30 trials: 30·(0.5 / 0.2)² = 187.5 trials to clear 0.
+    leaning = v._inconclusive(pairs(shifted(15, 15), "greater", (0.2, -0.3, 0.7), reference=10.0))
+    assert leaning is not None and leaning.trials_needed == 188
+    assert leaning.reason == (
+        "≈ 188 trials would decide it at the observed effect and spread (estimated: an interval's half-width ∝ 1/√n)"
+        " (an effect below the visible size: it would read direction only)"
+    )
+    # The interval within ±the visible size (5% of 10): no number of trials would make it visible.
+    invisible = v._inconclusive(pairs(shifted(15, 15), "greater", (0.0, -0.3, 0.3), reference=10.0))
+    assert invisible is not None and invisible.verdict == stats.DIRECTION_ONLY
+    assert invisible.reason.startswith("no visible effect: the interval lies within ±0.5")
     # |estimate| 0.02 inside the margin 0.1, half-width 0.1: n·(0.1 / 0.08)² = 100·1.5625 trials.
     near = v._inconclusive(pairs(np.zeros(100), "equal", (0.02, -0.08, 0.12)))
-    assert near is not None and near.verdict == stats.INCONCLUSIVE
-    assert near.reason == "≈ 157 trials would decide it at the observed spread"
+    assert near is not None and near.verdict == stats.INCONCLUSIVE and near.trials_needed == 157
+    assert (
+        near.reason
+        == "≈ 157 trials would decide it at the observed spread (estimated: an interval's half-width ∝ 1/√n)"
+    )
     outside = v._inconclusive(pairs(np.zeros(100), "equal", (0.15, -0.05, 0.35)))
     assert outside is not None
     assert outside.reason == "the estimate lies outside the margin: more trials would not show equality"
@@ -125,7 +142,10 @@ def test_an_equality_inside_its_margin_is_reproduced_without_sign_test_or_visibl
 def test_a_directional_effect_needs_ten_differing_pairs():
     verdict = v._too_few_untied(pairs(shifted(9, 0, 21)))
     assert verdict is not None and verdict.verdict == stats.INCONCLUSIVE
-    assert verdict.reason == "only 9 of 30 pairs differ (at least 10 needed)"
+    assert verdict.reason == (
+        "only 9 of 30 pairs differ (at least 10 needed); ≈ 34 trials would decide it at the observed share of "
+        "differing pairs (estimated: differing pairs ∝ n)"
+    )
     assert verdict.n_untied == 9
     assert v._too_few_untied(pairs(shifted(10, 0, 20))) is None
 
@@ -134,10 +154,14 @@ def test_a_directional_effect_needs_the_sign_test():
     split = v._sign_test_disagrees(pairs(shifted(12, 8), interval=(0.5, 0.1, 1.0)))
     assert split is not None and split.verdict == stats.INCONCLUSIVE
     p = stats.sign_test(shifted(12, 8))
-    assert split.reason == f"sign test p = {p:.2g} (12 of 20 differing pairs in the claimed direction)"
+    # z = 1.96 at a share of 12/20 in the claimed direction: (1.96 / 0.2)² = 96.04 differing pairs, all differ
+    assert split.reason == (
+        f"sign test p = {p:.2g} (12 of 20 differing pairs in the claimed direction); ≈ 97 trials would decide it at "
+        "the observed share in the claimed direction (estimated: the sign test in its normal approximation)"
+    )
     # Significant, but the other way: none of the 20 in the claimed direction.
     against = v._sign_test_disagrees(pairs(shifted(20), "less", interval=(-1.0, -1.5, -0.5)))
-    assert against is not None and against.reason.endswith("(0 of 20 differing pairs in the claimed direction)")
+    assert against is not None and "(0 of 20 differing pairs in the claimed direction); no number" in against.reason
     assert v._sign_test_disagrees(pairs(shifted(20))) is None
     assert v._sign_test_disagrees(pairs(-shifted(20), "less")) is None
 
@@ -191,4 +215,5 @@ def test_censoring_comes_before_the_observed_verdict():
     assert observed.verdict == stats.NOT_REPRODUCED
     verdict = stats.paired_verdict(a, b, "a > b", censored_a=censored, censoring="within 5 s")
     assert verdict.verdict == stats.NOT_TESTABLE
-    assert verdict.reason == "censored: 60% of pairs not reached within 5 s" and verdict.upper == math.inf
+    assert verdict.reason == f"censored: 60% of pairs not reached within 5 s; {v.LONGER_HORIZON}"
+    assert verdict.upper == math.inf

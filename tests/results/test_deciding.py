@@ -1,0 +1,93 @@
+"""``--decide`` (issue "Decided readings"): undecided claims grown look by look (n_0·2^k trials,
+intervals at 1 − α·2^−(k+1)) keep the stated error rate over the whole procedure, under a null
+effect and at the equivalence margin; a real effect is decided."""
+
+import types
+
+import numpy as np
+import pytest
+
+from jaxfed import stats
+from jaxfed.experiments import Reading
+from jaxfed.results import deciding
+
+N0 = 40
+BUDGET_S = 60.0
+SECONDS_PER_TRIAL = 1e-3  # (of the fake runs: the budget reaches 60,000 trials per point)
+
+
+def _experiment(name: str, claim: str, shift: float, margin: float = 0.0):
+    """A fake experiment whose one claim compares a = b + d with b = 10 and d ~ N(shift, 1) on the
+    run's trials (its results: the first n draws of one stream, as a grown run's are)."""
+
+    def report(config, labels, results):
+        a, b = results["d"] + 10.0, np.full(results["d"].size, 10.0)
+        expect = "equal" if margin else "greater"
+        return Reading("text", (stats.paired_verdict(a, b, claim, expect=expect, margin=margin),))
+
+    return types.SimpleNamespace(name=name, description=name, caption=name, report=report, source="", plugin="")
+
+
+def _run(exp, stream: np.ndarray, n: int, look: int = 0) -> deciding.Run:
+    config_json = {
+        "n_trials": n, "seed": 0, "dtype": "float32", "device": "cpu", "parameters": {}, "points": [],
+        "engine": {"devices": 1, "chunk_sizes": [n], "keep": "raw", "compile_wait_s": [0.0]},
+        "wall_s": n * SECONDS_PER_TRIAL,
+    }  # fmt: skip
+    return deciding.Run(exp, None, config_json, {"d": stream[:n]}, look, N0, SECONDS_PER_TRIAL)
+
+
+def _procedure(shift: float, margin: float, seed: int) -> stats.Verdict:
+    stream = np.random.default_rng(seed).normal(shift, 1.0, 70_000)
+    exp = _experiment("e", "a > b" if not margin else "a ≈ b", shift, margin)
+    clock = iter(range(10**9))  # seconds: one per reading of the clock (the budget is in fake seconds)
+
+    def grow(run, n):
+        return _run(run.exp, stream, n, run.look)
+
+    sections, claims, _, _ = deciding.decide(
+        {"e": _run(exp, stream, N0)}, grow, BUDGET_S, clock=lambda: next(clock) * 0
+    )
+    return claims[0].last
+
+
+def _wrong_share(shift: float, margin: float, wrong, n: int) -> float:
+    return float(np.mean([wrong(_procedure(shift, margin, seed)) for seed in range(n)]))
+
+
+def _says_greater(v: stats.Verdict) -> bool:
+    """A decision that a > b: reproduced, or direction only with the direction shown (lower > 0)."""
+    return v.verdict == stats.REPRODUCED or (v.verdict == stats.DIRECTION_ONLY and v.lower > 0)
+
+
+def _allowed(share: float, n: int, alpha: float = 0.05) -> bool:
+    """Within the stated level, give or take two Monte Carlo standard errors."""
+    return share <= alpha + 2 * np.sqrt(alpha * (1 - alpha) / n)
+
+
+def test_a_look_level_spends_half_of_what_is_left():
+    levels = [deciding.look_level(k) for k in range(5)]
+    assert levels == pytest.approx([0.975, 0.9875, 0.99375, 0.996875, 0.9984375])
+    assert sum(1 - level for level in levels) < 0.05
+
+
+def test_a_real_effect_is_decided_and_the_trials_judged_on_are_recorded():
+    v = _procedure(shift=0.6, margin=0.0, seed=1)  # visible: 0.6 > 5% of 10
+    assert v.verdict == stats.REPRODUCED and v.n >= N0
+
+
+def test_the_error_rate_holds_over_the_procedure_small():
+    n = 100
+    assert _allowed(_wrong_share(0.0, 0.0, _says_greater, n), n)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["null effect", "at the equivalence margin"])
+def test_the_error_rate_holds_over_the_whole_procedure(case):
+    """≥ 400 simulated procedures: the share of wrong decisions stays within 5% (± 2 MC errors)."""
+    n = 400
+    if case == "null effect":
+        share = _wrong_share(0.0, 0.0, _says_greater, n)
+    else:  # true median difference exactly the margin: declaring equivalence is wrong
+        share = _wrong_share(0.5, 0.5, lambda v: v.verdict == stats.REPRODUCED, n)
+    assert _allowed(share, n), share
