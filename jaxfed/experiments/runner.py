@@ -148,7 +148,8 @@ def _nonfinite_notes(name: str, nonfinite: Mapping, sweep: Sweep, n_trials: int,
                     f"as expected: {undefined[metric]} (left out of bands and summaries; counted in config.json)"
                 )
             continue
-        more = f" (and at {len(per_point) - 1} more points: config.json)" if len(per_point) > 1 else ""
+        others = len(per_point) - 1
+        more = f" (and at {others} more point{'s' if others > 1 else ''}: config.json)" if others else ""
         lines.append(f"jaxfed: warning: {name}: {per_point[0]}{more}")
     return lines
 
