@@ -102,14 +102,17 @@ def section(exp, config, config_json: dict, results: dict, seconds: float) -> Se
     )
 
 
-KINDS = ("the papers' claims", "beyond-the-paper studies", "checks of an explanation")
+KINDS = ("the papers' claims", "beyond-the-paper studies", "checks of an explanation", "checks of the implementation")
 
 
 def claim_kind(section, verdict) -> str:
-    """One of :data:`KINDS`: a claim stated as "check of an explanation: …", a claim of an experiment
-    whose description says "beyond the paper", else one of the papers' claims."""
+    """One of :data:`KINDS`: a claim stated as "check of an explanation: …" or "check of the
+    implementation: …", a claim of an experiment whose description says "beyond the paper", else
+    one of the papers' claims."""
     if verdict.claim.startswith("check of an explanation"):
         return KINDS[2]
+    if verdict.claim.startswith("check of the implementation"):  # true by construction (the same algorithm)
+        return KINDS[3]
     return KINDS[1] if "beyond the paper" in getattr(section, "description", "").lower() else KINDS[0]
 
 
@@ -185,8 +188,9 @@ def write(out_dir: str, sections: list, seconds: float, deciding: str = "") -> s
         + " *Not reproduced*: the interval lies on the other side (the reason is given). *Not testable here*: "
         'the settings cannot show the effect (the reason is given). "(n dropped)": pairs left out because a '
         "value is NaN or infinite. Claims are counted by kind: the papers' claims, beyond-the-paper studies "
-        "(experiments that say so) and checks of an explanation (stated as such, decided the same way, not "
-        "claims of the papers).",
+        "(experiments that say so), checks of an explanation (stated as such, decided the same way, not "
+        "claims of the papers) and checks of the implementation (claims true by construction, such as two "
+        "algorithms that are the same algorithm: they test the code, not the papers).",
         "",
         counts(sections),
         "",
