@@ -500,7 +500,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     ):
         reader = sub.add_parser(name, help=what)
-        reader.add_argument("dir", help="result directory of a finished run")
+        reader.add_argument(
+            "dir",
+            help="result directory of a finished run; a run made with --import FILE.py needs the same --import again "
+            "(the figure and report run that code; a directory never names code to run)",
+        )
         reader.add_argument(
             "--experiment",
             default=None,
@@ -550,7 +554,8 @@ def _add_export_command(export: argparse.ArgumentParser) -> None:
     export.add_argument(
         "dir",
         help="result directory of a finished run, or a `jaxfed reproduce` directory: every run in it "
-        "(read and verified, nothing run)",
+        "(read and verified, nothing run); it reads the stored numbers only, so a run made with --import needs no "
+        "--import here",
     )
     export.add_argument(
         "--format",
@@ -562,7 +567,7 @@ def _add_export_command(export: argparse.ArgumentParser) -> None:
     export.add_argument(
         "--bands",
         action="store_true",
-        help="the median and 75%% band per point and index (jaxfed.bands), of --metric or of every metric",
+        help="the median (column q50) and 75%% band per point and index (jaxfed.bands), of --metric or of every metric",
     )
     export.add_argument(
         "--out",

@@ -249,34 +249,17 @@ def _start_marker(exp: Experiment, out_dir: str | None, imports=None) -> tuple[s
     return path, created
 
 
-_EMPTY_STORE = ("identity.json", ".lock", "chunks", MARKER)
-"""What a store holds before its first trial is written (and the user-code marker)."""
-
-
 def _holds_no_run(out_dir: str) -> bool:
     """True when ``out_dir`` is absent or holds nothing but the user-code marker: this run creates its store."""
     return not os.path.isdir(out_dir) or set(os.listdir(out_dir)) <= {MARKER}
 
 
 def _remove_empty_store(out_dir: str) -> None:
-    """Removes the store a failed run created in ``out_dir`` when it holds no trial (``identity.json``, the
-    lock and an empty ``chunks/``), so that a rerun with another configuration (a narrower micro-batch, say)
-    is not refused as a different run; anything else there stays."""
-    if jax.process_index() != 0 or not os.path.isdir(out_dir):
-        return
-    try:
-        entries = set(os.listdir(out_dir))
-        chunks = os.path.join(out_dir, "chunks")
-        if not entries <= set(_EMPTY_STORE) or (os.path.isdir(chunks) and os.listdir(chunks)):
-            return
-        for name in entries - {MARKER, "chunks"}:
-            os.remove(os.path.join(out_dir, name))
-        if "chunks" in entries:
-            os.rmdir(chunks)
-        if not os.listdir(out_dir):
-            os.rmdir(out_dir)
-    except OSError:
-        pass
+    """Removes the store a failed run created in ``out_dir`` when it holds no trial
+    (:func:`jaxfed.store.remove_empty`), so that a rerun with another configuration (a narrower
+    micro-batch, say) is not refused as a different run; anything else there stays."""
+    if jax.process_index() == 0:
+        store.remove_empty(out_dir, keep=(MARKER,))
 
 
 def _end_marker(marker: tuple[str, bool] | None) -> None:

@@ -884,6 +884,29 @@ def _chunk_meta(kind: str, digest: str, group: int, point_ids, start: int, stop:
     }
 
 
+def remove_empty(out_dir: str, keep: tuple = ()) -> None:
+    """Removes the store in ``out_dir`` when it holds no trial: ``identity.json``, the lock and an
+    empty chunk folder (and the directory, when nothing else is left; names in ``keep`` stay, and
+    so does the store when anything else is there). Errors are ignored: it only tidies."""
+    if not os.path.isdir(out_dir) or os.path.islink(out_dir):
+        return
+    try:
+        entries = set(os.listdir(out_dir))
+        chunks = chunk_dir(out_dir)
+        if not entries <= {"identity.json", ".lock", CHUNK_DIR, *keep} or (
+            os.path.isdir(chunks) and os.listdir(chunks)
+        ):
+            return
+        for name in entries - {*keep, CHUNK_DIR}:
+            os.remove(os.path.join(out_dir, name))
+        if CHUNK_DIR in entries:
+            os.rmdir(chunks)
+        if not os.listdir(out_dir):
+            os.rmdir(out_dir)
+    except OSError:
+        pass
+
+
 def summary_path(out_dir: str, group: int) -> str:
     """The file of group ``group``'s summary in the result directory ``out_dir``."""
     return os.path.join(chunk_dir(out_dir), _summary_name(group))
