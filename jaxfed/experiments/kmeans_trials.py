@@ -106,6 +106,8 @@ class MallConfig:
         validation.integer("beta", self.beta, 3)
         validation.check("beta", self.beta, self.beta % 2 == 1, "an odd integer >= 3")
         model = oac.resolve_channel(self.channel)  # ValueError listing the channels, or naming a bad parameter
+        if self.channel.partition(":")[0] not in oac.channel.MODES:  # a user's channel: its output checked once
+            model.check_output(self.channel)
         if self.channel_sweep:
             key, values = parse_channel_sweep(self.channel_sweep)
             for value in values:  # ValueError unless `key` is one of the channel's parameters and allows the value

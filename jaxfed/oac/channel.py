@@ -412,6 +412,27 @@ class ChannelModel(NamedTuple):
             )
         return out
 
+    def check_output(self, name: str, n_devices: int = 2, beta: int = 3) -> None:
+        """Runs ``energy`` once, concretely, at zero noise on a small example (``n_devices`` EDs, one
+        value of one numeral each, every ED active; per-trial state drawn when the model has some):
+        a one-line ValueError naming the channel ``name`` and its function's file when the result is
+        not (β,) real floating values, or not finite: a channel that returns NaN or ±inf without
+        noise would make every over-the-air trial NaN, far from its cause."""
+        key = jax.random.key(0)
+        model = self
+        if self.per_trial is not None:
+            model = self.with_params(**self.per_trial(jax.random.fold_in(key, 1), n_devices, **self.params))
+        numerals = jnp.ones((n_devices, 1, 1), jnp.int32)
+        active = jnp.ones((n_devices,), bool)
+        out = model.received_energy(key, numerals, beta, jnp.float32(0.0), jnp.float32(1.0), active)
+        if not bool(jnp.all(jnp.isfinite(out))):
+            code = getattr(self.energy, "__code__", None)
+            where = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+            raise ValueError(
+                f"channel {name!r}: its energy function{where} returned non-finite values at zero noise "
+                f"({[float(x) for x in jnp.ravel(out)[:4]]}); every over-the-air trial would be NaN"
+            )
+
     def detected_counts(self, energy, noise_var, symbol_energy) -> jax.Array:
         params = {} if self.detect is detect else self.params  # the built-in detector takes none
         return self.detect(energy, noise_var, symbol_energy, **params)

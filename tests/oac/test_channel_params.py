@@ -176,3 +176,26 @@ def test_a_user_channel_returning_the_wrong_energies_is_one_line_naming_its_file
         assert f"channel energy bad ({channel_file}:5) returned {shown}" in err and "expected real floating" in err
     finally:
         oac.channel._CHANNELS.unregister(name)
+
+
+def test_a_user_channel_not_finite_at_zero_noise_is_one_line_naming_it(tmp_path, capsys):
+    """A channel whose energies are NaN even without noise: one line naming the channel and its file
+    when the configuration is made (was: NaN in every over-the-air trial, and warnings elsewhere)."""
+    channel_file = tmp_path / "nan_channel.py"
+    channel_file.write_text(
+        "import jax.numpy as jnp\nfrom jaxfed import oac\n\n\n"
+        "def nan_energy(key, numerals, beta, noise_var, symbol_energy, active):\n"
+        "    counts = oac.channel.resource_counts(numerals, beta, active).astype(jnp.float32)\n"
+        "    return counts / (noise_var * 0.0)  # 0/0 and 1/0\n\n\n"
+        "oac.channel.register('nan-at-zero', nan_energy, variance=None)\n"
+    )
+    try:
+        args = ["run", "kmeans-convergence", "--import", str(channel_file), "--out", str(tmp_path / "o"), "--quiet"]
+        args += ["--trials", "2", "--set", "channel=nan-at-zero", "--set", "snrs_db=20", *SMALL[:8]]
+        assert cli.main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0, err
+        assert f"channel 'nan-at-zero': its energy function ({channel_file}:5) returned non-finite values" in err
+        assert not (tmp_path / "o").exists()
+    finally:
+        oac.channel._CHANNELS.unregister("nan-at-zero")
