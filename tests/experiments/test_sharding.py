@@ -128,7 +128,9 @@ def _masked_report(path: str) -> list[str]:
 
 
 @pytest.mark.parametrize("keep", ["raw", "summary"])
-@pytest.mark.parametrize("count", [1, 2, 3, 7])
+@pytest.mark.parametrize(
+    "count", [pytest.param(1, marks=pytest.mark.slow), 2, 3, pytest.param(7, marks=pytest.mark.slow)]
+)
 def test_merged_shards_are_the_one_process_run_byte_for_byte(one_process, tmp_path, keep, count):
     paths = _shards(tmp_path, keep, count)
     random.Random(count).shuffle(paths)
