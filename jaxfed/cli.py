@@ -214,10 +214,10 @@ def _cmd_run_on_executor(exp, args, n_trials: int, out_dir: str) -> int:
     """``jaxfed run NAME --executor dask://HOST:PORT``: the run's shards as Dask tasks, merged here."""
     if args.target_se is not None:
         raise ValueError("--executor: a precision target (--target-se) cannot be sharded; run it in one process")
-    start = time.perf_counter()
+    start, options = time.perf_counter(), _run_options(args)
     distributed.run_on_dask(
         args.executor, exp.source or exp.name, n_trials, out_dir, sets=dict(_parse_sets(args.set)),
-        seed=args.seed, keep=args.keep, imports=args.imports, tasks=args.tasks,
+        seed=options.seed, keep=options.keep, imports=args.imports, tasks=args.tasks, quiet=_quiet(args),
     )  # fmt: skip
     config_json, results = load_results(out_dir)
     cfg = make_config(exp.config_cls, _parse_sets(args.set))
