@@ -1,0 +1,228 @@
+"""A run's shards as Dask tasks: :func:`run_on_dask` (``jaxfed run NAME --executor dask://HOST:PORT``).
+
+Every trial is a pure function of (seed, point, trial), so a run splits into shards
+(:mod:`jaxfed.experiments.sharding`) that any process may compute in any order and a merge puts
+back together, the same bytes as one process's run. Here the shards are Dask tasks: one per shard,
+finer than the workers so that the load balances, each computed by ``sharding.run_shard`` in a
+worker process into its own shard directory next to the run's, and merged by ``sharding.merge``
+in the calling process. Dask does the scheduling: a task that raises is retried (``retries``), and
+a lost worker's tasks are given to another worker by the scheduler; such a task resumes from the
+chunks its shard directory already holds, so a lost worker costs at most the unfinished part of
+the tasks it was running.
+
+The workers write where the caller reads: a file system shared by every worker and the caller,
+at the same path (the shard directories are ``OUT_DIR.shards/IIIII-of-TTTTT``, kept after the
+merge). Dask itself is an optional dependency (``pip install "jaxfed[dask]"``), imported only here.
+
+Internal: not a public API (no ``__all__``; the public names are in tests/project/public_api.txt).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from jaxfed import stats
+from jaxfed.experiments import catalog, get, sharding
+from jaxfed.experiments.spec import make_config
+
+if TYPE_CHECKING:  # (for the annotations only: Dask is an optional dependency)
+    from distributed import Client
+
+TASKS_PER_THREAD = 4
+"""Default tasks per worker thread: finer than the workers, so that a fast worker takes over a slow
+one's share and a lost worker's tasks are small."""
+
+MISSING_EXTRA = 'running on Dask needs the dask extra: pip install ".[dask]" (or "jaxfed[dask]")'
+
+_SHARD_NAME = re.compile(r"^(\d{5})-of-(\d{5})$")
+
+
+def run_on_dask(
+    client: Client | str,
+    name: str,
+    n_trials: int,
+    out_dir: str,
+    *,
+    sets: Mapping[str, str] | None = None,
+    seed: int = 0,
+    keep: str = "auto",
+    imports: Sequence[str] = (),
+    tasks: int | None = None,
+    retries: int = 3,
+    quiet: bool = False,
+    on_done: Callable[[int, int, int], None] | None = None,
+) -> str:
+    """Runs ``n_trials`` trials per point of the experiment ``name`` as Dask tasks and merges them
+    into the result directory ``out_dir``, the same bytes as ``jaxfed run NAME --trials N --out
+    OUT_DIR`` in one process.
+
+    Args:
+        client: a ``distributed.Client``, or a scheduler's address (``tcp://HOST:PORT``, or
+            ``dask://HOST:PORT`` as ``--executor`` takes it) to which a client is connected for the
+            run and closed after it.
+        name: a built-in experiment's name or ``path/to/file.py:NAME`` (the file on the shared file
+            system); ``sets``, ``seed``, ``keep`` and ``imports`` are ``jaxfed run``'s ``--set``,
+            ``--seed``, ``--keep`` and ``--import``.
+        tasks: how many shards (tasks); default :data:`TASKS_PER_THREAD` per worker thread of the
+            cluster (waiting for a first worker if none has joined), or the count of the shards
+            ``OUT_DIR.shards`` already holds (a rerun resumes them), at most one per 64-trial block.
+        retries: the times Dask reruns a task that raised (a lost worker's task is rescheduled by
+            the scheduler, up to its ``allowed-failures``).
+        quiet: no line on stderr per finished task.
+        on_done: called in this process as ``on_done(index, finished, tasks)`` after each finished
+            task (after its line).
+
+    The shard directories ``OUT_DIR.shards/IIIII-of-TTTTT`` are written by the workers (a file
+    system shared by the workers and this process is assumed, at the same path: ``out_dir`` is made
+    absolute here) and kept after the merge; rerunning the same call resumes from them.
+
+    Returns:
+        ``out_dir``.
+
+    Raises:
+        ImportError: Dask is not installed (one line naming the extra).
+        ValueError: before any task is submitted, what every task would refuse (:func:`check_here`).
+        Exception: the error of a task that failed after its retries (the other tasks are cancelled).
+    """
+    distributed = _import_distributed()
+    out_dir = os.path.abspath(out_dir)
+    name, imports = _absolute_user_files(name, imports)
+    owned = isinstance(client, str)
+    client = distributed.Client(_scheduler_address(client)) if isinstance(client, str) else client
+    try:
+        count = tasks if tasks is not None else default_tasks(client, n_trials, f"{out_dir}.shards")
+        check_here(name, n_trials, count, sets or {}, imports)
+        shard_dirs = [shard_dir(out_dir, i, count) for i in range(count)]
+        futures = _submit(client, name, n_trials, shard_dirs, dict(sets or {}), seed, keep, imports, retries)
+        _wait(distributed, client, futures, name, quiet, on_done)
+    finally:
+        if owned:
+            client.close()
+    return sharding.merge(shard_dirs, out_dir, experiment=name, imports=imports)
+
+
+def shard_dir(out_dir: str, index: int, count: int) -> str:
+    """The directory of shard ``index`` of ``count``: ``OUT_DIR.shards/IIIII-of-TTTTT``."""
+    return f"{out_dir}.shards/{index:05d}-of-{count:05d}"
+
+
+def default_tasks(client: Client, n_trials: int, shards_root: str) -> int:
+    """The task count of a run: the count of the shards already under ``shards_root`` if they are of
+    one count (a rerun resumes them), else :data:`TASKS_PER_THREAD` per worker thread (waiting for
+    a first worker if none has joined); at most one task per sum block of 64 trials
+    (``stats.summary.SUMMARY_BLOCK``: shards are cut on them)."""
+    blocks = max(1, -(-n_trials // stats.summary.SUMMARY_BLOCK))
+    found = existing_count(shards_root)
+    if found is not None:
+        return found
+    threads = sum(client.nthreads().values())
+    if not threads:
+        client.wait_for_workers(1)
+        threads = sum(client.nthreads().values())
+    return max(1, min(TASKS_PER_THREAD * threads, blocks))
+
+
+def existing_count(shards_root: str) -> int | None:
+    """The count ``T`` of the ``IIIII-of-TTTTT`` shard directories under ``shards_root`` when they are
+    all of one count, else None (none there, or several counts)."""
+    try:
+        names = os.listdir(shards_root)
+    except FileNotFoundError:
+        return None
+    counts = {int(m.group(2)) for m in map(_SHARD_NAME.match, names) if m}
+    return counts.pop() if len(counts) == 1 else None
+
+
+def check_here(name: str, n_trials: int, tasks: int, sets: Mapping[str, str], imports: Sequence[str]) -> None:
+    """Refuses in the calling process, before anything is submitted, what every task would refuse:
+    an unknown experiment or parameter, a user file that does not load (ValueError, as ``jaxfed
+    run`` words it), or a task count outside 1 to the run's 64-trial blocks."""
+    catalog.import_extensions(imports)
+    make_config(get(name).config_cls, dict(sets))
+    if n_trials < 1:
+        raise ValueError(f"trials must be at least 1, got {n_trials}")
+    blocks = -(-n_trials // stats.summary.SUMMARY_BLOCK)
+    if not 1 <= tasks <= blocks:
+        raise ValueError(
+            f"tasks must be from 1 to {blocks} for {n_trials} trials (shards are cut on blocks of "
+            f"{stats.summary.SUMMARY_BLOCK} trials), got {tasks}"
+        )
+
+
+def _shard_task(name, n_trials, index, count, out_dir, sets, seed, keep, imports) -> str:
+    """One task, in a worker process: shard ``index`` of ``count`` into ``out_dir`` (resuming from
+    what it holds)."""
+    shard = sharding.Shard(index, count)
+    return sharding.run_shard(
+        name, n_trials, shard, out_dir, sets=sets, seed=seed, keep=keep, imports=imports, quiet=True
+    )
+
+
+def _submit(client, name, n_trials, shard_dirs, sets, seed, keep, imports, retries) -> dict:
+    """Submits a task per shard directory; {future: shard index}. The keys name the run's tasks and
+    are unique to this call (a rerun's tasks are new tasks, which resume from the directories)."""
+    count, token = len(shard_dirs), uuid.uuid4().hex[:8]
+    label = re.sub(r"[^A-Za-z0-9_.-]+", "_", name.rsplit(":", 1)[-1])
+    futures = {}
+    for index, directory in enumerate(shard_dirs):
+        args = (name, n_trials, index, count, directory, sets, seed, keep, tuple(imports))
+        key = f"jaxfed-{label}-{index:05d}-of-{count:05d}-{token}"
+        futures[client.submit(_shard_task, *args, key=key, retries=retries, pure=False)] = index
+    return futures
+
+
+def _wait(distributed, client, futures: dict, name: str, quiet: bool, on_done) -> None:
+    """Waits for every task as Dask reports them finished (``as_completed``, on ``client``'s event
+    loop: by default it takes the process's default client's, which with several clients in one
+    process heard of finished tasks seconds late, or never once that client was closed), releasing
+    each finished one's future (its result is a path; were its worker lost, nothing would be
+    recomputed); on the first error cancels the rest and raises it."""
+    count, finished, start = len(futures), 0, time.perf_counter()
+    try:
+        for future in distributed.as_completed(list(futures), loop=client.loop):
+            index = futures.pop(future)
+            future.result()  # (raises the task's error, after its retries)
+            finished += 1
+            if not quiet:
+                print(
+                    f"{name}: task {index + 1} of {count} done ({finished}/{count} finished, "
+                    f"{time.perf_counter() - start:.1f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            if on_done is not None:
+                on_done(index, finished, count)
+            future.release()
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        raise
+
+
+def _scheduler_address(address: str) -> str:
+    """``dask://HOST:PORT`` (``--executor``'s form) as Dask's ``tcp://HOST:PORT``; other addresses as given."""
+    return "tcp://" + address[len("dask://") :] if address.startswith("dask://") else address
+
+
+def _absolute_user_files(name: str, imports: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """A user experiment's file (``path/file.py:NAME``) and the ``--import`` files as absolute paths,
+    so that workers with another working directory find them on the shared file system."""
+    path, colon, attr = name.rpartition(":")
+    if colon and path.endswith(".py"):
+        name = f"{os.path.abspath(path)}:{attr}"
+    return name, tuple(os.path.abspath(p) for p in imports)
+
+
+def _import_distributed() -> Any:
+    """The ``distributed`` module, or an ImportError of one line naming the extra."""
+    try:
+        import distributed  # optional: the dask extra, loaded only to run on Dask
+    except ImportError as error:
+        raise ImportError(MISSING_EXTRA) from error
+    return distributed
