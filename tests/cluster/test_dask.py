@@ -100,7 +100,7 @@ class KillBusyWorker:
             self.killed, self.left = busy[0], count - finished
 
 
-def test_a_worker_killed_mid_run_changes_no_byte(cluster, tmp_path, capfd):
+def test_a_worker_killed_mid_run_changes_no_byte(cluster, tmp_path, capfd):  # ~20 s on 2 cores at load 7
     """Raw mode, the default task count (4 per worker thread: 8 tasks over 10 blocks): one worker
     is SIGKILLed while it runs a task; the scheduler gives its tasks to the other worker, which
     resumes them from their shard directories; the merge equals one process byte for byte."""
@@ -117,7 +117,7 @@ def test_a_worker_killed_mid_run_changes_no_byte(cluster, tmp_path, capfd):
     assert (out / "metrics.npz").read_bytes() == one_process(tmp_path, "raw")
 
 
-@pytest.mark.slow  # a cluster of its own and two runs: ~20 s on 2 cores
+@pytest.mark.slow  # a cluster of its own and three runs: ~25 s on 2 cores at load 7
 def test_summary_mode_through_an_address_with_a_kill(cluster, tmp_path):
     """Summary mode, the client made from a ``dask://`` address (and closed after the run), quiet; a
     worker killed mid-run; the merge equals one process byte for byte, and a rerun of the same call
@@ -137,7 +137,7 @@ def test_summary_mode_through_an_address_with_a_kill(cluster, tmp_path):
     assert (out / "metrics.npz").read_bytes() == merged
 
 
-@pytest.mark.slow  # a cluster of its own and two runs: ~20 s on 2 cores
+@pytest.mark.slow  # a cluster of its own and two runs: ~12 s on 2 cores at load 7
 def test_the_command_line_runs_on_the_cluster(cluster, tmp_path):
     """``jaxfed run NAME --executor dask://HOST:PORT --tasks 3`` (a process of its own, with its own
     client): the merged run's metrics.npz equals one process's, and the report is written."""
@@ -152,7 +152,7 @@ def test_the_command_line_runs_on_the_cluster(cluster, tmp_path):
     assert (out / "metrics.npz").read_bytes() == one_process(tmp_path, "raw")
 
 
-@pytest.mark.slow  # a cluster of its own: ~10 s
+@pytest.mark.slow  # a cluster of its own: ~8 s
 def test_a_failing_task_raises_its_error_after_its_retries(cluster, tmp_path):
     """A task that fails on its worker (its shard directory cannot be made: OUT.shards is a file) is
     retried by Dask, then its error reaches the caller; nothing is merged."""
