@@ -187,6 +187,7 @@ class Plan:
     trial: Trial
     n_trials: int
     n_points: int
+    span: int  # the trials per point this run computes: n_trials, or a shard's range (trial_range)
     options: RunOptions
     machine: Machine
     specs: dict  # metric -> (shape, dtype string) of one trial
@@ -265,7 +266,10 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
     specs, programs, coloured, live = _trace(trial, groups, options.metric_axes)
     machine = _machine(options, n_trials, width_bytes(live, specs))
     keep, target = _mode(options, specs, len(points), n_trials, platform(machine.mesh), bar.note)
-    chunk_size = None if options.chunk_size is None else min(options.chunk_size, n_trials)
+    # A shard computes its range only: its chunks are sized for it (a trial's values do not depend on
+    # the chunk), while the micro-batch width and keep="auto" are the whole run's (its identity).
+    span = n_trials if options.trial_range is None else options.trial_range[1] - options.trial_range[0]
+    chunk_size = None if options.chunk_size is None else min(options.chunk_size, span)
     if machine.mesh is not None:  # the outputs alone of the smallest (or the given) chunk must fit
         for group, _ in groups:
             check_chunk_outputs(
@@ -286,11 +290,11 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
         resources.close()
         raise
     plans = tuple(
-        GroupPlan(g, group, traced, programs[g], sink, _chunk_request(chunk_size, sink, keep, n_trials))
+        GroupPlan(g, group, traced, programs[g], sink, _chunk_request(chunk_size, sink, keep, span))
         for g, ((group, traced), sink) in enumerate(zip(groups, sinks))
     )
     return Plan(
-        trial=trial, n_trials=n_trials, n_points=len(points), options=options, machine=machine, specs=specs,
+        trial=trial, n_trials=n_trials, n_points=len(points), span=span, options=options, machine=machine, specs=specs,
         keep=keep, target=target, groups=plans, results=results, bar=bar, writer=writer, resources=resources,
     )  # fmt: skip
 
@@ -544,7 +548,7 @@ def _run_group(plan: Plan, gp: GroupPlan, cache_dir: str | None, nonfinite: dict
     if chunk_fn is not None:
         _note_compiled(plan, gp, info)
     n_groups, size = len(plan.groups), info.chunk_size
-    plan.bar.group(f"group {gp.number + 1}/{n_groups}", len(gp.group.point_ids) * plan.n_trials, gp.sink.resume().done)
+    plan.bar.group(f"group {gp.number + 1}/{n_groups}", len(gp.group.point_ids) * plan.span, gp.sink.resume().done)
     if plan.target is None:
         info = _run_fixed(plan, gp, info, chunk_fn, cache_dir)
     else:
@@ -570,7 +574,7 @@ def _compile_group(plan: Plan, gp: GroupPlan, cache_dir: str | None) -> tuple[Gr
         return GroupInfo(), None
     m, options, summary = plan.machine, plan.options, plan.keep == "summary"
     if m.mesh is None:
-        size = gp.chunk_size or min(plan.n_trials, 4096)
+        size = gp.chunk_size or min(plan.span, 4096)
         batch = round_up(size, m.width)
         fn = make_chunk_fn(plan.trial, gp.group, batch, None, m.width, options.common_random_numbers, summary)
         return GroupInfo(size), fn
@@ -600,7 +604,7 @@ def _chunk_job(plan: Plan, gp: GroupPlan, cache_dir: str | None) -> ChunkJob:
     assert m.mesh is not None
     return ChunkJob(
         trial=plan.trial, group=gp.group, program=gp.program, mesh=m.mesh, width=m.width, budget=m.budget,
-        n_trials=plan.n_trials, args=args, common=plan.options.common_random_numbers, summary=summary, fixed=fixed,
+        n_trials=plan.span, args=args, common=plan.options.common_random_numbers, summary=summary, fixed=fixed,
         trial_bytes=trial_bytes(len(point_ids), plan.specs), cache_dir=cache_dir, lane_bytes=m.lane_bytes,
     )  # fmt: skip
 
@@ -620,7 +624,7 @@ def _run_fixed(plan: Plan, gp: GroupPlan, info: GroupInfo, chunk_fn, cache_dir: 
     """
     sink, seed = gp.sink, np.uint32(plan.options.seed)
     point_ids = np.asarray(gp.group.point_ids, np.uint32)
-    size = info.chunk_size or plan.n_trials
+    size = info.chunk_size or plan.span
     left = list(sink.chunks(size))  # the chunks not handled yet, in trial order
     handled = 0
 

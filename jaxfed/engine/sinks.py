@@ -213,7 +213,8 @@ class RawSink(Sink):
     def settle(self) -> None:
         missing = missing_ranges(self.n_trials, self.done + self.outside, self.n_trials)
         complete = int(broadcast_from_0(np.asarray([not missing], np.int64))[0])  # only process 0 reads the store
-        done = len(self.rows) * (self.n_trials - sum(stop - start for start, stop in missing))
+        span = self.n_trials - sum(stop - start for start, stop in self.outside)  # (a shard's range)
+        done = len(self.rows) * (span - sum(stop - start for start, stop in missing))
         self._resume = Resume(bool(complete), done, None)
 
     def chunks(self, size: int) -> list:
@@ -298,6 +299,7 @@ class SummarySink(Sink):
         trial_range: tuple[int, int] | None = None,
     ):
         start, n_trials = trial_range or (0, n_trials)  # a shard's trials [start, stop)
+        self.start = start
         self.store, self.spec, self.n_trials, self.writer, self.is_main = store, spec, n_trials, writer, is_main
         self.hist_on_device = hist_on_device and not targeted
         self.device_hists: dict = {}  # metric -> the histograms of the chunks handled since the last pull
@@ -317,7 +319,8 @@ class SummarySink(Sink):
     def settle(self) -> None:
         decided = broadcast_from_0(self._read)  # only process 0 reads the store
         self.first, self.counts = int(decided[0]), decided[3:]
-        self._resume = Resume(bool(decided[1]), int(self.counts.sum()), int(decided[2]) or None)
+        done = int((self.counts - self.start).sum())  # (a shard's trials from its start)
+        self._resume = Resume(bool(decided[1]), done, int(decided[2]) or None)
 
     def chunks(self, size: int) -> list:
         self.size, self.stored_at = size, self.clock()
