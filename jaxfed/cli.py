@@ -641,7 +641,8 @@ def _add_run_command(run: argparse.ArgumentParser) -> None:
         default=None,
         metavar="I/M",
         help="compute shard I of M only (trials cut on blocks of 64; default --out results/NAME.shards/I-of-M), then "
-        "`jaxfed merge`; auto: a SLURM array task's, auto/M: a Kubernetes indexed job's (JOB_COMPLETION_INDEX)",
+        "`jaxfed merge`; auto/M: shard SLURM_ARRAY_TASK_ID (or a Kubernetes JOB_COMPLETION_INDEX) of M; auto: a "
+        "whole SLURM array's task of its count",
     )
     run.add_argument(
         "--executor",

@@ -80,9 +80,10 @@ def check_shard(shard: Shard, n_trials: int) -> Shard:
 
 
 def parse_shard(text: str, environ: Mapping[str, str] | None = None) -> Shard:
-    """``I/M``; or ``auto``: a SLURM array task's (``SLURM_ARRAY_TASK_ID`` − ``SLURM_ARRAY_TASK_MIN``
-    of ``SLURM_ARRAY_TASK_COUNT``); or ``auto/M``: a Kubernetes indexed job's
-    (``JOB_COMPLETION_INDEX`` of M), or a SLURM array task's checked against M."""
+    """``I/M``; or ``auto``: a whole SLURM array's task (``SLURM_ARRAY_TASK_ID`` −
+    ``SLURM_ARRAY_TASK_MIN`` of ``SLURM_ARRAY_TASK_COUNT``: ``--array=0-99`` or ``1-100``); or
+    ``auto/M``: shard ``SLURM_ARRAY_TASK_ID`` of M (an array of any ids, e.g. a rerun of some
+    with ``--array=17,42``), or a Kubernetes indexed job's (``JOB_COMPLETION_INDEX`` of M)."""
     env = os.environ if environ is None else environ
     allowed = "I/M (0 <= I < M), auto (a SLURM array task) or auto/M (a Kubernetes indexed job of M completions)"
     head, _, tail = text.partition("/")
@@ -93,11 +94,11 @@ def parse_shard(text: str, environ: Mapping[str, str] | None = None) -> Shard:
     except ValueError:
         raise ValueError(f"shard: got {text!r}; expected {allowed}") from None
     if "SLURM_ARRAY_TASK_ID" in env:
-        index, total = _env_int(env, "SLURM_ARRAY_TASK_ID"), _env_int(env, "SLURM_ARRAY_TASK_COUNT")
+        index = _env_int(env, "SLURM_ARRAY_TASK_ID")
+        if count is not None:  # the array's task ids are the shard indices (a rerun of some: --array=17,42)
+            return Shard(index, count)
         index -= _env_int(env, "SLURM_ARRAY_TASK_MIN") if "SLURM_ARRAY_TASK_MIN" in env else 0
-        if count is not None and count != total:
-            raise ValueError(f"shard: {text} but SLURM_ARRAY_TASK_COUNT is {total}")
-        return Shard(index, total)
+        return Shard(index, _env_int(env, "SLURM_ARRAY_TASK_COUNT"))
     if "JOB_COMPLETION_INDEX" in env:
         if count is None:
             raise ValueError(

@@ -56,9 +56,10 @@ def test_shard_ranges_cover_every_trial_once_on_whole_blocks(n_trials, count):
 def test_shard_from_the_environment_of_a_slurm_array_or_a_kubernetes_indexed_job():
     slurm = {"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_COUNT": "8"}
     assert parse_shard("auto", slurm) == Shard(4, 8)
-    assert parse_shard("auto/8", slurm) == Shard(4, 8)
-    with pytest.raises(ValueError, match="SLURM_ARRAY_TASK_COUNT is 8"):
-        parse_shard("auto/7", slurm)
+    # auto/M: the task ids are the shard indices (a rerun of shards 17 and 42 of 100: --array=17,42)
+    rerun = {"SLURM_ARRAY_TASK_ID": "42", "SLURM_ARRAY_TASK_MIN": "17", "SLURM_ARRAY_TASK_COUNT": "2"}
+    assert parse_shard("auto/100", rerun) == Shard(42, 100)
+    assert parse_shard("auto/8", slurm) == Shard(5, 8)
     assert parse_shard("auto/12", {"JOB_COMPLETION_INDEX": "11"}) == Shard(11, 12)
     with pytest.raises(ValueError, match="--shard auto/M"):
         parse_shard("auto", {"JOB_COMPLETION_INDEX": "3"})
