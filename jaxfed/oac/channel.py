@@ -417,13 +417,18 @@ class ChannelModel(NamedTuple):
         value of one numeral each, every ED active; per-trial state drawn when the model has some):
         a one-line ValueError naming the channel ``name`` and its function's file when the result is
         not (β,) real floating values, or not finite: a channel that returns NaN or ±inf without
-        noise would make every over-the-air trial NaN, far from its cause."""
+        noise would make every over-the-air trial NaN, far from its cause. A model that cannot run on
+        its registered parameters alone (a hook sets them per trial) is checked where it is traced."""
         key = jax.random.key(0)
         model = self
         if self.per_trial is not None:
             model = self.with_params(**self.per_trial(jax.random.fold_in(key, 1), n_devices, **self.params))
         numerals = jnp.ones((n_devices, 1, 1), jnp.int32)
         active = jnp.ones((n_devices,), bool)
+        try:
+            out = model.energy(key, numerals, beta, jnp.float32(0.0), jnp.float32(1.0), active, **model.params)
+        except Exception:  # noqa: BLE001  (its parameters are given per trial by a hook: checked where traced)
+            return
         out = model.received_energy(key, numerals, beta, jnp.float32(0.0), jnp.float32(1.0), active)
         if not bool(jnp.all(jnp.isfinite(out))):
             code = getattr(self.energy, "__code__", None)
