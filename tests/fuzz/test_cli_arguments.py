@@ -83,12 +83,18 @@ def _case(rng: random.Random, tmp) -> list[str]:
 
 
 def _command(argv: list[str]) -> tuple[int, str]:
-    err = io.StringIO()
+    """``jaxfed ARGV`` in this process: (exit status, stderr). The environment is put back after it:
+    the command sets ``XLA_FLAGS`` for ``--devices N`` (for its own process), which would reach the
+    subprocesses that later tests of this worker start (a notebook's kernel with 9 host devices)."""
+    err, environ = io.StringIO(), dict(os.environ)
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
             code = cli.main(argv)
         except SystemExit as exc:  # argparse's exits
             code = exc.code if isinstance(exc.code, int) else 2
+        finally:
+            os.environ.clear()
+            os.environ.update(environ)
     return code, err.getvalue().strip()
 
 
