@@ -27,6 +27,7 @@ import multiprocessing
 import os
 import random
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -92,7 +93,10 @@ def main() -> None:
     random.Random(0).shuffle(shuffled)
     merged = os.path.join(work, "merged")
     cli = [sys.executable, "-m", "jaxfed.cli"]
-    runs = [timed_command([*cli, "merge", *shuffled, "--out", merged, "--quiet"]) for _ in range(args.repeats)]
+    runs = []
+    for _ in range(args.repeats):  # each into a new directory (a rerun onto a merged one writes nothing new)
+        shutil.rmtree(merged, ignore_errors=True)
+        runs.append(timed_command([*cli, "merge", *shuffled, "--out", merged, "--quiet"]))
     one = os.path.join(work, "one")
     sets = [a for k, v in SETS.items() for a in ("--set", f"{k}={v}")]
     t0 = time.perf_counter()
