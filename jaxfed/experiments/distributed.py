@@ -22,13 +22,14 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from jaxfed import stats
-from jaxfed.experiments import catalog, get, sharding
+from jaxfed import engine, stats
+from jaxfed.experiments import REGISTRY, catalog, get, sharding
 from jaxfed.experiments.spec import make_config
 
 if TYPE_CHECKING:  # (for the annotations only: Dask is an optional dependency)
@@ -155,13 +156,37 @@ def check_here(name: str, n_trials: int, tasks: int, sets: Mapping[str, str], im
         )
 
 
-def _shard_task(name, n_trials, index, count, out_dir, sets, seed, keep, imports) -> str:
+def _shard_task(name, n_trials, index, count, out_dir, sets, seed, keep, imports, token) -> str:
     """One task, in a worker process: shard ``index`` of ``count`` into ``out_dir`` (resuming from
-    what it holds)."""
-    shard = sharding.Shard(index, count)
-    return sharding.run_shard(
-        name, n_trials, shard, out_dir, sets=sets, seed=seed, keep=keep, imports=imports, quiet=True
-    )
+    what it holds), with the experiment this process built for the call ``token`` if it ran one of
+    its tasks before (:func:`_built`)."""
+    exp, cfg, imported, sweep = _built(token, name, sets, imports)
+    options = engine.RunOptions.for_experiments(seed=seed, keep=keep, out_dir=out_dir, progress=False)
+    sharding.compute_shard(exp, cfg, n_trials, sharding.Shard(index, count), options, imported or None, sweep)
+    return out_dir
+
+
+_BUILT: dict = {}
+"""{token: (experiment, config, imported files, sweep)} of the last call whose task this worker
+process ran (one entry)."""
+_BUILT_LOCK = threading.Lock()
+
+
+def _built(token: str, name: str, sets: Mapping[str, str], imports: Sequence[str]) -> tuple:
+    """The experiment ``name``, its config, the user files it imported and its sweep, built once per
+    call ``token`` in this process: the call's next tasks here take the same trial function, whose
+    compiled chunk program the engine keeps in the process (``KEPT_CHUNK_FNS``), so they neither
+    trace it to HLO nor load it from the cache again (0.26 s of a 0.34 s task of 2,500 Fig. 3
+    trials). Only within one call: every task of a call builds the same sweep, but another call
+    may follow an edited user file."""
+    with _BUILT_LOCK:  # (a worker of several threads runs tasks side by side)
+        if token not in _BUILT:
+            imported = catalog.import_extensions(imports)
+            exp = catalog.find(name, REGISTRY)
+            cfg = make_config(exp.config_cls, dict(sets))
+            _BUILT.clear()
+            _BUILT[token] = (exp, cfg, imported, exp.build(cfg))
+        return _BUILT[token]
 
 
 def _submit(client, name, n_trials, shard_dirs, sets, seed, keep, imports, retries) -> dict:
@@ -171,7 +196,7 @@ def _submit(client, name, n_trials, shard_dirs, sets, seed, keep, imports, retri
     label = re.sub(r"[^A-Za-z0-9_.-]+", "_", name.rsplit(":", 1)[-1])
     futures = {}
     for index, directory in enumerate(shard_dirs):
-        args = (name, n_trials, index, count, directory, sets, seed, keep, tuple(imports))
+        args = (name, n_trials, index, count, directory, sets, seed, keep, tuple(imports), token)
         key = f"jaxfed-{label}-{index:05d}-of-{count:05d}-{token}"
         futures[client.submit(_shard_task, *args, key=key, retries=retries, pure=False)] = index
     return futures

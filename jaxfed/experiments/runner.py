@@ -41,6 +41,7 @@ def run_experiment(
     *,
     imports: Mapping[str, str] | None = None,
     quiet: bool = False,
+    sweep: Sweep | None = None,
     **legacy,
 ) -> tuple[dict, dict]:
     """Runs an experiment through the engine and writes its result directory.
@@ -55,6 +56,10 @@ def run_experiment(
         imports: ({file name: SHA-256}, from :func:`catalog.import_extensions`): the user files
             loaded for the run (``--import FILE``: channels, conjugate models, …), held in its identity.
         quiet: no progress (``progress=False``).
+        sweep: ``exp.build(config)`` where the caller has built it already (a process that runs
+            several shards of one run builds it once, so the trial function is the same object
+            and its compiled program, kept in the process, is neither traced to HLO nor loaded
+            again); default: built here.
         **legacy: deprecated (a :class:`DeprecationWarning`; removed in the next minor version): fields of
             ``RunOptions`` (``seed=``, ``out_dir=``, ``keep=`` …), over those of ``options``; pass
             ``options=engine.RunOptions.for_experiments(seed=…, out_dir=…)`` instead.
@@ -92,14 +97,15 @@ def run_experiment(
         )
     marker = _start_marker(exp, options.out_dir, imports)
     try:
-        return _run(exp, config, n_trials, options, imports, dtype, started)
+        return _run(exp, config, n_trials, options, imports, dtype, started, sweep)
     finally:
         _end_marker(marker)
 
 
-def _run(exp, config, n_trials, options, imports, dtype, started) -> tuple[dict, dict]:
-    with still_running(f"{exp.name}: build() of {_file(exp) or exp.name}"):
-        sweep = exp.build(config)
+def _run(exp, config, n_trials, options, imports, dtype, started, sweep) -> tuple[dict, dict]:
+    if sweep is None:
+        with still_running(f"{exp.name}: build() of {_file(exp) or exp.name}"):
+            sweep = exp.build(config)
     _check_dtype_kept(exp, dtype, "build()")
     with _naming_the_user_file(exp):
         check_sweep(sweep)

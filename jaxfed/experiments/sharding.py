@@ -153,10 +153,13 @@ def compute_shard(
     shard: Shard,
     options: engine.RunOptions,
     imports: Mapping[str, str] | None = None,
+    sweep=None,
 ) -> dict:
     """Computes shard ``shard`` of the experiment's run of ``n_trials`` trials into
     ``options.out_dir``, a result directory of the run's identity (a rerun resumes it like any
-    run) whose config.json says which shard it is; returns that record.
+    run) whose config.json says which shard it is; returns that record. ``sweep``: the
+    experiment's ``build(cfg)`` where the caller keeps it for several shards (see
+    :func:`jaxfed.experiments.run_experiment`).
 
     Raises:
         ValueError: a bad shard, a precision target (where each point stops depends on every trial
@@ -172,7 +175,7 @@ def compute_shard(
         )
     span = shard_range(n_trials, shard)
     options = dataclasses.replace(options, trial_range=span, out_dir=os.path.abspath(options.out_dir))
-    config_json, _ = run_experiment(exp, cfg, n_trials, options, imports=imports)
+    config_json, _ = run_experiment(exp, cfg, n_trials, options, imports=imports, sweep=sweep)
     config_json[SHARD_KEY] = {"index": shard.index, "count": shard.count, "trials": list(span)}
     return rundir.write_shard_record(str(options.out_dir), config_json)
 

@@ -239,3 +239,25 @@ def test_addresses_and_user_files():
     name, imports = on_dask._absolute_user_files("mine/exp.py:MINE", ["chan.py"])
     assert name == os.path.abspath("mine/exp.py") + ":MINE" and imports == (os.path.abspath("chan.py"),)
     assert on_dask._absolute_user_files("gfvl-topologies", ()) == ("gfvl-topologies", ())
+
+
+def test_a_worker_builds_a_call_once_and_compiles_its_program_once(tmp_path, monkeypatch):
+    """The tasks of one call that a worker process runs one after another take the sweep it built
+    for the first, so the engine's kept program serves them (one chunk function made, for the
+    first); another call builds anew. The shards merge to the one-process bytes."""
+    from jaxfed.engine import compiled
+
+    made: list = []
+    real = compiled.make_chunk_fn
+    monkeypatch.setattr(compiled, "make_chunk_fn", lambda *a, **k: made.append(a[2]) or real(*a, **k))
+    compiled._KEPT.clear()
+    shards = [str(tmp_path / f"s{i}") for i in range(3)]
+    for i, shard in enumerate(shards):
+        on_dask._shard_task(NAME, TRIALS, i, 3, shard, SETS, 0, "raw", (), "call-1")
+    assert len(made) == 1
+    first = on_dask._built("call-1", NAME, SETS, ())
+    assert on_dask._built("call-1", NAME, SETS, ()) is first
+    assert on_dask._built("call-2", NAME, SETS, ())[3] is not first[3]
+    out = tmp_path / "merged"
+    on_dask.sharding.merge(shards, str(out))
+    assert (out / "metrics.npz").read_bytes() == one_process(tmp_path, "raw")
