@@ -160,6 +160,7 @@ class Machine(NamedTuple):
     width: int
     budget: int
     lane_bytes: int  # one trial's working set in a micro-batch (sizing.width_bytes), which sizes chunks
+    platform: str  # whose trials these are (the identity's): the mesh's, or a stored run's (stored_only)
 
     @property
     def n_shards(self) -> int:
@@ -265,7 +266,7 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
     groups = group_points(points)
     specs, programs, coloured, live = _trace(trial, groups, options.metric_axes)
     machine = _machine(options, n_trials, width_bytes(live, specs))
-    keep, target = _mode(options, specs, len(points), n_trials, platform(machine.mesh), bar.note)
+    keep, target = _mode(options, specs, len(points), n_trials, machine.platform, bar.note)
     # A shard computes its range only: its chunks are sized for it (a trial's values do not depend on
     # the chunk), while the micro-batch width and keep="auto" are the whole run's (its identity).
     span = n_trials if options.trial_range is None else options.trial_range[1] - options.trial_range[0]
@@ -286,6 +287,8 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
         resources.callback(writer.close)
         specs_of = [GroupSpec(g, group.point_ids, specs) for g, (group, _) in enumerate(groups)]
         sinks = open_sinks(store, specs_of, n_trials, results, writer, summary=keep == "summary", targeted=target is not None, checkpoint_every=options.checkpoint_every, hist_on_device=hists_on_device(machine), trial_range=options.trial_range)  # fmt: skip
+        if options.stored_only:
+            _check_all_stored(options.out_dir, sinks, specs_of, span)
     except BaseException:
         resources.close()
         raise
@@ -306,15 +309,42 @@ def _machine(options: RunOptions, n_trials: int, per_trial: int) -> Machine:
     The width is ``options.micro_batch`` when given; else a stored run's own (:func:`_stored_width`:
     growth and resume compute every trial at the width the run began with, on any machine of its
     platform); else :func:`jaxfed.engine.sizing.choose_width` of the devices and the trial's
-    ``per_trial`` bytes. Process 0 decides and every process takes its width."""
+    ``per_trial`` bytes. Process 0 decides and every process takes its width. With
+    ``stored_only`` the width and platform are the stored run's (:func:`_stored_run`)."""
     check_joined(options.distributed)
     mesh = make_mesh(options.devices) if options.use_jit else None
     budget = options.max_memory if options.max_memory is not None else default_memory_budget(mesh or make_mesh(1))
     where = platform(mesh)
-    width = options.micro_batch or _stored_width(options, where)
-    if width is None:
-        width = choose_width(DeviceSpec(where, budget), per_trial, n_trials)
-    return Machine(mesh, int(broadcast_from_0(np.asarray([width], np.int64))[0]), budget, per_trial)
+    if options.stored_only:
+        width, where = _stored_run(options)
+    else:
+        chosen = options.micro_batch or _stored_width(options, where)
+        width = chosen if chosen is not None else choose_width(DeviceSpec(where, budget), per_trial, n_trials)
+    return Machine(mesh, int(broadcast_from_0(np.asarray([width], np.int64))[0]), budget, per_trial, where)
+
+
+def _check_all_stored(out_dir, sinks: list, specs_of: list, span: int) -> None:
+    """ValueError naming the first group whose store lacks trials, for a run that computes none."""
+    for g, (sink, spec) in enumerate(zip(sinks, specs_of)):
+        resume = sink.resume()
+        if not resume.complete:
+            wanted = len(spec.point_ids) * span
+            raise ValueError(
+                f"{out_dir}: group {g + 1} holds {resume.done} of its {wanted} point-trials; stored_only computes none"
+            )
+
+
+def _stored_run(options: RunOptions) -> tuple[int, str]:
+    """(micro-batch width, platform) of the run stored in ``options.out_dir``, for a run that takes
+    every trial from it (``stored_only``, one process); ValueError where none is stored."""
+    if jax.process_count() != 1:
+        raise ValueError("stored_only runs in one process (a merge computes nothing to share out)")
+    stored = stored_identity(str(options.out_dir))  # (stored_only implies out_dir: RunOptions checks it)
+    width = None if stored is None else stored.get("micro_batch")
+    where = None if stored is None else stored.get("platform")
+    if type(width) is not int or not isinstance(where, str):
+        raise ValueError(f"{options.out_dir}: holds no stored run to take every trial from (stored_only)")
+    return width, where
 
 
 def _stored_width(options: RunOptions, where: str) -> int | None:
@@ -409,7 +439,7 @@ def _store_identity(options: RunOptions, machine: Machine, programs: list, targe
         common_random_numbers=bool(options.common_random_numbers),
         store_format=STORE_FORMAT,
         micro_batch=machine.width,
-        platform=platform(machine.mesh),
+        platform=machine.platform,
         programs=programs,
     )
     if target is not None:

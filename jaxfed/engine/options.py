@@ -303,6 +303,15 @@ class RunOptions:
         check=_trial_range,
         cli=False,
     )
+    stored_only: bool = option(
+        False,
+        "True takes every trial from the run stored at out_dir and computes none (jaxfed merge finishes "
+        "its merged shards so): the stored micro-batch width and platform are the run's whatever this "
+        "machine's, so shards computed on GPUs merge on a CPU; a trial the store lacks is refused",
+        check=_is("stored_only", (bool,), "True or False"),
+        cli=False,
+        record=False,
+    )
     use_jit: bool = option(
         True,
         "False runs the same vmapped function unjitted on one device (for tests of the bookkeeping)",
@@ -320,6 +329,8 @@ class RunOptions:
                 "a precision target (target_se) cannot run as a shard (trial_range, --shard): where each point stops "
                 "depends on every trial before it; run it in one process"
             )
+        if self.stored_only and (self.out_dir is None or self.overwrite):
+            raise ValueError("stored_only takes every trial from a stored run: it needs out_dir, and not overwrite")
         if self.targeted and self.keep == "raw":
             raise ValueError(
                 "a precision target (target_se) needs keep='summary' (--keep summary): raw runs have a fixed trial count"

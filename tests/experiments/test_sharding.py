@@ -14,7 +14,7 @@ import pytest
 from support import SMALL, one_line_error
 
 from jaxfed import cli, engine, store
-from jaxfed.experiments import sharding
+from jaxfed.experiments import get, make_config, run_experiment, sharding
 from jaxfed.experiments.sharding import Shard, parse_shard, shard_range
 from jaxfed.stats import summary
 
@@ -168,6 +168,48 @@ def test_python_merge_writes_the_merged_run(one_process, tmp_path):
     ]
     out = sharding.merge(paths[::-1], str(tmp_path / "merged"))
     assert open(os.path.join(out, "metrics.npz"), "rb").read() == open(one_process / "summary" / "metrics.npz", "rb").read()  # fmt: skip
+
+
+@pytest.mark.parametrize("keep", ["raw", "summary"])
+def test_shards_of_another_platform_merge_here(one_process, tmp_path, monkeypatch, keep):
+    """Shards computed on GPUs merge on a CPU (a login node): the merge computes nothing, so it takes
+    the stored run's platform and micro-batch width (``stored_only``). The shards' identity says
+    "gpu" here (the machine's platform replaced while they run); the merged directory keeps that
+    identity and the one-process run's bytes. Growing it here is refused: its trials are a GPU's."""
+    from jaxfed.engine import core
+
+    real = core._machine
+    monkeypatch.setattr(core, "_machine", lambda *args: real(*args)._replace(platform="gpu"))
+    paths = [
+        sharding.run_shard(NAME, N, Shard(i, 2), str(tmp_path / f"s{i}"), sets=SMALL[NAME], keep=keep) for i in range(2)
+    ]
+    monkeypatch.undo()
+    out = sharding.merge(paths, str(tmp_path / "merged"))
+    assert json.load(open(os.path.join(out, "identity.json")))["platform"] == "gpu"
+    assert open(os.path.join(out, "metrics.npz"), "rb").read() == open(one_process / keep / "metrics.npz", "rb").read()  # fmt: skip
+    with pytest.raises(store.StoreError, match="platform"):
+        run_experiment(
+            get(NAME),
+            make_config(get(NAME).config_cls, SMALL[NAME]),
+            N + 64,
+            engine.RunOptions.for_experiments(keep=keep, out_dir=out, progress=False),
+        )
+
+
+def test_a_run_from_its_store_alone_refuses_what_it_lacks(tmp_path):
+    """``stored_only`` computes nothing: a store that lacks trials, or no store, is one line."""
+    from support import POINTS, trial
+
+    out = str(tmp_path / "run")
+    engine.run(trial, POINTS, 64, seed=4, micro_batch=64, out_dir=out, identity={}, progress=False)
+    done = engine.run(trial, POINTS, 64, seed=4, out_dir=out, identity={}, progress=False, stored_only=True)
+    assert done.info["chunk_sizes"] == [None]
+    with pytest.raises(ValueError, match=r"holds 192 of its 384 point-trials; stored_only computes none"):
+        engine.run(trial, POINTS, 128, seed=4, out_dir=out, identity={}, progress=False, stored_only=True)
+    with pytest.raises(ValueError, match="holds no stored run"):
+        engine.run(trial, POINTS, 64, out_dir=str(tmp_path / "none"), identity={}, progress=False, stored_only=True)
+    with pytest.raises(ValueError, match="stored_only .* needs out_dir"):
+        engine.RunOptions(stored_only=True)
 
 
 # --------------------------------------------------------------------------- refusals
