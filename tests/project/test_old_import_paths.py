@@ -27,7 +27,9 @@ def test_from_jaxfed_import_an_old_name_warns_at_the_callers_line(monkeypatch):
     with pytest.warns(DeprecationWarning, match="jaxfed.gossip moved to jaxfed.gfvl.gossip") as caught:
         gossip = jaxfed.gossip
     assert gossip is jaxfed.gfvl.gossip
-    assert caught[0].filename == __file__
+    # (the first import of a module in this worker may warn too, a library's own deprecation: only ours counts)
+    ours = [w for w in caught if "jaxfed.gossip moved to" in str(w.message)]
+    assert len(ours) == 1 and ours[0].filename == __file__
 
 
 def test_the_rebuilt_module_of_re_exports_gives_each_name_from_its_new_home():
