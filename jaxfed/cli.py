@@ -7,6 +7,7 @@ the file and line), print one line ``jaxfed: error: …`` and exit with status 2
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import contextlib
 import dataclasses
@@ -149,15 +150,51 @@ def _cmd_run(args) -> int:
 def _decided(runs: dict, args, out_dir_of, overrides: dict) -> tuple[dict, str]:
     """(sections, report.md's account) of ``--decide`` on ``runs`` (:func:`jaxfed.results.deciding.decide`)."""
 
-    def grow(run, n: int):
+    def grow(run, n: int, seconds_left: float):
         before = run.config_json["n_trials"]
-        cfg, config_json, results = _run_one(run.exp, overrides, args, out_dir_of(run.exp.name), n)
+        with _stopped_after(seconds_left):
+            cfg, config_json, results = _run_one(run.exp, overrides, args, out_dir_of(run.exp.name), n)
         spt = deciding.seconds_per_trial(config_json, n - before)
         return run._replace(cfg=cfg, config_json=config_json, results=results, seconds_per_trial=spt)
 
     say = (lambda line: None) if _quiet(args) else _say
-    sections, claims, spent, before = deciding.decide(runs, grow, args.budget, say)
-    return sections, deciding.summary(claims, before, spent, args.budget)
+    sections, claims, spent, before, stopped = deciding.decide(runs, grow, args.budget, say)
+    return sections, deciding.summary(claims, before, spent, args.budget, stopped)
+
+
+@contextlib.contextmanager
+def _stopped_after(seconds: float):
+    """Raises :class:`jaxfed.results.deciding.StepStopped` in the block once ``seconds`` have
+    passed: a timer thread simulates a SIGALRM in the main thread (``_thread.interrupt_main``), so
+    the run stops at its next Python step, as after Ctrl-C, its finished chunks stored. No interval
+    timer is touched: a real SIGALRM meanwhile (another alarm of the process, pytest-timeout's)
+    goes to the handler that was there. Without SIGALRM (Windows) or off the main thread, the block
+    runs to its end."""
+    if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    ours = threading.Event()
+
+    def on_alarm(signum, frame):
+        if ours.is_set():
+            raise deciding.StepStopped
+        if callable(previous):
+            previous(signum, frame)
+
+    def fire():
+        ours.set()
+        _thread.interrupt_main(signal.SIGALRM)
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    timer = threading.Timer(max(seconds, 1e-3), fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        timer.join()
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _budget(text: str) -> float:

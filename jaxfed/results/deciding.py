@@ -10,6 +10,10 @@ look (:func:`jaxfed.stats.verdicts.look_level`):
   trials reach every undecided claim's estimate (``trials_needed``, scaled to that look's level),
   within the budget, from each run's measured seconds per trial.
 
+A step that the budget cannot finish is stopped where the budget ends (``grow`` raises
+:class:`StepStopped`): its look is not taken, the chunks it finished stay stored, and the same
+command run again resumes them.
+
 A wrong decision at any look needs that look's interval (on its fixed n_k) to miss the true
 effect; so the chance of any wrong decision over the whole procedure is at most
 Σ_k α·2^−(k+1) = α (the union bound), whatever stopped it. Growth is the store's: the first n
@@ -31,6 +35,20 @@ from jaxfed.stats.verdicts import judged_at, look_level
 
 MAX_LOOK_STEP = 4
 """A run grows by at most 2^4 = 16× its trials in one step (an estimate from few trials is rough)."""
+
+
+class StepStopped(BaseException):
+    """Raised by ``grow`` where the budget ran out during a step (a BaseException, as
+    KeyboardInterrupt is, so that no ``except Exception`` on the way swallows it): the step's
+    finished chunks are stored, its look is not taken."""
+
+
+class Stopped(NamedTuple):
+    """The step the budget stopped: its experiment, the trials per point it was growing to, its look."""
+
+    name: str
+    n: int
+    look: int
 
 
 class Claim(NamedTuple):
@@ -103,20 +121,23 @@ def _z(level: float) -> float:
 
 def decide(
     runs: dict[str, Run],
-    grow: Callable[[Run, int], Run],
+    grow: Callable[[Run, int, float], Run],
     budget_s: float,
     say: Callable[[str], None] = lambda line: None,
     clock: Callable[[], float] = time.monotonic,
-) -> tuple[dict[str, report.Section], list[Claim], float, str]:
+) -> tuple[dict[str, report.Section], list[Claim], float, str, Stopped | None]:
     """Grows the runs holding undecided claims, look by look, until every claim is decided, none is
-    within reach or ``budget_s`` seconds are spent; ``grow(run, n)`` grows a run to n trials per
-    point and returns it (with ``seconds_per_trial`` measured). Returns each experiment's section
-    (its claims: each one's standing verdict), every claim's course, the seconds spent and the table
-    of counts at the first look (:func:`jaxfed.results.report.counts`)."""
+    within reach or ``budget_s`` seconds are spent; ``grow(run, n, seconds_left)`` grows a run to n
+    trials per point and returns it (with ``seconds_per_trial`` measured), or raises
+    :class:`StepStopped` once ``seconds_left`` have passed. Returns each experiment's section (its
+    claims: each one's standing verdict), every claim's course, the seconds spent, the table of
+    counts at the first look (:func:`jaxfed.results.report.counts`) and the step the budget stopped
+    (None: none)."""
     start = clock()
     sections = {name: judge(run, 0.0) for name, run in runs.items()}
     before = report.counts(list(sections.items()))
     claims = {name: [Claim(name, v, v, 0) for v in sec.verdicts] for name, sec in sections.items()}
+    stopped = None
     while True:
         left = budget_s - (clock() - start)
         plans = []
@@ -136,7 +157,12 @@ def decide(
             f"{look_level(look):.4%} intervals), about {seconds:,.0f} s; {max(left, 0):,.0f} s of the budget left"
         )
         t0 = clock()
-        run = runs[name] = grow(run._replace(look=look), n)
+        try:
+            run = runs[name] = grow(run._replace(look=look), n, left)
+        except StepStopped:
+            stopped = Stopped(name, n, look)
+            say(f"deciding: {name}: stopped at the budget on the way to {n:,} trials (its finished chunks are stored)")
+            break
         section = judge(run, clock() - t0)
         claims[name] = [
             c if _decided(c.last) else Claim(name, c.first, v, look) for c, v in zip(claims[name], section.verdicts)
@@ -147,12 +173,13 @@ def decide(
     for name, sec in sections.items():
         standing = tuple(c.last for c in claims[name])
         sections[name] = sec._replace(reading=sec.reading._replace(verdicts=standing))
-    return sections, [c for name in runs for c in claims[name]], clock() - start, before
+    return sections, [c for name in runs for c in claims[name]], clock() - start, before, stopped
 
 
-def summary(claims: list[Claim], before: str, seconds: float, budget_s: float) -> str:
+def summary(claims: list[Claim], before: str, seconds: float, budget_s: float, stopped: Stopped | None = None) -> str:
     """report.md's account of the procedure: the plan, the counts before (``before``: the table of
-    the first look) and the claims whose verdicts changed or stayed undecided."""
+    the first look), the step the budget stopped and the claims whose verdicts changed or stayed
+    undecided."""
     rows = [
         "| section | claim | first look | standing verdict | judged on | still needed |",
         "|---|---|---|---|---|---|",
@@ -176,7 +203,14 @@ def summary(claims: list[Claim], before: str, seconds: float, budget_s: float) -
             "1 − 0.05·2^−(k+1) (97.5%, 98.75%, …), so the chance of any wrong decision over the whole procedure "
             "is at most 5% (the union bound over looks, whatever stopped it); a claim keeps the verdict of the "
             "first look that decided it. A section's own text is its last look's. "
-            f"{undecided} claim(s) stayed undecided.",
+            f"{undecided} claim(s) stayed undecided."
+            + (
+                ""
+                if stopped is None
+                else f" The budget ran out while {stopped.name} grew to {stopped.n:,} trials per point (look "
+                f"{stopped.look}): that look was not taken; the chunks it finished are stored, and the same command "
+                "run again resumes them."
+            ),
             "",
             "Counts at the first look:",
             "",

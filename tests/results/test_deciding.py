@@ -42,12 +42,13 @@ def _procedure(shift: float, margin: float, seed: int) -> stats.Verdict:
     exp = _experiment("e", "a > b" if not margin else "a ≈ b", shift, margin)
     clock = iter(range(10**9))  # seconds: one per reading of the clock (the budget is in fake seconds)
 
-    def grow(run, n):
+    def grow(run, n, seconds_left):
         return _run(run.exp, stream, n, run.look)
 
-    sections, claims, _, _ = deciding.decide(
+    sections, claims, _, _, stopped = deciding.decide(
         {"e": _run(exp, stream, N0)}, grow, BUDGET_S, clock=lambda: next(clock) * 0
     )
+    assert stopped is None
     return claims[0].last
 
 
@@ -91,3 +92,44 @@ def test_the_error_rate_holds_over_the_whole_procedure(case):
     else:  # true median difference exactly the margin: declaring equivalence is wrong
         share = _wrong_share(0.5, 0.5, lambda v: v.verdict == stats.REPRODUCED, n)
     assert _allowed(share, n), share
+
+
+def test_a_step_the_budget_stops_is_no_look_and_the_report_says_so():
+    """``grow`` raising StepStopped (the budget ran out mid-step) ends the procedure: the claims keep
+    the verdicts of the looks taken, the stopped step's look is not one, and the account says which
+    step stopped and that its chunks are stored."""
+    stream = np.random.default_rng(1).normal(0.2, 1.0, 70_000)  # (within the margin; not shown on N0 trials)
+    exp = _experiment("e", "a ≈ b", 0.2, margin=0.5)
+    steps = []
+
+    def grow(run, n, seconds_left):
+        steps.append((n, run.look))
+        raise deciding.StepStopped
+
+    sections, claims, _, before, stopped = deciding.decide({"e": _run(exp, stream, N0)}, grow, BUDGET_S)
+    assert len(steps) == 1 and stopped == deciding.Stopped("e", *steps[0])
+    assert claims[0].look == 0 and claims[0].last is claims[0].first
+    assert claims[0].last.verdict == stats.INCONCLUSIVE
+    text = deciding.summary(claims, before, 1.0, BUDGET_S, stopped)
+    assert f"The budget ran out while e grew to {steps[0][0]:,} trials per point (look {steps[0][1]})" in text
+    assert "the chunks it finished are stored, and the same command run again resumes them" in text
+
+
+def test_the_command_stops_a_step_at_the_budget(tmp_path, monkeypatch, capsys):
+    """`jaxfed run NAME --decide --budget 0.5s` whose step is estimated to fit (forced here) but
+    takes longer is stopped at the budget by an alarm: the command ends well, its report says so,
+    the run directory is the finished run of the first look, and the alarm's handler is put back."""
+    import signal
+
+    from jaxfed import cli
+    from jaxfed.store import rundir
+
+    monkeypatch.setattr(deciding, "next_look", lambda run, undecided, left: (run.look + 8, 0.0) if left > 0 else None)
+    handler = signal.getsignal(signal.SIGALRM)
+    out = tmp_path / "run"
+    argv = ["run", "gfvl-topologies", "--trials", "64", "--decide", "--budget", "0.5s", "--out", str(out), "--quiet"]
+    assert cli.main(argv) == 0
+    text = (out / "report.md").read_text()
+    assert "The budget ran out while gfvl-topologies grew to 16,384 trials per point (look 8)" in text
+    assert rundir.load_results(str(out))[0]["n_trials"] == 64
+    assert signal.getsignal(signal.SIGALRM) is handler
