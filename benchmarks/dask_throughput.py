@@ -16,10 +16,12 @@ Throughput is trials x points per second; ``ratio`` is the Dask run's over the o
 (each on fresh caches) and reports the median of each. ``dask`` uses run_on_dask's default task count
 (4 per worker thread); ``dask_one_task_per_worker`` the same run in one task per worker, which pays
 the per-task costs (tracing the program, loading it from the cache, the shard's files) once per
-worker. The machine and its load average before, during (at each round's start) and after are
-recorded.
+worker. ``--warm``: every run on one compilation cache that an untimed run of each kind filled
+first (the programs loaded, not compiled; the workers still start fresh and import JAX in their
+first task). The machine and its load average before, during (at each round's start) and after
+are recorded.
 
-    python benchmarks/dask_throughput.py [--trials 20000] [--experiment NAME] [--workers 2] [--quick] [--out FILE]
+    python benchmarks/dask_throughput.py [--trials 20000] [--experiment NAME] [--workers 2] [--warm] [--quick] [--out FILE]
 """
 
 from __future__ import annotations
@@ -84,26 +86,33 @@ def local_cluster(n_workers: int, work: str, cache: str):
                 process.kill()
 
 
-def one_process(name: str, n_trials: int, work: str) -> tuple[float, bytes]:
-    """(wall seconds, metrics.npz) of ``jaxfed run NAME --trials N`` on an empty compilation cache."""
+def one_process(name: str, n_trials: int, work: str, cache: str | None = None) -> tuple[float, bytes]:
+    """(wall seconds, metrics.npz) of ``jaxfed run NAME --trials N`` on the compilation cache
+    ``cache`` (default: an empty one, removed after)."""
     out = os.path.join(work, "one-process")
-    cache = tempfile.mkdtemp(prefix="cache-one-", dir=work)
+    scratch = cache is None
+    cache = tempfile.mkdtemp(prefix="cache-one-", dir=work) if cache is None else cache
     done = cli_run(["run", name, "--trials", str(n_trials), "--out", out], cache)
     with open(os.path.join(out, "metrics.npz"), "rb") as f:
         metrics = f.read()
     shutil.rmtree(out)
-    shutil.rmtree(cache)
+    if scratch:
+        shutil.rmtree(cache)
     return done["seconds"], metrics
 
 
-def through_dask(name: str, n_trials: int, n_workers: int, tasks: int | None, work: str) -> tuple[dict, bytes]:
-    """A fresh local cluster, then ``run_on_dask`` (``tasks`` tasks, None: its default): ({"seconds"
-    of the call, "startup" seconds of the cluster, "tasks", "first_task_s" and "last_task_s" (when
+def through_dask(
+    name: str, n_trials: int, n_workers: int, tasks: int | None, work: str, cache: str | None = None
+) -> tuple[dict, bytes]:
+    """A fresh local cluster whose workers share the compilation cache ``cache`` (default: an empty
+    one, removed after), then ``run_on_dask`` (``tasks`` tasks, None: its default): ({"seconds" of
+    the call, "startup" seconds of the cluster, "tasks", "first_task_s" and "last_task_s" (when
     the first and the last task were reported done, from the call's start), "merge_s" (the rest of
     the call: the merge in this process)}, metrics.npz)."""
     out = os.path.join(work, "on-dask")
     cluster_dir = tempfile.mkdtemp(prefix="cluster-", dir=work)
-    cache = tempfile.mkdtemp(prefix="cache-dask-", dir=work)
+    scratch = cache is None
+    cache = tempfile.mkdtemp(prefix="cache-dask-", dir=work) if cache is None else cache
     done: list[float] = []
     with local_cluster(n_workers, cluster_dir, cache) as (client, startup):
         count = tasks or on_dask.default_tasks(client, n_trials, f"{out}.shards")
@@ -114,7 +123,7 @@ def through_dask(name: str, n_trials: int, n_workers: int, tasks: int | None, wo
         seconds = time.perf_counter() - start
     with open(os.path.join(out, "metrics.npz"), "rb") as f:
         metrics = f.read()
-    for path in (out, f"{out}.shards", cluster_dir, cache):
+    for path in (out, f"{out}.shards", cluster_dir, *([cache] if scratch else [])):
         shutil.rmtree(path)
     row = {"seconds": seconds, "startup": startup, "tasks": count, "first_task_s": done[0] - start}
     row.update(last_task_s=done[-1] - start, merge_s=start + seconds - done[-1])
@@ -126,6 +135,7 @@ def main(argv=None):
     parser.add_argument("--trials", type=int, default=20_000)
     parser.add_argument("--experiment", default="gfvl-topologies", choices=sorted(REGISTRY))
     parser.add_argument("--workers", type=int, default=2, help="worker processes of one thread each")
+    parser.add_argument("--warm", action="store_true", help="every run on one compilation cache, filled first")
     add_common_arguments(parser, "dask_throughput", repeats=1)
     args = parser.parse_args(argv)
     if args.quick:
@@ -133,17 +143,22 @@ def main(argv=None):
     exp = REGISTRY[args.experiment]
     n_points = len(exp.build(make_config(exp.config_cls, {})).points)
     rows: dict = {"machine": machine(), "load_before": os.getloadavg(), "experiment": args.experiment}
-    rows.update(trials=args.trials, points=n_points, workers=args.workers, threads_per_worker=1)
+    rows.update(trials=args.trials, points=n_points, workers=args.workers, threads_per_worker=1, warm=args.warm)
     variants = {"dask": None, "dask_one_task_per_worker": args.workers}
     runs: dict = {"one_process": [], **{key: [] for key in variants}, "same_bytes": [], "load": []}
     with tempfile.TemporaryDirectory(prefix="jaxfed-dask-bench-") as work:
+        cache = None
+        if args.warm:  # (filled by an untimed run of each kind: the programs of one and of two host devices)
+            cache = tempfile.mkdtemp(prefix="cache-warm-", dir=work)
+            one_process(args.experiment, args.trials, work, cache)
+            through_dask(args.experiment, args.trials, args.workers, None, work, cache)
         for _ in range(args.repeats):
             runs["load"].append(os.getloadavg())
-            alone, reference = one_process(args.experiment, args.trials, work)
+            alone, reference = one_process(args.experiment, args.trials, work, cache)
             runs["one_process"].append({"seconds": alone})
             line = f"one process {alone:.1f} s"
             for key, tasks in variants.items():
-                row, merged = through_dask(args.experiment, args.trials, args.workers, tasks, work)
+                row, merged = through_dask(args.experiment, args.trials, args.workers, tasks, work, cache)
                 runs[key].append(row)
                 runs["same_bytes"].append(merged == reference)
                 line += f"; {args.workers} workers, {row['tasks']} tasks {row['seconds']:.1f} s"
@@ -160,7 +175,7 @@ def main(argv=None):
     rows["same_bytes"] = all(runs["same_bytes"])
     rows["load_after"] = os.getloadavg()
     print(
-        f"{args.experiment} --trials {args.trials}: one process {rows['one_process']['seconds']:.1f} s; "
+        f"{args.experiment} --trials {args.trials}{' (warm)' if args.warm else ''}: one process {rows['one_process']['seconds']:.1f} s; "
         f"Dask ({args.workers} workers) {rows['dask']['seconds']:.1f} s with {rows['dask']['tasks']} tasks: "
         f"{rows['dask']['ratio']:.2f}x the throughput (target {TARGET}: {'met' if rows['met'] else 'not met'}), "
         f"{rows['dask_one_task_per_worker']['ratio']:.2f}x with one task per worker; same bytes: {rows['same_bytes']}; "
