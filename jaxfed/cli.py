@@ -40,7 +40,7 @@ from jaxfed.experiments import (
     verifying,
 )
 from jaxfed.experiments.reproduce_progress import Overall, experiment_group
-from jaxfed.experiments.runner import still_running
+from jaxfed.experiments.runner import calling_after, still_running
 from jaxfed.results import FORMATS, deciding, export_all, merging, report
 
 DEFAULT_OUT = "results"
@@ -186,14 +186,10 @@ def _stopped_after(seconds: float):
         _thread.interrupt_main(signal.SIGALRM)
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
-    timer = threading.Timer(max(seconds, 1e-3), fire)
-    timer.daemon = True
-    timer.start()
     try:
-        yield
+        with calling_after(max(seconds, 1e-3), fire):
+            yield
     finally:
-        timer.cancel()
-        timer.join()
         signal.signal(signal.SIGALRM, previous)
 
 

@@ -208,13 +208,22 @@ def still_running(what: str, after: float | None = None):
     ``after`` seconds (default :data:`STILL_RUNNING_AFTER`; a user file's import or ``build()``
     that sleeps, downloads or computes)."""
     after = STILL_RUNNING_AFTER if after is None else after
-    timer = threading.Timer(after, lambda: print(f"jaxfed: {what} … still running after {after:g} s", file=sys.stderr))
+    with calling_after(after, lambda: print(f"jaxfed: {what} … still running after {after:g} s", file=sys.stderr)):
+        yield
+
+
+@contextlib.contextmanager
+def calling_after(seconds: float, action):
+    """Calls ``action()`` in a daemon timer thread once ``seconds`` have passed in the block, never
+    after it: on leaving, the timer is cancelled and a call under way is waited for."""
+    timer = threading.Timer(seconds, action)
     timer.daemon = True
     timer.start()
     try:
         yield
     finally:
         timer.cancel()
+        timer.join()
 
 
 MARKER = ".user-code-running"
