@@ -646,6 +646,11 @@ def _cmd_cache(args) -> int:
     state = "" if info.exists else " (not created yet: the first run creates it)" if info.writable else " (absent)"
     print(f"compilation cache: {info.path}{state}")
     print(f"compiled programs: {info.entries}, {_size(info.bytes)}")
+    if info.rejected:
+        print(
+            f"not loaded: {info.rejected} program(s) the cache holds were compiled again instead of loaded (JAX "
+            "rejects some CPU entries on some processors: jax-ml/jax#38445); `jaxfed cache clear` starts it afresh"
+        )
     print(
         "writable: yes"
         if info.writable

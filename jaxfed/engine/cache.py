@@ -12,22 +12,15 @@ import inspect
 import os
 import shutil
 import tempfile
+import threading
 import time
 from typing import Any, NamedTuple
 
 import jax
 from jax.experimental.compilation_cache import compilation_cache as jax_cache
 
-jax_cache_key: Any
-try:  # how JAX keys a compiled program (a private seam: see one_entry_for_every_host_device)
-    from jax._src import cache_key as jax_cache_key
-except ImportError:  # pragma: no cover  (another JAX: every host device compiles its own)
-    jax_cache_key = None
-jax_compiler: Any
-try:  # where JAX compiles a program missing from its cache (a private seam: one_compile_for_every_process)
-    from jax._src import compiler as jax_compiler
-except ImportError:  # pragma: no cover  (another JAX: every process compiles its own)
-    jax_compiler = None
+from jaxfed.jaxcompat import CACHE_KEY_OPTIONS, CACHE_READ, COMPILE_ON_MISS
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover  (Windows: every process compiles its own)
@@ -83,6 +76,22 @@ def use_compilation_cache(option: str | None = None, note=lambda message: None) 
     return path
 
 
+class _RunsInProcess:
+    """The runs of this process that hold JAX's cache setting (runs in several threads share it):
+    the first sets it, the last puts back what was there before."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.count = 0
+        self.path: str | None = None  # the cache the runs use (a scratch one where theirs is off)
+        self.asked: str | None = None  # the one the first run asked for (None: off or unusable)
+        self.previous: tuple = ()
+        self.scratch: str | None = None
+
+
+_runs = _RunsInProcess()
+
+
 @contextlib.contextmanager
 def compilation_cache(option: str | None = None, note=lambda message: None):
     """:func:`use_compilation_cache` for the duration of a ``with`` block (a run), then JAX's
@@ -90,60 +99,81 @@ def compilation_cache(option: str | None = None, note=lambda message: None):
     notebook's, say) with the cache it had. Its value is the cache directory, or None when the
     cache is off or unusable: the run then caches in a scratch directory of its own, removed at
     its end, so that its host devices still share one compiled program
-    (:func:`one_entry_for_every_host_device`)."""
-    previous = (
-        jax.config.jax_compilation_cache_dir,  # type: ignore[attr-defined]
-        jax.config.jax_persistent_cache_min_compile_time_secs,  # type: ignore[attr-defined]
-    )
-    path = use_compilation_cache(option, note)
-    scratch = None
-    if path is None:
-        try:
-            scratch = tempfile.mkdtemp(prefix="jaxfed-run-cache-")
-            use_compilation_cache(scratch)
-        except OSError:  # (no temporary directory: each host device compiles its own)
-            scratch = None
+    (:func:`one_entry_for_every_host_device`).
+
+    Runs in several threads of one process (a Dask worker's threads) share one setting: JAX has
+    one per process. The first run sets it, later ones use it (with a note where they asked for
+    another directory: the same programs, cached elsewhere), and the last one puts back what was
+    there before.
+    """
+    with _runs.lock:
+        if _runs.count == 0:
+            _runs.previous = (
+                jax.config.jax_compilation_cache_dir,  # type: ignore[attr-defined]
+                jax.config.jax_persistent_cache_min_compile_time_secs,  # type: ignore[attr-defined]
+            )
+            _runs.asked = _runs.path = use_compilation_cache(option, note)
+            _runs.scratch = None
+            if _runs.path is None:
+                try:
+                    _runs.scratch = _runs.path = tempfile.mkdtemp(prefix="jaxfed-run-cache-")
+                    use_compilation_cache(_runs.scratch)
+                except OSError:  # (no temporary directory: each host device compiles its own)
+                    _runs.scratch = None
+        elif compilation_cache_dir(option) != _runs.asked:
+            note(
+                f"compilation cache: another run in this process uses {_runs.asked or 'none'}; this one uses it "
+                "too (JAX has one cache setting per process; the programs and values are the same)"
+            )
+        _runs.count += 1
+        path = _runs.asked
     try:
-        with one_entry_for_every_host_device(), one_compile_for_every_process():
+        with one_entry_for_every_host_device(note), one_compile_for_every_process(note=note):
             yield path
     finally:
-        if previous[0] != jax.config.jax_compilation_cache_dir:  # type: ignore[attr-defined]
-            jax.config.update("jax_compilation_cache_dir", previous[0])
-            jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
-            jax_cache.reset_cache()
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+        with _runs.lock:
+            _runs.count -= 1
+            if _runs.count == 0:
+                if _runs.previous[0] != jax.config.jax_compilation_cache_dir:  # type: ignore[attr-defined]
+                    jax.config.update("jax_compilation_cache_dir", _runs.previous[0])
+                    jax.config.update("jax_persistent_cache_min_compile_time_secs", _runs.previous[1])
+                    jax_cache.reset_cache()
+                if _runs.scratch is not None:
+                    shutil.rmtree(_runs.scratch, ignore_errors=True)
+                _runs.scratch = _runs.path = _runs.asked = None
 
 
 @contextlib.contextmanager
-def one_entry_for_every_host_device():
+def one_entry_for_every_host_device(note=lambda message: None):
     """While active, a single-device program compiled for one host device is one entry of the
     persistent cache for every host device: JAX leaves the device out of its cache key, as it
     does on a GPU, and loads the executable with the device asked for (it passes the caller's
     compile options to the cached executable). An XLA CPU executable is machine code that does
     not depend on which host device runs it, but on a CPU JAX hashes the device into the key,
-    so a run on two host devices compiled each trial program twice, side by side (3.5 s where
-    one compile takes 1.9 s alone on the 2-core machine; on 16 host devices, 16 times): now the
-    first device compiles it and the others load it, the same machine code on every device.
+    so a run on N host devices compiled each trial program N times, side by side: now the first
+    device compiles it and the others load it, the same machine code on every device.
 
-    JAX's key function is a private seam: where it is missing or takes other arguments (another
-    JAX version) this does nothing and every device compiles its own, as before. Only on a CPU
-    backend, and restored on exit.
+    JAX's key function is a private seam (:data:`jaxfed.jaxcompat.CACHE_KEY_OPTIONS`): where it is
+    missing, takes other arguments or fails, every device compiles its own. Only on a CPU
+    backend, and restored when the last run of the process ends.
     """
-    original: Any = getattr(jax_cache_key, "_hash_serialized_compile_options", None)
-    takes = inspect.signature(original).parameters if callable(original) else {}
-    if "strip_device_assignment" not in takes or jax.default_backend() != "cpu":
+    if jax.default_backend() != "cpu":
         yield
         return
 
-    def without_the_device(hash_obj, compile_options_obj, strip_device_assignment=False):
-        return original(hash_obj, compile_options_obj, strip_device_assignment=True)
+    def make_wrapper(original):
+        def without_the_device(hash_obj, compile_options_obj, strip_device_assignment=False):
+            if CACHE_KEY_OPTIONS.given_up is None:
+                try:
+                    return original(hash_obj, compile_options_obj, strip_device_assignment=True)
+                except Exception as err:  # (jaxfed's use of the seam; JAX's own call below)
+                    CACHE_KEY_OPTIONS.give_up(err)
+            return original(hash_obj, compile_options_obj, strip_device_assignment=strip_device_assignment)
 
-    jax_cache_key._hash_serialized_compile_options = without_the_device
-    try:
+        return without_the_device
+
+    with CACHE_KEY_OPTIONS.held(make_wrapper, note):
         yield
-    finally:
-        jax_cache_key._hash_serialized_compile_options = original
 
 
 COMPILE_WAIT_S = 600.0
@@ -153,78 +183,118 @@ before it compiles the program itself (the same machine code either way)."""
 LOCKS_DIR = "jaxfed-compiling"
 """The subdirectory of a compilation cache that holds a lock file per program (empty files)."""
 
-_COMPILE_ARGUMENTS = (
-    "backend",
-    "computation",
-    "executable_devices",
-    "compile_options",
-    "host_callbacks",
-    "module_name",
-    "cache_key",
+REJECTED_DIR = "jaxfed-rejected"
+"""The subdirectory of a compilation cache that names (empty files) the programs JAX compiled
+again although the cache held them (:func:`cache_info`'s ``rejected``)."""
+
+REJECTED_NOTE = (
+    "the compilation cache {path} holds {what} but JAX compiled it again instead of loading it, so every "
+    "process pays the compile (JAX rejects some CPU entries on some processors: jax-ml/jax#38445); "
+    "`jaxfed cache clear` starts the cache afresh, --compilation-cache off stops using it"
 )
+"""The one line a run prints when JAX misses a program its cache holds (once per process)."""
+
+_rejected = {"noted": False}
 
 
 @contextlib.contextmanager
-def one_compile_for_every_process(wait_s: float = COMPILE_WAIT_S):
+def one_compile_for_every_process(wait_s: float = COMPILE_WAIT_S, note=lambda message: None):
     """While active, of the processes that miss the same program in one persistent cache at once,
     one compiles it and the others wait for it and load it from the cache: a program missing from
     the cache is compiled under an exclusive lock on ``<cache>/jaxfed-compiling/<key>``, and the
     cache is read again once the lock is held. Dask workers that start a run's tasks together (or
     pytest workers, or a SLURM array on a shared file system) each compiled the same program side
-    by side, and XLA's compiler uses more than one core: two such compiles took 3.7 s on the 2-core
-    machine where one takes 2.5 s alone. Programs already in the cache take no lock.
+    by side, and XLA's compiler uses more than one core. Programs already in the cache take no lock.
 
     Whatever the lock does, each process gets the same executable: the lock only decides who
     compiles. Where the file system takes no lock (``ENOLCK``, ``ENOSYS``…) or after ``wait_s``
-    seconds of waiting, a process compiles as before. JAX's miss path is a private seam: where it
-    is missing or takes other arguments (another JAX version) this does nothing.
+    seconds of waiting, a process compiles as before. JAX's miss path and cache read are private
+    seams (:data:`jaxfed.jaxcompat.COMPILE_ON_MISS`, :data:`~jaxfed.jaxcompat.CACHE_READ`): where
+    either is missing, takes other arguments or fails, JAX compiles as it would without jaxfed.
+
+    On the way it sees a program that JAX missed although the cache holds its entry (JAX rejected
+    it): ``note`` says so once per process, and :func:`cache_info` counts such programs.
     """
-    original: Any = getattr(jax_compiler, "_compile_and_write_cache", None)
-    takes = tuple(inspect.signature(original).parameters) if callable(original) else ()
-    if takes != _COMPILE_ARGUMENTS or fcntl is None:
+    if fcntl is None or CACHE_READ.function() is None:
         yield
         return
 
-    def compile_once(backend, computation, executable_devices, compile_options, host_callbacks, module_name, cache_key):
-        directory = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]
-        with _program_lock(directory, cache_key, wait_s) as held:
-            if held:  # (whoever held it before may have written the program)
-                executable, _ = jax_compiler._cache_read(
-                    module_name, cache_key, compile_options, backend, executable_devices
-                )
-                if executable is not None:
-                    jax.monitoring.record_event("/jax/compilation_cache/cache_hits")
-                    return executable
-            return original(
-                backend, computation, executable_devices, compile_options, host_callbacks, module_name, cache_key
-            )
+    def make_wrapper(original):
+        signature = inspect.signature(original)
 
-    jax_compiler._compile_and_write_cache = compile_once
-    try:
+        def compile_once(*args, **kwargs):
+            fd = None
+            try:
+                if COMPILE_ON_MISS.given_up is None and CACHE_READ.given_up is None:
+                    named = signature.bind(*args, **kwargs).arguments
+                    directory = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]
+                    fd = _program_lock(directory, named["cache_key"], wait_s)
+                    if fd is not None:  # (whoever held it before may have written the program)
+                        executable = _read_again(named)
+                        if executable is not None:
+                            jax.monitoring.record_event("/jax/compilation_cache/cache_hits")
+                            _release(fd)
+                            return executable
+                        _check_not_rejected(directory, named["cache_key"], note)
+            except Exception as err:  # (jaxfed's use of the seams; JAX's own compile below)
+                _release(fd)
+                fd = None
+                COMPILE_ON_MISS.give_up(err)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                _release(fd)
+
+        return compile_once
+
+    with COMPILE_ON_MISS.held(make_wrapper, note):
         yield
-    finally:
-        jax_compiler._compile_and_write_cache = original
 
 
-@contextlib.contextmanager
-def _program_lock(directory: str | None, key: str, wait_s: float):
-    """An exclusive ``flock`` on ``directory/jaxfed-compiling/key`` for the ``with`` block, taken
-    within ``wait_s`` seconds; yields whether it is held (False: no directory, no lock on this file
-    system, or the wait ran out). Released when the block ends or the process dies; the lock files
-    stay (empty, one per program; ``jaxfed cache clear`` removes them)."""
+def _read_again(named: dict):
+    """JAX's cache read of the program of a miss-path call's arguments ``named`` (its parameters
+    among them, by name)."""
+    read = CACHE_READ.function()
+    if read is None:
+        return None
+    executable, _ = read(**{name: named[name] for name in CACHE_READ.parameters()})
+    return executable
+
+
+def _check_not_rejected(directory: str, key: str, note) -> None:
+    """Where the cache holds ``key``'s entry that JAX and jaxfed both failed to load: names it in
+    ``REJECTED_DIR`` and, once per process, says so."""
+    if not os.path.isfile(os.path.join(directory, key + "-cache")):
+        return
+    folder = os.path.join(directory, REJECTED_DIR)
+    os.makedirs(folder, exist_ok=True)
+    open(os.path.join(folder, key), "a").close()
+    if not _rejected["noted"]:
+        _rejected["noted"] = True
+        note(REJECTED_NOTE.format(path=directory, what=f"a program ({key[:48]})"))
+
+
+def _program_lock(directory: str | None, key: str, wait_s: float) -> int | None:
+    """An open descriptor holding an exclusive ``flock`` on ``directory/jaxfed-compiling/key``,
+    taken within ``wait_s`` seconds; None where there is no directory, no lock on this file
+    system or the wait ran out. :func:`_release` closes it (a process's end does too); the lock
+    files stay (empty, one per program; ``jaxfed cache clear`` removes them)."""
     if not directory or os.sep in key or not key:
-        yield False
-        return
+        return None
     try:
         folder = os.path.join(directory, LOCKS_DIR)
         os.makedirs(folder, exist_ok=True)
         fd = os.open(os.path.join(folder, key), os.O_RDWR | os.O_CREAT, 0o666)
     except OSError:
-        yield False
-        return
-    try:
-        yield _flock(fd, wait_s)
-    finally:
+        return None
+    if _flock(fd, wait_s):
+        return fd
+    os.close(fd)
+    return None
+
+
+def _release(fd: int | None) -> None:
+    if fd is not None:
         os.close(fd)  # (releases the lock)
 
 
@@ -266,6 +336,7 @@ class CacheInfo(NamedTuple):
     entries: int  # compiled programs (JAX's ``*-cache`` files)
     bytes: int  # their size, with their access-time files
     writable: bool  # a run can add to it
+    rejected: int = 0  # programs it holds that JAX compiled again instead of loading (jax-ml/jax#38445)
 
 
 _ENTRY_SUFFIXES = ("-cache", "-atime")  # the files JAX's cache writes: an executable, its last access
@@ -286,7 +357,8 @@ def _entry_files(path: str) -> list[str]:
 
 def cache_info(option: str | None = None) -> CacheInfo:
     """The compilation cache a run would use (:func:`compilation_cache_dir` of ``option``): its
-    directory, compiled programs and bytes, and whether it is writable. Reads only."""
+    directory, compiled programs and bytes, whether it is writable, and how many of its programs
+    JAX compiled again instead of loading them (:func:`one_compile_for_every_process`). Reads only."""
     path = compilation_cache_dir(option)
     if path is None:
         return CacheInfo(None, False, 0, 0, False)
@@ -295,7 +367,12 @@ def cache_info(option: str | None = None) -> CacheInfo:
     entries = sum(f.endswith("-cache") for f in files)
     exists = os.path.isdir(path)
     writable = os.access(path if exists else _existing_parent(path), os.W_OK | os.X_OK)
-    return CacheInfo(path, exists, entries, size, writable)
+    try:
+        named = os.listdir(os.path.join(path, REJECTED_DIR))
+    except OSError:
+        named = []
+    rejected = sum(os.path.isfile(os.path.join(path, key + "-cache")) for key in named)
+    return CacheInfo(path, exists, entries, size, writable, rejected)
 
 
 def _existing_parent(path: str) -> str:
@@ -306,7 +383,7 @@ def _existing_parent(path: str) -> str:
 
 def clear_cache(option: str | None = None) -> CacheInfo:
     """Removes the compiled programs of the compilation cache :func:`compilation_cache_dir` of
-    ``option`` (JAX's entry files, the lock files of :func:`one_compile_for_every_process`, and the
+    ``option`` (JAX's entry files, the lock and rejected-program files of :func:`one_compile_for_every_process`, and the
     ``jaxfed-memory`` folder of figures that jaxfed before Engine V cached there, only: a cache
     pointed at a directory that holds other files keeps them) and returns what was there (:func:`cache_info`). The next run of each program compiles
     it again.
@@ -324,4 +401,5 @@ def clear_cache(option: str | None = None) -> CacheInfo:
         # (the memory figures jaxfed < Engine V cached there: never read now)
         shutil.rmtree(os.path.join(before.path, "jaxfed-memory"), ignore_errors=True)
         shutil.rmtree(os.path.join(before.path, LOCKS_DIR), ignore_errors=True)
+        shutil.rmtree(os.path.join(before.path, REJECTED_DIR), ignore_errors=True)
     return before

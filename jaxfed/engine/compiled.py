@@ -14,10 +14,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxfed import stats
+from jaxfed import jaxcompat, stats
 from jaxfed.engine.cache import timed_compile
 from jaxfed.engine.devices import platform
 from jaxfed.engine.points import Group, Trial, rebuild
@@ -52,7 +52,7 @@ class ChunkFn:
         def summarised_op_by_op(seed, point_ids, traced, first_trial, steps, n_valid, first_block):
             """Without a mesh: the share's values, then their summary (the reference of the loop's)."""
             values = metrics(seed, point_ids, traced, first_trial, steps)
-            with jax.enable_x64(True):  # float64 block sums on any device; the trial itself stays as it is
+            with jaxcompat.enable_x64(True):  # float64 block sums on any device; the trial itself stays as it is
                 return {name: eager_share_summary(v, n_valid, first_block, histogram) for name, v in values.items()}
 
         def raw(values):
@@ -74,7 +74,7 @@ class ChunkFn:
                 (g, device) for g, device in enumerate(mesh.devices.flat) if device.process_index == jax.process_index()
             ]
             for _, device in self.positions:
-                on_device = SingleDeviceSharding(device)
+                on_device = jaxcompat.single_device_sharding(device)
                 self.executables[device] = jax.jit(self.program, in_shardings=on_device, out_shardings=on_device)
 
     def metrics_args(self, seed, point_ids, traced, first_trial, offset: int) -> tuple:
@@ -315,7 +315,7 @@ def batched_summary(trial: Trial, group: Group, local: int, width: int, common: 
         tail_at = jnp.minimum(n_valid, local - stats.summary.SUMMARY_BLOCK)  # the raw block kept (as share_summary)
 
         def start(shapes, n_points):
-            with jax.enable_x64(True):
+            with jaxcompat.enable_x64(True):
                 return {
                     name: _SummaryCarry(
                         hist=jnp.zeros((n_points,) + s.shape[1:] + (stats.summary.N_BINS,), jnp.int32),
@@ -328,7 +328,7 @@ def batched_summary(trial: Trial, group: Group, local: int, width: int, common: 
                 }
 
         def add(carry, values, row, block):
-            with jax.enable_x64(True):  # float64 block sums on any device; the trial itself stays as it is
+            with jaxcompat.enable_x64(True):  # float64 block sums on any device; the trial itself stays as it is
                 return {
                     name: _added(carry[name], v, row, block, width, n_valid, tail_at, histogram)
                     for name, v in values.items()
@@ -337,7 +337,7 @@ def batched_summary(trial: Trial, group: Group, local: int, width: int, common: 
         carry = _micro_batch_loop(micro_batch, local // width, width, start, add)(
             seed, point_ids, traced, first_trial, steps
         )
-        with jax.enable_x64(True):
+        with jaxcompat.enable_x64(True):
             return {name: _finished(c, n_valid, first_block, local) for name, c in carry.items()}
 
     return on_device

@@ -12,11 +12,10 @@ from typing import NamedTuple
 
 import jax
 import numpy as np
-from jax._src import xla_bridge  # (backends_started: JAX offers no public test)
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
-from jaxfed import validation
+from jaxfed import jaxcompat, validation
 from jaxfed.store import StoreError
 
 MEMORY_FRACTION = 0.25  # default budget: this fraction of the device's (or host's) memory
@@ -103,8 +102,9 @@ initialises its backends."""
 
 def backends_started() -> bool:
     """Whether JAX has initialised its backends (after which ``XLA_FLAGS`` and
-    ``jax.distributed.initialize`` have no effect). JAX offers no public test of it."""
-    return bool(xla_bridge.backends_are_initialized())
+    ``jax.distributed.initialize`` have no effect). JAX offers no public test of it: False where its
+    private one is missing (:func:`jaxfed.jaxcompat.backends_started`)."""
+    return jaxcompat.backends_started()
 
 
 def host_devices_asked(flags: str) -> int | None:

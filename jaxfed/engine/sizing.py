@@ -13,10 +13,9 @@ from typing import NamedTuple
 
 import jax
 import numpy as np
-from jax.extend import core as jax_core
 from jax.sharding import Mesh
 
-from jaxfed import stats
+from jaxfed import jaxcompat, stats
 from jaxfed.engine.compiled import ChunkFn, ChunkJob, Compiler
 from jaxfed.engine.devices import default_memory_budget, make_mesh, platform
 from jaxfed.engine.points import group_points, metric_specs, rebuild
@@ -109,21 +108,21 @@ def trial_live_bytes(jaxpr) -> int:
     last_use: dict = {}
     for i, eqn in enumerate(jaxpr.eqns):
         for v in eqn.invars:
-            if isinstance(v, jax_core.Var):
+            if jaxcompat.is_var(v):
                 last_use[v] = i
     for v in jaxpr.outvars:
-        if isinstance(v, jax_core.Var):
+        if jaxcompat.is_var(v):
             last_use[v] = len(jaxpr.eqns)
     live = sum(_bytes(v) for v in (*jaxpr.constvars, *jaxpr.invars))
     peak = live
     for i, eqn in enumerate(jaxpr.eqns):
-        inner = max((trial_live_bytes(sub) for sub in jax_core.jaxprs_in_params(eqn.params)), default=0)
-        made = sum(_bytes(v) for v in eqn.outvars if not isinstance(v, jax_core.DropVar))
+        inner = max((trial_live_bytes(sub) for sub in jaxcompat.jaxprs_in_params(eqn.params)), default=0)
+        made = sum(_bytes(v) for v in eqn.outvars if not jaxcompat.is_drop_var(v))
         peak = max(peak, live + made + inner)
         live += made
-        used = {v for v in eqn.invars if isinstance(v, jax_core.Var)}
+        used = {v for v in eqn.invars if jaxcompat.is_var(v)}
         live -= sum(_bytes(v) for v in used if last_use.get(v) == i)
-        live -= sum(_bytes(v) for v in eqn.outvars if isinstance(v, jax_core.Var) and v not in last_use)
+        live -= sum(_bytes(v) for v in eqn.outvars if jaxcompat.is_var(v) and v not in last_use)
     return int(peak)
 
 

@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import gfvl, plotting, stats, validation
+from jaxfed import gfvl, jaxcompat, plotting, stats, validation
 from jaxfed.experiments.gfvl_checks import check_loss_normalisation
 from jaxfed.experiments.gfvl_trials import ASYMPTOTE_TOLERANCE, asymptote, summary_reading, unlearning_verdicts
 from jaxfed.experiments.spec import Experiment, Reading, Sweep, band_table
@@ -123,7 +123,7 @@ def prepare(cfg: Config) -> dict:
         weight = likelihoods.loss_weight(cfg.loss_normalisation, np.bincount(owner, minlength=n_agents))
         return data._replace(weight=data.weight * jnp.asarray(weight, data.weight.dtype)[:, None])
 
-    with jax.enable_x64(True):
+    with jaxcompat.enable_x64(True):
         prior = expfam.mean_field_natural(jnp.zeros(d), jnp.full(d, cfg.prior_var))
         optimum = jax.jit(logistic.centralised_optimum, static_argnums=(2,))
         for split, owner in owners.items():

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from jaxfed import stats, store, validation
+from jaxfed import jaxcompat, stats, store, validation
 from jaxfed.engine.compiled import ChunkFn
 from jaxfed.engine.devices import make_mesh
 from jaxfed.engine.points import group_points
@@ -139,7 +139,7 @@ def recompute_summary(exp, cfg, out_dir: str, config_json: dict, sample: int | N
             first_block, n_blocks = k << j, 1 << j
             computed = values(first_block * block, (first_block + n_blocks) * block)
             for metric, state in stored.states.items():
-                with jax.enable_x64(True):
+                with jaxcompat.enable_x64(True):
                     part = stats.summary.chunk_summary(computed[metric], n_blocks * block, np, first_block, n_blocks)
                 for name, mine, kept in (("sum", part["sum_pieces"][:, 0], state.total[:, j]), ("sum of squares", part["sq_pieces"][:, 0], state.total_sq[:, j])):  # fmt: skip
                     _compare_sums(out_dir, metric, name, group.point_ids, (first_block * block, (first_block + n_blocks) * block), kept, mine)  # fmt: skip

@@ -18,6 +18,7 @@ FLOORS = (
     (
         "jaxfed._version",
         "jaxfed._deprecation",
+        "jaxfed.jaxcompat",
         "jaxfed.numerics",
         "jaxfed.registry",
         "jaxfed.validation",
