@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
+import jax.experimental
 from jax.extend import core as _jax_core
 
 
@@ -42,9 +43,9 @@ def enable_x64(enabled: bool = True):
     Returns:
         A context manager.
     """
-    context = getattr(jax, "enable_x64", None)
-    if context is None:  # (JAX < 0.8)
-        from jax.experimental import enable_x64 as context
+    context: Any = getattr(jax, "enable_x64", None)  # (a config State from JAX 0.8: no truth value)
+    if context is None:  # (JAX < 0.8; getattr: newer JAX's type information has no such name)
+        context = getattr(jax.experimental, "enable_x64")  # noqa: B009
     return context(enabled)
 
 
@@ -175,15 +176,21 @@ class Seam:
             return
         self._original = function
 
-    def give_up(self, err: BaseException | str) -> None:
-        """Stops using the seam for the rest of the process, with one note to the runs that hold it."""
+    def give_up(self, err: BaseException | str, note: Callable[[str], None] | None = None) -> None:
+        """Stops using the seam for the rest of the process, with one note: ``note``, else that of
+        the latest run that holds it."""
         with self._lock:
             if self._given_up is not None:
                 return
             self._given_up = f"{self.module_name}.{self.name} failed in JAX {jax.__version__} ({_one_line(err)})"
+        (note or self.note)(f"{self._given_up}; jaxfed stopped using it for this process (JAX's own path: same values)")
+
+    def note(self, message: str) -> None:
+        """Says ``message`` through the note of the latest run that holds the seam (none: nothing)."""
+        with self._lock:
             notes = list(self._notes[-1:])
         for note in notes:
-            note(f"{self._given_up}; jaxfed stopped using it for this process (JAX's own path: same values)")
+            note(message)
 
     @contextlib.contextmanager
     def held(self, make_wrapper: Callable[[Callable], Callable], note: Callable[[str], None] = lambda m: None):

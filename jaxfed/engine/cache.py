@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import jax
 from jax.experimental.compilation_cache import compilation_cache as jax_cache
 
-from jaxfed.jaxcompat import CACHE_KEY_OPTIONS, CACHE_READ, COMPILE_ON_MISS
+from jaxfed import jaxcompat
 
 try:
     import fcntl
@@ -163,16 +163,16 @@ def one_entry_for_every_host_device(note=lambda message: None):
 
     def make_wrapper(original):
         def without_the_device(hash_obj, compile_options_obj, strip_device_assignment=False):
-            if CACHE_KEY_OPTIONS.given_up is None:
+            if jaxcompat.CACHE_KEY_OPTIONS.given_up is None:
                 try:
                     return original(hash_obj, compile_options_obj, strip_device_assignment=True)
                 except Exception as err:  # (jaxfed's use of the seam; JAX's own call below)
-                    CACHE_KEY_OPTIONS.give_up(err)
+                    jaxcompat.CACHE_KEY_OPTIONS.give_up(err)
             return original(hash_obj, compile_options_obj, strip_device_assignment=strip_device_assignment)
 
         return without_the_device
 
-    with CACHE_KEY_OPTIONS.held(make_wrapper, note):
+    with jaxcompat.CACHE_KEY_OPTIONS.held(make_wrapper, note):
         yield
 
 
@@ -215,7 +215,7 @@ def one_compile_for_every_process(wait_s: float = COMPILE_WAIT_S, note=lambda me
     On the way it sees a program that JAX missed although the cache holds its entry (JAX rejected
     it): ``note`` says so once per process, and :func:`cache_info` counts such programs.
     """
-    if fcntl is None or CACHE_READ.function() is None:
+    if fcntl is None or jaxcompat.CACHE_READ.function() is None:
         yield
         return
 
@@ -225,7 +225,7 @@ def one_compile_for_every_process(wait_s: float = COMPILE_WAIT_S, note=lambda me
         def compile_once(*args, **kwargs):
             fd = None
             try:
-                if COMPILE_ON_MISS.given_up is None and CACHE_READ.given_up is None:
+                if jaxcompat.COMPILE_ON_MISS.given_up is None and jaxcompat.CACHE_READ.given_up is None:
                     named = signature.bind(*args, **kwargs).arguments
                     directory = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]
                     fd = _program_lock(directory, named["cache_key"], wait_s)
@@ -235,11 +235,12 @@ def one_compile_for_every_process(wait_s: float = COMPILE_WAIT_S, note=lambda me
                             jax.monitoring.record_event("/jax/compilation_cache/cache_hits")
                             _release(fd)
                             return executable
-                        _check_not_rejected(directory, named["cache_key"], note)
+                        _check_not_rejected(directory, named["cache_key"])
             except Exception as err:  # (jaxfed's use of the seams; JAX's own compile below)
                 _release(fd)
                 fd = None
-                COMPILE_ON_MISS.give_up(err)
+                if jaxcompat.CACHE_READ.given_up is None:
+                    jaxcompat.COMPILE_ON_MISS.give_up(err)
             try:
                 return original(*args, **kwargs)
             finally:
@@ -247,31 +248,37 @@ def one_compile_for_every_process(wait_s: float = COMPILE_WAIT_S, note=lambda me
 
         return compile_once
 
-    with COMPILE_ON_MISS.held(make_wrapper, note):
+    with jaxcompat.COMPILE_ON_MISS.held(make_wrapper, note):
         yield
 
 
 def _read_again(named: dict):
     """JAX's cache read of the program of a miss-path call's arguments ``named`` (its parameters
     among them, by name)."""
-    read = CACHE_READ.function()
+    read = jaxcompat.CACHE_READ.function()
     if read is None:
         return None
-    executable, _ = read(**{name: named[name] for name in CACHE_READ.parameters()})
+    try:
+        executable, _ = read(**{name: named[name] for name in jaxcompat.CACHE_READ.parameters()})
+    except Exception as err:  # (given up: the caller compiles through JAX's own path)
+        jaxcompat.CACHE_READ.give_up(err, note=jaxcompat.COMPILE_ON_MISS.note)  # (said by the runs holding that one)
+        raise
     return executable
 
 
-def _check_not_rejected(directory: str, key: str, note) -> None:
+def _check_not_rejected(directory: str, key: str) -> None:
     """Where the cache holds ``key``'s entry that JAX and jaxfed both failed to load: names it in
-    ``REJECTED_DIR`` and, once per process, says so."""
+    ``REJECTED_DIR`` (where it can) and, once per process, says so."""
     if not os.path.isfile(os.path.join(directory, key + "-cache")):
         return
-    folder = os.path.join(directory, REJECTED_DIR)
-    os.makedirs(folder, exist_ok=True)
-    open(os.path.join(folder, key), "a").close()
+    try:
+        os.makedirs(os.path.join(directory, REJECTED_DIR), exist_ok=True)
+        open(os.path.join(directory, REJECTED_DIR, key), "a").close()
+    except OSError:  # (a cache we may read but not write: the note below still says it)
+        pass
     if not _rejected["noted"]:
         _rejected["noted"] = True
-        note(REJECTED_NOTE.format(path=directory, what=f"a program ({key[:48]})"))
+        jaxcompat.COMPILE_ON_MISS.note(REJECTED_NOTE.format(path=directory, what=f"a program ({key[:48]})"))
 
 
 def _program_lock(directory: str | None, key: str, wait_s: float) -> int | None:

@@ -15,7 +15,6 @@ import pytest
 from support import POINTS, trial
 
 from jaxfed import engine
-from jaxfed.engine import cache as engine_cache
 from jaxfed.engine import compiled, core
 
 
@@ -107,27 +106,6 @@ def test_two_host_devices_share_one_compiled_trial_program(tmp_path):
     subprocess.run([sys.executable, "-c", script, path, str(tmp_path / "cache")], check=True, env=env, timeout=300)
     one = engine.run(trial, POINTS, 300, seed=4, micro_batch=64, compilation_cache="off", progress=False)
     np.testing.assert_array_equal(np.load(path), one["walk"])
-
-
-def test_the_key_without_the_device_holds_only_during_a_run(tmp_path, monkeypatch):
-    """The cache key leaves the host device out only while a run compiles (other JAX code in the
-    process keeps JAX's own key), and where JAX's key function takes other arguments (another
-    JAX version) the run leaves it alone and compiles as before."""
-    original = engine_cache.jax_cache_key._hash_serialized_compile_options
-    seen = []
-
-    def spy(*args, **kwargs):
-        seen.append(engine_cache.jax_cache_key._hash_serialized_compile_options is not original)
-        return real(*args, **kwargs)
-
-    real = compiled.make_chunk_fn
-    monkeypatch.setattr(compiled, "make_chunk_fn", spy)
-    engine.run(trial, POINTS, 23, micro_batch=64, compilation_cache=str(tmp_path / "c"), progress=False)
-    assert seen == [True] and engine_cache.jax_cache_key._hash_serialized_compile_options is original
-    monkeypatch.setattr(engine_cache.jax_cache_key, "_hash_serialized_compile_options", lambda hash_obj, options: None)
-    changed = engine_cache.jax_cache_key._hash_serialized_compile_options
-    with engine_cache.one_entry_for_every_host_device():
-        assert engine_cache.jax_cache_key._hash_serialized_compile_options is changed
 
 
 def test_the_cache_can_be_disabled_by_option_or_environment(tmp_path, monkeypatch):
