@@ -146,12 +146,15 @@ def test_two_runs_in_two_threads_complete_with_their_solo_values(tmp_path, monke
 
     def run(seed: int, cache: str):
         try:
-            out[seed] = engine.run(trial, POINTS, 23, seed=seed, micro_batch=64, compilation_cache=cache, progress=False)
+            out[seed] = engine.run(
+                trial, POINTS, 23, seed=seed, micro_batch=64, compilation_cache=cache, progress=False
+            )
         except BaseException as err:  # (reported below, with the thread's seed)
             errors.append((seed, err))
 
     threads = [
-        threading.Thread(target=run, args=(seed, str(tmp_path / name)), daemon=True) for seed, name in ((1, "a"), (2, "b"))
+        threading.Thread(target=run, args=(seed, str(tmp_path / name)), daemon=True)
+        for seed, name in ((1, "a"), (2, "b"))
     ]
     for t in threads:
         t.start()
