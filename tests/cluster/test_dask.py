@@ -43,22 +43,32 @@ def _start(args: list, log: pathlib.Path, cwd: pathlib.Path) -> subprocess.Popen
 
 
 @pytest.fixture
-def cluster(tmp_path):
+def cluster(tmp_path, request):
     """A Dask scheduler and two worker processes of one thread each (no nanny: the process killed is
-    the worker itself), started on localhost for the test and stopped after it."""
+    the worker itself), started on localhost for the test and stopped after it; parametrized
+    indirectly, the threads of each worker (``(2,)``: one worker of two threads)."""
+    threads = getattr(request, "param", (1, 1))
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     scheduler = ["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"]
     processes = [_start(scheduler, tmp_path / "scheduler.log", tmp_path)]
     workers = {}
-    for name in ("w0", "w1"):
-        worker = ["distributed.cli.dask_worker", address, "--nthreads", "1", "--nworkers", "1", "--no-nanny"]
+    for i, name in enumerate(("w0", "w1")[: len(threads)]):
+        worker = [
+            "distributed.cli.dask_worker",
+            address,
+            "--nthreads",
+            str(threads[i]),
+            "--nworkers",
+            "1",
+            "--no-nanny",
+        ]
         worker += ["--no-dashboard", "--name", name, "--local-directory", str(tmp_path / name)]
         workers[name] = _start(worker, tmp_path / f"{name}.log", tmp_path)
         processes.append(workers[name])
     try:
         with distributed.Client(address, timeout=60) as client:
-            client.wait_for_workers(2, timeout=60)
+            client.wait_for_workers(len(threads), timeout=60)
             yield Cluster(address, client, workers)
     finally:  # (the workers hold nothing to keep: killed; the scheduler stopped)
         for process in processes:
@@ -114,6 +124,18 @@ def test_a_worker_killed_mid_run_changes_no_byte(cluster, tmp_path, capfd):  # ~
     assert shards == [f"{i:05d}-of-00008" for i in range(8)]
     lines = [line for line in capfd.readouterr().err.splitlines() if line.startswith(f"{NAME}: task ")]
     assert len(lines) == 8 and lines[-1].startswith(f"{NAME}: task ") and "(8/8 finished" in lines[-1]
+    assert (out / "metrics.npz").read_bytes() == one_process(tmp_path, "raw")
+
+
+@pytest.mark.parametrize("cluster", [(2,)], indirect=True)
+def test_a_worker_of_two_threads_runs_tasks_side_by_side(cluster, tmp_path):
+    """One worker process of two threads: two tasks (two engine runs) at once in one process, each
+    compiling in its own thread on one compilation cache; the merge equals one process byte for
+    byte. (Before the JAX seams were installed once per process, the second task wrapped the
+    first's seam and waited on its own compile lock: the run hung.)"""
+    out = tmp_path / "on-dask"
+    on_dask.run_on_dask(cluster.client, NAME, TRIALS, str(out), sets=SETS, keep="raw", tasks=4, quiet=True)
+    assert cluster.client.nthreads() and list(cluster.client.nthreads().values()) == [2]
     assert (out / "metrics.npz").read_bytes() == one_process(tmp_path, "raw")
 
 
