@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from support import POINTS, trial
 
-from jaxfed import engine, jaxcompat
+from jaxfed import cli, engine, jaxcompat
 from jaxfed.engine import cache as engine_cache
 from jaxfed.engine import compiled
 
@@ -188,5 +188,7 @@ def test_a_program_the_cache_holds_but_jax_compiles_again_is_said_once(tmp_path,
     assert "jax-ml/jax#38445" in err
     assert engine_cache.cache_info(str(cache)).rejected >= 1
     np.testing.assert_array_equal(first["walk"], again["walk"])
+    assert cli.main(["cache", "info", "--compilation-cache", str(cache)]) == 0
+    assert "not loaded: " in capfd.readouterr().out
     engine_cache.clear_cache(str(cache))
     assert engine_cache.cache_info(str(cache)).rejected == 0
