@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from jaxfed.gfvl import likelihoods
+from jaxfed.jaxcompat import enable_x64
 
 
 def _points(ones, total):
@@ -17,7 +18,7 @@ def test_count_loss_equals_the_sum_over_points(epsilon):
     theta = np.array([0.05, 0.3, 0.5, 0.77, 0.99])
     p_one = epsilon + (1 - 2 * epsilon) * theta[:, None]
     direct = -np.sum(np.where(z == 1, np.log(p_one), np.log1p(-p_one)), axis=1)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         data = likelihoods.bernoulli_beta_stats(37.0, 50)
         got = likelihoods.noisy_bernoulli(epsilon).loss(data, jnp.asarray(theta))
     np.testing.assert_allclose(got, direct, rtol=1e-12)
@@ -72,7 +73,7 @@ def test_loss_change_is_accurate_to_its_own_size_in_float32(epsilon):
     data = np.array([663.0, 337.0])
     theta_ref = 0.69
     t = np.concatenate([-np.geomspace(0.3, 1e-6, 20), np.geomspace(1e-6, 0.3, 20)])
-    with jax.enable_x64(True):
+    with enable_x64(True):
         want = np.asarray(lik.loss_change(jnp.asarray(data), theta_ref, jnp.asarray(t)))
         # the float64 reference, by the plain difference
         plain = lik.loss(jnp.asarray(data), theta_ref + jnp.asarray(t)) - lik.loss(jnp.asarray(data), theta_ref)
@@ -104,7 +105,7 @@ def test_user_loss_change_errs_by_about_the_loss_times_epsilon():
     t = np.concatenate([-np.geomspace(0.3, 1e-6, 20), np.geomspace(1e-6, 0.3, 20)])
     points = likelihoods.PaddedData(z=jnp.asarray(z, jnp.float32), weight=jnp.ones(1000, jnp.float32))
     got = np.asarray(jax.jit(user.loss_change)(points, jnp.float32(0.69), jnp.asarray(t, jnp.float32)))
-    with jax.enable_x64(True):
+    with enable_x64(True):
         want = np.asarray(
             likelihoods.noisy_bernoulli(eps).loss_change(jnp.asarray([663.0, 337.0]), 0.69, jnp.asarray(t))
         )
