@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
+import jax.experimental as _jax_experimental
 from jax.extend import core as _jax_core
 
 
@@ -43,8 +44,8 @@ def enable_x64(enabled: bool = True):
         A context manager.
     """
     context = getattr(jax, "enable_x64", None)
-    if context is None:  # (JAX < 0.8)
-        from jax.experimental import enable_x64 as context
+    if context is None:  # (JAX < 0.8; later ones have no jax.experimental.enable_x64)
+        context = _jax_experimental.enable_x64
     return context(enabled)
 
 

@@ -164,12 +164,14 @@ def _beta_kl_cases():
 
 
 @pytest.mark.parametrize(
-    "dtype, rtol, rtol_large", [(jnp.float32, 5e-6, 1e-6), (jnp.float64, 1e-12, 1e-13)], ids=["float32", "float64"]
+    "dtype, rtol, rtol_large", [(jnp.float32, 8e-6, 1e-6), (jnp.float64, 1e-12, 1e-13)], ids=["float32", "float64"]
 )
 def test_beta_kl_meets_its_stated_accuracy(dtype, rtol, rtol_large):
     """expfam.kl for the Beta (its closed form, expfam._beta_kl) within the bounds jaxfed.gfvl.expfam states, for
-    KL >= 1e-9, and tighter where every shape is at least 4 (measured worst: 2.9e-6 / 3.6e-14 overall, 4.3e-7 /
-    1.7e-15 with shapes >= 4; the quadrature it replaced: 9.6e-6 / 2.9e-14 overall)."""
+    KL >= 1e-9, and tighter where every shape is at least 4 (measured worst: 4.1e-6 / 3.8e-14 overall on JAX
+    0.6.2 and 0.10.2, 5.6e-6 / 2.6e-14 on JAX 0.12.1, whose XLA rounds float32 log and log1p differently, at
+    shapes (0.2455, 6.944) against (0.2455, 2.999); 4.3e-7 / 2.1e-15 with shapes >= 4 on all three; the
+    quadrature it replaced: 9.6e-6 / 2.9e-14 overall)."""
     cases, _ = _beta_kl_cases()
     ref = np.array([_kl_closed_form_50_digits(*c) for c in cases])
     with enable_x64(dtype == jnp.float64):

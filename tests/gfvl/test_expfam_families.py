@@ -105,8 +105,11 @@ def test_kl_matches_mpmath_including_concentrated_posteriors(name, dtype):
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
 def test_log_gamma_ratio_is_the_log_of_the_ratio_to_two_ulps(dtype):
-    """r = log(G/a) within 2 ulps (absolute) of the exact log of the same draw's ratio for a from 1 to 1e8
-    (measured 2.0 at a = 1, 0.5 for a >= 100), where log G − log a is off by up to 10 (float32) or 16 (float64)."""
+    """r = log(G/a) within 2 ulps of max(1, |r|) of the exact log of the same draw's ratio for a from 1 to 1e8
+    (measured worst 0.98 on JAX 0.6.2 to 0.12.1; 0.5 for a >= 100), where log G − log a is off by up to 10
+    (float32) or 16 (float64) ulps of 1. Not 2 ulps of 1 (absolute), as stated up to JAX 0.10: where |r| >= 4
+    an ulp of r is 4 ulps of 1, and JAX 0.12.1's log is off by one ulp of r there (4.0 ulps of 1 at r = −4.8,
+    a = 1, float64), as any rounding of r may be."""
     eps = float(jnp.finfo(dtype).eps)
     with enable_x64(dtype == jnp.float64):
         for a in (1.0, 3.0, 100.0, 1e4, 1e6, 1e8):
@@ -115,7 +118,8 @@ def test_log_gamma_ratio_is_the_log_of_the_ratio_to_two_ulps(dtype):
             g = np.asarray(jax.random.gamma(key, jnp.broadcast_to(shape, (500,)), dtype=dtype), np.float64)
             with mp.workdps(30):
                 ref = np.array([float(mp.log(mp.mpf(float(x)) / mp.mpf(a))) for x in g])
-            assert np.max(np.abs(r - ref)) <= 2 * eps, (a, np.max(np.abs(r - ref)) / eps)
+            err = np.abs(r - ref) / np.maximum(1.0, np.abs(ref))
+            assert np.max(err) <= 2 * eps, (a, np.max(err) / eps, ref[np.argmax(err)])
 
 
 @pytest.mark.parametrize("family", [NORMAL, GAMMA, DIR3, expfam.BETA], ids=lambda f: f.name)
