@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from jaxfed import jaxcompat
 from jaxfed.jaxcompat import enable_x64
 from jaxfed.oac import balanced, channel
 
@@ -227,7 +228,7 @@ def wide_arrays(jaxpr) -> set:
             aval = var.aval
             if getattr(aval, "ndim", 0) > 0 and aval.dtype in (np.float64, np.complex128):
                 found.add(str(aval.dtype))
-        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+        for sub in jaxcompat.jaxprs_in_params(eqn.params):  # (jax.extend.core's from JAX 0.7)
             found |= wide_arrays(sub)
     return found
 
