@@ -93,7 +93,8 @@ def test_loss_change_is_accurate_to_its_own_size_in_float32(epsilon):
 
 def test_user_loss_change_errs_by_about_the_loss_times_epsilon():
     """from_log_lik's plain difference in float32, 1000 points: within 4 |L| ε of the exact change
-    (measured 2.4 |L| ε, |L| ≈ 640)."""
+    (measured 2.4 |L| ε on JAX 0.10.2 and 0.12.1, |L| ≈ 640); within 8 |L| ε on JAX 0.6, whose XLA
+    rounds this float32 program differently (measured 5.6 |L| ε on 0.6.2)."""
     eps = 0.1
 
     def log_lik(z, theta):
@@ -110,7 +111,8 @@ def test_user_loss_change_errs_by_about_the_loss_times_epsilon():
             likelihoods.noisy_bernoulli(eps).loss_change(jnp.asarray([663.0, 337.0]), 0.69, jnp.asarray(t))
         )
         loss = float(likelihoods.noisy_bernoulli(eps).loss(jnp.asarray([663.0, 337.0]), 0.69))
-    assert np.max(np.abs(got - want)) < 4 * loss * float(jnp.finfo(jnp.float32).eps)
+    bound = 4 if jax.__version_info__ >= (0, 7) else 8
+    assert np.max(np.abs(got - want)) < bound * loss * float(jnp.finfo(jnp.float32).eps)
 
 
 @pytest.mark.parametrize("bad", [-0.1, 0.5, 0.7, float("nan")])
