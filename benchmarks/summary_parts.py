@@ -38,6 +38,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxfed.jaxcompat import enable_x64
+
 sys.path.insert(0, os.path.dirname(__file__))
 from common import (  # noqa: E402
     add_common_arguments,
@@ -76,7 +78,7 @@ def part_functions(chunk: int):
     def only(keys, histogram):
         def fn(*a):
             values = kernel(*a)
-            with jax.enable_x64(True):  # as in the engine: float64 block sums on any device
+            with enable_x64(True):  # as in the engine: float64 block sums on any device
                 return {
                     name: {k: stats.summary.chunk_summary(v, n_valid, jnp, histogram=histogram)[k] for k in keys}
                     for name, v in values.items()

@@ -29,6 +29,8 @@ from typing import Any
 
 import jax
 import jax.experimental
+import jax.numpy
+import jax.scipy.special
 from jax.extend import core as _jax_core
 
 
@@ -84,6 +86,24 @@ def jaxprs_in_params(params: dict) -> Iterator:
             yield value
         elif isinstance(value, (tuple, list)):
             stack[:0] = list(value)
+
+
+def erfcx(x: jax.Array) -> jax.Array:
+    """The scaled complementary error function e^(x²) erfc(x) (``jax.scipy.special.erfcx``, from JAX 0.7).
+
+    Before JAX 0.7, e^(x²) erfc(x) computed as written: as accurate as erfc (which forms its e^(−x²) from
+    the same rounded x²) until erfc underflows (x ≈ 9 in float32, 26 in float64); jaxfed calls it below 3.
+
+    Args:
+        x: a float array.
+
+    Returns:
+        erfcx(x), elementwise.
+    """
+    public = getattr(jax.scipy.special, "erfcx", None)
+    if public is not None:
+        return public(x)
+    return jax.numpy.exp(x * x) * jax.scipy.special.erfc(x)
 
 
 def is_var(value) -> bool:

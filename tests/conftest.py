@@ -3,7 +3,8 @@ import os
 import shutil
 import tempfile
 
-# Tests run on the CPU with the default float32; a test that needs float64 uses `jax.enable_x64`.
+# Tests run on the CPU with the default float32; a test that needs float64 uses
+# `jaxfed.jaxcompat.enable_x64` (`jax.enable_x64` is new in JAX 0.8).
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The `jaxfed run` subprocesses keep one host device: pytest already runs a worker per core, and
 # several host devices per process would only share those cores. The every-core default has its

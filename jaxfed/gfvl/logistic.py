@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxfed import validation
+from jaxfed import jaxcompat, validation
 from jaxfed.gfvl import expfam, likelihoods
 
 __all__ = [
@@ -253,7 +253,7 @@ def _mills_complement(y):
         tail = j / (yb + tail)
     q = 1.0 / (yb + tail)
     ys = jnp.where(big, 0.0, y)
-    direct = 1.0 - ys * math.sqrt(math.pi / 2.0) * jax.scipy.special.erfcx(ys / _SQRT2)
+    direct = 1.0 - ys * math.sqrt(math.pi / 2.0) * jaxcompat.erfcx(ys / _SQRT2)
     return jnp.where(big, q / (yb + q), direct)
 
 

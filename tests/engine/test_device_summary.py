@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from jaxfed import engine, stats, store
+from jaxfed.jaxcompat import enable_x64
 
 N = 150  # two whole sum blocks and a partial one of 22 trials
 
@@ -223,7 +224,7 @@ def test_the_loops_summary_is_the_bits_of_the_summary_of_the_stored_values(histo
     for n_valid, first_block in [(local, 10), (64, 10), (192, 3), (256, 0), (0, 7)]:
         got = loop(np.uint32(3), ids, traced, np.uint32(640), steps, np.uint32(n_valid), np.uint32(first_block))
         for name, v in values.items():
-            with jax.enable_x64(True):  # as the engine: float64 sums, the trial as it is
+            with enable_x64(True):  # as the engine: float64 sums, the trial as it is
                 want = reference(v, np.uint32(n_valid), np.uint32(first_block))
                 assert set(got[name]) == set(want)
                 for key, w in want.items():

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from jaxfed import stats
+from jaxfed.jaxcompat import enable_x64
 from jaxfed.stats.summary import _dyadic_sums, _histogram
 
 
@@ -54,7 +55,7 @@ def test_dyadic_sums_on_host_and_device_equal_the_definition(width):
     rng = np.random.default_rng(width)
     n_global = 200
     global_sums = adversarial(rng, (2, n_global, 3))
-    with jax.enable_x64(True):
+    with enable_x64(True):
         on_device = jax.jit(lambda b, f, n: _dyadic_sums(b, f, n, jnp))
         for first in sorted({0, 1, 5, 63, 64, 127, int(rng.integers(0, n_global - width))}):
             if first + width > n_global:
@@ -115,7 +116,7 @@ def test_the_device_chunk_summary_equals_the_host_one_at_any_offset():
     values = adversarial(rng, (3, 640, 2)).astype(np.float32)
     values[0, 5] = np.nan
     values[1, 70:80] = np.inf
-    with jax.enable_x64(True):
+    with enable_x64(True):
         fn = jax.jit(lambda v, n, f: stats.summary.chunk_summary(v, n, jnp, f))
         for first, n_valid in [(0, 640), (13, 640), (13, 320), (1, 0)]:
             host = stats.summary.chunk_summary(values, n_valid, np, first_block=first)
@@ -214,7 +215,7 @@ def test_the_fused_pass_is_the_bits_of_the_separate_passes(case):
         host = separate_passes(values, valid, np, "scatter")
         assert host["hist"].sum() == (np.isfinite(values) & valid).sum()
         checks = [("numpy", _fused(values, valid, np, "scatter"), host)]
-        with jax.enable_x64(True):
+        with enable_x64(True):
             for method in stats.summary.HISTOGRAM_METHODS:
                 reference = _on_device(separate_passes, method)(values, valid)
                 fused = _on_device(_fused, method)(values, valid)

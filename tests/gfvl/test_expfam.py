@@ -10,6 +10,7 @@ from scipy import stats
 
 from jaxfed.gfvl import expfam
 from jaxfed.gfvl.expfam import BETA, beta_kl, beta_natural
+from jaxfed.jaxcompat import enable_x64
 
 
 def kl_by_quadrature(a1, b1, a2, b2):
@@ -45,7 +46,7 @@ GRID = [(a, b, a * fa, b * fb) for (a, b), (fa, fb) in itertools.product(itertoo
 @pytest.mark.slow
 def test_beta_kl_matches_quadrature_float64():
     ref = np.array([kl_by_quadrature(*c) for c in GRID])
-    with jax.enable_x64(True):
+    with enable_x64(True):
         got = np.asarray(beta_kl(*[jnp.asarray([c[i] for c in GRID], jnp.float64) for i in range(4)]))
     np.testing.assert_allclose(got, ref, rtol=1e-6)
 
@@ -65,7 +66,7 @@ def test_beta_kl_float32_accurate_near_convergence():
     cases = np.array([[702, 302, 702, 302.05], [632, 272, 702, 302], [2, 2, 702, 302]], np.float32)
     a, b, a2, b2 = (np.concatenate([x, cases[:, i]]) for i, x in enumerate((a, b, a2, b2)))
     got = np.asarray(beta_kl(a, b, a2, b2), np.float64)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         ref = np.asarray(beta_kl(*(jnp.asarray(x, jnp.float64) for x in (a, b, a2, b2))))
     keep = ref > 1e-9
     assert keep.sum() > 350
@@ -85,13 +86,13 @@ def test_beta_kl_zero_on_equal_arguments_and_broadcasts():
 
 def test_beta_kl_for_far_apart_parameters():
     # Shape ratios of 1e6, beyond what the generic quadrature resolves: the closed form has no such limit.
-    with jax.enable_x64(True):
+    with enable_x64(True):
         got = float(beta_kl(jnp.float64(1e4), 1e4, 0.01, 0.01))
     assert got == pytest.approx(kl_by_quadrature(1e4, 1e4, 0.01, 0.01), rel=1e-6)
 
 
 def test_fisher_is_hessian_of_log_partition_and_mean_is_gradient():
-    with jax.enable_x64(True):
+    with enable_x64(True):
         for a, b in [(0.7, 3.0), (2.0, 2.0), (700.0, 300.0)]:
             eta = jnp.asarray([a, b])
             np.testing.assert_allclose(BETA.mean(eta), jax.grad(BETA.log_partition)(eta), rtol=1e-10)
@@ -163,15 +164,17 @@ def _beta_kl_cases():
 
 
 @pytest.mark.parametrize(
-    "dtype, rtol, rtol_large", [(jnp.float32, 5e-6, 1e-6), (jnp.float64, 1e-12, 1e-13)], ids=["float32", "float64"]
+    "dtype, rtol, rtol_large", [(jnp.float32, 8e-6, 1e-6), (jnp.float64, 1e-12, 1e-13)], ids=["float32", "float64"]
 )
 def test_beta_kl_meets_its_stated_accuracy(dtype, rtol, rtol_large):
     """expfam.kl for the Beta (its closed form, expfam._beta_kl) within the bounds jaxfed.gfvl.expfam states, for
-    KL >= 1e-9, and tighter where every shape is at least 4 (measured worst: 2.9e-6 / 3.6e-14 overall, 4.3e-7 /
-    1.7e-15 with shapes >= 4; the quadrature it replaced: 9.6e-6 / 2.9e-14 overall)."""
+    KL >= 1e-9, and tighter where every shape is at least 4 (measured worst: 4.1e-6 / 3.8e-14 overall on JAX
+    0.6.2 and 0.10.2, 5.6e-6 / 2.6e-14 on JAX 0.12.1, whose XLA rounds float32 log and log1p differently, at
+    shapes (0.2455, 6.944) against (0.2455, 2.999); 4.3e-7 / 2.1e-15 with shapes >= 4 on all three; the
+    quadrature it replaced: 9.6e-6 / 2.9e-14 overall)."""
     cases, _ = _beta_kl_cases()
     ref = np.array([_kl_closed_form_50_digits(*c) for c in cases])
-    with jax.enable_x64(dtype == jnp.float64):
+    with enable_x64(dtype == jnp.float64):
         got = np.asarray(beta_kl(*(jnp.asarray(cases[:, i], dtype) for i in range(4))), np.float64)
     keep = ref > 1e-9
     assert keep.sum() > 420
@@ -187,7 +190,7 @@ def test_beta_kl_agrees_with_the_integral_form():
     independent computations of one divergence: in float64 they agree to 1e-12 relative on the stated cases
     whose boundary ratios the quadrature resolves."""
     cases, n_near = _beta_kl_cases()
-    with jax.enable_x64(True):
+    with enable_x64(True):
         eta1 = beta_natural(jnp.asarray(cases[:n_near, 0]), jnp.asarray(cases[:n_near, 1]))
         eta2 = beta_natural(jnp.asarray(cases[:n_near, 2]), jnp.asarray(cases[:n_near, 3]))
         closed = np.asarray(expfam.kl(BETA, eta1, eta2))
@@ -201,7 +204,7 @@ def test_beta_log_partition_is_accurate_to_its_terms():
     shapes 1e-3 .. 1e5 (on this grid jax.scipy.special.betaln is off by up to 2.4e-7 relative, jax 0.10)."""
     a = np.concatenate([np.geomspace(1e-3, 1, 30), np.geomspace(1, 1e4, 20)])
     aa, bb = (x.ravel() for x in np.meshgrid(a, [1e-3, 0.01, 0.1, 0.5, 1.5, 3.0, 30.0, 1e3, 1e5]))
-    with jax.enable_x64(True):
+    with enable_x64(True):
         got = np.asarray(BETA.log_partition(jnp.stack([jnp.asarray(aa), jnp.asarray(bb)], -1)))
     with mpmath.workdps(40):
         ref = np.array([float(mpmath.log(mpmath.beta(x, y))) for x, y in zip(aa, bb)])
@@ -233,7 +236,7 @@ def test_proposals_per_round_miss_s_acceptances_rarely():
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
 def test_open_uniform_is_strictly_inside_and_exact(dtype):
     """U = (k + ½)·2^−m: every value strictly inside (0, 1) and exactly of that form in the dtype."""
-    with jax.enable_x64(dtype == jnp.float64):
+    with enable_x64(dtype == jnp.float64):
         u = np.asarray(expfam._open_uniform(jax.random.key(5), (200_000,), dtype))
         m = jnp.finfo(dtype).nmant
     assert u.dtype == dtype and np.all(u > 0) and np.all(u < 1)

@@ -10,6 +10,7 @@ from scipy import stats
 
 from jaxfed.gfvl import expfam, natgrad
 from jaxfed.gfvl.expfam import GAMMA, NORMAL
+from jaxfed.jaxcompat import enable_x64
 
 DIR3 = expfam.dirichlet(3)
 
@@ -90,7 +91,7 @@ KL_RTOL = {"float32": {"normal": 2e-6, "gamma": 2e-5, "dirichlet": 2e-5}, "float
 def test_kl_matches_mpmath_including_concentrated_posteriors(name, dtype):
     e1, e2 = (x.astype(dtype) for x in _grid(name, 300, seed=len(name)))
     ref = np.array([ref_kl(name, a, b) for a, b in zip(e1, e2)])  # the same rounded inputs
-    with jax.enable_x64(dtype == "float64"):
+    with enable_x64(dtype == "float64"):
         got = np.asarray(expfam.kl(FAMILY[name], jnp.asarray(e1), jnp.asarray(e2)), np.float64)
         naive = np.asarray(expfam.kl_direct(FAMILY[name], jnp.asarray(e1), jnp.asarray(e2)), np.float64)
     keep = ref > 1e-9
@@ -104,17 +105,21 @@ def test_kl_matches_mpmath_including_concentrated_posteriors(name, dtype):
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
 def test_log_gamma_ratio_is_the_log_of_the_ratio_to_two_ulps(dtype):
-    """r = log(G/a) within 2 ulps (absolute) of the exact log of the same draw's ratio for a from 1 to 1e8
-    (measured 2.0 at a = 1, 0.5 for a >= 100), where log G − log a is off by up to 10 (float32) or 16 (float64)."""
+    """r = log(G/a) within 2 ulps of max(1, |r|) of the exact log of the same draw's ratio for a from 1 to 1e8
+    (measured worst 0.98 on JAX 0.6.2 to 0.12.1; 0.5 for a >= 100), where log G − log a is off by up to 10
+    (float32) or 16 (float64) ulps of 1. Not 2 ulps of 1 (absolute), as stated up to JAX 0.10: where |r| >= 4
+    an ulp of r is 4 ulps of 1, and JAX 0.12.1's log is off by one ulp of r there (4.0 ulps of 1 at r = −4.8,
+    a = 1, float64), as any rounding of r may be."""
     eps = float(jnp.finfo(dtype).eps)
-    with jax.enable_x64(dtype == jnp.float64):
+    with enable_x64(dtype == jnp.float64):
         for a in (1.0, 3.0, 100.0, 1e4, 1e6, 1e8):
             key, shape = jax.random.key(3), jnp.asarray(a, dtype)
             r = np.asarray(expfam._log_gamma_ratio(key, shape, (500,)), np.float64)
             g = np.asarray(jax.random.gamma(key, jnp.broadcast_to(shape, (500,)), dtype=dtype), np.float64)
             with mp.workdps(30):
                 ref = np.array([float(mp.log(mp.mpf(float(x)) / mp.mpf(a))) for x in g])
-            assert np.max(np.abs(r - ref)) <= 2 * eps, (a, np.max(np.abs(r - ref)) / eps)
+            err = np.abs(r - ref) / np.maximum(1.0, np.abs(ref))
+            assert np.max(err) <= 2 * eps, (a, np.max(err) / eps, ref[np.argmax(err)])
 
 
 @pytest.mark.parametrize("family", [NORMAL, GAMMA, DIR3, expfam.BETA], ids=lambda f: f.name)
@@ -129,7 +134,7 @@ def test_kl_is_zero_on_equal_arguments(family):
 def test_mean_is_gradient_of_the_log_partition_and_quadratic_form_is_the_fisher_matrix(name):
     family = FAMILY[name]
     e1, _ = _grid(name, 1, seed=1)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         eta = jnp.asarray(e1[0])
         np.testing.assert_allclose(family.mean(eta), jax.grad(family.log_partition)(eta), rtol=1e-9)
         d = jnp.linspace(-1.0, 2.0, family.dim)
@@ -141,7 +146,7 @@ def test_mean_is_gradient_of_the_log_partition_and_quadratic_form_is_the_fisher_
 def test_fisher_is_the_hessian_of_the_log_partition(name):
     family = FAMILY[name]
     e1, _ = _grid(name, 2, seed=1)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         for eta in jnp.asarray(e1):
             np.testing.assert_allclose(
                 family.fisher(eta), jax.hessian(family.log_partition)(eta), rtol=1e-7, atol=1e-300
@@ -153,7 +158,7 @@ def test_closed_form_fisher_solve_matches_a_40_digit_solve(name):
     family = FAMILY[name]
     e1, _ = _grid(name, 12, seed=2)
     v = np.random.default_rng(3).normal(size=(12, family.dim)) * 10.0
-    with jax.enable_x64(True):
+    with enable_x64(True):
         got = np.asarray(natgrad.fisher_solve(family, jnp.asarray(e1), jnp.asarray(v)))
     for eta, vi, g in zip(e1, v, got):
         with mp.workdps(40):
@@ -189,7 +194,7 @@ def test_sample_score_is_an_exact_draw_with_the_textbook_score(name, eta):
     assert theta.shape == (20_000,) + (() if name != "dirichlet" else (3,)) and score.shape == (20_000, family.dim)
     s = np.asarray(score, np.float64)
     assert np.all(np.abs(s.mean(0)) < 5 * s.std(0) / np.sqrt(len(s)))
-    with jax.enable_x64(True):
+    with enable_x64(True):
         textbook = np.asarray(
             family.sufficient_stats(jnp.asarray(theta, jnp.float64)) - family.mean(eta.astype(jnp.float64))
         )
@@ -211,7 +216,7 @@ def test_sample_score_is_an_exact_draw_with_the_textbook_score(name, eta):
     ids=["normal", "gamma", "dirichlet"],
 )
 def test_log_prob_is_the_density(family, eta, logpdf):
-    with jax.enable_x64(True):
+    with enable_x64(True):
         theta = family.sample(jax.random.key(1), eta.astype(jnp.float64), (5,))
         np.testing.assert_allclose(
             expfam.log_prob(family, eta.astype(jnp.float64), theta), logpdf(np.asarray(theta)), rtol=1e-9

@@ -6,6 +6,7 @@ import pytest
 from jaxfed import gfvl, scenarios
 from jaxfed.gfvl import expfam, gossip, graphs, likelihoods
 from jaxfed.gfvl.expfam import BETA, beta_natural
+from jaxfed.jaxcompat import enable_x64
 
 
 def _data(seed=0, k=6, n=40, theta=0.3):
@@ -111,7 +112,7 @@ def test_conjugate_repeat_visits_leave_every_bit_of_eta_and_lambda(family, dtype
     1,208 of the 3,990 repeat visits of the float32 Normal case at α = 2.5 moved η, by up to 8 ulps (728
     in float64), and the float32 Dirichlet case moved a λ_k."""
     k, n_slots = 10, 4000
-    with jax.enable_x64(dtype == jnp.float64):
+    with enable_x64(dtype == jnp.float64):
         prior_np, stats_np = _family_stats(family, 7, k)
         prior, stats = jnp.asarray(prior_np, dtype), jnp.asarray(stats_np, dtype)
         adjacency = jnp.asarray(graphs.ring(k))

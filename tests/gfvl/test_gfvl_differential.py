@@ -21,6 +21,7 @@ from scipy.special import betaln, digamma
 from jaxfed import gfvl
 from jaxfed.gfvl import expfam, gossip, graphs, likelihoods, natgrad, quadrature
 from jaxfed.gfvl.expfam import BETA
+from jaxfed.jaxcompat import enable_x64
 
 PRIOR = np.array([2.0, 2.0])
 SETTINGS = settings(max_examples=12, deadline=None, derandomize=True)
@@ -77,7 +78,7 @@ def _fast_kl(n_slots: int):
 
 def _check_trajectory(adjacency, n_slots, stats, alpha, seed):
     target = PRIOR + stats.sum(0) / alpha  # the posterior given every agent's data
-    with jax.enable_x64(True):
+    with enable_x64(True):
         kl, kl_recount, walk = _fast_kl(n_slots)(
             jax.random.key(seed), jnp.asarray(adjacency), jnp.asarray(stats), alpha
         )
@@ -158,7 +159,7 @@ def test_closed_form_fisher_solve_matches_a_30_digit_solve(log_a, log_b, v):
         f11, f22, f12 = mp.psi(1, ma) - tc, mp.psi(1, mb) - tc, -tc
         det = f11 * f22 - f12 * f12
         ref = np.array([float((f22 * v[0] - f12 * v[1]) / det), float((f11 * v[1] - f12 * v[0]) / det)])
-    with jax.enable_x64(True):
+    with enable_x64(True):
         got = np.asarray(natgrad.fisher_solve(BETA, jnp.array([a, b]), jnp.asarray(v, jnp.float64)))
     scale = np.abs(ref).max() + 1e-300
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-8 * scale)
@@ -190,7 +191,7 @@ def test_quadrature_target_in_the_conjugate_case_is_the_closed_form_posterior(n_
     assert np.all(np.isfinite(weight))
     data = _stats(3, n) * weight[:, None]
     posterior = PRIOR + data.sum(0) / alpha
-    with jax.enable_x64(True):
+    with enable_x64(True):
         got = [float(_quadrature_kl(jnp.asarray(data.sum(0)), alpha, jnp.asarray(q))) for q in (PRIOR, posterior)]
     np.testing.assert_allclose(got[0], reference_kl(PRIOR, posterior), rtol=1e-8)
     assert got[1] < 1e-9
@@ -213,7 +214,7 @@ def test_conjugate_unlearning_matches_the_slot_by_slot_reference(schedule, at, c
     k, u, alpha = 4, 3, 1.5
     stats = _stats(5, (30, 0, 20, 50))  # agent 1 holds no data
     rest = np.delete(stats, u, axis=0)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         solve = gfvl.conjugate_solver(jnp.asarray(stats), alpha)
         state = gfvl.init(jnp.asarray(PRIOR), k)
         _, etas = gfvl.unlearn(jax.random.key(0), state, jnp.asarray(schedule, jnp.int32), solve, u, request)

@@ -14,6 +14,7 @@ from scipy.special import digamma, gammaln
 
 from jaxfed import gfvl, scenarios
 from jaxfed.gfvl import expfam, gossip, graphs
+from jaxfed.jaxcompat import enable_x64
 
 PRIORS = {
     "beta": np.array([2.0, 2.0]),
@@ -111,7 +112,7 @@ def test_fast_path_and_step_kernel_match_the_reference_and_are_exact_at_cover_ti
     for case, (graph, k, alpha, sizes) in enumerate(CASES):
         stats = _stats(name, seed=case, sizes=sizes)
         target = PRIORS[name] + stats.sum(0) / alpha  # the posterior given every agent's data
-        with jax.enable_x64(True):
+        with enable_x64(True):
             fast, kernel, etas, schedule = _paths(name, n_slots)(
                 jax.random.key(case),
                 jnp.asarray(graphs.build(graph, k)),

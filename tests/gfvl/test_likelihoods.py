@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from jaxfed.gfvl import likelihoods
+from jaxfed.jaxcompat import enable_x64
 
 
 def _points(ones, total):
@@ -17,7 +18,7 @@ def test_count_loss_equals_the_sum_over_points(epsilon):
     theta = np.array([0.05, 0.3, 0.5, 0.77, 0.99])
     p_one = epsilon + (1 - 2 * epsilon) * theta[:, None]
     direct = -np.sum(np.where(z == 1, np.log(p_one), np.log1p(-p_one)), axis=1)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         data = likelihoods.bernoulli_beta_stats(37.0, 50)
         got = likelihoods.noisy_bernoulli(epsilon).loss(data, jnp.asarray(theta))
     np.testing.assert_allclose(got, direct, rtol=1e-12)
@@ -72,7 +73,7 @@ def test_loss_change_is_accurate_to_its_own_size_in_float32(epsilon):
     data = np.array([663.0, 337.0])
     theta_ref = 0.69
     t = np.concatenate([-np.geomspace(0.3, 1e-6, 20), np.geomspace(1e-6, 0.3, 20)])
-    with jax.enable_x64(True):
+    with enable_x64(True):
         want = np.asarray(lik.loss_change(jnp.asarray(data), theta_ref, jnp.asarray(t)))
         # the float64 reference, by the plain difference
         plain = lik.loss(jnp.asarray(data), theta_ref + jnp.asarray(t)) - lik.loss(jnp.asarray(data), theta_ref)
@@ -92,7 +93,8 @@ def test_loss_change_is_accurate_to_its_own_size_in_float32(epsilon):
 
 def test_user_loss_change_errs_by_about_the_loss_times_epsilon():
     """from_log_lik's plain difference in float32, 1000 points: within 4 |L| ε of the exact change
-    (measured 2.4 |L| ε, |L| ≈ 640)."""
+    (measured 2.4 |L| ε on JAX 0.10.2 and 0.12.1, |L| ≈ 640); within 8 |L| ε on JAX 0.6, whose XLA
+    rounds this float32 program differently (measured 5.6 |L| ε on 0.6.2)."""
     eps = 0.1
 
     def log_lik(z, theta):
@@ -104,12 +106,13 @@ def test_user_loss_change_errs_by_about_the_loss_times_epsilon():
     t = np.concatenate([-np.geomspace(0.3, 1e-6, 20), np.geomspace(1e-6, 0.3, 20)])
     points = likelihoods.PaddedData(z=jnp.asarray(z, jnp.float32), weight=jnp.ones(1000, jnp.float32))
     got = np.asarray(jax.jit(user.loss_change)(points, jnp.float32(0.69), jnp.asarray(t, jnp.float32)))
-    with jax.enable_x64(True):
+    with enable_x64(True):
         want = np.asarray(
             likelihoods.noisy_bernoulli(eps).loss_change(jnp.asarray([663.0, 337.0]), 0.69, jnp.asarray(t))
         )
         loss = float(likelihoods.noisy_bernoulli(eps).loss(jnp.asarray([663.0, 337.0]), 0.69))
-    assert np.max(np.abs(got - want)) < 4 * loss * float(jnp.finfo(jnp.float32).eps)
+    bound = 4 if jax.__version_info__ >= (0, 7) else 8
+    assert np.max(np.abs(got - want)) < bound * loss * float(jnp.finfo(jnp.float32).eps)
 
 
 @pytest.mark.parametrize("bad", [-0.1, 0.5, 0.7, float("nan")])

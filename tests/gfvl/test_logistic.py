@@ -14,6 +14,7 @@ from scipy.special import expit
 from jaxfed import cli, gfvl
 from jaxfed.experiments import gfvl_logistic, make_config
 from jaxfed.gfvl import expfam, gossip, graphs, likelihoods, logistic, natgrad
+from jaxfed.jaxcompat import enable_x64
 
 
 def _problem(n_features=3, n_agents=3, seed=0):
@@ -34,7 +35,7 @@ def test_shipped_data_set_is_the_breast_cancer_set():
 
 def test_mean_field_family_closed_forms_match_the_dense_definitions():
     family = expfam.mean_field_normal(4)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         eta = expfam.mean_field_natural(jnp.array([0.5, -1.0, 2.0, 30.0]), jnp.array([0.1, 2.0, 1e-4, 3.0]))
         v = jnp.linspace(-2.0, 3.0, 8)
         np.testing.assert_allclose(
@@ -52,7 +53,7 @@ def test_mean_field_family_closed_forms_match_the_dense_definitions():
 def test_expected_loss_by_quadrature_matches_monte_carlo():
     train, _, data = _problem()
     pooled = logistic.likelihood().pool(data)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         pooled = jax.tree.map(lambda a: jnp.asarray(np.asarray(a), jnp.float64), pooled)
         m, v = jnp.array([-0.5, 1.0, 0.3, 0.2]), jnp.array([0.04, 0.1, 0.02, 0.05])
         exact = float(logistic.expected_loss(pooled, m, v))
@@ -63,7 +64,7 @@ def test_expected_loss_by_quadrature_matches_monte_carlo():
 
 def test_centralised_optimum_is_a_converged_fixed_point():
     _, _, data = _problem()
-    with jax.enable_x64(True):
+    with enable_x64(True):
         pooled = jax.tree.map(lambda a: jnp.asarray(np.asarray(a), jnp.float64), logistic.likelihood().pool(data))
         prior = expfam.mean_field_natural(jnp.zeros(4), jnp.ones(4))
         eta, change = logistic.centralised_optimum(pooled, prior, 1.0)
@@ -80,7 +81,7 @@ def test_gfvl_reaches_the_centralised_optimum():
     """REINFORCE natural-gradient G-FVL on 3 agents (~150 points each): the KL to q* falls more than
     tenfold in 150 slots (measured: 28 → 1.3 at ρ = 0.02; at ρ = 0.05 this case diverges)."""
     _, test, data = _problem()
-    with jax.enable_x64(True):
+    with enable_x64(True):
         pooled = jax.tree.map(lambda a: jnp.asarray(np.asarray(a), jnp.float64), logistic.likelihood().pool(data))
         prior64 = expfam.mean_field_natural(jnp.zeros(4), jnp.ones(4))
         target = np.asarray(logistic.centralised_optimum(pooled, prior64, 1.0)[0])
@@ -155,7 +156,7 @@ def test_gradient_estimators_are_unbiased(estimator):
     """Mean of 4,000 estimates of ∇_η E_q[L] within 5 standard errors of the exact gradient
     FIM(η) ∇_μ E_q[L] (Gauss–Hermite expectations, float64), at a q away from the optimum."""
     _, _, data = _problem()
-    with jax.enable_x64(True):
+    with enable_x64(True):
         agent = jax.tree.map(lambda a: jnp.asarray(np.asarray(a[0]), jnp.float64), data)
         family = expfam.mean_field_normal(4)
         m, v = jnp.array([-0.5, 1.0, 0.3, 0.2]), jnp.array([0.04, 0.1, 0.02, 0.05])
@@ -187,7 +188,7 @@ def test_reparameterisation_is_refused_for_families_without_it():
 def test_softplus_matches_jax_nn_softplus(dtype):
     """The loss's softplus (no NaN branch) vs jax.nn.softplus: values and gradients on ±0, subnormals,
     the float range's ends, ±inf and NaN."""
-    with jax.enable_x64(dtype == jnp.float64):
+    with enable_x64(dtype == jnp.float64):
         info = np.finfo(dtype)
         a = np.concatenate(
             [
@@ -237,7 +238,7 @@ def test_mean_loss_weights_points_by_one_over_n_k_and_tempers_the_target():
         v_sum = np.asarray(expfam.mean_field_moments(jnp.asarray(sums["target"][split]))[1])
         v_mean = np.asarray(expfam.mean_field_moments(jnp.asarray(means["target"][split]))[1])
         assert np.all(v_mean > v_sum)  # far less data weight: close to the prior's variance 1
-    with jax.enable_x64(True):
+    with enable_x64(True):
         lik = logistic.likelihood()
         pooled = lik.pool(jax.tree.map(jnp.asarray, means["data"]["iid"]))
         eta, change = logistic.centralised_optimum(pooled, jnp.asarray(means["prior"]), cfg.alpha, n_iters=4000)
@@ -364,7 +365,7 @@ def _check_gaussian_means(grid, dtype):
     ref = np.array([_mp_reference(mu, s) for mu, s in grid])
     ref_minus = np.array([_mp_reference(-mu, s)[1] for mu, s in grid])  # E[σ(−a)] = E[σ(a′)], a′ ~ N(−μ, s²)
     bound, derivative_bound, floor = _BOUNDS[jnp.dtype(dtype).name]
-    with jax.enable_x64(dtype == jnp.float64):
+    with enable_x64(dtype == jnp.float64):
         mu, s = jnp.asarray(mu_np, dtype), jnp.asarray(s_np, dtype)
         softplus = jax.jit(logistic.normal_softplus_mean)(mu, s)
         right, wrong = jax.jit(logistic.normal_sigmoid_means)(mu, s)
@@ -405,7 +406,7 @@ def test_gaussian_means_match_mpmath_on_the_full_grid(dtype):
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
 def test_gaussian_means_limits_are_finite(dtype):
     """s → 0 gives softplus(μ) and σ(μ); extreme arguments give finite values, no NaN (also in the gradient)."""
-    with jax.enable_x64(dtype == jnp.float64):
+    with enable_x64(dtype == jnp.float64):
         mu = jnp.asarray([-3.0, 0.0, 2.0, -1e3, 1e3, 0.0, 30.0], dtype)
         s = jnp.asarray([1e-20, 1e-20, 1e-20, 1.0, 1.0, 1e4, 1e-3], dtype)
 
@@ -428,7 +429,7 @@ def test_mills_complement_matches_mpmath(dtype, ulps):
     """ψ(y) = 1 − y Φ(−y)/φ(y) (the factor of E[max(a, 0)] below μ = 0) within the ulps stated in
     jaxfed.gfvl.logistic on both sides of the switch to the continued fraction (measured 10 / 34)."""
     mp.mp.dps = 40
-    with jax.enable_x64(dtype == jnp.float64):
+    with enable_x64(dtype == jnp.float64):
         y = jnp.asarray(np.concatenate([np.linspace(0, 10, 401), np.geomspace(10, 1e4, 30)]), dtype)
         got = np.asarray(jax.jit(logistic._mills_complement)(y), np.float64)
     y = np.asarray(y, np.float64)  # the values the dtype holds
@@ -441,7 +442,7 @@ def test_erfcx_asymptotic_series_matches_mpmath(dtype):
     """The asymptotic erfcx used past 9 (float32) / 26 (float64) within 2 ulps of mpmath (the first omitted
     term is 5e-13 and 2e-21 relative there)."""
     start = logistic._ERFCX_ASYMPTOTIC_FROM[jnp.dtype(dtype).itemsize]
-    with jax.enable_x64(dtype == jnp.float64):
+    with enable_x64(dtype == jnp.float64):
         x = jnp.asarray(np.geomspace(start * (1 + 1e-6), 1e6, 60), dtype)
         got = np.asarray(jax.jit(logistic._erfcx_large)(x), np.float64)
     with mp.workdps(30):
@@ -487,7 +488,7 @@ def test_centralised_optimum_is_stationary_for_the_exact_objective(normalisation
     train, _ = logistic.train_test_split(x, y, 0.2, 0, 10)
     owner = logistic.split_iid(len(train.y), 10, 0)
     data = logistic.to_padded(train, owner, 10)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         data = jax.tree.map(lambda a: jnp.asarray(np.asarray(a), jnp.float64), data)
         if normalisation == "mean":
             weight = likelihoods.loss_weight("mean", np.bincount(owner, minlength=10))

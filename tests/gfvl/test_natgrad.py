@@ -11,6 +11,7 @@ from scipy import integrate, special, stats
 from jaxfed import gfvl
 from jaxfed.gfvl import expfam, likelihoods, natgrad
 from jaxfed.gfvl.expfam import BETA
+from jaxfed.jaxcompat import enable_x64
 
 mp.mp.dps = 30
 
@@ -44,7 +45,7 @@ def test_beta_sampler_moments(a, b):
 def test_beta_sampler_distribution_in_float64(a, b):
     """Kolmogorov–Smirnov against SciPy's Beta CDF (fixed seed; the threshold 1e-4 is the false-alarm
     probability of an exact sampler)."""
-    with jax.enable_x64(True):
+    with enable_x64(True):
         theta, _ = expfam.beta_sample_score(jax.random.key(5), jnp.array([a, b]), 100_000)
     assert stats.kstest(np.asarray(theta), stats.beta(a, b).cdf).pvalue > 1e-4
 
@@ -108,7 +109,7 @@ def _fd_hessian(a, b):
 def test_fisher_matches_the_finite_difference_hessian_of_the_log_partition(a, b):
     hess = _fd_hessian(a, b)
     v = np.array([0.3, -1.7])
-    with jax.enable_x64(True):
+    with enable_x64(True):
         eta = jnp.array([a, b])
         np.testing.assert_allclose(BETA.fisher(eta), hess, rtol=1e-9)
         np.testing.assert_allclose(natgrad.fisher_solve(BETA, eta, jnp.asarray(v)), np.linalg.solve(hess, v), rtol=1e-8)
@@ -122,7 +123,7 @@ def test_fisher_matches_the_finite_difference_hessian_of_the_log_partition(a, b)
 
 def test_natural_gradient_of_a_conjugate_loss_is_its_statistics():
     """For L = −s·T(θ), ∇_η E_q[L] = −FIM s, so the step is η + ρ (s − α (η − η_cav)) exactly."""
-    with jax.enable_x64(True):
+    with enable_x64(True):
         eta, cav, s = jnp.array([30.0, 12.0]), jnp.array([20.0, 9.0]), jnp.array([7.0, 2.0])
         grad = -BETA.fisher(eta) @ s
         got = natgrad.natural_gradient_step(BETA, eta, grad, cav, 0.1, 2.0)
@@ -143,7 +144,7 @@ def test_steps_stay_in_the_domain_and_never_produce_nan(grad, rho):
 
 
 def test_optax_chain_reproduces_the_step_and_follows_a_schedule():
-    with jax.enable_x64(True):
+    with enable_x64(True):
         eta, cav = jnp.array([40.0, 15.0]), jnp.array([30.0, 10.0])
         grads = [jnp.array([0.3, -0.2]), jnp.array([-0.1, 0.4])]
         schedule = optax.exponential_decay(0.05, transition_steps=1, decay_rate=0.5)
@@ -217,7 +218,7 @@ _MF_LOSSES = {
 def test_mean_field_fast_natural_gradient_matches_generic(case, loss_name, baseline, c, n):
     """natural_gradient_estimate's closed form vs FIM⁻¹ of reinforce_gradient on the same draws, float64,
     to rounding relative to the generic formula's terms (which cancel where |m| ≫ s)."""
-    with jax.enable_x64(True):
+    with enable_x64(True):
         m, p = _MF_CASES[case]
         d = len(m)
         family = expfam.mean_field_normal(d)
@@ -262,7 +263,7 @@ def test_mean_field_fast_path_float32_and_solver():
         assert fast.dtype == np.float32
         assert np.all(np.abs(fast - slow) <= 1e-5 * scale.reshape(-1)), (fast, slow)
 
-    with jax.enable_x64(True):
+    with enable_x64(True):
         eta64 = expfam.mean_field_natural(jnp.asarray(m), jnp.asarray(1.0 / p))
         lik = likelihoods.Likelihood(name="t", loss=lambda data, th: loss(th), loss_change=None, pool=None)
         generic = family._replace(name="mean_field_normal (generic)")

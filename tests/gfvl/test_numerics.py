@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from jaxfed import numerics
+from jaxfed.jaxcompat import enable_x64
 
 mp.mp.dps = 40
 
@@ -20,7 +21,7 @@ X_PSI = np.concatenate([np.geomspace(1e-3, 1e7, 200), [4.0, 7.999, 8.0, 8.001]])
 # Bounds on the relative error, a little above the measured worst (2 and 4 ulps).
 @pytest.mark.parametrize("dtype, rtol", [(jnp.float32, 4e-7), (jnp.float64, 1.5e-15)])
 def test_x_minus_log1p_matches_mpmath(dtype, rtol):
-    with jax.enable_x64(dtype == jnp.float64):
+    with enable_x64(dtype == jnp.float64):
         x = np.asarray(jnp.asarray(X_PHI, dtype), np.float64)  # the values the dtype can hold
         got = np.asarray(numerics.x_minus_log1p(jnp.asarray(x, dtype)), np.float64)
     want = _reference(lambda v: v - mp.log1p(v), x)
@@ -32,7 +33,7 @@ def test_x_minus_log1p_matches_mpmath(dtype, rtol):
 # float32; in float64 the asymptotic series' 4.5e-12 and 3.5e-13.
 @pytest.mark.parametrize("dtype, rtol_psi, rtol_tri", [(jnp.float32, 1.5e-6, 1e-6), (jnp.float64, 1e-11, 1e-12)])
 def test_digamma_and_trigamma_differences_match_mpmath(dtype, rtol_psi, rtol_tri):
-    with jax.enable_x64(dtype == jnp.float64):
+    with enable_x64(dtype == jnp.float64):
         x = np.asarray(jnp.asarray(X_PSI, dtype), np.float64)
         psi = np.asarray(numerics.digamma_minus_log(jnp.asarray(x, dtype)), np.float64)
         tri = np.asarray(numerics.trigamma_minus_reciprocal(jnp.asarray(x, dtype)), np.float64)
@@ -125,7 +126,7 @@ def test_standard_normal_other_generators_fall_back(impl):
 
 
 def test_standard_normal_float64_and_non_partitionable_fall_back():
-    with jax.enable_x64(True):
+    with enable_x64(True):
         key = jax.random.key(2)
         got = numerics.standard_normal(key, (20, 11), jnp.float64)
         assert got.dtype == jnp.float64
@@ -148,7 +149,7 @@ def test_standard_normal_refuses_what_jax_refuses():
 # log-gamma remainder's divergence 1.6e-6 / 2.1e-14.
 @pytest.mark.parametrize("dtype, rtol", [(jnp.float32, 5e-7), (jnp.float64, 2e-15)])
 def test_xlogx_bregman_matches_mpmath(dtype, rtol):
-    with jax.enable_x64(dtype == jnp.float64):
+    with enable_x64(dtype == jnp.float64):
         x = np.asarray(jnp.asarray(X_PHI, dtype), np.float64)
         got = np.asarray(numerics.xlogx_bregman(jnp.asarray(x, dtype)), np.float64)
     want = _reference(lambda v: (1 + v) * mp.log1p(v) - v, x)
@@ -176,7 +177,7 @@ def test_log_gamma_remainder_bregman_matches_mpmath(dtype, rtol):
     rng = np.random.default_rng(1)
     x1 = 10 ** rng.uniform(-1, 4, 300)
     x2 = x1 * np.exp(rng.choice([-1, 1], 300) * 10 ** rng.uniform(-4, 1, 300))
-    with jax.enable_x64(dtype == jnp.float64):
+    with enable_x64(dtype == jnp.float64):
         a, b = (np.asarray(jnp.asarray(v, dtype), np.float64) for v in (x1, x2))
         got = np.asarray(numerics.log_gamma_remainder_bregman(jnp.asarray(a, dtype), jnp.asarray(b, dtype)), np.float64)
 

@@ -15,6 +15,7 @@ import pytest
 from scipy.special import betaln, expit, log_expit, ndtr
 
 from jaxfed.gfvl import expfam, likelihoods, quadrature
+from jaxfed.jaxcompat import enable_x64
 
 U = np.linspace(-40.0, 40.0, 400_001)
 
@@ -85,7 +86,7 @@ def test_kl_matches_the_float64_reference(dtype):
     """float32: within 1e-6 absolute wherever KL <= 1, and 1e-6 relative above (float32 cannot hold
     more: its spacing at KL = 100 is 8e-6). float64: within 1e-9 absolute + 1e-9 relative."""
     ref = _references()
-    with jax.enable_x64(dtype == jnp.float64):
+    with enable_x64(dtype == jnp.float64):
         got = np.asarray(_kl_fn()(jnp.asarray(CASES, dtype)), np.float64)
     assert np.all(np.isfinite(got)) and np.all(got >= 0)
     err = np.abs(got - ref)
@@ -127,7 +128,7 @@ def test_user_log_likelihood_target():
     z = jnp.concatenate([jnp.ones(33), jnp.zeros(17)])
     padded = likelihoods.PaddedData(z=z[None], weight=jnp.ones((1, 50)))
     user = likelihoods.from_log_lik(log_lik)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         prior = expfam.beta_natural(2.0, 2.0)
         pooled = user.pool(jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), padded))
 
@@ -149,7 +150,7 @@ def test_window_constants_and_the_mode_meet_their_comments(dtype):
     log((a0 + n1/α)/(b0 + n0/α)); 1.2e-7 (float32) and 2.7e-7 (float64) bound the grid, plus rounding."""
     eps = float(jnp.finfo(dtype).eps)
     limit = quadrature._logit_limit(dtype)
-    with jax.enable_x64(dtype == jnp.float64):
+    with enable_x64(dtype == jnp.float64):
         top, bottom = (float(jax.nn.sigmoid(jnp.asarray(v, dtype))) for v in (limit, -limit))
         assert 1.0 - top >= eps and 1.0 - top <= 2 * eps
         assert bottom == pytest.approx(np.e / 2 * eps, rel=1e-3)

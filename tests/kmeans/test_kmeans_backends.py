@@ -1,6 +1,7 @@
 """Aggregation back-ends and channel models as values (docs/kmeans.md, "Adding a channel", "Adding an
 aggregator"): the built-in ones reproduce the outputs recorded from the implementation they
-replaced, bit for bit; a user-made aggregator and a user-registered channel run through the round
+replaced (bit for bit on the JAX they were recorded with, within a few ulps on another: see
+:func:`assert_recorded`); a user-made aggregator and a user-registered channel run through the round
 and the CLI."""
 
 import pathlib
@@ -19,6 +20,28 @@ from jaxfed.oac import aggregators
 # channel=..., snr_db=..., symbol_energy=...)) and the channel if-chain they replaced.
 REFERENCE = np.load(pathlib.Path(__file__).parents[1] / "data" / "kmeans_backends_reference.npz")
 FIELDS = ("loss", "vmax", "next_vmax", "aggregate", "dead_zone", "reinitialised")
+
+RECORDED_ULPS = 16
+"""How far a recorded float array may move, in ulps of its largest value. The references were recorded
+on JAX 0.10.2, which reproduces every bit; XLA's CPU code for JAX 0.6.2 and 0.12.1 rounds some sums and
+transcendental functions differently in the last bit, and the six rounds feed those bits back: measured
+worst 5.3 ulps of the array's largest value (ota_explicit's energy, JAX 0.12.1; 1.5 on JAX 0.6.2); 23 of
+the 60 history values of oac_aggregate move on both, by up to 7 ulps of their own. A changed algorithm, key or setting moves
+values by orders more; the booleans (dead zone, re-initialisation) must match exactly."""
+
+
+def assert_recorded(got, name: str) -> None:
+    """``got`` equals the recorded ``REFERENCE[name]``: exactly for integers and booleans, within
+    :data:`RECORDED_ULPS` ulps of the largest recorded value for floats (the last bits are XLA's to
+    round: a sum's small values carry the rounding of its large terms)."""
+    got, want = np.asarray(got), REFERENCE[name]
+    assert got.dtype == want.dtype and got.shape == want.shape, (name, got.dtype, got.shape, want.dtype, want.shape)
+    if not np.issubdtype(want.dtype, np.floating):
+        np.testing.assert_array_equal(got, want, err_msg=name)
+        return
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    atol = RECORDED_ULPS * float(np.finfo(want.dtype).eps) * scale
+    np.testing.assert_allclose(got, want, rtol=0, atol=atol, err_msg=f"{name} (scale {scale:g})")
 
 
 X, INIT, OWNER = blobs(21, n=300, dim=2)  # the sizes the reference outputs were recorded with
@@ -41,9 +64,9 @@ SLOW = pytest.mark.slow  # a compilation each (the explicit channel's ~5 s on 2 
 def test_builtin_backends_reproduce_the_recorded_outputs(case):
     s = CASES[case]()
     history, info = jax.jit(lambda k: kmeans.federated_rounds(k, DATA, 7, INIT, 6, s))(jax.random.key(5))
-    np.testing.assert_array_equal(np.asarray(history), REFERENCE[f"{case}/history"])
+    assert_recorded(history, f"{case}/history")
     for field in FIELDS:
-        np.testing.assert_array_equal(np.asarray(getattr(info, field)), REFERENCE[f"{case}/{field}"], err_msg=field)
+        assert_recorded(getattr(info, field), f"{case}/{field}")
 
 
 @SLOW
@@ -55,7 +78,7 @@ def test_snr_sweep_is_a_vmap_and_reproduces_the_recorded_outputs():
         return kmeans.federated_rounds(jax.random.key(6), DATA, 7, INIT, 4, s)[0]
 
     history = jax.jit(jax.vmap(run))(jnp.array([0.0, 10.0, 30.0]))
-    np.testing.assert_array_equal(np.asarray(history), REFERENCE["oac_sweep/history"])
+    assert_recorded(history, "oac_sweep/history")
 
 
 @pytest.mark.parametrize("mode", [pytest.param(m, marks=SLOW if m == "explicit" else []) for m in oac.MODES])
@@ -63,8 +86,8 @@ def test_builtin_channels_reproduce_the_recorded_outputs(mode):
     values = jnp.asarray(np.random.default_rng(3).normal(size=(6, 5)).astype(np.float32))
     active = jnp.array([True, True, False, True, True, True])
     out = oac.over_the_air_sum(jax.random.key(7), values, 3, 3, 2.5, 5.0, mode, active=active)
-    np.testing.assert_array_equal(np.asarray(out.estimate), REFERENCE[f"ota_{mode}/estimate"])
-    np.testing.assert_array_equal(np.asarray(out.energy), REFERENCE[f"ota_{mode}/energy"])
+    assert_recorded(out.estimate, f"ota_{mode}/estimate")
+    assert_recorded(out.energy, f"ota_{mode}/energy")
 
 
 # --------------------------------------------------------------------------- a user-made aggregator
@@ -91,7 +114,9 @@ def _rounding(step_fraction):
 def test_user_aggregators_run_through_the_round():
     run = jax.jit(lambda s: kmeans.federated_rounds(jax.random.key(5), DATA, 7, INIT, 6, s), static_argnums=0)
     history, info = run(kmeans.Settings(_coherent(0.0)))
-    np.testing.assert_array_equal(np.asarray(history), REFERENCE["ideal/history"])  # + 0·n is the exact sum
+    # + 0·n is the exact sum: every bit of the built-in ideal back-end's output on this JAX
+    np.testing.assert_array_equal(np.asarray(history), np.asarray(run(kmeans.Settings(aggregators.ideal()))[0]))
+    assert_recorded(history, "ideal/history")
     assert np.all(np.asarray(info.vmax) == 0)
     info = jax.jit(
         lambda s: kmeans.federated_round(jax.random.key(0), jnp.asarray(INIT), DATA, 7, s)[1], static_argnums=0

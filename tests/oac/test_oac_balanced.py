@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxfed.jaxcompat import enable_x64
 from jaxfed.oac import balanced
 
 BASES = [3, 5, 7]
@@ -76,7 +77,7 @@ def values_and_vmax(beta, digits, dtype):
 @pytest.mark.parametrize("beta,digits", list(itertools.product(BASES, DIGITS)))
 def test_encode_matches_reference_float64(beta, digits):
     """float64: exact agreement on random, edge and exact halfway values."""
-    with jax.enable_x64(True):
+    with enable_x64(True):
         v, vmax, _ = values_and_vmax(beta, digits, np.float64)
         got = np.asarray(encode(jnp.asarray(v), beta, digits, jnp.asarray(vmax)))
         assert got.dtype == np.int32
@@ -105,7 +106,7 @@ def test_encode_matches_reference_float32(beta, digits):
 @pytest.mark.parametrize("beta,digits", [(3, 19), (5, 13), (7, 11)])
 def test_int32_limit_is_safe_in_float64(beta, digits):
     """At the largest D that int32 allows, levels 0 and 2ξ and random values encode exactly."""
-    with jax.enable_x64(True):
+    with enable_x64(True):
         v = test_values(7, 1.0)
         got = np.asarray(encode(jnp.asarray(v), beta, digits, 1.0))
         np.testing.assert_array_equal(got, ref_encode(v, beta, digits, 1.0))
@@ -183,7 +184,7 @@ def test_int32_overflow_rejected(beta, digits):
 def test_float32_precision_limit(beta, digits):
     with pytest.raises(ValueError, match="2\\*\\*24"):
         balanced.encode(jnp.zeros(3, jnp.float32), beta, digits, 1.0)
-    with jax.enable_x64(True):  # allowed in float64
+    with enable_x64(True):  # allowed in float64
         assert balanced.encode(jnp.zeros(3, jnp.float64), beta, digits, 1.0).shape == (3, digits)
 
 

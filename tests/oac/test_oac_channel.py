@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from jaxfed import jaxcompat
+from jaxfed.jaxcompat import enable_x64
 from jaxfed.oac import balanced, channel
 
 BETA, DIGITS = 3, 3
@@ -226,7 +228,7 @@ def wide_arrays(jaxpr) -> set:
             aval = var.aval
             if getattr(aval, "ndim", 0) > 0 and aval.dtype in (np.float64, np.complex128):
                 found.add(str(aval.dtype))
-        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+        for sub in jaxcompat.jaxprs_in_params(eqn.params):  # (jax.extend.core's from JAX 0.7)
             found |= wide_arrays(sub)
     return found
 
@@ -239,7 +241,7 @@ def test_float32_by_default(mode):
     out = ota(jax.random.key(0), values, BETA, DIGITS, 1.0, 10.0, mode, active=ALL)
     assert out.estimate.dtype == jnp.float32 and out.energy.dtype == jnp.float32
     assert out.estimate.shape == (N_VAL,) and out.energy.shape == (N_VAL * DIGITS * BETA,)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         fn = lambda k, v: channel.over_the_air_sum(k, v, BETA, DIGITS, 1.0, 10.0, mode)
         closed = jax.make_jaxpr(fn)(jax.random.key(0), values)
         assert wide_arrays(closed.jaxpr) == set()
@@ -249,7 +251,7 @@ def test_float32_by_default(mode):
 
 @pytest.mark.parametrize("mode", channel.MODES)
 def test_float64_on_request(mode):
-    with jax.enable_x64(True):
+    with enable_x64(True):
         values = jnp.asarray(fixed_values(N_DEV, N_VAL, 5), jnp.float64)
         out = ota(jax.random.key(0), values, BETA, DIGITS, 1.0, 10.0, mode, active=ALL)
         assert out.estimate.dtype == jnp.float64 and out.energy.dtype == jnp.float64

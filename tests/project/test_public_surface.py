@@ -10,6 +10,7 @@ import importlib
 import inspect
 import pathlib
 import pkgutil
+import typing
 
 import jaxfed
 
@@ -35,9 +36,18 @@ def surface() -> dict[str, str]:
             if key in seen:
                 continue
             seen[key] = name
-            kind = "module" if inspect.ismodule(value) else "class" if inspect.isclass(value) else "function" if inspect.isroutine(value) else "value"  # fmt: skip
-            out[f"{name}.{attr}"] = kind
+            out[f"{name}.{attr}"] = _kind(value)
     return out
+
+
+def _kind(value) -> str:
+    """module, class, function or value. A parametrised alias (``Callable[[...], X]``) is a value:
+    Python 3.10's inspect.isclass calls it a class (fixed in 3.11)."""
+    if inspect.ismodule(value):
+        return "module"
+    if typing.get_origin(value) is not None:
+        return "value"
+    return "class" if inspect.isclass(value) else "function" if inspect.isroutine(value) else "value"
 
 
 def listed() -> dict[str, str]:
