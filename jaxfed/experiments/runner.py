@@ -401,7 +401,7 @@ def _record(exp: Experiment, identity: dict, options: engine.RunOptions, n_trial
         engine=info,
         versions=rundir.versions(),
         device=str(jax.devices()[0]),
-        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     )
     return config_json
 

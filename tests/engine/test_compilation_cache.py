@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from support import POINTS, trial
 
-from jaxfed import engine
+from jaxfed import engine, jaxcompat
 from jaxfed.engine import compiled, core
 
 
@@ -178,7 +178,6 @@ def test_a_rerun_in_the_same_process_reuses_the_compiled_chunk_function(monkeypa
     """The same trial run again (a notebook's rerun, more trials in the same chunks) neither
     traces nor compiles; another function, other shapes, another mode or x64 compile anew, and
     the kept functions are bounded."""
-    import jax
 
     built: list = []
     real = compiled.make_chunk_fn
@@ -196,7 +195,7 @@ def test_a_rerun_in_the_same_process_reuses_the_compiled_chunk_function(monkeypa
     engine.run(redefined, POINTS, 100, **go)
     engine.run(trial, POINTS[:2], 100, **go)
     engine.run(trial, POINTS, 100, keep="summary", **go)
-    with jax.enable_x64(True):
+    with jaxcompat.enable_x64(True):
         engine.run(trial, POINTS, 100, **go)
     assert len(built) == 5
     # The bound, at 3 kept functions (the default's 8 would cost 8 more compiles, ~10 s here): the
