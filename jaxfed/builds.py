@@ -170,9 +170,21 @@ def describe(build: dict) -> str:
     return f"jax {build.get('jax', '?')} (jaxlib {build.get('jaxlib', '?')}), {where}"
 
 
-def differences(stored: dict, here: dict) -> list[str]:
-    """What differs between two builds, in words (``jax 0.10.2 here 0.12.1``, ``features only
-    there: avx512f``, …), in the order of :data:`FIELDS`."""
+def short(build: dict) -> str:
+    """:func:`describe` without the CPU features (which :func:`feature_note` names where they differ)."""
+    return describe(dict(build, features=[]))
+
+
+def feature_note(stored: dict, here: dict, names: tuple[str, str] = ("there", "here")) -> str:
+    """`` (features only there: avx512f, only here: sve)`` where the two builds' CPU features
+    differ, else ""; ``names``: what to call the two builds."""
+    features = [d for d in differences(stored, here, names) if d.startswith("features")]
+    return f" ({'; '.join(features)})" if features else ""
+
+
+def differences(stored: dict, here: dict, names: tuple[str, str] = ("there", "here")) -> list[str]:
+    """What differs between two builds, in words (``jax 0.10.2 there, 0.12.1 here``, ``features
+    only there: avx512f``, …), in the order of :data:`FIELDS`; ``names``: what to call the two."""
     out = []
     for field in FIELDS:
         a, b = stored.get(field), here.get(field)
@@ -180,10 +192,10 @@ def differences(stored: dict, here: dict) -> list[str]:
             continue
         if field == "features":
             there, mine = sorted(set(a or ()) - set(b or ())), sorted(set(b or ()) - set(a or ()))
-            parts = [f"only there: {' '.join(there)}" if there else "", f"only here: {' '.join(mine)}" if mine else ""]
+            parts = [f"only {names[0]}: {' '.join(there)}" if there else "", f"only {names[1]}: {' '.join(mine)}" if mine else ""]  # fmt: skip
             out.append("features " + ", ".join(p for p in parts if p))
         else:
-            out.append(f"{field} {a or '(none)'} there, {b or '(none)'} here")
+            out.append(f"{field} {a or '(none)'} {names[0]}, {b or '(none)'} {names[1]}")
     return out
 
 

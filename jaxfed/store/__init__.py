@@ -493,21 +493,15 @@ def builds_record(listed: list, unrecorded: bool = False) -> dict:
     return record
 
 
-def _short(build: dict) -> str:
-    """A build without its CPU features (which :func:`jaxfed.builds.differences` names where they differ)."""
-    return builds.describe(dict(build, features=[]))
-
-
-def build_refusal(where: str, stored: dict, here: dict, option: str = "--mix-builds (mix_builds=True)") -> str:
-    """The one line that refuses to add trials of the build ``here`` to ``where`` (a directory, or
-    a shard), whose trials the build ``stored`` computed: both builds, what differs and what to do."""
-    features = [d for d in builds.differences(stored, here) if d.startswith("features")]
+def build_refusal(where: str, stored: dict, here: dict) -> str:
+    """The one line that refuses to add trials of the build ``here`` to ``where`` (a directory),
+    whose trials the build ``stored`` computed: both builds, what differs and what to do."""
     return (
-        f"{where} holds trials computed by {_short(stored)}, this is {_short(here)}"
-        + (f" ({'; '.join(features)})" if features else "")
+        f"{where} holds trials computed by {builds.short(stored)}, this is {builds.short(here)}"
+        + builds.feature_note(stored, here)
         + ": the same seed gives other last bits there; run it with the run's build "
-        f"({builds.remedy(stored, here)}), use another --out directory, or pass {option} to add this build's "
-        "trials and record the run as mixed"
+        f"({builds.remedy(stored, here)}), use another --out directory, or pass --mix-builds (mix_builds=True) to "
+        "add this build's trials and record the run as mixed"
     )
 
 
@@ -861,7 +855,7 @@ class Store:
         if listed and not self.mix_builds:
             raise BuildMismatch(build_refusal(self.dir, listed[0], self.build))
         if listed:
-            self.note(f"{self.dir}: adding trials of {_short(self.build)} to those of {_short(listed[0])} (--mix-builds)")
+            self.note(f"{self.dir}: adding trials of {builds.short(self.build)} to those of {builds.short(listed[0])} (--mix-builds)")
         atomic_write_json(
             os.path.join(self.dir, BUILD_FILE), builds_record([*listed, self.build], bool(record.get("unrecorded")))
         )
