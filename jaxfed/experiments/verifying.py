@@ -34,7 +34,6 @@ from jaxfed.experiments import catalog
 from jaxfed.experiments.sharding import experiment_of
 from jaxfed.store.rundir import load_results
 
-
 FEW_ULPS = 64
 """The most units in the last place by which a value recomputed by another build may differ and
 still be reported as "computed by another JAX or processor". Another XLA or CPU changes the order
@@ -71,7 +70,7 @@ def ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     kind = {2: np.int16, 4: np.int32, 8: np.int64}[a.dtype.itemsize]
     # A float's bits without the sign count the representable values from zero up to its magnitude:
     # two of one sign are the difference of those counts apart, two of two signs their sum (through 0).
-    top = np.int64(np.iinfo(kind).max)
+    top = np.int64((1 << (8 * a.dtype.itemsize - 1)) - 1)  # (every bit but the sign)
     count_a, count_b = a.view(kind).astype(np.int64) & top, b.view(kind).astype(np.int64) & top
     same_sign = np.signbit(a) == np.signbit(b)
     return np.where(
@@ -300,7 +299,11 @@ class _Tally:
                 f"{self.out_dir}: metric {metric!r} of point {point_ids[row]}, trial {start + column} is stored as "
                 f"{stored[row, column].ravel()[:3].tolist()}, recomputed as {mine[row, column].ravel()[:3].tolist()}: "
                 "the stored values are not what the run's seed and code compute"
-                + (f" (more than {FEW_ULPS} ulp apart: values differ, not the last bits of another build)" if self.elsewhere else "")  # fmt: skip
+                + (
+                    f" (more than {FEW_ULPS} ulp apart: values differ, not the last bits of another build)"
+                    if self.elsewhere
+                    else ""
+                )  # fmt: skip
             )
         self._near(metric, found.differing, found.max_ulps, found.max_relative)
 

@@ -477,7 +477,7 @@ def read_builds(out_dir: str) -> dict | None:
     record = _read_json(path)
     listed = record.get("builds") if isinstance(record, dict) else None
     if not (isinstance(listed, list) and all(isinstance(b, dict) for b in listed)):
-        raise StoreError(f"{path}: is not a record of builds (a JSON object with a list \"builds\"); {_HINT}")
+        raise StoreError(f'{path}: is not a record of builds (a JSON object with a list "builds"); {_HINT}')
     return record
 
 
@@ -855,7 +855,9 @@ class Store:
         if listed and not self.mix_builds:
             raise BuildMismatch(build_refusal(self.dir, listed[0], self.build))
         if listed:
-            self.note(f"{self.dir}: adding trials of {builds.short(self.build)} to those of {builds.short(listed[0])} (--mix-builds)")
+            self.note(
+                f"{self.dir}: adding trials of {builds.short(self.build)} to those of {builds.short(listed[0])} (--mix-builds)"
+            )
         atomic_write_json(
             os.path.join(self.dir, BUILD_FILE), builds_record([*listed, self.build], bool(record.get("unrecorded")))
         )
