@@ -24,6 +24,7 @@ import re
 import subprocess
 
 import jax
+import jaxlib  # (imported by jax itself: only its version is read)
 
 FIELDS = ("jax", "jaxlib", "backend", "processor", "cpu", "features")
 """What decides a trial's bits, besides the run's identity: the JAX and jaxlib versions, the
@@ -120,8 +121,6 @@ def this_build(backend: str | None = None) -> dict:
         accelerator ``cpu`` and ``features`` are the host's, which compiles nothing of a trial, so
         they are left empty.
     """
-    import jaxlib  # (the package jax imports itself: only its version is read)
-
     backend = backend or jax.default_backend()
     device = jax.devices(backend)[0]
     if backend == "cpu":
