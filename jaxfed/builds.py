@@ -122,11 +122,10 @@ def this_build(backend: str | None = None) -> dict:
         they are left empty.
     """
     backend = backend or jax.default_backend()
-    device = jax.devices(backend)[0]
     if backend == "cpu":
         processor, cpu, features = _cpu()
     else:
-        processor, cpu, features = device.device_kind, "", ()
+        processor, cpu, features = _device_kind(backend), "", ()
     return {
         "jax": jax.__version__,
         "jaxlib": getattr(jaxlib, "__version__", ""),
@@ -135,6 +134,15 @@ def this_build(backend: str | None = None) -> dict:
         "cpu": cpu,
         "features": list(features),
     }
+
+
+def _device_kind(backend: str) -> str:
+    """The device kind of ``backend``'s first device ("NVIDIA H100 80GB HBM3", "TPU v5 lite"), or ""
+    where JAX has no such backend (a platform named by a stored run, not this machine's)."""
+    try:
+        return str(jax.devices(backend)[0].device_kind)
+    except RuntimeError:
+        return ""
 
 
 def key(build: dict) -> tuple:

@@ -196,6 +196,29 @@ def test_shards_of_another_platform_merge_here(one_process, tmp_path, monkeypatc
         )
 
 
+def test_shards_of_different_builds_merge_only_with_mix_builds(capsys, one_process, tmp_path, monkeypatch):
+    """A shard computed by another build (simulated: its record names another processor) is refused
+    in one line naming both shards and builds; with --mix-builds the merge goes on, the one-process
+    run's bytes (the values are this machine's), and build.json lists both builds as mixed."""
+    from jaxfed import builds
+
+    real = builds.this_build
+    paths = [sharding.run_shard(NAME, N, Shard(0, 2), str(tmp_path / "s0"), sets=SMALL[NAME], keep="raw")]
+    monkeypatch.setattr(builds, "this_build", lambda backend=None: dict(real(backend), processor="Simulated CPU"))
+    paths.append(sharding.run_shard(NAME, N, Shard(1, 2), str(tmp_path / "s1"), sets=SMALL[NAME], keep="raw"))
+    monkeypatch.undo()
+    assert json.load(open(os.path.join(paths[1], "build.json")))["builds"][0]["processor"] == "Simulated CPU"
+    err = _merge_error(capsys, *paths, "--out", str(tmp_path / "m"))
+    assert f"merge: {paths[1]} (shard 1/2) was computed by jax" in err and "cpu Simulated CPU" in err
+    assert f"{paths[0]} (shard 0/2) by jax" in err and "the same seed gives other last bits on each" in err
+    assert "or pass --mix-builds (mix_builds=True) to merge them and record the run as mixed" in err
+    out = str(tmp_path / "mixed")
+    assert cli.main(["merge", *paths, "--out", out, "--mix-builds", "--quiet"]) == 0
+    record = json.load(open(os.path.join(out, "build.json")))
+    assert record["mixed"] is True and [b["processor"] for b in record["builds"]] == [real()["processor"], "Simulated CPU"]  # fmt: skip
+    assert open(os.path.join(out, "metrics.npz"), "rb").read() == open(one_process / "raw" / "metrics.npz", "rb").read()  # fmt: skip
+
+
 def test_a_run_from_its_store_alone_refuses_what_it_lacks(tmp_path):
     """``stored_only`` computes nothing: a store that lacks trials, or no store, is one line."""
     from support import POINTS, trial
