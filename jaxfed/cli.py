@@ -251,6 +251,7 @@ def _cmd_run_on_executor(exp, args, n_trials: int, out_dir: str) -> int:
     distributed.run_on_dask(
         args.executor, exp.source or exp.name, n_trials, out_dir, sets=dict(_parse_sets(args.set)),
         seed=options.seed, keep=options.keep, imports=args.imports, tasks=args.tasks, quiet=_quiet(args),
+        mix_builds=options.mix_builds,
     )  # fmt: skip
     config_json, results = load_results(out_dir)
     cfg = make_config(exp.config_cls, _parse_sets(args.set))
