@@ -795,7 +795,7 @@ class Store:
                         raise ConfigMismatch(self._mismatch(stored, identity))
                     self._discard_all()
                 elif overwrite and not mix_builds and self._other_build():
-                    self._discard_all()  # (--overwrite: trials of another build are not used)
+                    self._discard_all("of another build")  # (--overwrite: trials of another build are not used)
             atomic_write_json(path, identity)
         except BaseException:  # a refused directory is not left locked
             self.close()
@@ -902,8 +902,8 @@ class Store:
                 if _TMP_NAME.fullmatch(name) and (os.path.islink(path) or os.path.isfile(path)):
                     _remove(path)  # a link itself, never its target
 
-    def _discard_all(self) -> None:
-        self.note(f"{self.dir}: discarding the stored results of another configuration")
+    def _discard_all(self, of: str = "of another configuration") -> None:
+        self.note(f"{self.dir}: discarding the stored results {of}")
         for chunk in self._chunks():
             _remove(os.path.join(self.chunks, chunk.name))
         for name in ("manifest.json", "config.json", "metrics.npz", BUILD_FILE):  # manifest.json: store format 1
