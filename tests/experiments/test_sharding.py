@@ -275,6 +275,39 @@ def test_merge_refuses_shards_of_different_runs(capsys, tmp_path, three_shards):
     assert "cut into different counts" in _merge_error(capsys, three_shards[0], cut, "--out", str(tmp_path / "m"))
 
 
+def _as_if_traced_by_another_jax(path: str) -> None:
+    """The shard in ``path`` as another JAX would have left it: other trial programs in its identity
+    (every chunk header and the record re-signed to it) and that JAX's version in build.json."""
+    from jaxfed.store import rundir
+
+    identity = json.load(open(os.path.join(path, "identity.json")))
+    identity["programs"] = ["0" * 64 for _ in identity["programs"]]
+    store.atomic_write_json(os.path.join(path, "identity.json"), identity)
+    digest = store.identity_digest(identity)
+    for chunk in store.list_chunks(path):
+        file = os.path.join(store.chunk_dir(path), chunk.name)
+        meta, arrays, _ = store._unpack(file)
+        meta = {k: v for k, v in meta.items() if k not in ("sha256", "arrays")} | {"identity": digest}
+        store.atomic_write_bytes(file, store._pack(meta, arrays))
+    record = json.load(open(os.path.join(path, "config.json")))
+    record["identity_sha256"] = digest
+    record["record_sha256"] = rundir.record_digest(record)
+    store.atomic_write_json(os.path.join(path, "config.json"), record)
+    builds = json.load(open(os.path.join(path, "build.json")))
+    builds["builds"][0].update(jax="0.6.2", jaxlib="0.6.2")
+    store.atomic_write_json(os.path.join(path, "build.json"), builds)
+
+
+def test_merge_says_when_the_jax_version_is_why_shards_differ(capsys, tmp_path, three_shards):
+    other = str(tmp_path / "jax-0.6.2")
+    shutil.copytree(three_shards[1], other)
+    _as_if_traced_by_another_jax(other)
+    err = _merge_error(capsys, three_shards[0], other, three_shards[2], "--out", str(tmp_path / "m"))
+    assert f"merge: {other} (shard 1/3) was computed by jax 0.6.2, {three_shards[0]} (shard 0/3) by jax " in err
+    assert "which trace the trials to other programs (differs in programs[0]: " in err
+    assert "the JAX version is the cause, and shards of two JAX versions cannot be merged" in err
+
+
 def test_merge_refuses_what_is_not_a_finished_shard(capsys, tmp_path, one_process, three_shards):
     assert "is not a shard" in _merge_error(capsys, str(one_process / "raw"), "--out", str(tmp_path / "m"))
     broken = str(tmp_path / "broken")
