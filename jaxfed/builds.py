@@ -48,7 +48,7 @@ def _cpu() -> tuple[str, str, tuple[str, ...]]:
     if platform.system() == "Darwin":
         brand = _sysctl("machdep.cpu.brand_string")
         flags = (_sysctl("machdep.cpu.features") + " " + _sysctl("machdep.cpu.leaf7_features")).lower()
-        arm = [name.removeprefix("hw.optional.arm.feat_").lower() for name in _sysctl_true("hw.optional.arm.")]
+        arm = [name.lower().removeprefix("hw.optional.arm.feat_") for name in _sysctl_true("hw.optional.arm.")]
         return brand, f"{platform.machine()}", _features(flags.replace(".", "_").split() + arm)
     return platform.processor(), platform.machine(), ()
 
