@@ -49,7 +49,7 @@ def _cpu() -> tuple[str, str, tuple[str, ...]]:
         brand = _sysctl("machdep.cpu.brand_string")
         flags = (_sysctl("machdep.cpu.features") + " " + _sysctl("machdep.cpu.leaf7_features")).lower()
         arm = [name.lower().removeprefix("hw.optional.arm.feat_") for name in _sysctl_true("hw.optional.arm.")]
-        return brand, f"{platform.machine()}", _features(flags.replace(".", "_").split() + arm)
+        return brand, platform.machine(), _features(flags.replace(".", "_").split() + arm)
     return platform.processor(), platform.machine(), ()
 
 
@@ -147,10 +147,11 @@ def _device_kind(backend: str) -> str:
 
 def key(build: dict) -> tuple:
     """What of a build decides its bits (the values of :data:`FIELDS`), hashable."""
-    return tuple(json_key(build.get(field)) for field in FIELDS)
+    return tuple(_json_key(build.get(field)) for field in FIELDS)
 
 
-def json_key(value):
+def _json_key(value):
+    """A field's value as compared: a list (``features``, as JSON gives it back) as a tuple."""
     return tuple(value) if isinstance(value, list) else value
 
 
@@ -195,7 +196,7 @@ def differences(stored: dict, here: dict, names: tuple[str, str] = ("there", "he
     out = []
     for field in FIELDS:
         a, b = stored.get(field), here.get(field)
-        if json_key(a) == json_key(b):
+        if _json_key(a) == _json_key(b):
             continue
         if field == "features":
             there, mine = sorted(set(a or ()) - set(b or ())), sorted(set(b or ()) - set(a or ()))
@@ -213,6 +214,6 @@ def remedy(stored: dict, here: dict) -> str:
     steps = []
     if (stored.get("jax"), stored.get("jaxlib")) != (here.get("jax"), here.get("jaxlib")):
         steps.append(f"pip install jax=={stored.get('jax')} jaxlib=={stored.get('jaxlib')}")
-    if any(json_key(stored.get(f)) != json_key(here.get(f)) for f in ("backend", "processor", "cpu", "features")):
+    if any(_json_key(stored.get(f)) != _json_key(here.get(f)) for f in ("backend", "processor", "cpu", "features")):
         steps.append("on a " + describe(stored).split(", ", 1)[1])
     return " ".join(steps) or "with its build"
