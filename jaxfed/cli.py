@@ -236,7 +236,7 @@ def _cmd_run_shard(exp, args, n_trials: int) -> int:
 def _cmd_merge(args) -> int:
     """``jaxfed merge DIR... --out DIR``: the shards of one run joined into the one-process run's directory."""
     start = time.perf_counter()
-    out_dir = merging.merge(args.dirs, args.out, partial=args.partial, experiment=args.experiment, imports=args.imports)
+    out_dir = merging.merge(args.dirs, args.out, partial=args.partial, experiment=args.experiment, imports=args.imports, mix_builds=args.mix_builds)  # fmt: skip
     if not _quiet(args):
         _say(f"merged {len(args.dirs)} shard directories in {time.perf_counter() - start:.1f} s")
     print(out_dir)
@@ -251,6 +251,7 @@ def _cmd_run_on_executor(exp, args, n_trials: int, out_dir: str) -> int:
     distributed.run_on_dask(
         args.executor, exp.source or exp.name, n_trials, out_dir, sets=dict(_parse_sets(args.set)),
         seed=options.seed, keep=options.keep, imports=args.imports, tasks=args.tasks, quiet=_quiet(args),
+        mix_builds=options.mix_builds,
     )  # fmt: skip
     config_json, results = load_results(out_dir)
     cfg = make_config(exp.config_cls, _parse_sets(args.set))
@@ -434,9 +435,15 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_verify(args) -> int:
-    print(
-        verifying.verify(args.dir, sample=args.sample, seed=args.seed, experiment=args.experiment, imports=args.imports)
-    )
+    """``jaxfed verify DIR``: exit status 0 when every value recomputes bit for bit, 1 when values
+    differ by a few ulp as another build's do (:class:`jaxfed.experiments.verifying.OtherBuild`), 2
+    when values differ (an error line, as every other refusal)."""
+    try:
+        line = verifying.verify(args.dir, sample=args.sample, seed=args.seed, experiment=args.experiment, imports=args.imports)  # fmt: skip
+    except verifying.OtherBuild as err:
+        print(f"jaxfed: verify: {err}", file=sys.stderr)
+        return 1
+    print(line)
     return 0
 
 
@@ -562,6 +569,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     merge.add_argument("--partial", action="store_true", help="merge the shards from 0 up to the first missing one (the report says so)")  # fmt: skip
     merge.add_argument("--experiment", default=None, metavar="FILE.py:NAME", help="the user or plugin experiment that wrote the shards")  # fmt: skip
+    merge.add_argument("--mix-builds", action="store_true", help="merge shards computed by different builds (JAX, jaxlib, backend or processor: their values differ in the last bits); build.json then says mixed")  # fmt: skip
     merge.add_argument("--quiet", dest="progress", action="store_false", default=None, help="no status lines")
     merge.set_defaults(func=_cmd_merge)
     _add_export_command(sub.add_parser("export", help="write a finished run as netCDF, or a table as CSV or Parquet"))

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from jaxfed import stats, validation
+from jaxfed import builds, stats, validation
 from jaxfed.engine import cache
 from jaxfed.engine.compiled import ChunkFn, ChunkJob, make_chunk_fn
 from jaxfed.engine.devices import (
@@ -282,13 +282,12 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
         results = {name: np.zeros((len(points), n_trials) + shape, dtype) for name, (shape, dtype) in specs.items()}
     resources, writer = contextlib.ExitStack(), Writer()
     try:
-        store = _open_store(options, identity, bar, is_main, resources, _coloured_aliases(identity, programs, coloured))
+        store = _open_store(options, identity, bar, is_main, resources, _coloured_aliases(identity, programs, coloured), machine.platform)  # fmt: skip
         resources.callback(bar.close)
         resources.callback(writer.close)
         specs_of = [GroupSpec(g, group.point_ids, specs) for g, (group, _) in enumerate(groups)]
         sinks = open_sinks(store, specs_of, n_trials, results, writer, summary=keep == "summary", targeted=target is not None, checkpoint_every=options.checkpoint_every, hist_on_device=hists_on_device(machine), trial_range=options.trial_range)  # fmt: skip
-        if options.stored_only:
-            _check_all_stored(options.out_dir, sinks, specs_of, span)
+        _before_work(options, store, sinks, specs_of, span)
     except BaseException:
         resources.close()
         raise
@@ -321,6 +320,16 @@ def _machine(options: RunOptions, n_trials: int, per_trial: int) -> Machine:
         chosen = options.micro_batch or _stored_width(options, where)
         width = chosen if chosen is not None else choose_width(DeviceSpec(where, budget), per_trial, n_trials)
     return Machine(mesh, int(broadcast_from_0(np.asarray([width], np.int64))[0]), budget, per_trial, where)
+
+
+def _before_work(options: RunOptions, store: Store, sinks: list, specs_of: list, span: int) -> None:
+    """With every group's sink restored: a run that computes nothing (``stored_only``) checked to
+    find every trial stored; a run with trials left to compute records its build in the store first
+    (:func:`_claim_build`)."""
+    if options.stored_only:
+        _check_all_stored(options.out_dir, sinks, specs_of, span)
+    elif not all(sink.resume().complete for sink in sinks):
+        _claim_build(store)
 
 
 def _check_all_stored(out_dir, sinks: list, specs_of: list, span: int) -> None:
@@ -449,21 +458,38 @@ def _store_identity(options: RunOptions, machine: Machine, programs: list, targe
     return identity
 
 
-def _open_store(options: RunOptions, identity: dict | None, bar: Progress, is_main: bool, resources, aliases=()) -> Store:  # fmt: skip
+def _open_store(options: RunOptions, identity: dict | None, bar: Progress, is_main: bool, resources, aliases=(), where: str | None = None) -> Store:  # fmt: skip
     """The store (process 0 reads and verifies every stored file before anything is compiled or
-    computed), closed with ``resources``; a refusal is raised on every process."""
+    computed), closed with ``resources``; a refusal is raised on every process. It is given this
+    process's build on the platform ``where`` (:func:`jaxfed.builds.this_build`; none for a run
+    that computes nothing), which it records before the first trial is computed (:func:`_claim_build`)."""
     refusal: StoreError | None = None
     store = None
     try:
         out_dir = options.out_dir if is_main else None
+        build = None if options.stored_only or out_dir is None else builds.this_build(where)
         first = options.trial_range[0] if options.trial_range else 0
-        store = Store(out_dir, identity or {}, options.overwrite, note=bar.note, aliases=aliases, first_trial=first)
+        store = Store(out_dir, identity or {}, options.overwrite, note=bar.note, aliases=aliases, first_trial=first, build=build, mix_builds=options.mix_builds)  # fmt: skip
         resources.callback(store.close)
     except StoreError as err:
         refusal = err
     raise_on_every_process(refusal)
     assert store is not None
     return store
+
+
+def _claim_build(store: Store) -> None:
+    """Records this build in the store before any trial is computed (process 0's: the store is
+    there), refused where another build computed the stored trials without ``mix_builds``
+    (:meth:`jaxfed.store.Store.claim_build`); a refusal is raised on every process. A run that
+    computes nothing (every trial stored) claims nothing, so a finished run is read, reported and
+    served on any machine."""
+    refusal: StoreError | None = None
+    try:
+        store.claim_build()
+    except StoreError as err:
+        refusal = err
+    raise_on_every_process(refusal)
 
 
 def _chunk_request(chunk_size: int | None, sink, keep: str, n_trials: int) -> int | None:

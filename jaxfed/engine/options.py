@@ -272,6 +272,15 @@ class RunOptions:
         cli=False,
         record=False,
     )
+    mix_builds: bool = option(
+        False,
+        "add this machine's trials to a run (or shard) whose stored trials another build computed (another JAX "
+        "or jaxlib version, backend or processor: their values differ in the last bits) instead of refusing; "
+        "build.json then lists both and says mixed (a merge of such shards: jaxfed merge --mix-builds). "
+        "Trials whose programs another JAX traced differently cannot be mixed",
+        check=_is("mix_builds", (bool,), "True or False"),
+        record=False,
+    )
     common_random_numbers: bool = option(
         False,
         "every point of trial t gets the key fold_in(key(seed), t): points differ only by their parameters "

@@ -58,6 +58,7 @@ def run_on_dask(
     retries: int = 3,
     quiet: bool = False,
     on_done: Callable[[int, int, int], None] | None = None,
+    mix_builds: bool = False,
 ) -> str:
     """Runs ``n_trials`` trials per point of the experiment ``name`` as Dask tasks and merges them
     into the result directory ``out_dir``, the same bytes as ``jaxfed run NAME --trials N --out
@@ -78,6 +79,10 @@ def run_on_dask(
         quiet: no line on stderr per finished task.
         on_done: called in this process as ``on_done(index, finished, tasks)`` after each finished
             task (after its line).
+        mix_builds: workers of different builds (JAX, jaxlib, processor: :mod:`jaxfed.builds`)
+            may compute the shards, and a task rerun on another worker resumes its shard (``jaxfed
+            run --mix-builds``); the merged ``build.json`` lists every build as mixed. Without it, a
+            merge of shards of different builds is refused.
 
     The shard directories ``OUT_DIR.shards/IIIII-of-TTTTT`` are written by the workers (a file
     system shared by the workers and this process is assumed, at the same path: ``out_dir`` is made
@@ -100,12 +105,12 @@ def run_on_dask(
         count = tasks if tasks is not None else default_tasks(client, n_trials, f"{out_dir}.shards")
         check_here(name, n_trials, count, sets or {}, imports)
         shard_dirs = [shard_dir(out_dir, i, count) for i in range(count)]
-        futures = _submit(client, name, n_trials, shard_dirs, dict(sets or {}), seed, keep, imports, retries)
+        futures = _submit(client, name, n_trials, shard_dirs, dict(sets or {}), seed, keep, imports, retries, mix_builds)  # fmt: skip
         _wait(distributed, client, futures, name, quiet, on_done)
     finally:
         if owned:
             client.close()
-    return sharding.merge(shard_dirs, out_dir, experiment=name, imports=imports)
+    return sharding.merge(shard_dirs, out_dir, experiment=name, imports=imports, mix_builds=mix_builds)
 
 
 def shard_dir(out_dir: str, index: int, count: int) -> str:
@@ -156,12 +161,12 @@ def check_here(name: str, n_trials: int, tasks: int, sets: Mapping[str, str], im
         )
 
 
-def _shard_task(name, n_trials, index, count, out_dir, sets, seed, keep, imports, token) -> str:
+def _shard_task(name, n_trials, index, count, out_dir, sets, seed, keep, imports, token, mix_builds=False) -> str:
     """One task, in a worker process: shard ``index`` of ``count`` into ``out_dir`` (resuming from
     what it holds), with the experiment this process built for the call ``token`` if it ran one of
     its tasks before (:func:`_built`)."""
     exp, cfg, imported, sweep = _built(token, name, sets, imports)
-    options = engine.RunOptions.for_experiments(seed=seed, keep=keep, out_dir=out_dir, progress=False)
+    options = engine.RunOptions.for_experiments(seed=seed, keep=keep, out_dir=out_dir, progress=False, mix_builds=mix_builds)  # fmt: skip
     sharding.compute_shard(exp, cfg, n_trials, sharding.Shard(index, count), options, imported or None, sweep)
     return out_dir
 
@@ -189,14 +194,14 @@ def _built(token: str, name: str, sets: Mapping[str, str], imports: Sequence[str
         return _BUILT[token]
 
 
-def _submit(client, name, n_trials, shard_dirs, sets, seed, keep, imports, retries) -> dict:
+def _submit(client, name, n_trials, shard_dirs, sets, seed, keep, imports, retries, mix_builds=False) -> dict:
     """Submits a task per shard directory; {future: shard index}. The keys name the run's tasks and
     are unique to this call (a rerun's tasks are new tasks, which resume from the directories)."""
     count, token = len(shard_dirs), uuid.uuid4().hex[:8]
     label = re.sub(r"[^A-Za-z0-9_.-]+", "_", name.rsplit(":", 1)[-1])
     futures = {}
     for index, directory in enumerate(shard_dirs):
-        args = (name, n_trials, index, count, directory, sets, seed, keep, tuple(imports), token)
+        args = (name, n_trials, index, count, directory, sets, seed, keep, tuple(imports), token, mix_builds)
         key = f"jaxfed-{label}-{index:05d}-of-{count:05d}-{token}"
         futures[client.submit(_shard_task, *args, key=key, retries=retries, pure=False)] = index
     return futures

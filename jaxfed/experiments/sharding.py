@@ -12,6 +12,10 @@ Dask task), and merged (:func:`merge_shards`) into the directory a one-process r
   (:func:`jaxfed.stats.summary.range_state`), which :func:`jaxfed.stats.summary.joined` folds in
   trial order into the state a one-process run folds, bit for bit; the last shard holds the tail.
 
+Shards computed by different builds (:mod:`jaxfed.builds`: another JAX, jaxlib, backend or
+processor, whose values differ in the last bits) are refused unless ``mix_builds``; the merged
+directory's ``build.json`` lists every shard's build (mixed, where there are several).
+
 The merged directory is then finished by the ordinary run on it, which takes every trial from the
 store and computes none (``RunOptions.stored_only``: with the stored micro-batch width and platform,
 so shards computed on GPUs merge on a CPU): metrics.npz is the one-process run's byte for byte.
@@ -30,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jaxfed import engine, stats, store, validation
+from jaxfed import builds, engine, stats, store, validation
 from jaxfed.experiments import REGISTRY, catalog
 from jaxfed.experiments.runner import run_experiment
 from jaxfed.experiments.spec import make_config
@@ -183,12 +187,15 @@ def compute_shard(
 
 # --------------------------------------------------------------------------- merge
 class ShardDir(NamedTuple):
-    """A verified shard directory: its path, its record, its shard and its trials [start, stop)."""
+    """A verified shard directory: its path, its record, its shard, its trials [start, stop) and
+    the builds that computed them (its ``build.json``; None for a shard written before builds were
+    recorded)."""
 
     path: str
     record: dict
     shard: Shard
     trials: tuple[int, int]
+    builds: dict | None = None
 
 
 def read_shard(path: str) -> ShardDir:
@@ -211,7 +218,7 @@ def read_shard(path: str) -> ShardDir:
         raise ValueError(
             f"{record_path}: shard {shard} of {record['n_trials']} trials is {trials}, not {marker['trials']}"
         )
-    return ShardDir(path, record, shard, trials)
+    return ShardDir(path, record, shard, trials, store.read_builds(path))
 
 
 def check_one_run(shards: list[ShardDir], partial: bool) -> list[ShardDir]:
@@ -224,6 +231,8 @@ def check_one_run(shards: list[ShardDir], partial: bool) -> list[ShardDir]:
     for other in shards[1:]:
         for key in ("identity_sha256", "n_trials", "keep"):
             if other.record.get(key) != first.record.get(key):
+                if key == "identity_sha256":
+                    _check_same_jax(first, other)
                 raise ValueError(f"merge: {other.path} and {first.path} are not shards of one run (their {key} differ)")
         if other.shard.count != first.shard.count:
             raise ValueError(
@@ -247,6 +256,52 @@ def check_one_run(shards: list[ShardDir], partial: bool) -> list[ShardDir]:
     return [by_index[i] for i in range(prefix)]
 
 
+def _check_same_jax(first: ShardDir, other: ShardDir) -> None:
+    """ValueError saying that the JAX version is why two shards' identities differ, where they
+    differ in their trial programs alone and their JAX versions differ."""
+    a, b = (store.recorded_jax(s.path) for s in (first, other))
+    if a is None or b is None or a.get("jax") == b.get("jax"):
+        return
+    identities = [store.read_json(os.path.join(s.path, "identity.json")) for s in (first, other)]
+    differing = store.describe_differences(*identities)
+    if not all(line.startswith("programs") for line in differing):
+        return
+    raise ValueError(
+        f"merge: {other.path} (shard {other.shard}) was computed by jax {b['jax']}, {first.path} (shard {first.shard}) "
+        f"by jax {a['jax']}, which trace the trials to other programs (differs in {'; '.join(differing)}): the JAX "
+        "version is the cause, and shards of two JAX versions cannot be merged; rerun one shard with the other's "
+        f"versions (pip install jax=={a['jax']} jaxlib=={a.get('jaxlib') or a['jax']})"
+    )
+
+
+def check_builds(shards: list[ShardDir], mix_builds: bool) -> dict:
+    """The merged run's ``build.json`` (:func:`jaxfed.store.builds_record`): every shard's builds,
+    in trial order; a shard written before builds were recorded makes it ``unrecorded``.
+
+    Raises:
+        ValueError: two shards were computed by different builds (one line: both shards and
+            builds, what to do), and not ``mix_builds``.
+    """
+    listed: list = []
+    unrecorded = False
+    for s in shards:
+        record = s.builds or {"builds": [], "unrecorded": True}
+        unrecorded = unrecorded or bool(record.get("unrecorded"))
+        for build in record["builds"]:
+            first = next((b for b in listed if not builds.same_bits(b, build)), None)
+            if first is not None and not mix_builds:
+                owner = next(t for t in shards if t.builds and any(builds.same_bits(first, b) for b in t.builds["builds"]))  # fmt: skip
+                note = builds.feature_note(first, build, (f"in shard {owner.shard}", f"in shard {s.shard}"))
+                raise ValueError(
+                    f"merge: {s.path} (shard {s.shard}) was computed by {builds.short(build)}, {owner.path} (shard "
+                    f"{owner.shard}) by {builds.short(first)}{note}: the same seed gives "
+                    f"other last bits on each; rerun one shard with the other's build ({builds.remedy(first, build)}), "
+                    "or pass --mix-builds (mix_builds=True) to merge them and record the run as mixed"
+                )
+            listed.append(build)
+    return store.builds_record(listed, unrecorded)
+
+
 class Merged(NamedTuple):
     """A merged run: its experiment and config, its record and results, and the shards a partial
     merge left out."""
@@ -267,10 +322,11 @@ def merge(
     partial: bool = False,
     experiment: str | None = None,
     imports: Sequence[str] = (),
+    mix_builds: bool = False,
 ) -> str:
     """:func:`merged`, returning ``out_dir`` (metrics.npz, config.json and the figure; the public
     ``jaxfed.merge`` and ``jaxfed merge`` write report.md too)."""
-    merged(paths, out_dir, partial=partial, experiment=experiment, imports=imports)
+    merged(paths, out_dir, partial=partial, experiment=experiment, imports=imports, mix_builds=mix_builds)
     return out_dir
 
 
@@ -281,6 +337,7 @@ def merged(
     partial: bool = False,
     experiment: str | None = None,
     imports: Sequence[str] = (),
+    mix_builds: bool = False,
 ) -> Merged:
     """:func:`merge_shards` of a built-in experiment found by its recorded name, or of the one
     ``experiment`` names (``path/file.py:NAME``), with the user files ``imports`` (``--import``)
@@ -290,7 +347,7 @@ def merged(
     imported = catalog.import_extensions(imports)
     first = read_shard(os.path.abspath(paths[0]))
     exp, cfg = experiment_of(first.record, experiment, imported)
-    config_json, results, left_out = merge_shards(paths, out_dir, exp=exp, cfg=cfg, partial=partial, imports=imported or None)  # fmt: skip
+    config_json, results, left_out = merge_shards(paths, out_dir, exp=exp, cfg=cfg, partial=partial, imports=imported or None, mix_builds=mix_builds)  # fmt: skip
     return Merged(exp, cfg, config_json, results, left_out, first.shard.count, int(first.record["n_trials"]))
 
 
@@ -302,16 +359,19 @@ def merge_shards(
     cfg,
     partial: bool = False,
     imports: Mapping[str, str] | None = None,
+    mix_builds: bool = False,
 ) -> tuple[dict, dict, list[int]]:
     """Merges the shard directories ``paths`` (any order) into ``out_dir`` and finishes it with
     the ordinary run of the experiment on it, which computes nothing (``stored_only``): (config_json, results, the
     indices of the shards left out by ``partial``). The inputs are read only; a rerun writes the
-    same directory again.
+    same directory again. ``mix_builds``: merge shards that different builds computed
+    (:func:`check_builds`), recording the run as mixed.
 
     Raises:
-        ValueError: a directory that is not a verified shard, shards of different runs, a shard
-            given twice or missing (unless ``partial``), an unfinished shard, or ``out_dir`` one of
-            the inputs.
+        ValueError: a directory that is not a verified shard, shards of different runs (or of two
+            JAX versions: it says so), a shard given twice or missing (unless ``partial``), an
+            unfinished shard, shards of different builds (unless ``mix_builds``), or ``out_dir``
+            one of the inputs.
     """
     shards = [read_shard(os.path.abspath(p)) for p in paths]
     used = check_one_run(shards, partial)
@@ -320,7 +380,9 @@ def merge_shards(
         raise ValueError(f"merge: --out {out_dir} is one of the shards; merge writes a new directory")
     record = used[0].record
     n_trials = used[-1].trials[1]
+    built = check_builds(used, mix_builds)
     _copy_chunks(used, out_dir)
+    store.atomic_write_json(os.path.join(out_dir, store.BUILD_FILE), built)
     options = engine.RunOptions.for_experiments(
         seed=int(record["seed"]), keep=record["keep"], out_dir=out_dir, progress=False, stored_only=True
     )

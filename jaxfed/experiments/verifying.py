@@ -7,23 +7,112 @@ stored value can be recomputed and compared bit for bit. :func:`recompute_sample
 per point group, recomputes the micro-batch-aligned chunk of the stored width around each (every
 point of the group, the trials of the chunk that the run holds), and compares every value.
 
+Bit for bit holds for the build that computed the run (:mod:`jaxfed.builds`: JAX, jaxlib, backend,
+processor). Recomputed by another build, a trial's values differ in their last bits, which verify
+tells apart from values that differ: where the run records another build (or none, or several), a
+difference of at most :data:`FEW_ULPS` units in the last place in every value is reported as
+"computed by another JAX or processor" (:class:`OtherBuild`, counted, with the largest in ulps and
+relative terms); anything more, or any difference under the run's own build, is a value that is
+not what the run's seed and code compute.
+
 Internal: not a public API (no ``__all__``; the public names are in tests/project/public_api.txt).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import numpy as np
 
-from jaxfed import jaxcompat, stats, store, validation
+from jaxfed import builds, jaxcompat, stats, store, validation
 from jaxfed.engine.compiled import ChunkFn
 from jaxfed.engine.devices import make_mesh
 from jaxfed.engine.points import group_points
 from jaxfed.experiments import catalog
 from jaxfed.experiments.sharding import experiment_of
 from jaxfed.store.rundir import load_results
+
+FEW_ULPS = 64
+"""The most units in the last place by which a value recomputed by another build may differ and
+still be reported as "computed by another JAX or processor". Another XLA or CPU changes the order
+and fusion of a trial's floating-point operations, each a rounding: jax 0.12.1 against 0.10.2 moved
+3.4% of a run's float32 values by at most 5.2e-7 relative (a few ulp); an edit or another seed's
+value is thousands of ulps away or more."""
+
+
+class OtherBuild(ValueError):
+    """Recomputed values differ from the stored ones by a few ulp at most, as those of another
+    build (JAX, jaxlib, backend, processor) do: not verified bit for bit, and not found edited."""
+
+
+class Gap(NamedTuple):
+    """How recomputed values differ from stored ones (:func:`gap`)."""
+
+    compared: int  # values compared
+    differing: int  # values whose bits differ
+    max_ulps: int  # the largest distance of a differing value within FEW_ULPS, in units in the last place
+    max_relative: float  # its largest |stored − recomputed| / max(|stored|, |recomputed|)
+    far: tuple | None  # (row, column) of the first value further than FEW_ULPS (or not a float), or None
+
+
+def ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The distance between two float arrays of one dtype in units in the last place: how many
+    representable values lie between them (0 where equal, +0 and −0 included).
+
+    Args:
+        a, b: arrays of one floating dtype and shape, finite.
+
+    Returns:
+        A float64 array (exact while the distance is below 2**53, which is all that is asked of it).
+    """
+    kind = {2: np.int16, 4: np.int32, 8: np.int64}[a.dtype.itemsize]
+    # A float's bits without the sign count the representable values from zero up to its magnitude:
+    # two of one sign are the difference of those counts apart, two of two signs their sum (through 0).
+    top = np.int64((1 << (8 * a.dtype.itemsize - 1)) - 1)  # (every bit but the sign)
+    count_a, count_b = a.view(kind).astype(np.int64) & top, b.view(kind).astype(np.int64) & top
+    same_sign = np.signbit(a) == np.signbit(b)
+    return np.where(
+        same_sign, np.abs(count_a - count_b).astype(np.float64), count_a.astype(np.float64) + count_b.astype(np.float64)
+    )
+
+
+def gap(stored: np.ndarray, mine: np.ndarray) -> Gap:
+    """How ``mine`` (recomputed) differs from ``stored``, arrays (points, trials, …) of one shape
+    and dtype.
+
+    Args:
+        stored, mine: the stored and the recomputed values.
+
+    Returns:
+        A :class:`Gap`: the values compared and differing; the largest distance in ulps and in
+        relative terms of those within :data:`FEW_ULPS`; the first (point row, trial column) of a
+        value further away, not a float, or finite (or NaN) on one side only.
+    """
+    shape = (stored.shape[0], stored.shape[1], -1)
+    a, b = stored.reshape(shape), mine.reshape(shape)
+    differs = a != b
+    if np.issubdtype(a.dtype, np.floating):
+        differs = a.view(f"u{a.dtype.itemsize}") != b.view(f"u{b.dtype.itemsize}")  # (bits: -0 and NaN too)
+        finite = np.isfinite(a) & np.isfinite(b)
+        distance = np.where(finite, ulps(np.where(finite, a, 0), np.where(finite, b, 0)), np.inf)
+        distance = np.where(np.isnan(a) & np.isnan(b), 0.0, distance)  # (a NaN's payload is no value)
+    else:
+        distance = np.full(a.shape, np.inf)
+    distance = np.where(differs, distance, 0.0)
+    too_far = distance > FEW_ULPS
+    far = None
+    if too_far.any():
+        row, column = (int(i[0]) for i in np.nonzero(too_far.any(-1)))
+        far = (row, column)
+    near = differs & ~too_far
+    if not near.any():
+        return Gap(a.size, int(differs.sum()), 0, 0.0, far)
+    x, y = a[near].astype(np.float64), b[near].astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        relative = np.nan_to_num(np.abs(x - y) / np.maximum(np.abs(x), np.abs(y)))
+    return Gap(a.size, int(differs.sum()), int(distance[near].max()), float(relative.max()), far)
 
 
 def verify(
@@ -80,6 +169,7 @@ def recompute_sample(exp, cfg, out_dir: str, config_json: dict, results: dict, s
     draw = np.random.default_rng(seed)
     mesh = make_mesh(1)
     checked = chunks = 0
+    tally = _Tally(out_dir)
     for group, traced in group_points(sweep.points):
         trials = np.sort(draw.choice(n_trials, size=min(sample, n_trials), replace=False))
         fn = ChunkFn(sweep.trial, group, width, mesh, width, exp.common_random_numbers, flags=False)
@@ -92,9 +182,10 @@ def recompute_sample(exp, cfg, out_dir: str, config_json: dict, results: dict, s
             for metric, values in computed.items():
                 stored = np.asarray(results[metric])[list(group.point_ids), start:stop]
                 mine = np.asarray(values)[:, : stop - start]
-                _compare(out_dir, metric, group.point_ids, start, stored, mine)
+                tally.values(metric, group.point_ids, start, stored, mine)
             checked += len(group.point_ids) * (stop - start)
             chunks += 1
+    tally.finish()
     return (
         f"{out_dir}: {checked} (point, trial) values of {len(results)} metric(s) recomputed bit for bit "
         f"({chunks} chunk(s) of {width} trials around {min(sample, n_trials)} trial(s) per group drawn with seed {seed})"
@@ -121,6 +212,7 @@ def recompute_summary(exp, cfg, out_dir: str, config_json: dict, sample: int | N
     sweep = exp.build(cfg)
     mesh, block = make_mesh(1), stats.summary.SUMMARY_BLOCK
     checked_trials = checked_pieces = 0
+    tally = _Tally(out_dir)
     for g, (group, traced) in enumerate(group_points(sweep.points)):
         stored = store.read_summary(store.summary_path(out_dir, g))
         fn = ChunkFn(sweep.trial, group, width, mesh, width, exp.common_random_numbers, flags=False)
@@ -142,7 +234,7 @@ def recompute_summary(exp, cfg, out_dir: str, config_json: dict, sample: int | N
                 with jaxcompat.enable_x64(True):
                     part = stats.summary.chunk_summary(computed[metric], n_blocks * block, np, first_block, n_blocks)
                 for name, mine, kept in (("sum", part["sum_pieces"][:, 0], state.total[:, j]), ("sum of squares", part["sq_pieces"][:, 0], state.total_sq[:, j])):  # fmt: skip
-                    _compare_sums(out_dir, metric, name, group.point_ids, (first_block * block, (first_block + n_blocks) * block), kept, mine)  # fmt: skip
+                    tally.sums(metric, name, group.point_ids, (first_block * block, (first_block + n_blocks) * block), kept, mine, stored.tails[metric].dtype)  # fmt: skip
                 if sample is None:
                     fresh[metric] = stats.summary.fold(fresh[metric], part, n_blocks)
             checked_trials += len(ids) * n_blocks * block
@@ -150,13 +242,14 @@ def recompute_summary(exp, cfg, out_dir: str, config_json: dict, sample: int | N
         if sample is None:
             for metric, state in stored.states.items():
                 for field in ("count", "nan_count", "hist", "nonfinite_trials", "total", "total_sq"):
-                    _compare_sums(out_dir, metric, field, group.point_ids, (0, int(state.blocks.max()) * block), getattr(state, field), getattr(fresh[metric], field))  # fmt: skip
+                    tally.sums(metric, field, group.point_ids, (0, int(state.blocks.max()) * block), getattr(state, field), getattr(fresh[metric], field), stored.tails[metric].dtype)  # fmt: skip
         start = int(some_state.blocks.max()) * block
         if stored.stop > start:
             computed = values(start, stored.stop)
             for metric, tail in stored.tails.items():
-                _compare(out_dir, metric, group.point_ids, start, tail, computed[metric])
+                tally.values(metric, group.point_ids, start, tail, computed[metric])
             checked_trials += len(ids) * (stored.stop - start)
+    tally.finish()
     what = (
         "every stored sum, histogram and count" if sample is None else f"the {sample} smallest stored sum(s) per group"
     )
@@ -169,29 +262,110 @@ def recompute_summary(exp, cfg, out_dir: str, config_json: dict, sample: int | N
     )
 
 
-def _compare_sums(out_dir: str, metric: str, what: str, point_ids, trials: tuple[int, int], stored, mine) -> None:
-    stored, mine = np.asarray(stored), np.asarray(mine)
-    if stored.shape == mine.shape and stored.dtype == mine.dtype and stored.tobytes() == mine.tobytes():
-        return
-    rows = [i for i in range(stored.shape[0]) if stored[i].tobytes() != mine[i].tobytes()] if stored.shape == mine.shape else [0]  # fmt: skip
-    raise ValueError(
-        f"{out_dir}: metric {metric!r} of point {point_ids[rows[0]]}: the stored {what} of trials [{trials[0]}, "
-        f"{trials[1]}) is not what the run's seed and code compute (recomputed bit for bit)"
-    )
+class _Tally:
+    """Every comparison of one verify: a difference is raised at once as "values differ" where the
+    run records this build alone (bit for bit is then owed) or where it exceeds :data:`FEW_ULPS`;
+    otherwise counted, and :meth:`finish` raises :class:`OtherBuild` for them all."""
 
-
-def _compare(out_dir: str, metric: str, point_ids, start: int, stored: np.ndarray, mine: np.ndarray) -> None:
-    if stored.dtype == mine.dtype and stored.shape == mine.shape and stored.tobytes() == mine.tobytes():
-        return
-    if stored.shape != mine.shape or stored.dtype != mine.dtype:
-        raise ValueError(
-            f"{out_dir}: metric {metric!r} is {stored.dtype}{list(stored.shape)} stored, {mine.dtype}{list(mine.shape)} "
-            "recomputed: not what this code computes"
+    def __init__(self, out_dir: str):
+        self.out_dir = out_dir
+        self.recorded = store.read_builds(out_dir)
+        self.here = builds.this_build()
+        listed = self.recorded["builds"] if self.recorded else []
+        # Another build may have computed some stored trials: none recorded (a directory written
+        # before builds were), several (mixed), an unrecorded start, or one that is not this one.
+        self.elsewhere = not (
+            len(listed) == 1
+            and not self.recorded.get("unrecorded")  # type: ignore[union-attr]
+            and builds.same_bits(listed[0], self.here)
         )
+        self.compared = self.differing = self.max_ulps = 0
+        self.max_relative, self.worst = 0.0, ""
+
+    def values(self, metric: str, point_ids, start: int, stored: np.ndarray, mine: np.ndarray) -> None:
+        """Compares the stored values of trials [start, …) of a group's points with the recomputed."""
+        self.compared += stored.size
+        if stored.dtype == mine.dtype and stored.shape == mine.shape and stored.tobytes() == mine.tobytes():
+            return
+        if stored.shape != mine.shape or stored.dtype != mine.dtype:
+            raise ValueError(
+                f"{self.out_dir}: metric {metric!r} is {stored.dtype}{list(stored.shape)} stored, "
+                f"{mine.dtype}{list(mine.shape)} recomputed: not what this code computes"
+            )
+        found = gap(stored, mine)
+        if not self.elsewhere or found.far is not None:
+            row, column = found.far if self.elsewhere and found.far else _first_difference(stored, mine)
+            raise ValueError(
+                f"{self.out_dir}: metric {metric!r} of point {point_ids[row]}, trial {start + column} is stored as "
+                f"{stored[row, column].ravel()[:3].tolist()}, recomputed as {mine[row, column].ravel()[:3].tolist()}: "
+                "the stored values are not what the run's seed and code compute"
+                + (
+                    f" (more than {FEW_ULPS} ulp apart: values differ, not the last bits of another build)"
+                    if self.elsewhere
+                    else ""
+                )  # fmt: skip
+            )
+        self._near(metric, found.differing, found.max_ulps, found.max_relative)
+
+    def sums(self, metric: str, what: str, point_ids, trials: tuple[int, int], stored, mine, dtype) -> None:
+        """Compares a summary's stored field ``what`` (sums, counts) of trials ``trials`` with the
+        recomputed; a float sum of another build's values may differ by a few ulp of the metric's
+        ``dtype`` relative to it (its terms did), a count not at all."""
+        stored, mine = np.asarray(stored), np.asarray(mine)
+        self.compared += stored.size
+        if stored.shape == mine.shape and stored.dtype == mine.dtype and stored.tobytes() == mine.tobytes():
+            return
+        rows = [i for i in range(stored.shape[0]) if stored[i].tobytes() != mine[i].tobytes()] if stored.shape == mine.shape else [0]  # fmt: skip
+        relative = np.inf
+        if self.elsewhere and stored.shape == mine.shape and np.issubdtype(stored.dtype, np.floating):
+            x, y = stored.astype(np.float64), mine.astype(np.float64)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                apart = np.where(x == y, 0.0, np.abs(x - y) / np.maximum(np.abs(x), np.abs(y)))
+            relative = float(np.nan_to_num(apart, nan=np.inf).max())
+        eps = float(np.finfo(dtype).eps) if np.issubdtype(np.dtype(dtype), np.floating) else 0.0
+        if not (eps and relative <= FEW_ULPS * eps):
+            raise ValueError(
+                f"{self.out_dir}: metric {metric!r} of point {point_ids[rows[0]]}: the stored {what} of trials "
+                f"[{trials[0]}, {trials[1]}) is not what the run's seed and code compute (recomputed bit for bit)"
+            )
+        differing = int(np.count_nonzero(stored != mine))
+        self._near(f"{metric} ({what})", differing, int(np.ceil(relative / eps)), relative)
+
+    def _near(self, metric: str, differing: int, max_ulps: int, max_relative: float) -> None:
+        self.differing += differing
+        if max_ulps > self.max_ulps or (max_ulps == self.max_ulps and not self.worst):
+            self.worst = metric
+        self.max_ulps, self.max_relative = max(self.max_ulps, max_ulps), max(self.max_relative, max_relative)
+
+    def finish(self) -> None:
+        """Raises :class:`OtherBuild` where values differed by a few ulp (and none by more)."""
+        if not self.differing:
+            return
+        listed = self.recorded["builds"] if self.recorded else []
+        if not listed:
+            records = "the run records no build (written before builds were recorded)"
+        elif len(listed) > 1:
+            records = f"the run records {len(listed)} builds (mixed: {'; '.join(builds.short(b) for b in listed)})"
+        else:
+            records = f"the run records {builds.short(listed[0])}" + (
+                " and earlier trials of an unrecorded one" if self.recorded.get("unrecorded") else ""  # type: ignore[union-attr]
+            )
+        todo = (
+            f"; verify it with the run's build for a bit-for-bit check ({builds.remedy(listed[0], self.here)})"
+            if len(listed) == 1 and not builds.same_bits(listed[0], self.here)
+            else "; values of a build other than this one cannot be checked bit for bit here"
+        )
+        raise OtherBuild(
+            f"{self.out_dir}: computed by another JAX or processor: {self.differing:,} of {self.compared:,} "
+            f"recomputed values differ from the stored ones, by at most {self.max_ulps} ulp ({self.max_relative:.1e} "
+            f"relative, in {self.worst}), none by more; {records}, this is {builds.short(self.here)}"
+            + (builds.feature_note(listed[0], self.here) if len(listed) == 1 else "")
+            + todo
+        )
+
+
+def _first_difference(stored: np.ndarray, mine: np.ndarray) -> tuple[int, int]:
+    """(row, column) of the first (point, trial) whose stored and recomputed bits differ."""
     same = (stored.view(np.uint8).reshape(stored.shape[:2] + (-1,)) == mine.view(np.uint8).reshape(mine.shape[:2] + (-1,))).all(-1)  # fmt: skip
     row, column = (int(i[0]) for i in np.nonzero(~same))
-    raise ValueError(
-        f"{out_dir}: metric {metric!r} of point {point_ids[row]}, trial {start + column} is stored as "
-        f"{stored[row, column].ravel()[:3].tolist()}, recomputed as {mine[row, column].ravel()[:3].tolist()}: the "
-        "stored values are not what the run's seed and code compute"
-    )
+    return row, column

@@ -20,6 +20,7 @@ def merge(
     partial: bool = False,
     experiment: str | None = None,
     imports: Sequence[str] = (),
+    mix_builds: bool = False,
 ) -> str:
     """Merges the shards of one run (``jaxfed run NAME --trials N --shard I/M``, in any order) into
     ``out_dir``: metrics.npz and verdicts.json equal to the one-process run's byte for byte
@@ -38,14 +39,17 @@ def merge(
         experiment: the user or plugin experiment that wrote the shards (``path/file.py:NAME``;
             a result directory never runs the code it names); built-in ones are found by name.
         imports: the user files the shards were run with (``--import``).
+        mix_builds: merge shards computed by different builds (JAX, jaxlib, backend or processor:
+            :mod:`jaxfed.builds`), whose values differ in the last bits, instead of refusing; the
+            merged ``build.json`` lists them all and says ``"mixed": true``.
 
     Raises:
         ValueError: one line naming what is wrong (a directory that is not a verified, finished
-            shard, shards of different runs, a shard given twice or missing, ``out_dir`` an input
-            or another run).
+            shard, shards of different runs or builds, a shard given twice or missing, ``out_dir``
+            an input or another run).
     """
     start = time.perf_counter()
-    run = sharding.merged(shard_dirs, out_dir, partial=partial, experiment=experiment, imports=imports)
+    run = sharding.merged(shard_dirs, out_dir, partial=partial, experiment=experiment, imports=imports, mix_builds=mix_builds)  # fmt: skip
     section = report.section(run.exp, run.cfg, run.config_json, run.results, time.perf_counter() - start)
     if run.left_out:
         shown = ", ".join(f"{i}/{run.count}" for i in run.left_out)

@@ -208,11 +208,10 @@ def _figure(out_dir: str, relative: str, name: str, caption: str) -> str:
     candidates = [os.path.join(out_dir, relative), os.path.join(out_dir, os.path.basename(relative))]
     data = None
     for path in candidates:
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
+        try:  # (a FIFO, device or link in place of the figure is no figure: never waited on or followed)
+            data = store.read_regular(path)
             break
-        except OSError:
+        except (OSError, store.StoreError):
             continue
     ident = anchor("fig", name)
     if data is None or not data.startswith(_PNG_SIGNATURE):

@@ -4,6 +4,9 @@ Layout of ``out_dir`` (every name is built here; no name is ever read from a fil
 
 - ``identity.json``: what identifies the run (the caller's identity plus the seed, common random
   numbers and :data:`STORE_FORMAT`). The trial count is not part of it, so a run can grow.
+- ``build.json`` (:data:`BUILD_FILE`): the builds that computed its trials (JAX, jaxlib, backend,
+  processor: :mod:`jaxfed.builds`), apart from the identity so that directories written before it
+  was recorded keep their identity digest, which every chunk header carries.
 - ``chunks/g{G}_t{START}_{STOP}.npz`` (raw mode): trials [START, STOP) of every point of group G.
 - ``chunks/summary_g{G}.npz`` (summary mode): the summary state of group G after trials [0, STOP):
   counts, histograms and the binary counter of float64 sums over the whole blocks of
@@ -51,7 +54,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jaxfed import stats
+from jaxfed import builds, stats
 
 STORE_FORMAT = 5
 """Version of the layout above; a directory written by another version is refused as another configuration."""
@@ -77,7 +80,7 @@ _RAW_NAME = re.compile(r"g(\d{3,})_t(\d{10})_(\d{10})\.npz")
 _SUMMARY_NAME = re.compile(r"summary_g(\d{3,})\.npz")
 # Temporary files of atomic writes (name.PID.tmp) of the files this package writes, nothing else.
 _TMP_NAME = re.compile(
-    r"(identity\.json|config\.json|metrics\.npz|report\.md|verdicts\.json|\.user-code-running|[A-Za-z0-9][A-Za-z0-9._-]*\.png"
+    r"(identity\.json|build\.json|config\.json|metrics\.npz|report\.md|verdicts\.json|\.user-code-running|[A-Za-z0-9][A-Za-z0-9._-]*\.png"
     r"|g\d{3,}_t\d{10}_\d{10}\.npz|summary_g\d{3,}\.npz)\.\d+\.tmp"
 )
 _HINT = "delete it or use --overwrite (overwrite=True) to recompute it"
@@ -89,6 +92,14 @@ class StoreError(ValueError):
 
 class ConfigMismatch(StoreError):
     """An output directory already holds a run with a different configuration."""
+
+
+class BuildMismatch(ConfigMismatch):
+    """An output directory holds trials computed by another build (JAX, jaxlib, backend or processor)."""
+
+
+BUILD_FILE = "build.json"
+"""The file of a result directory that records which builds computed its trials (:func:`read_builds`)."""
 
 
 class GroupSpec(NamedTuple):
@@ -446,6 +457,91 @@ def stored_identity(out_dir: str) -> dict | None:
     return stored if isinstance(stored, dict) else None
 
 
+# --------------------------------------------------------------------------- builds
+def read_builds(out_dir: str) -> dict | None:
+    """The builds record of a result directory (its ``build.json``), or None where it has none (a
+    directory written before builds were recorded, or one that never computed a trial).
+
+    The record is ``{"builds": [build, …], "mixed": bool}``: every build (:func:`jaxfed.builds.this_build`)
+    that computed trials here, in the order they came, ``mixed`` when there is more than one (only
+    ever with ``mix_builds``), and ``"unrecorded": true`` when the directory held trials before its
+    builds were recorded (by a build nobody wrote down).
+
+    Raises:
+        StoreError: ``build.json`` is a link, unreadable or not such a record (one line naming it).
+    """
+    path = os.path.join(out_dir, BUILD_FILE)
+    if not os.path.lexists(path):
+        return None
+    check_no_link(path)
+    record = _read_json(path)
+    listed = record.get("builds") if isinstance(record, dict) else None
+    if not (isinstance(listed, list) and all(isinstance(b, dict) for b in listed)):
+        raise StoreError(f'{path}: is not a record of builds (a JSON object with a list "builds"); {_HINT}')
+    return record
+
+
+def builds_record(listed: list, unrecorded: bool = False) -> dict:
+    """The ``build.json`` of the builds ``listed`` (each once, in order; see :func:`read_builds`)."""
+    distinct: list = []
+    for build in listed:
+        if not any(builds.same_bits(build, b) for b in distinct):
+            distinct.append(build)
+    record: dict = {"builds": distinct, "mixed": len(distinct) > 1}
+    if unrecorded:
+        record["unrecorded"] = True
+    return record
+
+
+def build_refusal(where: str, stored: dict, here: dict) -> str:
+    """The one line that refuses to add trials of the build ``here`` to ``where`` (a directory),
+    whose trials the build ``stored`` computed: both builds, what differs and what to do."""
+    return (
+        f"{where} holds trials computed by {builds.short(stored)}, this is {builds.short(here)}"
+        + builds.feature_note(stored, here)
+        + ": the same seed gives other last bits there; run it with the run's build "
+        f"({builds.remedy(stored, here)}), use another --out directory, or pass --mix-builds (mix_builds=True) to "
+        "add this build's trials and record the run as mixed"
+    )
+
+
+def jax_refusal(where: str, stored_jax: dict, here: dict, differing: list[str]) -> str:
+    """The one line that refuses a run whose trial programs differ from those ``where`` holds, which
+    a JAX of another version (``stored_jax``'s ``jax`` and ``jaxlib``) traced: mixing is impossible."""
+    there = f"jax {stored_jax.get('jax')} (jaxlib {stored_jax.get('jaxlib') or stored_jax.get('jax')})"
+    pip = builds.remedy(
+        dict(here, jax=stored_jax.get("jax"), jaxlib=stored_jax.get("jaxlib") or stored_jax.get("jax")), here
+    )
+    return (
+        f"{where} holds a run computed by {there}, whose trial programs this jax {here.get('jax')} (jaxlib "
+        f"{here.get('jaxlib')}) traces differently (differs in {'; '.join(differing)}): the JAX version is the cause, "
+        f"and trials of two JAX versions cannot be mixed; run with the run's versions ({pip}), or use another --out "
+        "directory (--overwrite discards the run)"
+    )
+
+
+def recorded_jax(out_dir: str) -> dict | None:
+    """``{"jax", "jaxlib"}`` of the build that computed the run in ``out_dir`` (its first recorded
+    build; for a directory written before builds were recorded, config.json's ``versions``, which
+    name JAX but not jaxlib), or None where nothing says."""
+    try:
+        record = read_builds(out_dir)
+        if record and record["builds"]:
+            first = record["builds"][0]
+            return {"jax": first.get("jax"), "jaxlib": first.get("jaxlib")}
+        path = os.path.join(out_dir, "config.json")
+        config = _read_json(path) if os.path.isfile(path) and not os.path.islink(path) else None
+    except StoreError:
+        return None
+    versions = config.get("versions") if isinstance(config, dict) else None
+    jax_version = versions.get("jax") if isinstance(versions, dict) else None
+    return {"jax": jax_version, "jaxlib": None} if isinstance(jax_version, str) else None
+
+
+def _programs_only(differing: list[str]) -> bool:
+    return bool(differing) and all(line.startswith("programs") for line in differing)
+
+
 # --------------------------------------------------------------------------- a finished run's record
 RECORD_KEYS = ("experiment", "parameters", "points", "seed", "dtype")
 """What a run's config.json must state exactly as its identity.json does."""
@@ -640,11 +736,16 @@ class Store:
         first_trial: a shard's first trial (a multiple of the sum block): its summaries hold
             trials [first_trial, n) (:func:`jaxfed.stats.summary.range_state`); raw chunks are
             named by their trials whoever computed them.
+        build: the build this process computes with (:func:`jaxfed.builds.this_build`), which
+            :meth:`claim_build` records; None for a run that computes nothing (a merge's).
+        mix_builds: :meth:`claim_build` adds this build's trials to another build's instead of
+            refusing; without it, ``overwrite`` discards another build's trials when it opens.
 
     Raises:
         StoreError: ``out_dir`` cannot be created or written, or ``identity.json`` is unreadable.
         ConfigMismatch: the directory holds another configuration (the message names every
-            differing key with both values).
+            differing key with both values; where only the trial programs differ and the stored
+            run's JAX is another version, it says that this is the cause).
     """
 
     def __init__(
@@ -655,8 +756,11 @@ class Store:
         note=lambda message: None,
         aliases=(),
         first_trial: int = 0,
+        build: dict | None = None,
+        mix_builds: bool = False,
     ):
         self.dir, self.overwrite, self.note = out_dir or "", overwrite, note  # "": nothing is stored
+        self.build, self.mix_builds = build, mix_builds
         self.first_trial = first_trial  # a shard's: its summaries cover trials [first_trial, n)
         self.digest = identity_digest(identity)
         if out_dir is None:
@@ -688,16 +792,75 @@ class Store:
                     self.digest = identity_digest(identity)
                 if stored != identity:
                     if stored is not None and not overwrite:
-                        raise ConfigMismatch(
-                            f"{out_dir} holds a run with a different configuration (differs in "
-                            + "; ".join(describe_differences(stored, identity))
-                            + "); use another --out directory or --overwrite to discard it"
-                        )
+                        raise ConfigMismatch(self._mismatch(stored, identity))
                     self._discard_all()
+                elif overwrite and not mix_builds and self._other_build():
+                    self._discard_all("of another build")  # (--overwrite: trials of another build are not used)
             atomic_write_json(path, identity)
         except BaseException:  # a refused directory is not left locked
             self.close()
             raise
+
+    def _mismatch(self, stored: dict, identity: dict) -> str:
+        """The one line refusing a directory that holds the identity ``stored``, not ``identity``:
+        the differing keys; where only the trial programs differ and the run's JAX is another
+        version than this one's, that the JAX version is the cause (:func:`jax_refusal`)."""
+        differing = describe_differences(stored, identity)
+        if _programs_only(differing) and self.build is not None:
+            there = recorded_jax(self.dir)
+            if there is not None and there.get("jax") != self.build.get("jax"):
+                return jax_refusal(self.dir, there, self.build, differing)
+        return (
+            f"{self.dir} holds a run with a different configuration (differs in "
+            + "; ".join(differing)
+            + "); use another --out directory or --overwrite to discard it"
+        )
+
+    def _other_build(self) -> bool:
+        """Whether the directory records builds, none of them this store's."""
+        try:
+            record = read_builds(self.dir)
+        except StoreError:
+            return False  # (claim_build writes it anew, with overwrite)
+        listed = record["builds"] if record else []
+        return self.build is not None and bool(listed) and not any(builds.same_bits(self.build, b) for b in listed)
+
+    def claim_build(self) -> None:
+        """Records this store's build (``build``) among those that computed the directory's trials,
+        before it computes any: a no-op where it is recorded already, or without a build.
+
+        A directory written before builds were recorded grows as it always did (its record then
+        says ``"unrecorded": true`` when it held trials); one that holds trials of another build
+        is refused, unless ``mix_builds`` (``--mix-builds``): then the record lists both and says
+        ``"mixed": true``.
+
+        Raises:
+            BuildMismatch: another build computed the stored trials (one line: both builds, what
+                to do), and not ``mix_builds``.
+            StoreError: ``build.json`` is unreadable (with ``overwrite`` it is written anew).
+        """
+        if not self.dir or self.build is None:
+            return
+        try:
+            record = read_builds(self.dir)
+        except StoreError:
+            if not self.overwrite:
+                raise
+            record = None
+        if record is None:
+            record = builds_record([], unrecorded=bool(self._chunks()))
+        listed = record["builds"]
+        if any(builds.same_bits(self.build, b) for b in listed):
+            return
+        if listed and not self.mix_builds:
+            raise BuildMismatch(build_refusal(self.dir, listed[0], self.build))
+        if listed:
+            self.note(
+                f"{self.dir}: adding trials of {builds.short(self.build)} to those of {builds.short(listed[0])} (--mix-builds)"
+            )
+        atomic_write_json(
+            os.path.join(self.dir, BUILD_FILE), builds_record([*listed, self.build], bool(record.get("unrecorded")))
+        )
 
     @staticmethod
     def _check_is_a_result_directory(out_dir: str, overwrite: bool) -> None:
@@ -739,11 +902,11 @@ class Store:
                 if _TMP_NAME.fullmatch(name) and (os.path.islink(path) or os.path.isfile(path)):
                     _remove(path)  # a link itself, never its target
 
-    def _discard_all(self) -> None:
-        self.note(f"{self.dir}: discarding the stored results of another configuration")
+    def _discard_all(self, of: str = "of another configuration") -> None:
+        self.note(f"{self.dir}: discarding the stored results {of}")
         for chunk in self._chunks():
             _remove(os.path.join(self.chunks, chunk.name))
-        for name in ("manifest.json", "config.json", "metrics.npz"):  # manifest.json: store format 1
+        for name in ("manifest.json", "config.json", "metrics.npz", BUILD_FILE):  # manifest.json: store format 1
             if os.path.lexists(os.path.join(self.dir, name)):
                 _remove(os.path.join(self.dir, name))
 
@@ -893,7 +1056,7 @@ def remove_empty(out_dir: str, keep: tuple = ()) -> None:
     try:
         entries = set(os.listdir(out_dir))
         chunks = chunk_dir(out_dir)
-        if not entries <= {"identity.json", ".lock", CHUNK_DIR, *keep} or (
+        if not entries <= {"identity.json", BUILD_FILE, ".lock", CHUNK_DIR, *keep} or (
             os.path.isdir(chunks) and os.listdir(chunks)
         ):
             return

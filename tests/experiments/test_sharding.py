@@ -196,6 +196,29 @@ def test_shards_of_another_platform_merge_here(one_process, tmp_path, monkeypatc
         )
 
 
+def test_shards_of_different_builds_merge_only_with_mix_builds(capsys, one_process, tmp_path, monkeypatch):
+    """A shard computed by another build (simulated: its record names another processor) is refused
+    in one line naming both shards and builds; with --mix-builds the merge goes on, the one-process
+    run's bytes (the values are this machine's), and build.json lists both builds as mixed."""
+    from jaxfed import builds
+
+    real = builds.this_build
+    paths = [sharding.run_shard(NAME, N, Shard(0, 2), str(tmp_path / "s0"), sets=SMALL[NAME], keep="raw")]
+    monkeypatch.setattr(builds, "this_build", lambda backend=None: dict(real(backend), processor="Simulated CPU"))
+    paths.append(sharding.run_shard(NAME, N, Shard(1, 2), str(tmp_path / "s1"), sets=SMALL[NAME], keep="raw"))
+    monkeypatch.undo()
+    assert json.load(open(os.path.join(paths[1], "build.json")))["builds"][0]["processor"] == "Simulated CPU"
+    err = _merge_error(capsys, *paths, "--out", str(tmp_path / "m"))
+    assert f"merge: {paths[1]} (shard 1/2) was computed by jax" in err and "cpu Simulated CPU" in err
+    assert f"{paths[0]} (shard 0/2) by jax" in err and "the same seed gives other last bits on each" in err
+    assert "or pass --mix-builds (mix_builds=True) to merge them and record the run as mixed" in err
+    out = str(tmp_path / "mixed")
+    assert cli.main(["merge", *paths, "--out", out, "--mix-builds", "--quiet"]) == 0
+    record = json.load(open(os.path.join(out, "build.json")))
+    assert record["mixed"] is True and [b["processor"] for b in record["builds"]] == [real()["processor"], "Simulated CPU"]  # fmt: skip
+    assert open(os.path.join(out, "metrics.npz"), "rb").read() == open(one_process / "raw" / "metrics.npz", "rb").read()  # fmt: skip
+
+
 def test_a_run_from_its_store_alone_refuses_what_it_lacks(tmp_path):
     """``stored_only`` computes nothing: a store that lacks trials, or no store, is one line."""
     from support import POINTS, trial
@@ -250,6 +273,39 @@ def test_merge_refuses_shards_of_different_runs(capsys, tmp_path, three_shards):
     cut = str(tmp_path / "cut2")
     _run("--keep", "raw", "--shard", "1/2", "--out", cut, "--chunk-size", "128")
     assert "cut into different counts" in _merge_error(capsys, three_shards[0], cut, "--out", str(tmp_path / "m"))
+
+
+def _as_if_traced_by_another_jax(path: str) -> None:
+    """The shard in ``path`` as another JAX would have left it: other trial programs in its identity
+    (every chunk header and the record re-signed to it) and that JAX's version in build.json."""
+    from jaxfed.store import rundir
+
+    identity = json.load(open(os.path.join(path, "identity.json")))
+    identity["programs"] = ["0" * 64 for _ in identity["programs"]]
+    store.atomic_write_json(os.path.join(path, "identity.json"), identity)
+    digest = store.identity_digest(identity)
+    for chunk in store.list_chunks(path):
+        file = os.path.join(store.chunk_dir(path), chunk.name)
+        meta, arrays, _ = store._unpack(file)
+        meta = {k: v for k, v in meta.items() if k not in ("sha256", "arrays")} | {"identity": digest}
+        store.atomic_write_bytes(file, store._pack(meta, arrays))
+    record = json.load(open(os.path.join(path, "config.json")))
+    record["identity_sha256"] = digest
+    record["record_sha256"] = rundir.record_digest(record)
+    store.atomic_write_json(os.path.join(path, "config.json"), record)
+    builds = json.load(open(os.path.join(path, "build.json")))
+    builds["builds"][0].update(jax="0.6.2", jaxlib="0.6.2")
+    store.atomic_write_json(os.path.join(path, "build.json"), builds)
+
+
+def test_merge_says_when_the_jax_version_is_why_shards_differ(capsys, tmp_path, three_shards):
+    other = str(tmp_path / "jax-0.6.2")
+    shutil.copytree(three_shards[1], other)
+    _as_if_traced_by_another_jax(other)
+    err = _merge_error(capsys, three_shards[0], other, three_shards[2], "--out", str(tmp_path / "m"))
+    assert f"merge: {other} (shard 1/3) was computed by jax 0.6.2, {three_shards[0]} (shard 0/3) by jax " in err
+    assert "which trace the trials to other programs (differs in programs[0]: " in err
+    assert "the JAX version is the cause, and shards of two JAX versions cannot be merged" in err
 
 
 def test_merge_refuses_what_is_not_a_finished_shard(capsys, tmp_path, one_process, three_shards):

@@ -18,6 +18,7 @@ FLOORS = (
     (
         "jaxfed._version",
         "jaxfed._deprecation",
+        "jaxfed.builds",
         "jaxfed.jaxcompat",
         "jaxfed.numerics",
         "jaxfed.registry",
