@@ -87,20 +87,36 @@ def _as_bits(x):
     return x.view(np.int32 if x.dtype == np.float32 else np.int64)
 
 
+SHAPED_ERF_INV_ULPS = 0 if tuple(int(p) for p in jax.__version__.split(".")[:2]) >= (0, 10) else 4
+"""How far jax.random.normal on a shaped array may be from the flat draws of standard_normal: 0 (bit
+for bit) from JAX 0.10 (measured on 0.10.2 and 0.12.1); on JAX 0.7.2 and 0.8.0 XLA's CPU erf⁻¹
+rounds a short last axis's loop and the flat loop differently, by at most 3 ulps (measured) in about 1% of
+the draws of a (20, 11) shape (measured)."""
+
+
+def _assert_same_draws(got, want, ulps: int) -> None:
+    if ulps == 0:
+        np.testing.assert_array_equal(_as_bits(got), _as_bits(want))
+    else:
+        assert np.abs(_as_bits(got).astype(np.int64) - _as_bits(want).astype(np.int64)).max() <= ulps
+
+
 @pytest.mark.parametrize("shape", [(1,), (3,), (20, 11), (7, 3, 5), (2, 1), (1000,)])
 def test_standard_normal_is_jax_random_normal_bit_for_bit(shape):
     """The unrolled-Threefry path reproduces jax.random.normal exactly: eager, jitted and vmapped over
-    keys (the layout of the experiments), for keys from key(), fold_in and split."""
+    keys (the layout of the experiments), for keys from key(), fold_in and split (within
+    :data:`SHAPED_ERF_INV_ULPS` on JAX before 0.10, for a shape whose last axis is short)."""
+    ulps = SHAPED_ERF_INV_ULPS if len(shape) > 1 else 0
     keys = [jax.random.key(0), jax.random.fold_in(jax.random.key(7), 2**31 + 5), jax.random.split(jax.random.key(3))[1]]
     for key in keys:
         got = numerics.standard_normal(key, shape, jnp.float32)
         want = jax.random.normal(key, shape, jnp.float32)
         assert got.shape == want.shape and got.dtype == want.dtype
-        np.testing.assert_array_equal(_as_bits(got), _as_bits(want))
+        _assert_same_draws(got, want, ulps)
     batch = jax.random.split(jax.random.key(11), 257)
     got = jax.jit(jax.vmap(lambda k: numerics.standard_normal(k, shape, jnp.float32)))(batch)
     want = jax.jit(jax.vmap(lambda k: jax.random.normal(k, shape, jnp.float32)))(batch)
-    np.testing.assert_array_equal(_as_bits(got), _as_bits(want))
+    _assert_same_draws(got, want, ulps)
 
 
 def test_standard_normal_extreme_uniforms_and_raw_keys():
