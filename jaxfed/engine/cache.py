@@ -83,7 +83,6 @@ class _RunsInProcess:
     def __init__(self):
         self.lock = threading.Lock()
         self.count = 0
-        self.path: str | None = None  # the cache the runs use (a scratch one where theirs is off)
         self.asked: str | None = None  # the one the first run asked for (None: off or unusable)
         self.previous: tuple = ()
         self.scratch: str | None = None
@@ -112,11 +111,11 @@ def compilation_cache(option: str | None = None, note=lambda message: None):
                 jax.config.jax_compilation_cache_dir,  # type: ignore[attr-defined]
                 jax.config.jax_persistent_cache_min_compile_time_secs,  # type: ignore[attr-defined]
             )
-            _runs.asked = _runs.path = use_compilation_cache(option, note)
+            _runs.asked = use_compilation_cache(option, note)
             _runs.scratch = None
-            if _runs.path is None:
+            if _runs.asked is None:
                 try:
-                    _runs.scratch = _runs.path = tempfile.mkdtemp(prefix="jaxfed-run-cache-")
+                    _runs.scratch = tempfile.mkdtemp(prefix="jaxfed-run-cache-")
                     use_compilation_cache(_runs.scratch)
                 except OSError:  # (no temporary directory: each host device compiles its own)
                     _runs.scratch = None
@@ -140,7 +139,7 @@ def compilation_cache(option: str | None = None, note=lambda message: None):
                     jax_cache.reset_cache()
                 if _runs.scratch is not None:
                     shutil.rmtree(_runs.scratch, ignore_errors=True)
-                _runs.scratch = _runs.path = _runs.asked = None
+                _runs.scratch = _runs.asked = None
 
 
 @contextlib.contextmanager
