@@ -42,7 +42,9 @@ from scaling import cli_run  # noqa: E402
 
 from jaxfed import engine  # noqa: E402
 from jaxfed.engine.points import group_points  # noqa: E402
-from jaxfed.experiments import REGISTRY, gfvl_topologies, make_config  # noqa: E402
+from jaxfed.experiment import make_config  # noqa: E402
+from jaxfed.experiments import REGISTRY  # noqa: E402
+from jaxfed.experiments.gfvl import topologies as gfvl_topologies
 from jaxfed.gfvl import graphs
 
 

@@ -5,7 +5,7 @@ gfvl-topologies, the paper's Fig. 3), compile included:
 
 - ``one_process``: ``jaxfed run NAME --trials N --out D1`` in a subprocess, as a user types it (every
   core a host device), on an empty compilation cache: the process's wall seconds;
-- ``dask``: the same run through ``jaxfed.experiments.distributed.run_on_dask`` on a scheduler and
+- ``dask``: the same run through ``jaxfed.runs.distributed.run_on_dask`` on a scheduler and
   ``--workers`` worker processes of one thread each (one host device each), started here on
   localhost with their own empty compilation cache: the seconds of the call (the workers import
   JAX and jaxfed during their first task, which counts; the caller merges the shards, which counts
@@ -41,8 +41,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import add_common_arguments, machine, write_json  # noqa: E402
 from scaling import cli_run  # noqa: E402
 
-from jaxfed.experiments import REGISTRY, make_config  # noqa: E402
-from jaxfed.experiments import distributed as on_dask  # noqa: E402
+from jaxfed.experiment import make_config  # noqa: E402
+from jaxfed.experiments import REGISTRY  # noqa: E402
+from jaxfed.runs import distributed as on_dask  # noqa: E402
 
 TARGET = 0.8
 """Issue 46: two local workers through the engine at >= 0.8x the throughput of one `jaxfed run`."""

@@ -22,7 +22,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from common import machine, write_json  # noqa: E402
 
-from jaxfed.experiments import gfvl_logistic, make_config  # noqa: E402
+from jaxfed.experiment import make_config  # noqa: E402
+from jaxfed.experiments.gfvl import logistic as gfvl_logistic
 from jaxfed.gfvl import expfam, logistic, natgrad  # noqa: E402
 
 

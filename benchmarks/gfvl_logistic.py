@@ -221,7 +221,7 @@ def main(argv=None):
     overrides = {"n_slots": "20" if args.quick else "200", "rho": "0.03"}
     if args.quick:
         args.trials, args.loop_trials, args.vector_trials, args.repeats = 8, 1, 4, 1
-    from jaxfed.experiments import make_config
+    from jaxfed.experiment import make_config
 
     cfg = make_config(gfvl_logistic.Config, overrides)
     problem = gfvl_logistic.prepare(cfg)

@@ -46,7 +46,8 @@ from common import (  # noqa: E402
 from oac_channel import numpy_explicit  # noqa: E402
 
 from jaxfed import engine  # noqa: E402
-from jaxfed.experiments import kmeans_mall, kmeans_trials  # noqa: E402
+from jaxfed.experiments import kmeans_trials  # noqa: E402
+from jaxfed.experiments.kmeans import mall as kmeans_mall
 
 DIGITS = 4
 

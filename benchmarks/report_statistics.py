@@ -88,7 +88,7 @@ def loop_seconds(n_trials: int, loop_trials: int) -> float:
     sys.path.insert(0, HERE)
     from gfvl_conjugate import numpy_loop
 
-    from jaxfed.experiments import gfvl_topologies
+    from jaxfed.experiments.gfvl import topologies as gfvl_topologies
     from jaxfed.gfvl import graphs
 
     cfg = gfvl_topologies.Config()

@@ -94,7 +94,7 @@ from common import (  # noqa: E402
 
 def device_child(n_devices: int, trials: int, repeats: int) -> dict:
     from jaxfed import engine
-    from jaxfed.experiments import gfvl_topologies
+    from jaxfed.experiments.gfvl import topologies as gfvl_topologies
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
     width = experiment_width(gfvl_topologies.EXPERIMENT)
@@ -129,7 +129,7 @@ def cli_run(args: list, cache_dir: str) -> dict:
 def kernel_throughput(trials: int, repeats: int) -> float:
     """Trials per second of the bare chunk function of gfvl-topologies (all points), compile excluded."""
     from jaxfed import engine
-    from jaxfed.experiments import gfvl_topologies
+    from jaxfed.experiments.gfvl import topologies as gfvl_topologies
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
     width = experiment_width(gfvl_topologies.EXPERIMENT)  # the CLI's, which the sweep it is set against runs
@@ -157,7 +157,7 @@ def raw_bytes_per_trial() -> int:
     """Bytes of one gfvl-topologies trial's raw metrics, all points."""
     import jax
 
-    from jaxfed.experiments import gfvl_topologies
+    from jaxfed.experiments.gfvl import topologies as gfvl_topologies
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
     shapes = jax.eval_shape(sweep.trial, jax.random.key(0), sweep.points[0])
@@ -206,7 +206,7 @@ def summary_and_raw(args, out, cache) -> dict:
     """The summary sweep through the CLI (minus the fixed cost of a 64-trial run, same cache: warm)
     and raw mode without --out, each against the kernel."""
     from jaxfed import engine
-    from jaxfed.experiments import gfvl_topologies
+    from jaxfed.experiments.gfvl import topologies as gfvl_topologies
 
     width = experiment_width(gfvl_topologies.EXPERIMENT)  # the CLI's: the in-process runs below use it too
 
@@ -313,7 +313,7 @@ def summary_in_process(args, cache) -> dict:
     import jax
 
     from jaxfed import engine
-    from jaxfed.experiments import gfvl_topologies
+    from jaxfed.experiments.gfvl import topologies as gfvl_topologies
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
     width = experiment_width(gfvl_topologies.EXPERIMENT)
@@ -453,7 +453,7 @@ def target_comparison(args, out, cache, work) -> dict:
     fixed_run = cli_run(
         ["run", "kmeans-snr", *common, "--trials", str(n_fixed), "--keep", "summary", *out("snr-fixed")], cache("snr")
     )
-    from jaxfed.experiments import load_results
+    from jaxfed.store.rundir import load_results
 
     _, metrics = load_results(os.path.join(work, "snr-fixed"))
     fixed_se = metrics["loss"].se[:, args.snr_rounds - 1]
@@ -760,7 +760,7 @@ def main(argv=None):
         args.max_trials, args.device_trials, args.repeats = 10_000, 2_000, 2
 
     from jaxfed import engine
-    from jaxfed.experiments import gfvl_topologies
+    from jaxfed.experiments.gfvl import topologies as gfvl_topologies
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
     width = experiment_width(gfvl_topologies.EXPERIMENT)

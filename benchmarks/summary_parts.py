@@ -66,7 +66,7 @@ def part_functions(chunk: int):
     from jaxfed.engine.devices import make_mesh
     from jaxfed.engine.points import group_points
     from jaxfed.engine.sizing import trial_width
-    from jaxfed.experiments import gfvl_topologies
+    from jaxfed.experiments.gfvl import topologies as gfvl_topologies
 
     sweep = gfvl_topologies.build(gfvl_topologies.Config())
     # The width `jaxfed run gfvl-topologies` gives this run (the experiment's own, else the engine's rule), every row.

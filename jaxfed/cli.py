@@ -27,21 +27,15 @@ from jaxfed import store, validation
 from jaxfed.engine import cache, devices
 from jaxfed.engine.options import MAX_DEVICES as MAX_DEVICES  # (--devices at most; re-exported)
 from jaxfed.engine.options import RunOptions
-from jaxfed.experiments import (
-    REGISTRY,
-    catalog,
-    describe,
-    distributed,
-    get,
-    load_results,
-    make_config,
-    run_experiment,
-    sharding,
-    verifying,
-)
-from jaxfed.experiments.reproduce_progress import Overall, experiment_group
-from jaxfed.experiments.runner import calling_after, still_running
-from jaxfed.results import FORMATS, deciding, export_all, merging, report
+from jaxfed.experiment import make_config
+from jaxfed.experiments import REGISTRY
+from jaxfed.results import FORMATS, deciding, export_all, report
+from jaxfed.runs import catalog, distributed, identity, run_experiment, sharding, verifying
+from jaxfed.runs.catalog import find as get
+from jaxfed.runs.describe import describe
+from jaxfed.runs.reproduce import Overall, experiment_group
+from jaxfed.runs.runner import calling_after, still_running
+from jaxfed.store.rundir import load_results
 
 DEFAULT_OUT = "results"
 DEFAULT_MAX_TRIALS = 1_000_000  # trials per point at most in a precision-targeted run
@@ -71,7 +65,7 @@ def _cmd_show(args) -> int:
 
 
 def _get(name: str):
-    """:func:`jaxfed.experiments.get`, saying on stderr when a user file's import takes long."""
+    """:func:`jaxfed.runs.find`, saying on stderr when a user file's import takes long."""
     path, sep, _ = name.rpartition(":")
     if not (sep and path.endswith(".py")):
         return get(name)
@@ -236,7 +230,7 @@ def _cmd_run_shard(exp, args, n_trials: int) -> int:
 def _cmd_merge(args) -> int:
     """``jaxfed merge DIR... --out DIR``: the shards of one run joined into the one-process run's directory."""
     start = time.perf_counter()
-    out_dir = merging.merge(args.dirs, args.out, partial=args.partial, experiment=args.experiment, imports=args.imports, mix_builds=args.mix_builds)  # fmt: skip
+    out_dir = sharding.merge(args.dirs, args.out, partial=args.partial, experiment=args.experiment, imports=args.imports, mix_builds=args.mix_builds)  # fmt: skip
     if not _quiet(args):
         _say(f"merged {len(args.dirs)} shard directories in {time.perf_counter() - start:.1f} s")
     print(out_dir)
@@ -436,7 +430,7 @@ def _cmd_report(args) -> int:
 
 def _cmd_verify(args) -> int:
     """``jaxfed verify DIR``: exit status 0 when every value recomputes bit for bit, 1 when values
-    differ by a few ulp as another build's do (:class:`jaxfed.experiments.verifying.OtherBuild`), 2
+    differ by a few ulp as another build's do (:class:`jaxfed.runs.verifying.OtherBuild`), 2
     when values differ (an error line, as every other refusal)."""
     try:
         line = verifying.verify(args.dir, sample=args.sample, seed=args.seed, experiment=args.experiment, imports=args.imports)  # fmt: skip
@@ -473,7 +467,7 @@ def _plotting_experiment(out_dir: str, config_json: dict, named: str | None):
 def _check_code(out_dir: str, exp, cfg, config_json: dict) -> None:
     """ValueError unless the named experiment's code is the code that wrote ``out_dir`` (the
     digests of its files and its plugin's version, as in the run's identity)."""
-    current = catalog.code_identity(exp, cfg)
+    current = identity.code_identity(exp, cfg)
     stored = {k: config_json[k] for k in ("code", "plugin") if k in config_json}
     if current != stored:
         raise ValueError(

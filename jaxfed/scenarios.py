@@ -143,7 +143,7 @@ def tile_of(points: jax.Array, side, rows: int, cols: int, clip: bool = False) -
     The mall is the closed square [0, side]²; a point on its far edge belongs to the last tile.
     A point outside it is an error (ValueError for concrete points) unless ``clip`` assigns it to
     the nearest edge tile; a NaN point is always an error. Under jit, where nothing can raise,
-    such a point gets the owner −1, which :func:`jaxfed.kmeans.flat_data` turns into NaN
+    such a point gets the owner −1, which :func:`jaxfed.oac.kmeans.flat_data` turns into NaN
     coordinates (so the metrics show it instead of dropping it).
     """
     points = jnp.asarray(points)

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import gfvl, plotting, scenarios, stats, validation
-from jaxfed.experiments import Experiment, Sweep
+from jaxfed.experiment import Experiment, Sweep
 from jaxfed.gfvl import expfam, gossip, graphs, likelihoods
 
 

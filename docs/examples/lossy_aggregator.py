@@ -19,8 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed import kmeans, plotting
-from jaxfed.experiments import Experiment, Sweep
+from jaxfed import plotting
+from jaxfed.experiment import Experiment, Sweep
+from jaxfed.oac import kmeans
 from jaxfed.oac.aggregators import Aggregator
 from jaxfed.validation import check
 

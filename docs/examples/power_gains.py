@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import oac, plotting, stats
-from jaxfed.experiments import Experiment, Reading
-from jaxfed.experiments.kmeans_trials import SWEPT, MallConfig, final_values, mall_sweep, parse_channel_sweep
+from jaxfed.experiment import Experiment, Reading
+from jaxfed.experiments.kmeans.trials import SWEPT, MallConfig, final_values, mall_sweep, parse_channel_sweep
 
 
 def residual_gain_energy(key, numerals, beta, noise_var, symbol_energy, active, gain, spread_db):

@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxfed import oac
-from jaxfed.experiments import get
 from jaxfed.oac.channel import qpsk, resource_index
+from jaxfed.runs import find
 
 
 def rician_energy(key, numerals, beta, noise_var, symbol_energy, active, k_factor):
@@ -47,4 +47,4 @@ def rician_energy(key, numerals, beta, noise_var, symbol_energy, active, k_facto
 # The detector is the built-in unbiased one; the Rayleigh variance formula does not hold for κ > 0.
 oac.channel.register("rician", rician_energy, variance=None, params={"k_factor": 0.0})
 
-EXPERIMENT = get("kmeans-snr")
+EXPERIMENT = find("kmeans-snr")

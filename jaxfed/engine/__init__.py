@@ -66,7 +66,6 @@ and summary results, resume, pipelining), :mod:`~jaxfed.engine.target` (precisio
 :mod:`~jaxfed.engine.testing`: what benchmarks and tests reach inside for (not public).
 """
 
-from jaxfed import _deprecation
 from jaxfed.engine import testing as testing  # (not public: benchmarks and tests)
 from jaxfed.engine.cache import CACHE_ENV, CacheInfo, cache_info, clear_cache
 from jaxfed.engine.core import Plan, RunInfo, RunResult, execute, plan, run
@@ -98,18 +97,3 @@ __all__ = [
     "choose_width",
     "DeviceSpec",
 ]
-
-__getattr__ = _deprecation.forwarding(
-    __name__,
-    {
-        **dict.fromkeys(
-            ("chunk_function", "make_mesh", "MICRO_BATCH", "micro_batch_width", "default_memory_budget"),
-            "jaxfed.engine.testing",
-        ),
-        **dict.fromkeys(("use_compilation_cache", "compilation_cache_dir"), "jaxfed.engine.testing"),
-        **dict.fromkeys(("MAX_TRIALS", "RAW_LIMIT_BYTES"), "jaxfed.engine.core"),
-        **dict.fromkeys(("atomic_write_json", "atomic_savez"), "jaxfed.store"),
-        "Progress": "jaxfed.engine.progress",
-    },
-)
-"""The names that left the engine's face in 0.2, found at their new homes until 0.3."""

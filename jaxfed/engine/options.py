@@ -4,7 +4,7 @@ points and the trial count), checked once when it is made.
 Each option is declared once, as a field made by :func:`option`: its default, its documentation
 (``help``), its check (a :mod:`jaxfed.validation` function of a given value) and how the command
 line offers it. :func:`jaxfed.engine.run` takes the fields as keyword arguments,
-:func:`jaxfed.experiments.run_experiment` as ``options=`` or keyword arguments, the ``jaxfed run``
+:func:`jaxfed.runs.run_experiment` as ``options=`` or keyword arguments, the ``jaxfed run``
 and ``jaxfed reproduce`` arguments are generated from the fields, and config.json records them
 (``"options"``): a new field appears in all four places without another edit.
 """
@@ -66,7 +66,7 @@ def option(
             before any device is created).
         choices, metavar: as in argparse.
         record: written to config.json's ``"options"``.
-        experiments: the default of :func:`jaxfed.experiments.run_experiment` and the CLI where
+        experiments: the default of :func:`jaxfed.runs.run_experiment` and the CLI where
             it differs from the engine's (``keep``: ``"auto"``).
     """
     metadata = dict(
@@ -352,7 +352,7 @@ class RunOptions:
 
     @classmethod
     def for_experiments(cls, **given) -> RunOptions:
-        """The options of :func:`jaxfed.experiments.run_experiment` and the CLI: ``given`` over the
+        """The options of :func:`jaxfed.runs.run_experiment` and the CLI: ``given`` over the
         fields' experiment defaults (``keep="auto"``) over the engine's."""
         defaults = {f.name: f.metadata["experiments"] for f in dataclasses.fields(cls) if "experiments" in f.metadata}
         return cls(**{**defaults, **given})

@@ -2,7 +2,7 @@
 with elapsed time, trials done, rate and ETA; one-line notes above either; silent when disabled.
 
 :class:`Progress` is one run's (``engine.run``); ``jaxfed reproduce``'s over its experiments is
-:class:`jaxfed.experiments.reproduce_progress.Overall`, above the engine.
+:class:`jaxfed.runs.reproduce.Overall`, above the engine.
 """
 
 from __future__ import annotations

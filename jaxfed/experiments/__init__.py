@@ -1,58 +1,52 @@
-"""The reproduced experiments, by name (:func:`register`, :func:`get`, :func:`names`; the registry
-:data:`REGISTRY` is a :class:`jaxfed.registry.Registry`). Each module defines a config dataclass, a
-sweep (trial + points) and a plot (:mod:`jaxfed.experiments.spec`); :mod:`jaxfed.experiments.runner`
-runs them and writes the result directory (:mod:`jaxfed.store.rundir`). The trial layers they share,
-which a user's experiment may build on too, are
-:mod:`jaxfed.experiments.kmeans_trials` and :mod:`jaxfed.experiments.gfvl_trials`; ``jaxfed reproduce``'s
-progress over the experiments is :mod:`jaxfed.experiments.reproduce_progress`."""
+"""The built-in experiments: definitions only (what each one computes, plots and claims), by name.
+
+:data:`REGISTRY` (a :class:`jaxfed.registry.Registry`) holds the reproduced figures of the two
+papers, grouped by system: :mod:`jaxfed.experiments.gfvl` (G-FVL, docs/gfvl.md) and
+:mod:`jaxfed.experiments.kmeans` (wireless federated k-means, docs/kmeans.md). What an experiment
+is lives in :mod:`jaxfed.experiment`; how any experiment is run (found by name, a user's
+``file.py:NAME`` included, run, sharded, merged, verified) in :mod:`jaxfed.runs`.
+"""
 
 from __future__ import annotations
 
-from jaxfed.experiments import (
-    gfvl_graphs,
-    gfvl_heterogeneity,
-    gfvl_local_iters,
-    gfvl_logistic,
-    gfvl_topologies,
-    gfvl_unlearning,
-    gfvl_wallclock,
-    kmeans_ablation,
-    kmeans_channels,
-    kmeans_counts,
-    kmeans_mall,
-    kmeans_studies,
-)
-from jaxfed.experiments.catalog import describe, find
-from jaxfed.experiments.runner import run_experiment
-from jaxfed.experiments.spec import Experiment, Reading, Sweep, make_config
+from jaxfed.experiment import Experiment
+from jaxfed.experiments.gfvl import graphs as gfvl_graphs
+from jaxfed.experiments.gfvl import heterogeneity as gfvl_heterogeneity
+from jaxfed.experiments.gfvl import local_iters as gfvl_local_iters
+from jaxfed.experiments.gfvl import logistic as gfvl_logistic
+from jaxfed.experiments.gfvl import topologies as gfvl_topologies
+from jaxfed.experiments.gfvl import unlearning as gfvl_unlearning
+from jaxfed.experiments.gfvl import wallclock as gfvl_wallclock
+from jaxfed.experiments.kmeans import ablation as kmeans_ablation
+from jaxfed.experiments.kmeans import channels as kmeans_channels
+from jaxfed.experiments.kmeans import counts as kmeans_counts
+from jaxfed.experiments.kmeans import mall as kmeans_mall
+from jaxfed.experiments.kmeans import studies as kmeans_studies
 from jaxfed.registry import Registry
-from jaxfed.store.rundir import load_results
 
-__all__ = [
-    "REGISTRY",
-    "register",
-    "get",
-    "names",
-    "describe",
-    "Experiment",
-    "Reading",
-    "Sweep",
-    "make_config",
-    "run_experiment",
-    "load_results",
-]
+__all__ = ["REGISTRY", "register", "names"]
 
 REGISTRY: Registry[Experiment] = Registry("experiment", ", or give a user experiment as path/to/file.py:NAME")
 
 
 def register(experiment: Experiment) -> Experiment:
-    """Adds ``experiment`` under ``experiment.name`` (replacing one of that name; ``jaxfed list`` and
-    ``jaxfed run NAME`` then find it) and returns it."""
+    """Adds an experiment under its name (``jaxfed list`` and ``jaxfed run NAME`` then find it).
+
+    Args:
+        experiment: the :class:`~jaxfed.experiment.Experiment`; one of the same name is replaced.
+
+    Returns:
+        ``experiment``.
+    """
     return REGISTRY.register(experiment.name, experiment)
 
 
 def names() -> tuple[str, ...]:
-    """The registered experiments' names, built-ins first."""
+    """The registered experiments' names.
+
+    Returns:
+        The names, built-ins first, in the order they were registered.
+    """
     return REGISTRY.names()
 
 
@@ -76,9 +70,3 @@ for _experiment in (
     kmeans_channels.EXPERIMENT,
 ):
     register(_experiment)
-
-
-def get(name: str) -> Experiment:
-    """The experiment called ``name``: registered, a user's ``path/to/file.py:ATTRIBUTE`` or an installed
-    plugin (see :mod:`jaxfed.experiments.catalog`); ValueError listing the known names otherwise."""
-    return find(name, REGISTRY)

@@ -40,7 +40,7 @@ import numpy as np
 from jax import lax
 from jax.scipy.special import digamma, gammaln, polygamma
 
-from jaxfed import _deprecation, numerics, validation
+from jaxfed import numerics, validation
 from jaxfed.registry import Registry
 
 __all__ = [
@@ -499,7 +499,7 @@ def normal_natural(mean, variance) -> jax.Array:
 
 def normal_mean_precision(eta: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(m, p): mean m = η₁/p and precision p = −2η₂ of the Normal with natural parameter η (not its
-    moments: the second is 1/variance; ``normal_moments``, its name before, still works, deprecated)."""
+    moments: the second is 1/variance)."""
     p = -2.0 * eta[..., 1]
     return eta[..., 0] / p, p
 
@@ -991,10 +991,3 @@ def check_natural(family: ExpFamily, eta, name: str = "eta") -> None:
         inside = np.asarray(family.boundary_distance(jnp.asarray(eta))) > 0
     allowed = f"inside the natural-parameter domain of {family.name!r} (where its Fisher matrix is positive definite)"
     validation.check(name, eta.tolist(), bool(np.all(inside)), allowed)
-
-
-__getattr__ = _deprecation.forwarding(
-    __name__,
-    {"normal_moments": f"{__name__}:normal_mean_precision"},
-    reason="(which returns the mean and the precision, not moments) is renamed",
-)

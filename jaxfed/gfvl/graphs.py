@@ -14,7 +14,6 @@ a graph's name (``--set topologies=NAME``, gfvl-graphs' ``--set graphs=NAME``).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -412,31 +411,6 @@ def build(name: str, n_agents: int) -> np.ndarray:
 
 for _name, _builder in (("complete", complete), ("ring", ring), ("star", star), ("line", line)):
     _GRAPHS.register(_name, _builder)
-
-
-def by_name(name: str, n_agents: int) -> np.ndarray:
-    """Deprecated (a :class:`DeprecationWarning`; removed in the next minor version): :func:`build`."""
-    warnings.warn(
-        "jaxfed.gfvl.graphs.by_name is deprecated and will be removed in the next minor version; "
-        "use graphs.build(name, n_agents)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return build(name, n_agents)
-
-
-def __getattr__(name: str):
-    """``TOPOLOGIES``, deprecated (a :class:`DeprecationWarning`; removed in the next minor version): the
-    registry itself (it reads and writes like the dict it was); use :func:`names`, :func:`get`, :func:`register`."""
-    if name == "TOPOLOGIES":
-        warnings.warn(
-            "jaxfed.gfvl.graphs.TOPOLOGIES is deprecated and will be removed in the next minor version; "
-            "use graphs.names(), graphs.get(name) and graphs.register(name, builder)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return _GRAPHS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 FAMILIES = {

@@ -35,14 +35,13 @@ other families carry their own (:mod:`jaxfed.gfvl.expfam`).
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from jaxfed import _deprecation, numerics, validation
+from jaxfed import numerics, validation
 from jaxfed.gfvl import expfam
 
 # The Beta closed forms live with the family (its ``sample_score`` and ``fisher_solve`` fields);
@@ -103,27 +102,6 @@ def check_reparameterisable(family: expfam.ExpFamily) -> None:
         "a Gaussian family with a reparameterisation (ExpFamily.reparameterisation one of "
         f"{expfam.REPARAMETERISATIONS}) for baseline='reparameterisation'",
     )
-
-
-def __getattr__(name: str):
-    """``REPARAMETERISABLE``, deprecated (a :class:`DeprecationWarning`; removed in the next minor version):
-    the built-in Gaussian families' names; a family says it is one by its ``reparameterisation`` field
-    (:func:`reparameterisable`)."""
-    if name == "REPARAMETERISABLE":
-        warnings.warn(
-            "jaxfed.gfvl.natgrad.REPARAMETERISABLE is deprecated and will be removed in the next minor version; "
-            "use natgrad.reparameterisable(family) (a family's ExpFamily.reparameterisation field)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return expfam.REPARAMETERISATIONS
-    return _moved(name)
-
-
-_moved = _deprecation.forwarding(
-    __name__, dict.fromkeys(("beta_sample_score", "beta_fisher_solve"), "jaxfed.gfvl.expfam"), stacklevel=3
-)
-"""The Beta family's sampler and Fisher solve, re-exported here before 0.2, are expfam's."""
 
 
 # --------------------------------------------------------------------------- generic operations

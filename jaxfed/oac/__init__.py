@@ -10,10 +10,12 @@
   ``rician-fading``, ``block-fading``), with the detector's derived mean and variance;
 - :mod:`jaxfed.oac.aggregators`: aggregation back-ends as values (``ideal``, ``quantized``, ``oac``), and
   the registry of the k-means experiments' aggregation methods (``aggregators.register`` / ``get`` /
-  ``names``).
+  ``names``);
+- :mod:`jaxfed.oac.kmeans`: federated k-means rounds over these aggregation back-ends, adaptive
+  v_max and re-initialisation, and Lloyd's algorithm.
 """
 
-from jaxfed.oac import aggregators, antennas, balanced, channel, impairments
+from jaxfed.oac import aggregators, antennas, balanced, channel, impairments, kmeans
 from jaxfed.oac.balanced import decode, encode, max_level
 from jaxfed.oac.channel import (
     MODES,
@@ -31,6 +33,7 @@ __all__ = [
     "balanced",
     "channel",
     "impairments",
+    "kmeans",
     "ChannelModel",
     "resolve_channel",
     "encode",

@@ -14,7 +14,7 @@ over). Traced: the SNR and E_s (closed over too, so build the aggregator inside 
 to sweep them with ``vmap``), and the round's key, values, active mask and v_max (arguments).
 
 A user-made aggregator is any ``Aggregator(aggregate, quantize)`` with the signatures below; the
-k-means round (:func:`jaxfed.kmeans.federated_round`, through ``Settings.aggregator``) needs nothing
+k-means round (:func:`jaxfed.oac.kmeans.federated_round`, through ``Settings.aggregator``) needs nothing
 else. A *named* one joins the k-means experiments' methods (a sweep label's ``method``, beside
 ``"centralized"``) through the registry: :func:`register`, :func:`get`, :func:`names`
 (:mod:`jaxfed.registry`); the built-in methods ``"ideal"``, ``"quantized"`` and ``"oac"`` are

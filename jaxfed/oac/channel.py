@@ -474,7 +474,7 @@ def register(
     parameter may not take; it runs whenever parameters are set, and once on the defaults.
     ``per_trial(key, n_devices, **params) -> {parameter: value}`` (optional) draws state once per
     trial (per-ED gains, a (K,) array), which the k-means experiments set on the model before the
-    rounds (:func:`jaxfed.experiments.kmeans_trials.make_trial`), so that a built-in experiment takes
+    rounds (:func:`jaxfed.experiments.kmeans.trials.make_trial`), so that a built-in experiment takes
     such a channel by name (``--set channel=NAME``).
 
     >>> import jax, jax.numpy as jnp

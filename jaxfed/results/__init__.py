@@ -4,7 +4,7 @@
   verified as ``jaxfed plot`` verifies them: :func:`jaxfed.store.rundir.load_results`) into a
   dataset; nothing the directory names is imported or run.
 - :func:`to_xarray` does the same for an in-memory :class:`jaxfed.engine.RunResult` and its
-  :class:`~jaxfed.experiments.Sweep`.
+  :class:`~jaxfed.experiment.Sweep`.
 - :func:`bands` is :func:`jaxfed.stats.band` as a table, :func:`verdicts` a report's claims as one.
 - :func:`unstack` turns the ``point`` dimension into one dimension per label key.
 
@@ -138,7 +138,7 @@ def to_xarray(result: Mapping, sweep=None, *, labels=None, metric_axes=None, coo
 
     Args:
         result: metric -> raw array (point, trial, …) or Summary (point, …), e.g. ``engine.run(…)``.
-        sweep: the :class:`~jaxfed.experiments.Sweep` that was run: its labels, metric axes and
+        sweep: the :class:`~jaxfed.experiment.Sweep` that was run: its labels, metric axes and
             coordinate values (:func:`jaxfed.store.rundir.axis_coords`).
         labels, metric_axes, coords: instead of (or over) the sweep's; without either, ``point``
             is 0, 1, … and the axes ``dim_0``, ``dim_1``, …
@@ -715,7 +715,7 @@ def _write(path: str, data: bytes) -> str:
 # --------------------------------------------------------------------------- the layout, for the docs
 def layout_table(experiments: Mapping, names=None) -> str:
     """The Markdown table of docs/results.md: per experiment of ``experiments`` (name ->
-    :class:`~jaxfed.experiments.Experiment`, e.g. ``jaxfed.experiments.REGISTRY``; at its default
+    :class:`~jaxfed.experiment.Experiment`, e.g. ``jaxfed.experiments.REGISTRY``; at its default
     parameters; ``names``: these only) each metric's dims in a raw run, the label keys
     (``point``'s levels; those :func:`unstack` makes dimensions in bold) and the coordinate values
     of its axes. Built from each experiment's sweep, nothing run (tests/results/test_results_xarray.py

@@ -13,14 +13,14 @@ from typing import NamedTuple
 
 from jaxfed import stats, store
 from jaxfed._version import __version__
-from jaxfed.experiments.spec import Reading
+from jaxfed.experiment import Reading
 from jaxfed.results import report_html
 from jaxfed.store import rundir
 
 
 class Section(NamedTuple):
     """One finished experiment's part of the report, as report.md (:attr:`text`) and report.html
-    (:mod:`jaxfed.results.report_html`) show it; like a :class:`jaxfed.experiments.Reading` it has ``text``
+    (:mod:`jaxfed.results.report_html`) show it; like a :class:`jaxfed.experiment.Reading` it has ``text``
     and ``verdicts``."""
 
     description: str
@@ -77,7 +77,7 @@ def section(exp, config, config_json: dict, results: dict, seconds: float) -> Se
         where = f" ({exp.source.rpartition(':')[0]})" if exp.source else ""
         raise ValueError(
             f"the report of experiment {exp.name!r}{where} returned a {type(reading).__name__}; "
-            "it must return markdown text (str) or a jaxfed.experiments.Reading"
+            "it must return markdown text (str) or a jaxfed.experiment.Reading"
         )
     engine = config_json["engine"]
     # Said where the numbers below are NaN: a point whose every trial failed has no band or verdict.

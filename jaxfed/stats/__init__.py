@@ -14,7 +14,6 @@ verdicts). This face re-exports the parts' public names (``__all__``); the engin
 use the summary's internals from :mod:`jaxfed.stats.summary` itself.
 """
 
-from jaxfed import _deprecation
 from jaxfed.stats import intervals as intervals  # (the parts, as attributes of the face)
 from jaxfed.stats import summary as summary
 from jaxfed.stats import verdicts as verdicts
@@ -78,15 +77,3 @@ __all__ = [
     "verdict_table",
 ]
 """The parts' ``__all__``, each name once (tests/results/test_stats_face.py)."""
-
-__getattr__ = _deprecation.forwarding(
-    __name__,
-    {
-        **{name: "jaxfed.stats.summary" for name in dir(summary) if not name.startswith("__")},
-        **{name: "jaxfed.stats.intervals" for name in dir(intervals) if not name.startswith("__")},
-        **{name: "jaxfed.stats.verdicts" for name in dir(verdicts) if not name.startswith("__")},
-    },
-    reason="is not on the face",
-)
-"""A name of the parts that is not on the face (the summary internals: ``chunk_summary``, ``fold``,
-…) is found in its part until 0.3, with a DeprecationWarning."""

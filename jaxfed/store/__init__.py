@@ -141,7 +141,7 @@ def _lock_directory(out_dir: str):
 
 
 _NOT_A_LINK = "jaxfed writes only files it creates itself inside the result directory; remove the link"
-_OWN_NAMES = (".lock", CHUNK_DIR, ".user-code-running")  # (the last: jaxfed.experiments.runner.MARKER)
+_OWN_NAMES = (".lock", CHUNK_DIR, ".user-code-running")  # (the last: jaxfed.runs.runner.MARKER)
 """What a result directory holds before its identity.json is written (a run killed that early)."""
 
 
@@ -1077,7 +1077,7 @@ def summary_path(out_dir: str, group: int) -> str:
 
 def write_summary(out_dir: str, group: int, point_ids, point_trials: list, chunk: int, states: dict) -> None:
     """Writes group ``group``'s summary of trials [0, max(point_trials)) into ``out_dir`` under the
-    identity its identity.json holds (a merge of shards: :mod:`jaxfed.experiments.sharding`), as
+    identity its identity.json holds (a merge of shards: :mod:`jaxfed.runs.sharding`), as
     :meth:`Store.save_summary` does; ``states``: metric -> {field: array} (None fields left out)."""
     digest = identity_digest(_read_json(os.path.join(out_dir, "identity.json")))
     arrays = {

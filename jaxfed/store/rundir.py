@@ -1,6 +1,6 @@
 """The result directory of a finished run: what is in it, how it is written and how it is read back.
 
-A run of an experiment (:func:`jaxfed.experiments.run_experiment`) leaves in its directory:
+A run of an experiment (:func:`jaxfed.runs.run_experiment`) leaves in its directory:
 
 - ``config.json``: every parameter, the points (``"points"``, in point-axis order), seed, trials,
   each metric's axes (``"metrics"``: :func:`metric_doc`) and their coordinate values (``"coords"``:
@@ -87,7 +87,7 @@ def axis_coords(
     metric_axes: Mapping, coords: Mapping | None, shapes: Mapping[str, tuple], warn: Callable[[str], None] | None = None
 ) -> dict:
     """The coordinate values of each metric axis (config.json's ``"coords"``): a sweep's own
-    (``coords``, :attr:`jaxfed.experiments.Sweep.coords`), else 1..n for the axes of
+    (``coords``, :attr:`jaxfed.experiment.Sweep.coords`), else 1..n for the axes of
     :data:`AXES_NUMBERED_FROM_1`; an axis with neither has none (it is read by position).
     ``metric_axes``: metric -> axis names; ``shapes``: metric -> shape of one trial's value
     (:func:`trial_shapes`). Values whose count is not the axis's length are left out, with a line
@@ -182,7 +182,7 @@ def write_results(out_dir: str, config_json: dict, results: Mapping, started: fl
 
 def write_shard_record(out_dir: str, config_json: dict) -> dict:
     """Writes a shard's ``config.json`` (no metrics.npz: a shard's trials are a part of the run's,
-    see :mod:`jaxfed.experiments.sharding`): ``config_json`` with the digest of identity.json and
+    see :mod:`jaxfed.runs.sharding`): ``config_json`` with the digest of identity.json and
     last ``record_sha256``; returns it."""
     config_json["identity_sha256"] = store.identity_digest(store.read_json(os.path.join(out_dir, "identity.json")))
     config_json["record_sha256"] = record_digest(config_json)

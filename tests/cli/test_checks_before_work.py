@@ -15,9 +15,10 @@ import pytest
 from support import one_line_error
 
 from jaxfed import cli, engine, plotting, stats, store
-from jaxfed.experiments import Experiment, Sweep, get, load_results, make_config
-from jaxfed.experiments.spec import check_representable
+from jaxfed.experiment import Experiment, Sweep, check_representable, make_config
 from jaxfed.results import report
+from jaxfed.runs import find
+from jaxfed.store.rundir import load_results
 
 # A user experiment file; the fields below are replaced per case.
 USER_FILE = """
@@ -27,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfed.experiments import Experiment, Sweep
+from jaxfed.experiment import Experiment, Sweep
 {top}
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +122,7 @@ def test_parameters_that_underflow_or_overflow_in_the_runs_dtype_are_refused(cap
     )
     assert "variance must be 0 or of magnitude in [1.175e-38, 3.403e+38] (a normal float32" in err
     assert "got 1e-45; JAX_ENABLE_X64=1 runs in float64" in err
-    from jaxfed.experiments import gfvl_heterogeneity
+    from jaxfed.experiments.gfvl import heterogeneity as gfvl_heterogeneity
 
     config = gfvl_heterogeneity.Config(spreads=(0.0, 1e39))
     with pytest.raises(ValueError, match=r"spreads must be 0 or of magnitude .* got 1e\+39"):
@@ -234,7 +235,7 @@ def test_a_run_whose_every_trial_is_nan_stores_its_record_figure_and_report(caps
     config_json, results = load_results(str(out))
     assert config_json["nonfinite_trials"] == {"kl": [4]}
     assert (out / "gfvl-heterogeneity.png").stat().st_size > 0
-    exp = get("gfvl-heterogeneity")
+    exp = find("gfvl-heterogeneity")
     cfg = make_config(exp.config_cls, {"family": "normal", "noise_spread": "100", "n_slots": "12"})
     text = report.section(exp, cfg, config_json, results, 1.0).text
     assert "\n- kl: 4 of 4 trials of point spread=0.0, topology=ring have NaN" in text

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from jaxfed import cli, kmeans, oac
-from jaxfed.experiments import REGISTRY, catalog
-from jaxfed.experiments.gfvl_logistic import SPLITS
+from jaxfed import cli, oac
+from jaxfed.experiments import REGISTRY
+from jaxfed.experiments.gfvl.logistic import SPLITS
 from jaxfed.gfvl import graphs, natgrad
+from jaxfed.oac import kmeans
+from jaxfed.runs import describe
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,7 +54,7 @@ def test_the_notebooks_have_an_install_extra_and_a_readme_line():
 
 @pytest.mark.parametrize("name", list(REGISTRY))
 def test_show_describes_every_field_and_writes_out_every_choice(name):
-    for p in catalog.parameters(REGISTRY[name].config_cls):
+    for p in describe.parameters(REGISTRY[name].config_cls):
         assert p.meaning.strip(), f"{name}: {p.name} has no description"
         assert not UNRESOLVED.search(p.meaning), f"{name}: {p.name}: {p.meaning}"
         for value in CHOICES.get(p.name, ()):
@@ -62,7 +64,7 @@ def test_show_describes_every_field_and_writes_out_every_choice(name):
 def test_show_explains_choice_and_lists_the_vmax_rules(capsys):
     assert cli.main(["show", "kmeans-snr"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # (wrapped at 100 columns)
-    assert "[choice]" in out and catalog.CHOICE_LEGEND in out
+    assert "[choice]" in out and describe.CHOICE_LEGEND in out
     assert 'one of "abs", "signed", "abs-previous", "signed-previous"' in out and "VMAX_RULES" not in out
 
 
@@ -84,7 +86,7 @@ class WrappedConfig:
 
 
 def test_comments_inside_wrapped_defaults_continuations_and_above_a_field_are_read_unknown_references_kept():
-    meanings = {p.name: p.meaning for p in catalog.parameters(WrappedConfig)}
+    meanings = {p.name: p.meaning for p in describe.parameters(WrappedConfig)}
     assert meanings == {
         "mode": 'one of "a", "b"',
         "other": "one of no_such_module.NAMES (a comment inside a default the formatter keeps on several lines)",

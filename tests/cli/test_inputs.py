@@ -15,7 +15,8 @@ import pytest
 from support import one_line_error, run_cli
 
 from jaxfed import cli, engine, stats, store
-from jaxfed.experiments import Experiment, Sweep, make_config, run_experiment
+from jaxfed.experiment import Experiment, Sweep, make_config
+from jaxfed.runs import run_experiment
 
 SMALL = ["--set", "n_slots=10", "--quiet"]
 

@@ -12,7 +12,9 @@ import pytest
 
 from jaxfed import cli
 from jaxfed.engine import RunOptions
-from jaxfed.experiments import REGISTRY, Experiment, Sweep, make_config, run_experiment, runner
+from jaxfed.experiment import Experiment, Sweep, make_config
+from jaxfed.experiments import REGISTRY
+from jaxfed.runs import run_experiment, runner
 
 pytestmark = pytest.mark.usefixtures("unjitted")  # tests/conftest.py: the engine op by op
 

@@ -15,12 +15,12 @@ import pytest
 
 from jaxfed import cli
 from jaxfed.engine import RunOptions
-from jaxfed.experiments import catalog, run_experiment, runner
+from jaxfed.runs import catalog, run_experiment, runner
 
 USER_FILE = """
 import dataclasses, os, sys, time
 import jax
-from jaxfed.experiments import Experiment, Sweep
+from jaxfed.experiment import Experiment, Sweep
 
 MODE = {mode!r}
 if MODE == "chdir":

@@ -17,7 +17,7 @@ import distributed
 import pytest
 from support import SMALL, run_cli
 
-from jaxfed.experiments import distributed as on_dask
+from jaxfed.runs import distributed as on_dask
 
 NAME = "gfvl-topologies"
 SETS = SMALL[NAME]  # n_slots=20: a run of a few seconds
@@ -195,9 +195,7 @@ def test_without_dask_the_error_is_one_line_naming_the_extra(monkeypatch, tmp_pa
 
 
 def test_importing_jaxfed_and_the_module_does_not_load_dask():
-    code = (
-        "import sys, jaxfed, jaxfed.experiments.distributed; print('distributed' in sys.modules, 'dask' in sys.modules)"
-    )
+    code = "import sys, jaxfed, jaxfed.runs.distributed; print('distributed' in sys.modules, 'dask' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "False"]

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import experiments, oac
-from jaxfed.experiments import Experiment, Sweep, kmeans_trials
+from jaxfed.experiment import Experiment, Sweep
+from jaxfed.experiments.kmeans import trials as kmeans_trials
 from jaxfed.gfvl import expfam, graphs, natgrad
 
 

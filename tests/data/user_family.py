@@ -4,7 +4,7 @@ CLI): Exponential(λ) data with a Gamma prior on the rate λ, registered under "
 import jax
 import jax.numpy as jnp
 
-from jaxfed.experiments import gfvl_heterogeneity
+from jaxfed.experiments.gfvl import heterogeneity as gfvl_heterogeneity
 from jaxfed.gfvl import expfam, models
 
 

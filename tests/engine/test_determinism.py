@@ -21,7 +21,8 @@ import pytest
 from support import SMALL
 
 from jaxfed import engine, stats
-from jaxfed.experiments import REGISTRY, make_config
+from jaxfed.experiment import make_config
+from jaxfed.experiments import REGISTRY
 
 REPRODUCED = ("gfvl-local-iters", "kmeans-snr")  # the two the issue reproduced
 # Each device runs the one-device program on its share of the trials, whatever the trial: the

@@ -1,6 +1,6 @@
 """Progress a log file shows (plain lines off a terminal), bars that stop when their group is done
 and start at the stored fraction, and ``jaxfed reproduce``'s overall ETA
-(:mod:`jaxfed.experiments.reproduce_progress`)."""
+(:mod:`jaxfed.runs.reproduce`)."""
 
 import io
 import types
@@ -10,8 +10,8 @@ import pytest
 from jaxfed import cli
 from jaxfed.engine import progress
 from jaxfed.engine.progress import Progress
-from jaxfed.experiments import reproduce_progress
-from jaxfed.experiments.reproduce_progress import Overall
+from jaxfed.runs import reproduce as reproduce_progress
+from jaxfed.runs.reproduce import Overall
 
 
 class Clock:

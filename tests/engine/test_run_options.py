@@ -17,7 +17,8 @@ import pytest
 from jaxfed import cli, engine, plotting, validation
 from jaxfed.engine import core
 from jaxfed.engine.options import option
-from jaxfed.experiments import Experiment, Sweep, run_experiment
+from jaxfed.experiment import Experiment, Sweep
+from jaxfed.runs import run_experiment
 
 
 def walk(key, point):
@@ -141,25 +142,17 @@ def test_a_new_field_reaches_the_command_line_run_experiment_the_engine_and_conf
     assert "jaxfed: error: argument --fancy: fancy must be an integer >= 0, got -1" in capsys.readouterr().err
 
 
-def test_run_experiment_takes_options_and_still_the_deprecated_keyword_arguments_alike(tmp_path, monkeypatch):
-    """The fields of RunOptions as keyword arguments of run_experiment are deprecated (a DeprecationWarning
-    naming them and the options= to pass instead) and still run the same, over options= when both are given."""
+def test_run_experiment_takes_options_and_refuses_what_is_not_an_option(tmp_path, monkeypatch):
+    """run_experiment takes its options as one RunOptions (no keyword arguments for its fields)."""
     monkeypatch.setattr(engine, "run", functools.partial(engine.run, use_jit=False))
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # options= alone warns of nothing
+        warnings.simplefilter("error")  # options= warns of nothing
         a, ra = run_experiment(TOY, ToyConfig(), 6, engine.RunOptions.for_experiments(seed=3, progress=False))
-    message = r"run_experiment\(seed=\.\.\.\) is deprecated .* options=engine.RunOptions.for_experiments\(seed=\.\.\.\)"
-    with pytest.warns(DeprecationWarning, match=message) as caught:
-        b, rb = run_experiment(TOY, ToyConfig(), 6, seed=3, quiet=True)
-    assert [w.filename for w in caught] == [__file__]  # the warning points at the caller's line
+    b, rb = run_experiment(TOY, ToyConfig(), 6, engine.RunOptions.for_experiments(seed=3), quiet=True)
     np.testing.assert_array_equal(ra["x"], rb["x"])
     assert a["options"] == b["options"] and a["options"]["seed"] == 3 and a["keep"] == "auto"
-    with pytest.warns(DeprecationWarning, match=r"run_experiment\(chunk_size=\.\.\., seed=\.\.\.\)"):
-        c, rc = run_experiment(TOY, ToyConfig(), 6, engine.RunOptions.for_experiments(seed=9), seed=3, chunk_size=2)
-    np.testing.assert_array_equal(ra["x"], rc["x"])  # the keywords over options=
-    assert c["options"]["seed"] == 3 and c["options"]["chunk_size"] == 2
-    with pytest.raises(TypeError, match="unexpected keyword argument 'sead'"):
-        run_experiment(TOY, ToyConfig(), 6, sead=3)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'seed'"):
+        run_experiment(TOY, ToyConfig(), 6, seed=3)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="options must be a jaxfed.engine.RunOptions"):
         run_experiment(TOY, ToyConfig(), 6, 3)
 

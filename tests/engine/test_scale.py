@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxfed import engine, stats
-from jaxfed.experiments import gfvl_topologies
+from jaxfed.experiments.gfvl import topologies as gfvl_topologies
 
 SMALL = ["--set", "n_slots=60", "--quiet"]
 

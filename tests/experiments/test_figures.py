@@ -13,7 +13,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from jaxfed import plotting, stats
 from jaxfed.engine.points import group_points, rebuild
-from jaxfed.experiments import REGISTRY, kmeans_mall, make_config
+from jaxfed.experiment import make_config
+from jaxfed.experiments import REGISTRY
+from jaxfed.experiments.kmeans import mall as kmeans_mall
 
 SAVED_DPI = 130  # plotting.save's
 # (trials, summary): the default size raw and summarised, and a tiny run (3 trials), whose bands and intervals

@@ -6,14 +6,12 @@ import numpy as np
 import pytest
 
 from jaxfed import cli, stats
-from jaxfed.experiments import (
-    gfvl_local_iters,
-    gfvl_topologies,
-    gfvl_trials,
-    gfvl_unlearning,
-    make_config,
-    run_experiment,
-)
+from jaxfed.experiment import make_config
+from jaxfed.experiments.gfvl import local_iters as gfvl_local_iters
+from jaxfed.experiments.gfvl import topologies as gfvl_topologies
+from jaxfed.experiments.gfvl import trials as gfvl_trials
+from jaxfed.experiments.gfvl import unlearning as gfvl_unlearning
+from jaxfed.runs import run_experiment
 
 
 def _run(exp, overrides, n_trials):

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from jaxfed import cli, gfvl, scenarios
-from jaxfed.experiments import gfvl_heterogeneity, make_config, run_experiment
+from jaxfed.experiment import make_config
+from jaxfed.experiments.gfvl import heterogeneity as gfvl_heterogeneity
 from jaxfed.gfvl import expfam, gossip, graphs, likelihoods, models
+from jaxfed.runs import run_experiment
 
 EXP = gfvl_heterogeneity.EXPERIMENT
 

@@ -12,16 +12,14 @@ import numpy as np
 import pytest
 
 from jaxfed import cli, gfvl, stats
-from jaxfed.experiments import (
-    REGISTRY,
-    gfvl_graphs,
-    gfvl_trials,
-    gfvl_wallclock,
-    load_results,
-    make_config,
-    run_experiment,
-)
+from jaxfed.experiment import make_config
+from jaxfed.experiments import REGISTRY
+from jaxfed.experiments.gfvl import graphs as gfvl_graphs
+from jaxfed.experiments.gfvl import trials as gfvl_trials
+from jaxfed.experiments.gfvl import wallclock as gfvl_wallclock
 from jaxfed.gfvl import expfam, gossip, graphs, likelihoods
+from jaxfed.runs import run_experiment
+from jaxfed.store.rundir import load_results
 
 
 def _mh(a):

@@ -5,16 +5,21 @@ import numpy as np
 import pytest
 from support import SMALL
 
-from jaxfed import experiments, kmeans
+from jaxfed import runs
 from jaxfed.engine import RunOptions
-from jaxfed.experiments import kmeans_ablation, kmeans_mall, kmeans_studies, make_config, run_experiment
+from jaxfed.experiment import make_config
+from jaxfed.experiments.kmeans import ablation as kmeans_ablation
+from jaxfed.experiments.kmeans import mall as kmeans_mall
+from jaxfed.experiments.kmeans import studies as kmeans_studies
+from jaxfed.oac import kmeans
+from jaxfed.runs import run_experiment
 
 KMEANS = ["kmeans-convergence", "kmeans-snr", "kmeans-ablation", "kmeans-devices", "kmeans-digits1"]
 
 
 def test_registered_and_server_side_start_by_default():
     for name in KMEANS:
-        cfg = experiments.get(name).config_cls()
+        cfg = runs.find(name).config_cls()
         assert cfg.init == "uniform" and cfg.vmax_rule == "abs" and cfg.symbol_energy == "beta"
 
 
@@ -30,7 +35,7 @@ def test_registered_and_server_side_start_by_default():
     ],
 )
 def test_bad_config_values_name_the_parameter(key, value, match):
-    exp = experiments.get("kmeans-devices" if key == "grid_sides" else "kmeans-ablation")
+    exp = runs.find("kmeans-devices" if key == "grid_sides" else "kmeans-ablation")
     with pytest.raises(ValueError, match=match):
         make_config(exp.config_cls, {key: value})
 
@@ -69,7 +74,7 @@ def synthetic(sweep, n_rounds, n_trials=40, seed=0):
 def test_report_ends_with_verdicts_and_figure_draws(name, tmp_path, monkeypatch):
     # The mall picture runs a simulation of its own; a stub keeps this test to drawing and reporting.
     monkeypatch.setattr(kmeans_mall, "_scenario_panel", lambda ax, cfg: None)
-    exp = experiments.get(name)
+    exp = runs.find(name)
     cfg = make_config(exp.config_cls, {"n_rounds": "3"})
     sweep = exp.build(cfg)
     results = synthetic(sweep, cfg.n_rounds)
@@ -83,7 +88,7 @@ def test_report_ends_with_verdicts_and_figure_draws(name, tmp_path, monkeypatch)
 @pytest.mark.slow
 @pytest.mark.parametrize("name", KMEANS)
 def test_tiny_run_end_to_end(name, tmp_path):
-    exp = experiments.get(name)
+    exp = runs.find(name)
     # test_determinism's small settings: its matrix compiles the same one-micro-batch programs (the
     # session's compilation cache then serves them)
     cfg = make_config(exp.config_cls, SMALL[name])
@@ -99,7 +104,7 @@ def drawn(name, monkeypatch, tmp_path, edit=None):
     monkeypatch.setattr(kmeans_mall, "_scenario_panel", lambda ax, cfg: None)
     saved = []
     monkeypatch.setattr(plotting, "save", lambda fig, path: saved.append(fig))
-    exp = experiments.get(name)
+    exp = runs.find(name)
     cfg = make_config(exp.config_cls, {"n_rounds": "3"})
     sweep = exp.build(cfg)
     results = synthetic(sweep, cfg.n_rounds)

@@ -17,9 +17,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from jaxfed import cli, kmeans, oac
-from jaxfed.experiments import kmeans_channels, kmeans_counts, kmeans_trials, make_config
-from jaxfed.oac import channel, impairments
+from jaxfed import cli, oac
+from jaxfed.experiment import make_config
+from jaxfed.experiments.kmeans import channels as kmeans_channels
+from jaxfed.experiments.kmeans import counts as kmeans_counts
+from jaxfed.experiments.kmeans import trials as kmeans_trials
+from jaxfed.oac import channel, impairments, kmeans
 
 BETA, N_DEV, N_VAL, DIGITS = 3, 12, 2, 2
 N = 20000

@@ -14,8 +14,9 @@ import pytest
 from support import SMALL, one_line_error
 
 from jaxfed import cli, engine, store
-from jaxfed.experiments import get, make_config, run_experiment, sharding
-from jaxfed.experiments.sharding import Shard, parse_shard, shard_range
+from jaxfed.experiment import make_config
+from jaxfed.runs import find, run_experiment, sharding
+from jaxfed.runs.sharding import Shard, parse_shard, shard_range
 from jaxfed.stats import summary
 
 NAME = "gfvl-topologies"
@@ -189,8 +190,8 @@ def test_shards_of_another_platform_merge_here(one_process, tmp_path, monkeypatc
     assert open(os.path.join(out, "metrics.npz"), "rb").read() == open(one_process / keep / "metrics.npz", "rb").read()  # fmt: skip
     with pytest.raises(store.StoreError, match="platform"):
         run_experiment(
-            get(NAME),
-            make_config(get(NAME).config_cls, SMALL[NAME]),
+            find(NAME),
+            make_config(find(NAME).config_cls, SMALL[NAME]),
             N + 64,
             engine.RunOptions.for_experiments(keep=keep, out_dir=out, progress=False),
         )

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from jaxfed import cli
-from jaxfed.experiments import catalog, get, gfvl_local_iters, make_config
+from jaxfed.experiment import make_config
+from jaxfed.experiments.gfvl import local_iters as gfvl_local_iters
+from jaxfed.runs import catalog, describe, find, identity
 
 EXAMPLE = str(pathlib.Path(__file__).parents[2] / "docs" / "examples" / "grid_gossip.py")
 SPEC = f"{EXAMPLE}:EXPERIMENT"
@@ -37,7 +39,7 @@ def test_the_documented_example_runs_resumes_grows_and_replots(tmp_path, capsys)
 def test_show_lists_every_parameter_with_default_and_meaning(capsys):
     assert cli.main(["show", "gfvl-local-iters"]) == 0
     text = capsys.readouterr().out
-    for p in catalog.parameters(gfvl_local_iters.Config):
+    for p in describe.parameters(gfvl_local_iters.Config):
         assert f"  {p.name} " in text
     assert "learning rate ρ" in text and "presets" in text
     assert cli.main(["show", SPEC]) == 0
@@ -68,8 +70,8 @@ def test_a_file_that_fails_to_import_is_named(tmp_path, capsys):
 
 
 def test_get_returns_built_in_experiments_unchanged():
-    assert get("gfvl-topologies").source == ""
-    assert get(SPEC).source == SPEC
+    assert find("gfvl-topologies").source == ""
+    assert find(SPEC).source == SPEC
 
 
 AGGREGATOR_EXAMPLE = pathlib.Path(__file__).parents[2] / "docs" / "examples" / "lossy_aggregator.py"
@@ -110,7 +112,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jaxfed.experiments import Experiment, Sweep
+from jaxfed.experiment import Experiment, Sweep
 {imports}
 SHIFT = {shift}
 
@@ -238,7 +240,7 @@ def test_a_plugin_experiment_identity_holds_its_distribution_version_and_module(
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, module_name, raising=False)
     try:
-        assert get("tiny-plugin").plugin == "tiny-plugin"
+        assert find("tiny-plugin").plugin == "tiny-plugin"
         assert _run("tiny-plugin", tmp_path / "d", 4) == 0
         identity = json.loads((tmp_path / "d" / "identity.json").read_text())
         assert identity["plugin"] == {
@@ -257,8 +259,8 @@ def test_a_plugin_experiment_identity_holds_its_distribution_version_and_module(
 
 
 def test_built_in_experiments_identity_holds_no_code_key():
-    exp = get("gfvl-topologies")
-    assert catalog.code_identity(exp, make_config(exp.config_cls)) == {}
+    exp = find("gfvl-topologies")
+    assert identity.code_identity(exp, make_config(exp.config_cls)) == {}
 
 
 # --------------------------------------------------------------------------- every extension point from one file
@@ -296,7 +298,7 @@ def test_a_registered_user_experiment_runs_by_name_with_import(extensions, tmp_p
 
 
 def test_a_user_channel_and_aggregation_method_run_in_the_kmeans_trial_layer(extensions, tmp_path):
-    from jaxfed.experiments import kmeans_trials
+    from jaxfed.experiments.kmeans import trials as kmeans_trials
 
     spec = f"{extensions}:KMEANS"
     for name, setting in (("channel", "channel=user-line-of-sight"), ("method", "method=user-lossy")):

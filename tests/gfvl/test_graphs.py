@@ -153,23 +153,12 @@ def test_a_graph_name_that_a_specification_could_not_name_is_refused(name):
         graphs.register("test-not-a-function", 3)
 
 
-def test_the_deprecated_topologies_and_by_name_warn_and_still_work(wheel):
-    with pytest.warns(DeprecationWarning, match="graphs.by_name is deprecated.*graphs.build"):
-        star = graphs.by_name("star", 4)
-    assert np.array_equal(star, graphs.star(4))
-    with pytest.warns(DeprecationWarning, match="graphs.TOPOLOGIES is deprecated.*graphs.names"):
-        topologies = graphs.TOPOLOGIES
-    assert wheel in topologies and sorted(topologies) == sorted(graphs.names()) and topologies["ring"] is graphs.ring
-    assert "TOPOLOGIES" not in graphs.__all__ and "by_name" not in graphs.__all__
-    with pytest.raises(AttributeError, match="no attribute 'NOPE'"):
-        graphs.NOPE  # noqa: B018
-
-
 @pytest.mark.parametrize("experiment", ["gfvl-topologies", "gfvl-heterogeneity", "gfvl-logistic"])
 def test_every_experiment_that_takes_topologies_builds_a_registered_graph_and_refuses_an_unknown_one(experiment, wheel):
-    from jaxfed.experiments import get, make_config
+    from jaxfed.experiment import make_config
+    from jaxfed.runs import find
 
-    exp = get(experiment)
+    exp = find(experiment)
     cfg = make_config(exp.config_cls, {"topologies": f"{wheel},ring"})
     sweep = exp.build(cfg)
     built = [

@@ -12,7 +12,8 @@ import pytest
 from scipy.special import expit
 
 from jaxfed import cli, gfvl
-from jaxfed.experiments import gfvl_logistic, make_config
+from jaxfed.experiment import make_config
+from jaxfed.experiments.gfvl import logistic as gfvl_logistic
 from jaxfed.gfvl import expfam, gossip, graphs, likelihoods, logistic, natgrad
 from jaxfed.jaxcompat import enable_x64
 
@@ -138,7 +139,7 @@ def test_experiment_refuses_bad_parameters_in_one_line(setting, message, capsys,
 
 @pytest.mark.slow
 def test_small_experiment_runs_with_verdicts():
-    from jaxfed.experiments import run_experiment
+    from jaxfed.runs import run_experiment
 
     cfg = make_config(
         gfvl_logistic.Config, {"n_slots": "30", "learn_slots": "30", "n_features": "3", "topologies": "complete"}

@@ -40,7 +40,7 @@ def test_a_user_model_runs_through_the_plain_cli_is_swept_grows_and_replots(tmp_
 def test_a_user_model_is_used_through_the_data_generators():
     import jax
 
-    from jaxfed.experiments import catalog
+    from jaxfed.runs import catalog
 
     catalog.from_file(USER_FILE, "EXPERIMENT")  # registers "gamma-exponential"
     model = models.get("gamma-exponential")

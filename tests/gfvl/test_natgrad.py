@@ -324,12 +324,3 @@ def test_a_family_without_a_reparameterisation_is_refused_naming_it():
     with pytest.raises(ValueError, match=r"family 'user-odd': reparameterisation must be one of \(None, 'normal'"):
         expfam.register(family._replace(name="user-odd", reparameterisation="cauchy"))
     assert "user-odd" not in expfam.names()
-
-
-def test_the_deprecated_reparameterisable_tuple_warns_and_still_holds_the_gaussians():
-    with pytest.warns(DeprecationWarning, match="natgrad.REPARAMETERISABLE is deprecated.*reparameterisable"):
-        names = natgrad.REPARAMETERISABLE
-    assert names == ("normal", "mean_field_normal")
-    assert "REPARAMETERISABLE" not in natgrad.__all__
-    with pytest.raises(AttributeError, match="no attribute 'NOPE'"):
-        natgrad.NOPE  # noqa: B018

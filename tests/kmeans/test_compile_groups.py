@@ -1,7 +1,7 @@
 """One compiled program per sweep where a choice only selects code (issue 24 part 8).
 
 The k-means experiments' method, split and init are traced indices
-(:func:`jaxfed.experiments.kmeans_trials.trace_choices`), so the engine groups a sweep's points by
+(:func:`jaxfed.experiments.kmeans.trials.trace_choices`), so the engine groups a sweep's points by
 their shapes alone. The values must be bit-identical to the trial with the choices given by
 name, which traces the named code only (the reference)."""
 
@@ -10,9 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jaxfed import engine, kmeans
+from jaxfed import engine
 from jaxfed.engine.points import group_points
-from jaxfed.experiments import kmeans_ablation, kmeans_mall, kmeans_studies, kmeans_trials
+from jaxfed.experiments.kmeans import ablation as kmeans_ablation
+from jaxfed.experiments.kmeans import mall as kmeans_mall
+from jaxfed.experiments.kmeans import studies as kmeans_studies
+from jaxfed.experiments.kmeans import trials as kmeans_trials
+from jaxfed.oac import kmeans
 
 TINY = dict(rows=2, cols=2, n_points=60, n_components=3, n_clusters=3, n_rounds=3)
 

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from sklearn.cluster import KMeans
 
-from jaxfed import kmeans, oac, scenarios
-from jaxfed.experiments import kmeans_mall
-from jaxfed.oac import aggregators
+from jaxfed import oac, scenarios
+from jaxfed.experiments.kmeans import mall as kmeans_mall
+from jaxfed.oac import aggregators, kmeans
 
 
 def blobs(seed, n=600, centres=5, dim=3, spread=1.0):

@@ -13,8 +13,8 @@ import pytest
 from scipy import stats
 from test_kmeans import blobs
 
-from jaxfed import kmeans, oac
-from jaxfed.oac import aggregators
+from jaxfed import oac
+from jaxfed.oac import aggregators, kmeans
 
 # Recorded on fixed keys with the string settings (Settings(aggregation=..., beta=..., digits=...,
 # channel=..., snr_db=..., symbol_energy=...)) and the channel if-chain they replaced.
@@ -188,7 +188,7 @@ def _no_fading_variance(counts, noise_var, symbol_energy):
 @pytest.mark.slow  # compiles four methods' trials and draws the figure (~50 s on 2 cores)
 def test_channel_registered_outside_the_package_runs_through_the_cli(tmp_path):
     from jaxfed import cli
-    from jaxfed.experiments import load_results
+    from jaxfed.store.rundir import load_results
 
     oac.channel.register("test-no-fading", _no_fading, variance=_no_fading_variance)
     assert "test-no-fading" in oac.channel.names()
@@ -217,7 +217,8 @@ def test_channel_registered_outside_the_package_runs_through_the_cli(tmp_path):
 def test_channel_registered_outside_the_package_runs_through_the_round():
     """The default suite's share of the CLI test above: the registered name configures the
     experiment and drives the oac back-end of a round; without noise its estimate is the quantised sum."""
-    from jaxfed.experiments import kmeans_mall, make_config
+    from jaxfed.experiment import make_config
+    from jaxfed.experiments.kmeans import mall as kmeans_mall
 
     oac.channel.register("test-no-fading", _no_fading, variance=_no_fading_variance)
     cfg = make_config(kmeans_mall.ConvergenceConfig, {"channel": "test-no-fading"})

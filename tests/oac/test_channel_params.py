@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from jaxfed import cli, engine, oac
-from jaxfed.experiments import catalog, kmeans_trials, make_config
+from jaxfed.experiment import make_config
+from jaxfed.experiments.kmeans import trials as kmeans_trials
+from jaxfed.runs import catalog
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "examples", "rician_channel.py")
 SMALL = ["--set", "n_points=200", "--set", "n_rounds=3", "--set", "rows=2", "--set", "cols=2"]

@@ -12,7 +12,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
 
 import gfvl_logistic as bench  # noqa: E402
 
-from jaxfed.experiments import gfvl_logistic, make_config  # noqa: E402
+from jaxfed.experiment import make_config  # noqa: E402
+from jaxfed.experiments.gfvl import logistic as gfvl_logistic
 
 
 @pytest.fixture(scope="module")

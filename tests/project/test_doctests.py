@@ -104,8 +104,24 @@ def test_the_site_has_every_page_and_an_api_page_per_public_module():
         for m in re.findall(r"^::: (\S+)$", (ROOT / "docs" / p).read_text(), re.M)
     }
     modules = [n for n in jaxfed.__all__ if isinstance(getattr(jaxfed, n), types.ModuleType)]
-    extra = ["experiments", "experiments.kmeans_trials", "experiments.gfvl_trials", "registry", "plotting"]
-    kernels = ["gfvl.expfam", "gfvl.likelihoods", "gfvl.models", "gfvl.graphs", "gfvl.gossip", "gfvl.natgrad"]
+    extra = [
+        "experiment",
+        "experiments",
+        "experiments.kmeans.trials",
+        "experiments.gfvl.trials",
+        "runs",
+        "registry",
+        "plotting",
+    ]
+    kernels = [
+        "gfvl.expfam",
+        "gfvl.likelihoods",
+        "gfvl.models",
+        "gfvl.graphs",
+        "gfvl.gossip",
+        "gfvl.natgrad",
+        "oac.kmeans",
+    ]
     for name in [*modules, *extra, *kernels, "gfvl.quadrature", "gfvl.logistic"]:
         assert f"jaxfed.{name}" in documented, f"no API page renders jaxfed.{name}"
 

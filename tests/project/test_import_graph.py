@@ -12,12 +12,11 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "jaxfed"
 
 LAZY_ALLOWED = ("xarray", "pandas", "matplotlib", "h5netcdf", "pyarrow", "networkx", "distributed")
 """The only packages a function may import (heavy, or optional: `import jaxfed` must not load them;
-``distributed`` is Dask's, the dask extra's, for jaxfed.experiments.distributed)."""
+``distributed`` is Dask's, the dask extra's, for jaxfed.runs.distributed)."""
 
 FLOORS = (
     (
         "jaxfed._version",
-        "jaxfed._deprecation",
         "jaxfed.builds",
         "jaxfed.jaxcompat",
         "jaxfed.numerics",
@@ -26,10 +25,11 @@ FLOORS = (
     ),  # foundations
     ("jaxfed.stats",),  # summaries, intervals, verdicts
     ("jaxfed.gfvl", "jaxfed.oac", "jaxfed.store"),  # kernels and models; the stored run
-    ("jaxfed.kmeans", "jaxfed.scenarios", "jaxfed.plotting", "jaxfed.engine"),
-    ("jaxfed.experiments",),
-    ("jaxfed.results",),  # labelled data, the reports
-    ("jaxfed.cli", "jaxfed._aliases"),  # the command; the old import paths
+    ("jaxfed.scenarios", "jaxfed.plotting", "jaxfed.engine"),  # data; figures; sweeps
+    ("jaxfed.experiment",),  # what an experiment is
+    ("jaxfed.experiments", "jaxfed.results"),  # the definitions; labelled data and the reports
+    ("jaxfed.runs",),  # how any experiment is run
+    ("jaxfed.cli",),  # the command
     ("jaxfed",),  # the package's face
 )
 """The package's rooms (a module, or a folder and everything under it) from the bottom floor up:

@@ -17,7 +17,7 @@ import pytest
 from support import POINTS, one_line_error, trial
 
 from jaxfed import builds, cli, engine, store
-from jaxfed.experiments import verifying
+from jaxfed.runs import verifying
 from jaxfed.store import rundir
 
 RUN = ["run", "gfvl-topologies", "--set", "n_slots=12", "--quiet"]

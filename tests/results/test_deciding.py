@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxfed import stats
-from jaxfed.experiments import Reading
+from jaxfed.experiment import Reading
 from jaxfed.results import deciding
 
 N0 = 40

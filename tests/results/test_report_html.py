@@ -173,7 +173,7 @@ def test_report_html_in_a_browser(report_dir, tmp_path):
 def test_claims_with_kinds_are_counted_and_filtered_by_kind(tmp_path, monkeypatch):
     """Claims that carry a kind (paper claim, check, …): counted by kind, and the kind filter shows
     exactly a kind's rows, alone and with the verdict filter."""
-    from jaxfed.experiments.spec import Reading
+    from jaxfed.experiment import Reading
     from jaxfed.store import rundir
 
     _chromium()
@@ -203,7 +203,7 @@ def test_markdown_of_the_sections():
 
 def test_page_without_figure_or_claims(tmp_path):
     """A plain reading (no structured section) and no claims: a page that says so, no table script error."""
-    from jaxfed.experiments.spec import Reading
+    from jaxfed.experiment import Reading
 
     page = report_html.page(str(tmp_path), "t", "stamp", "policy", [("exp-a", Reading("## exp-a"))])
     assert 'id="sec-exp-a"' in page and "No section states a claim." in page
@@ -236,7 +236,7 @@ window.addEventListener("load", function () {
 def test_a_hostile_report_text_runs_nothing_in_a_browser(tmp_path, monkeypatch):
     """Report text from someone else's result directory (javascript:, data: and vbscript: links, a
     script, event handlers) becomes text; in Chromium no injected code runs, links clicked."""
-    from jaxfed.experiments.spec import Reading
+    from jaxfed.experiment import Reading
 
     _chromium()
     monkeypatch.setattr(report_html.rundir, "verdict_records", lambda sections: [])

@@ -14,7 +14,8 @@ import pytest
 
 from jaxfed import cli, plotting, store
 from jaxfed.engine import RunOptions
-from jaxfed.experiments import Experiment, Sweep, run_experiment
+from jaxfed.experiment import Experiment, Sweep
+from jaxfed.runs import run_experiment
 from jaxfed.store import rundir
 
 
@@ -176,7 +177,7 @@ def test_metrics_that_do_not_fit_the_record_are_refused(tmp_path):
 USER_FILE = """
 import dataclasses
 import jax
-from jaxfed.experiments import Experiment, Sweep
+from jaxfed.experiment import Experiment, Sweep
 
 
 @dataclasses.dataclass(frozen=True)

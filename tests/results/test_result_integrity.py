@@ -12,7 +12,7 @@ from test_result_dirs import TOY, ToyConfig, run
 
 from jaxfed import store
 from jaxfed.engine import RunOptions
-from jaxfed.experiments import run_experiment
+from jaxfed.runs import run_experiment
 from jaxfed.store import rundir
 
 pytestmark = pytest.mark.usefixtures("unjitted")  # tests/conftest.py: the engine op by op

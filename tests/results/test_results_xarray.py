@@ -21,7 +21,9 @@ from support import SMALL
 
 import jaxfed
 from jaxfed import cli, engine, results, stats
-from jaxfed.experiments import REGISTRY, make_config, run_experiment
+from jaxfed.experiment import make_config
+from jaxfed.experiments import REGISTRY
+from jaxfed.runs import run_experiment
 
 xr = pytest.importorskip("xarray")
 pd = pytest.importorskip("pandas")
@@ -291,7 +293,7 @@ def test_verdicts_are_stored_with_the_report_and_read_as_a_table(topologies):
     assert cli.main(["report", out]) == 0
     table = jaxfed.verdicts(out)
     exp = REGISTRY["gfvl-topologies"]
-    record, stored = jaxfed.experiments.load_results(out)
+    record, stored = jaxfed.store.rundir.load_results(out)
     reading = exp.report(make_config(exp.config_cls, SMALL["gfvl-topologies"]), record["points"], stored)
     assert list(table.columns) == list(results.VERDICT_COLUMNS)
     assert table.claim.tolist() == [v.claim for v in reading.verdicts]

@@ -180,7 +180,7 @@ def test_a_claim_the_settings_cannot_detect_is_not_testable_with_its_reason():
 
 
 def test_the_report_states_the_verdict_policy_once_and_tables_every_claim(tmp_path):
-    from jaxfed.experiments import Reading
+    from jaxfed.experiment import Reading
     from jaxfed.results import report
 
     up = stats.paired_verdict(np.arange(1.0, 51.0), np.zeros(50), "a > b")
@@ -205,7 +205,7 @@ def test_the_report_states_the_verdict_policy_once_and_tables_every_claim(tmp_pa
 def test_the_report_counts_by_kind_numbers_repeated_claims_and_is_byte_identical(tmp_path):
     """Checks of an explanation and beyond-the-paper studies counted apart from the papers' claims; a claim
     name stated twice is numbered; the same sections give the same bytes (no clock, sorted parameters)."""
-    from jaxfed.experiments import Reading
+    from jaxfed.experiment import Reading
     from jaxfed.results import report
 
     up = stats.paired_verdict(np.arange(1.0, 51.0), np.zeros(50), "a > b")

@@ -37,7 +37,9 @@ import pytest
 
 from jaxfed import engine, stats, store
 from jaxfed.engine import core, sinks
-from jaxfed.experiments import Experiment, Sweep, load_results, run_experiment
+from jaxfed.experiment import Experiment, Sweep
+from jaxfed.runs import run_experiment
+from jaxfed.store.rundir import load_results
 
 N_TRIALS, CHUNK, SEED = 20, 6, 3
 FS_OPS = ("_write_file", "_replace", "_remove", "_makedirs")

@@ -14,8 +14,10 @@ import pytest
 from support import one_line_error
 
 from jaxfed import cli, plotting
-from jaxfed.experiments import catalog, get, kmeans_mall, kmeans_trials, make_config
-from jaxfed.gfvl import expfam
+from jaxfed.experiment import make_config
+from jaxfed.experiments.kmeans import mall as kmeans_mall
+from jaxfed.experiments.kmeans import trials as kmeans_trials
+from jaxfed.runs import catalog, find, identity
 from jaxfed.store.rundir import load_results
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "users")
@@ -67,7 +69,7 @@ def test_the_noise_free_column_draws_every_value_of_a_channel_sweep(monkeypatch)
     cfg = kmeans_mall.SnrConfig(
         digits_list=(2,), snrs_db=(20.0,), channel_sweep="k_factor=0,3,30", channel="rician-fading"
     )
-    labels = get("kmeans-snr").labels(cfg)
+    labels = find("kmeans-snr").labels(cfg)
     wheres = kmeans_mall._series(cfg)
     rows = [kmeans_mall._noise_free_row(labels, 2, where) for where in wheres]
     assert len(set(rows)) == 3 and all(labels[r]["noise_free"] for r in rows)
@@ -77,11 +79,11 @@ def test_the_noise_free_column_draws_every_value_of_a_channel_sweep(monkeypatch)
 def test_kmeans_convergence_takes_a_registered_method_from_a_file_with_a_helper_beside_it(capsys):
     assert cli.main(["show", "kmeans-convergence", "--import", DIGITAL]) == 0  # `import quantizers` resolves
     capsys.readouterr()
-    exp = get("kmeans-convergence")
+    exp = find("kmeans-convergence")
     cfg = make_config(exp.config_cls, {"methods": "oac,digital-2bit", "snrs_db": "0,20"})
     methods = [lab["method"] for lab in exp.labels(cfg)]
     assert methods.count("digital-2bit") == 2 and methods.count("oac") == 2
-    code = catalog.code_identity(exp, cfg)["code"]  # the method's file and its helper are the run's code
+    code = identity.code_identity(exp, cfg)["code"]  # the method's file and its helper are the run's code
     assert {os.path.basename(path) for path in code} == {"digital.py", "quantizers.py"}
     err = one_line_error(capsys, ["run", "kmeans-convergence", "--set", "methods=oac,nope", "--quiet"])
     assert "unknown aggregation method 'nope'" in err
@@ -108,7 +110,7 @@ def test_digital_method_runs_against_oac_in_kmeans_convergence(tmp_path, capsys)
 EXPERIMENT_FILE = """
 import dataclasses
 import jax, jax.numpy as jnp
-from jaxfed.experiments import Experiment, Sweep
+from jaxfed.experiment import Experiment, Sweep
 
 @dataclasses.dataclass(frozen=True)
 class Config:
@@ -185,15 +187,6 @@ def test_grow_export_and_plot_a_run_with_an_imported_method(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- the small traps
-def test_normal_moments_is_normal_mean_precision_with_a_deprecation_warning():
-    eta = expfam.normal_natural(1.5, 0.25)
-    with pytest.warns(DeprecationWarning, match="normal_mean_precision"):
-        old = expfam.normal_moments
-    assert old is expfam.normal_mean_precision
-    m, p = expfam.normal_mean_precision(eta)
-    assert float(m) == pytest.approx(1.5) and float(p) == pytest.approx(4.0)
-
-
 def test_a_bands_table_column_is_not_a_dataframe_method():
     assert not any(hasattr(pd.DataFrame, column) for column in ("q50", "lower", "upper"))
     assert hasattr(pd.DataFrame, "median")  # (why the column is not called that)

@@ -16,7 +16,7 @@ import scipy.sparse
 from scipy.special import digamma, gammaln
 
 from jaxfed import cli, gfvl
-from jaxfed.experiments import gfvl_graphs
+from jaxfed.experiments.gfvl import graphs as gfvl_graphs
 from jaxfed.gfvl import expfam, gossip, graphs, likelihoods, logistic
 from jaxfed.store.rundir import load_results
 

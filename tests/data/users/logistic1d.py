@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import gfvl, plotting
-from jaxfed.experiments import Experiment, Sweep
+from jaxfed.experiment import Experiment, Sweep
 from jaxfed.gfvl import expfam, gossip, graphs, likelihoods
 
 METHODS = ("unlearning", "retrain")

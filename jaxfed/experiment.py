@@ -2,7 +2,7 @@
 :class:`Sweep` it hands the engine, the :class:`Reading` its report returns, and its parameters parsed
 and checked from text (``--set key=value``: :func:`make_config`).
 
-:func:`jaxfed.experiments.run_experiment` (:mod:`jaxfed.experiments.runner`) runs one; the result
+:func:`jaxfed.runs.run_experiment` (:mod:`jaxfed.runs.runner`) runs one; the result
 directory it writes is :mod:`jaxfed.store.rundir`'s.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxfed import _deprecation, stats, validation
+from jaxfed import stats, validation
 from jaxfed.store.rundir import check_json
 
 __all__ = [
@@ -87,7 +87,7 @@ class Experiment:
     def labels(self, config=None, **parameters) -> list[dict]:
         """The sweep labels of ``config`` (default: ``config_cls(**parameters)``), one JSON dict per
         point in the order the results hold them, e.g.
-        ``jaxfed.experiments.get("kmeans-snr").labels(snrs_db=(0.0, 20.0))``: what a study built on a
+        ``jaxfed.runs.find("kmeans-snr").labels(snrs_db=(0.0, 20.0))``: what a study built on a
         built-in experiment selects its points from, without re-typing its label code."""
         return list(self.build(self.config_cls(**parameters) if config is None else config).labels)
 
@@ -300,7 +300,3 @@ def band_table(x_name: str, x_values, labels: list[str], band: stats.Band, index
         for p, label in enumerate(labels)
     ]
     return "\n".join([head, rule, *rows])
-
-
-__getattr__ = _deprecation.forwarding(__name__, dict.fromkeys(("JSON_TYPES", "check_json"), "jaxfed.store.rundir"))
-"""``JSON_TYPES`` and ``check_json``, re-exported here before 0.2, are the result directory's."""

@@ -9,7 +9,7 @@ Points (all OAC at one D and SNR unless named otherwise):
   re-initialisation fires without a channel) and centralized k-means from the same start
   (Lloyd's, re-initialised like the federated methods);
 - under the configured init: the full algorithm with each other adaptive v_max reading
-  (:data:`jaxfed.kmeans.VMAX_RULES`) and with the other symbol energy reading;
+  (:data:`jaxfed.oac.kmeans.VMAX_RULES`) and with the other symbol energy reading;
 - on an i.i.d. split of the same customers: the four enhancement settings.
 
 An enhancement's effect is the per-trial difference of final losses with − without it on the same
@@ -24,9 +24,10 @@ import dataclasses
 
 import numpy as np
 
-from jaxfed import kmeans, plotting, stats, validation
-from jaxfed.experiments import kmeans_figures
-from jaxfed.experiments.kmeans_trials import (
+from jaxfed import plotting, stats, validation
+from jaxfed.experiment import Experiment, Reading, band_table
+from jaxfed.experiments.kmeans import figures as kmeans_figures
+from jaxfed.experiments.kmeans.trials import (
     DIFFERENCE_TEXT,
     LOSS_LABEL,
     MICRO_BATCH,
@@ -39,7 +40,7 @@ from jaxfed.experiments.kmeans_trials import (
     mall_sweep,
     verdict_block,
 )
-from jaxfed.experiments.spec import Experiment, Reading, band_table
+from jaxfed.oac import kmeans
 
 VARIANTS = {  # name -> (adaptive v_max, re-initialisation)
     "full": (True, True),

@@ -30,8 +30,8 @@ from jaxfed import builds, jaxcompat, stats, store, validation
 from jaxfed.engine.compiled import ChunkFn
 from jaxfed.engine.devices import make_mesh
 from jaxfed.engine.points import group_points
-from jaxfed.experiments import catalog
-from jaxfed.experiments.sharding import experiment_of
+from jaxfed.runs import catalog
+from jaxfed.runs.sharding import experiment_of
 from jaxfed.store.rundir import load_results
 
 FEW_ULPS = 64

@@ -36,9 +36,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import gfvl, jaxcompat, plotting, stats, validation
-from jaxfed.experiments.gfvl_checks import check_loss_normalisation
-from jaxfed.experiments.gfvl_trials import ASYMPTOTE_TOLERANCE, asymptote, summary_reading, unlearning_verdicts
-from jaxfed.experiments.spec import Experiment, Reading, Sweep, band_table
+from jaxfed.experiment import Experiment, Reading, Sweep, band_table
+from jaxfed.experiments.gfvl.checks import check_loss_normalisation
+from jaxfed.experiments.gfvl.trials import ASYMPTOTE_TOLERANCE, asymptote, summary_reading, unlearning_verdicts
 from jaxfed.gfvl import expfam, gossip, graphs, likelihoods, logistic, natgrad
 
 NAME = "gfvl-logistic"

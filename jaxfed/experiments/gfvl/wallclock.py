@@ -32,9 +32,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import gfvl, plotting, scenarios, stats, validation
-from jaxfed.experiments.gfvl_checks import check_bernoulli_setting, check_natgrad_setting
-from jaxfed.experiments.gfvl_trials import noisy_data, summary_reading, target_text
-from jaxfed.experiments.spec import Experiment, Reading, Sweep
+from jaxfed.experiment import Experiment, Reading, Sweep
+from jaxfed.experiments.gfvl.checks import check_bernoulli_setting, check_natgrad_setting
+from jaxfed.experiments.gfvl.trials import noisy_data, summary_reading, target_text
 from jaxfed.gfvl import expfam, gossip, graphs, likelihoods, natgrad, quadrature
 
 NAME = "gfvl-wallclock"
@@ -114,7 +114,7 @@ class Config:
 # --------------------------------------------------------------------------- trials
 def make_trial(cfg: Config):
     """Both models as one trial over L (traced): noisy Bernoulli data (non-conjugate, as in gfvl-local-iters:
-    :func:`jaxfed.experiments.gfvl_trials.noisy_data`) or Bernoulli data (conjugate), the MH walk on the complete
+    :func:`jaxfed.experiments.gfvl.trials.noisy_data`) or Bernoulli data (conjugate), the MH walk on the complete
     graph, and G-FVL one local iteration at a time (:func:`jaxfed.gfvl.learn_by_iteration`) with REINFORCE
     natural-gradient iterations (:func:`jaxfed.gfvl.natgrad_iteration`) or exact-gradient ones
     (:func:`jaxfed.gfvl.conjugate_natgrad_iteration`); ``kl`` (record,) after every ``record_every`` local

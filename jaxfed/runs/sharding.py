@@ -29,15 +29,18 @@ import dataclasses
 import json
 import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from jaxfed import builds, engine, stats, store, validation
-from jaxfed.experiments import REGISTRY, catalog
-from jaxfed.experiments.runner import run_experiment
-from jaxfed.experiments.spec import make_config
+from jaxfed.experiment import make_config
+from jaxfed.experiments import REGISTRY
+from jaxfed.results import report
+from jaxfed.runs import catalog, identity
+from jaxfed.runs.runner import run_experiment
 from jaxfed.store import rundir
 
 SHARD_KEY = "shard"
@@ -164,11 +167,11 @@ def compute_shard(
     ``options.out_dir``, a result directory of the run's identity (a rerun resumes it like any
     run) whose config.json says which shard it is; returns that record. ``sweep``: the
     experiment's ``build(cfg)`` where the caller keeps it for several shards (see
-    :func:`jaxfed.experiments.run_experiment`).
+    :func:`jaxfed.runs.run_experiment`).
 
     Raises:
         ValueError: a bad shard, a precision target (where each point stops depends on every trial
-            before it), or what :func:`jaxfed.experiments.run_experiment` raises.
+            before it), or what :func:`jaxfed.runs.run_experiment` raises.
     """
     check_shard(shard, n_trials)
     if options.out_dir is None:
@@ -316,7 +319,7 @@ class Merged(NamedTuple):
 
 
 def merge(
-    paths: Sequence[str],
+    shard_dirs: Sequence[str],
     out_dir: str,
     *,
     partial: bool = False,
@@ -324,9 +327,43 @@ def merge(
     imports: Sequence[str] = (),
     mix_builds: bool = False,
 ) -> str:
-    """:func:`merged`, returning ``out_dir`` (metrics.npz, config.json and the figure; the public
-    ``jaxfed.merge`` and ``jaxfed merge`` write report.md too)."""
-    merged(paths, out_dir, partial=partial, experiment=experiment, imports=imports, mix_builds=mix_builds)
+    """Merges the shards of one run (``jaxfed run NAME --trials N --shard I/M``, in any order) into
+    ``out_dir``: metrics.npz and verdicts.json equal to the one-process run's byte for byte
+    (report.md too, but for its lines of how and how long it was computed); returns ``out_dir``.
+
+    Every shard is verified (its record, identity and chunk checksums) and must be finished; the
+    shards must be of one run (experiment, parameters, seed, code, trial count, shard count) and
+    each given once. The inputs are only read; a rerun writes the same directory again.
+
+    Args:
+        shard_dirs: the shard directories.
+        out_dir: the merged run's directory: new, empty, or an earlier merge of the same run.
+        partial: merge the shards from 0 up to the first missing one (a shorter run, which
+            report.md says; it can be grown with ``jaxfed run NAME --trials N --out OUT_DIR``)
+            instead of refusing.
+        experiment: the user or plugin experiment that wrote the shards (``path/file.py:NAME``;
+            a result directory never runs the code it names); built-in ones are found by name.
+        imports: the user files the shards were run with (``--import``).
+        mix_builds: merge shards computed by different builds (JAX, jaxlib, backend or processor:
+            :mod:`jaxfed.builds`), whose values differ in the last bits, instead of refusing; the
+            merged ``build.json`` lists them all and says ``"mixed": true``.
+
+    Raises:
+        ValueError: one line naming what is wrong (a directory that is not a verified, finished
+            shard, shards of different runs or builds, a shard given twice or missing, ``out_dir``
+            an input or another run).
+    """
+    start = time.perf_counter()
+    run = merged(shard_dirs, out_dir, partial=partial, experiment=experiment, imports=imports, mix_builds=mix_builds)  # fmt: skip
+    section = report.section(run.exp, run.cfg, run.config_json, run.results, time.perf_counter() - start)
+    if run.left_out:
+        shown = ", ".join(f"{i}/{run.count}" for i in run.left_out)
+        section = section._replace(
+            settings=section.settings
+            + f" **A partial merge**: shards 0–{min(run.left_out) - 1} of {run.count} ({run.config_json['n_trials']} "
+            f"of {run.n_trials} trials per point); shard(s) {shown} left out."
+        )
+    report.write(out_dir, [(run.exp.name, section)], time.perf_counter() - start)  # type: ignore[attr-defined]
     return out_dir
 
 
@@ -482,7 +519,7 @@ def experiment_of(record: dict, named: str | None, imported: Mapping[str, str] |
             raise ValueError(f"--experiment {named}: is the experiment {exp.name!r}, but the shards hold {recorded!r}")
     params = {k: ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in record["parameters"].items()}
     cfg = make_config(exp.config_cls, params)
-    code = catalog.code_identity(exp, cfg)
+    code = identity.code_identity(exp, cfg)
     if code != {k: record[k] for k in ("code", "plugin") if k in record}:
         raise ValueError(f"{exp.source or exp.name}: is not the code that wrote the shards (its file digests differ)")
     return exp, cfg

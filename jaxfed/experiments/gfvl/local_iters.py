@@ -16,15 +16,15 @@ import dataclasses
 import numpy as np
 
 from jaxfed import plotting, stats, validation
-from jaxfed.experiments.gfvl_checks import check_bernoulli_setting, check_natgrad_setting
-from jaxfed.experiments.gfvl_trials import (
+from jaxfed.experiment import Experiment, Reading, Sweep, band_table, preset_variant
+from jaxfed.experiments.gfvl.checks import check_bernoulli_setting, check_natgrad_setting
+from jaxfed.experiments.gfvl.trials import (
     PAPER_CONVENTION,
     local_iters_trial,
     preset_differences,
     summary_reading,
     target_text,
 )
-from jaxfed.experiments.spec import Experiment, Reading, Sweep, band_table, preset_variant
 from jaxfed.gfvl import natgrad
 
 NAME = "gfvl-local-iters"

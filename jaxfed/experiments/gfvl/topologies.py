@@ -16,9 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import gfvl, plotting, scenarios, stats, validation
-from jaxfed.experiments.gfvl_checks import check_bernoulli_setting, check_loss_normalisation
-from jaxfed.experiments.gfvl_trials import first_slot_at_or_below, summary_reading
-from jaxfed.experiments.spec import Experiment, Reading, Sweep, band_table
+from jaxfed.experiment import Experiment, Reading, Sweep, band_table
+from jaxfed.experiments.gfvl.checks import check_bernoulli_setting, check_loss_normalisation
+from jaxfed.experiments.gfvl.trials import first_slot_at_or_below, summary_reading
 from jaxfed.gfvl import expfam, gossip, graphs, likelihoods
 
 NAME = "gfvl-topologies"

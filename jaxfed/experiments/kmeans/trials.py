@@ -2,7 +2,7 @@
 builds on (docs/extending.md). No experiment module imports another.
 
 - :class:`MallConfig`: the mall scenario and the algorithm's parameters;
-- :func:`mall_sweep`: a :class:`~jaxfed.experiments.Sweep` of sweep labels
+- :func:`mall_sweep`: a :class:`~jaxfed.experiment.Sweep` of sweep labels
   (``{"method": ..., "digits": D, "snr_db": ...}``), each run on the same customers, initial
   centroids and channel draws; its trial (:func:`make_trial`) runs centralized Lloyd's or a
   federated method, one of :func:`methods` (``"centralized"`` and the registered aggregation
@@ -10,9 +10,9 @@ builds on (docs/extending.md). No experiment module imports another.
 - :func:`resources_table` and the paired-verdict helpers (:func:`final_values`,
   :func:`ratio_verdict`, :func:`difference_verdict`, :func:`verdict_block`).
 
-The experiments built on it are :mod:`jaxfed.experiments.kmeans_mall` (convergence, SNR),
-:mod:`~jaxfed.experiments.kmeans_ablation`, :mod:`~jaxfed.experiments.kmeans_studies` (devices,
-D = 1), :mod:`~jaxfed.experiments.kmeans_counts` and :mod:`~jaxfed.experiments.kmeans_channels`."""
+The experiments built on it are :mod:`jaxfed.experiments.kmeans.mall` (convergence, SNR),
+:mod:`~jaxfed.experiments.kmeans.ablation`, :mod:`~jaxfed.experiments.kmeans.studies` (devices,
+D = 1), :mod:`~jaxfed.experiments.kmeans.counts` and :mod:`~jaxfed.experiments.kmeans.channels`."""
 
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxfed import kmeans, oac, scenarios, stats, validation
-from jaxfed.experiments.spec import Sweep
+from jaxfed import oac, scenarios, stats, validation
+from jaxfed.experiment import Sweep
+from jaxfed.oac import kmeans
 
 __all__ = [
     "MallConfig",
@@ -88,7 +89,7 @@ class MallConfig:
     channel_sweep: str = ""
     init: str = "uniform"  # initial centroids, one of kmeans.INITS ("uniform": in the mall, server-side)
     vmax_rule: str = "abs"  # adaptive v_max reading, one of kmeans.VMAX_RULES: the EDs' maximum |v| ("abs") or
-    # signed v of this round, or of the previous round ("-previous"); see jaxfed/kmeans.py
+    # signed v of this round, or of the previous round ("-previous"); see jaxfed/oac/kmeans.py
     symbol_energy: str = "beta"  # E_s: "beta" (amplitude √β, unit mean energy per resource) or "sqrt-beta" (E_s = √β)
     n_starts: int = 10  # k-means++ starts of the "centralized-best" reference (the best final loss is kept)
 
@@ -380,7 +381,7 @@ def _customers(cfg: MallConfig, point: dict, k_scene, k_split, k_init):
 
 
 def _rounds(cfg: MallConfig, point: dict, points, data, init, channel, key, observe):
-    """(centroid history, :class:`jaxfed.kmeans.RoundInfo`) of the point's method over ``cfg.n_rounds``
+    """(centroid history, :class:`jaxfed.oac.kmeans.RoundInfo`) of the point's method over ``cfg.n_rounds``
     rounds from ``init``, with ``observe`` (the adjusted Rand index) evaluated in each round.
 
     Each method's rounds are a branch of their own: a branch boundary inside a round (e.g. a switch
@@ -414,7 +415,7 @@ def _rounds(cfg: MallConfig, point: dict, points, data, init, channel, key, obse
 
 
 def _same_fields(info: kmeans.RoundInfo, **fields) -> kmeans.RoundInfo:
-    """The fields of a :class:`jaxfed.kmeans.RoundInfo` the trial reads, ``fields`` replaced: the
+    """The fields of a :class:`jaxfed.oac.kmeans.RoundInfo` the trial reads, ``fields`` replaced: the
     branches of a ``lax.switch`` over the methods return the same shapes. The unread fields are
     dropped, so that no branch computes them."""
     return info._replace(assignment=None, next_vmax=None, **fields)  # type: ignore[arg-type]

@@ -21,9 +21,10 @@ import math
 
 import numpy as np
 
-from jaxfed import kmeans, plotting, stats, validation
-from jaxfed.experiments import kmeans_figures
-from jaxfed.experiments.kmeans_trials import (
+from jaxfed import plotting, stats, validation
+from jaxfed.experiment import Experiment, Reading, band_table
+from jaxfed.experiments.kmeans import figures as kmeans_figures
+from jaxfed.experiments.kmeans.trials import (
     DIFFERENCE_TEXT,
     LOSS_LABEL,
     MICRO_BATCH,
@@ -37,7 +38,7 @@ from jaxfed.experiments.kmeans_trials import (
     ratio_verdict,
     verdict_block,
 )
-from jaxfed.experiments.spec import Experiment, Reading, band_table
+from jaxfed.oac import kmeans
 
 
 @dataclasses.dataclass(frozen=True)

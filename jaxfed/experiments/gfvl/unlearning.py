@@ -29,8 +29,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import gfvl, plotting, scenarios, stats, validation
-from jaxfed.experiments.gfvl_checks import check_bernoulli_setting, check_loss_normalisation, check_natgrad_setting
-from jaxfed.experiments.gfvl_trials import (
+from jaxfed.experiment import Experiment, Reading, Sweep, band_table, preset_variant
+from jaxfed.experiments.gfvl.checks import check_bernoulli_setting, check_loss_normalisation, check_natgrad_setting
+from jaxfed.experiments.gfvl.trials import (
     ASYMPTOTE_TOLERANCE,
     PAPER_CONVENTION,
     asymptote,
@@ -39,7 +40,6 @@ from jaxfed.experiments.gfvl_trials import (
     target_text,
     unlearning_verdicts,
 )
-from jaxfed.experiments.spec import Experiment, Reading, Sweep, band_table, preset_variant
 from jaxfed.gfvl import expfam, gossip, graphs, likelihoods, natgrad, quadrature
 
 NAME = "gfvl-unlearning"

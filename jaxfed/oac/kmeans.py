@@ -59,7 +59,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import custom_batching, lax
 
-from jaxfed import oac, validation
+from jaxfed import validation
+from jaxfed.oac import aggregators, channel
 from jaxfed.oac.aggregators import Aggregator
 
 __all__ = [
@@ -149,7 +150,7 @@ class Settings(NamedTuple):
     """Options of federated k-means. ``aggregator`` (what its factory fixed) and ``vmax_rule`` are
     static; every other field may be a traced scalar."""
 
-    aggregator: Aggregator = oac.aggregators.ideal()  # the back-end for Σ_k Δc_{k,c} (jaxfed.oac.aggregators)
+    aggregator: Aggregator = aggregators.ideal()  # the back-end for Σ_k Δc_{k,c} (jaxfed.oac.aggregators)
     mu: float = 1.0  # learning rate μ
     adaptive_vmax: bool = True  # v_max from the EDs' reported maxima (see vmax_rule), else `vmax`
     vmax: float = 100.0  # fixed v_max (adaptive off); the adaptive rules' fallback and first value
@@ -531,7 +532,7 @@ def federated(
             f"init_centroids holds more centroids (C = {np.shape(init_centroids)[0]}) than there are points "
             f"(N = {n_real}); use C <= N"
         )
-    settings = Settings(oac.aggregators.ideal() if aggregator is None else aggregator, **options)
+    settings = Settings(aggregators.ideal() if aggregator is None else aggregator, **options)
     history, _ = federated_rounds(key, data, device_mask.shape[0], init_centroids, n_rounds, settings)
     return history
 
@@ -659,7 +660,7 @@ def adjusted_rand_index(labels_a, labels_b, n_a: int, n_b: int, mask=None) -> ja
 
 def oac_resources(dim: int, n_clusters: int, beta: int, digits: int) -> int:
     """Complex resources per round of OAC aggregation: L·C·β·D, whatever the number of EDs."""
-    return oac.n_resources(dim * n_clusters, beta, digits)
+    return channel.n_resources(dim * n_clusters, beta, digits)
 
 
 def digital_resources(

@@ -27,8 +27,9 @@ import math
 import numpy as np
 
 from jaxfed import oac, plotting, stats, validation
-from jaxfed.experiments import kmeans_figures
-from jaxfed.experiments.kmeans_trials import (
+from jaxfed.experiment import Experiment, Reading, band_table
+from jaxfed.experiments.kmeans import figures as kmeans_figures
+from jaxfed.experiments.kmeans.trials import (
     DIFFERENCE_TEXT,
     LOSS_LABEL,
     MICRO_BATCH,
@@ -43,7 +44,6 @@ from jaxfed.experiments.kmeans_trials import (
     symbol_energy_value,
     verdict_block,
 )
-from jaxfed.experiments.spec import Experiment, Reading, band_table
 from jaxfed.oac import impairments
 
 POWER, RICIAN, BLOCK = "power-control", "rician-fading", "block-fading"

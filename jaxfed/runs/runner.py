@@ -13,15 +13,13 @@ import os
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Callable, Mapping
 
 import jax
 
 from jaxfed import engine, store, validation
 from jaxfed.engine.progress import Progress
-from jaxfed.experiments import catalog
-from jaxfed.experiments.spec import (
+from jaxfed.experiment import (
     Experiment,
     Sweep,
     check_config_class,
@@ -30,6 +28,7 @@ from jaxfed.experiments.spec import (
     check_sizes,
     check_sweep,
 )
+from jaxfed.runs import catalog, identity
 from jaxfed.store import rundir
 
 
@@ -42,7 +41,6 @@ def run_experiment(
     imports: Mapping[str, str] | None = None,
     quiet: bool = False,
     sweep: Sweep | None = None,
-    **legacy,
 ) -> tuple[dict, dict]:
     """Runs an experiment through the engine and writes its result directory.
 
@@ -60,13 +58,10 @@ def run_experiment(
             several shards of one run builds it once, so the trial function is the same object
             and its compiled program, kept in the process, is neither traced to HLO nor loaded
             again); default: built here.
-        **legacy: deprecated (a :class:`DeprecationWarning`; removed in the next minor version): fields of
-            ``RunOptions`` (``seed=``, ``out_dir=``, ``keep=`` …), over those of ``options``; pass
-            ``options=engine.RunOptions.for_experiments(seed=…, out_dir=…)`` instead.
 
     The run's identity (what a rerun on ``out_dir`` must match) is the experiment, parameters,
     points, seed and dtype, and for an experiment that runs user code the SHA-256 of every user
-    file it runs and a plugin's distribution and version (:func:`catalog.code_identity`); the trial
+    file it runs and a plugin's distribution and version (:func:`identity.code_identity`); the trial
     count is not part of it, so rerunning with more trials computes only the new ones (see
     :mod:`jaxfed.store`). Trials with a NaN or ±inf metric are counted per point in
     ``config_json["nonfinite_trials"]`` and reported on stderr, in raw and summary modes alike.
@@ -84,7 +79,7 @@ def run_experiment(
         ValueError: a bad option, parameter or sweep (before any work), or what :func:`jaxfed.engine.run` raises.
     """
     started = time.perf_counter()
-    options = _run_options(options, quiet, legacy)
+    options = _run_options(options, quiet)
     if options.out_dir is not None:  # before user code runs: an os.chdir in build() moves no result
         options = dataclasses.replace(options, out_dir=os.path.abspath(options.out_dir))
     n_trials = exp.default_trials if n_trials is None else n_trials
@@ -127,7 +122,7 @@ def _run(exp, config, n_trials, options, imports, dtype, started, sweep) -> tupl
         raise
     _check_dtype_kept(exp, dtype, "the trial")
     config_json = _record(exp, identity, options, n_trials, sweep, results)
-    if options.trial_range is not None:  # a shard: its record is jaxfed.experiments.sharding's
+    if options.trial_range is not None:  # a shard: its record is jaxfed.runs.sharding's
         return config_json, results
     if jax.process_index() == 0:
         for line in _nonfinite_notes(exp.name, config_json["nonfinite_trials"], sweep, n_trials, options.progress):
@@ -315,29 +310,13 @@ def _figure_cost(n_points: int) -> str:
     )
 
 
-def _run_options(options, quiet: bool, legacy: dict) -> engine.RunOptions:
-    """``options`` (default ``RunOptions.for_experiments()``) with the keyword arguments over it (deprecated:
-    a DeprecationWarning naming them, pointing at run_experiment's caller)."""
+def _run_options(options, quiet: bool) -> engine.RunOptions:
+    """``options`` (default ``RunOptions.for_experiments()``), without progress when ``quiet``."""
     validation.check(
         "options", options, options is None or isinstance(options, engine.RunOptions), "a jaxfed.engine.RunOptions"
     )
-    known = {f.name for f in dataclasses.fields(engine.RunOptions)}
-    for name in legacy:
-        if name not in known:
-            raise TypeError(f"run_experiment() got an unexpected keyword argument {name!r}")
-    if legacy:
-        given = ", ".join(f"{name}=..." for name in sorted(legacy))
-        warnings.warn(
-            f"run_experiment({given}) is deprecated and will be removed in the next minor version: pass "
-            f"options=engine.RunOptions.for_experiments({given}) (or dataclasses.replace(options, {given}))",
-            DeprecationWarning,
-            stacklevel=3,  # run_experiment's caller
-        )
-    if quiet:
-        legacy = dict(legacy, progress=False)
-    if options is None:
-        return engine.RunOptions.for_experiments(**legacy)
-    return dataclasses.replace(options, **legacy)
+    options = engine.RunOptions.for_experiments() if options is None else options
+    return dataclasses.replace(options, progress=False) if quiet else options
 
 
 def _checked_dtype(config) -> str:
@@ -361,7 +340,7 @@ def _identity(exp: Experiment, config, sweep: Sweep, seed: int, dtype: str, impo
             "points": sweep.labels,
             "seed": seed,
             "dtype": dtype,
-            **catalog.code_identity(exp, config),  # user code: "code" (file digests), "plugin"
+            **identity.code_identity(exp, config),  # user code: "code" (file digests), "plugin"
             **({"imports": dict(imports)} if imports else {}),
         }
     )

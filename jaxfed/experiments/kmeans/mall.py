@@ -8,9 +8,9 @@
   β = 3, with quantisation only per D, centralized and ideal federated k-means as references, and
   the OAC detector's centroid noise next to what its variance formula predicts.
 
-The ablation is in :mod:`jaxfed.experiments.kmeans_ablation`; the sweep over the number of edge
-devices (EDs) and the study of D = 1 in :mod:`jaxfed.experiments.kmeans_studies`; what they share
-(the trial, the sweep, the verdict helpers) in :mod:`jaxfed.experiments.kmeans_trials`.
+The ablation is in :mod:`jaxfed.experiments.kmeans.ablation`; the sweep over the number of edge
+devices (EDs) and the study of D = 1 in :mod:`jaxfed.experiments.kmeans.studies`; what they share
+(the trial, the sweep, the verdict helpers) in :mod:`jaxfed.experiments.kmeans.trials`.
 
 Every experiment stores ``loss`` (point, trial, round): the loss of the paper's equation (1), the
 within-cluster squared distance of the partition the centroids induce, divided by the number of
@@ -35,9 +35,10 @@ import dataclasses
 import jax
 import numpy as np
 
-from jaxfed import kmeans, oac, plotting, scenarios, stats, validation
-from jaxfed.experiments import kmeans_figures
-from jaxfed.experiments.kmeans_trials import (
+from jaxfed import oac, plotting, scenarios, stats, validation
+from jaxfed.experiment import Experiment, Reading, band_table
+from jaxfed.experiments.kmeans import figures as kmeans_figures
+from jaxfed.experiments.kmeans.trials import (
     CENTRALIZED_TEXT,
     LAST_ROUND_DIAGNOSTICS,
     LOSS_LABEL,
@@ -56,7 +57,7 @@ from jaxfed.experiments.kmeans_trials import (
     symbol_energy_value,
     verdict_block,
 )
-from jaxfed.experiments.spec import Experiment, Reading, band_table
+from jaxfed.oac import kmeans
 
 
 # --------------------------------------------------------------------------- kmeans-convergence
@@ -310,7 +311,7 @@ class SnrConfig(MallConfig):
 
 
 def _snr_labels(cfg: SnrConfig) -> list[dict]:
-    """kmeans-snr's sweep labels (public: ``jaxfed.experiments.get("kmeans-snr").labels(...)``); each
+    """kmeans-snr's sweep labels (public: ``jaxfed.runs.find("kmeans-snr").labels(...)``); each
     method of ``cfg.methods`` at every D and SNR, and at :data:`NOISE_FREE_DB` (``noise_free``)."""
     swept = ["oac", *_others(cfg.methods)]
     return (

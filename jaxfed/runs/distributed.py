@@ -1,7 +1,7 @@
 """A run's shards as Dask tasks: :func:`run_on_dask` (``jaxfed run NAME --executor dask://HOST:PORT``).
 
 Every trial is a pure function of (seed, point, trial), so a run splits into shards
-(:mod:`jaxfed.experiments.sharding`) that any process may compute in any order and a merge puts
+(:mod:`jaxfed.runs.sharding`) that any process may compute in any order and a merge puts
 back together, the same bytes as one process's run. Here the shards are Dask tasks: one per shard,
 finer than the workers so that the load balances, each computed by ``sharding.run_shard`` in a
 worker process into its own shard directory next to the run's, and merged by ``sharding.merge``
@@ -29,8 +29,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from jaxfed import engine, stats
-from jaxfed.experiments import REGISTRY, catalog, get, sharding
-from jaxfed.experiments.spec import make_config
+from jaxfed.experiment import make_config
+from jaxfed.experiments import REGISTRY
+from jaxfed.runs import catalog, sharding
+from jaxfed.runs.catalog import find
 
 if TYPE_CHECKING:  # (for the annotations only: Dask is an optional dependency)
     from distributed import Client
@@ -150,7 +152,7 @@ def check_here(name: str, n_trials: int, tasks: int, sets: Mapping[str, str], im
     an unknown experiment or parameter, a user file that does not load (ValueError, as ``jaxfed
     run`` words it), or a task count outside 1 to the run's 64-trial blocks."""
     catalog.import_extensions(imports)
-    make_config(get(name).config_cls, dict(sets))
+    make_config(find(name).config_cls, dict(sets))
     if n_trials < 1:
         raise ValueError(f"trials must be at least 1, got {n_trials}")
     blocks = -(-n_trials // stats.summary.SUMMARY_BLOCK)

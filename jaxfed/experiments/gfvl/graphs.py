@@ -33,9 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import gfvl, plotting, scenarios, stats, validation
-from jaxfed.experiments.gfvl_checks import check_bernoulli_setting, check_loss_normalisation
-from jaxfed.experiments.gfvl_trials import summary_reading, target_text
-from jaxfed.experiments.spec import Experiment, Reading, Sweep
+from jaxfed.experiment import Experiment, Reading, Sweep
+from jaxfed.experiments.gfvl.checks import check_bernoulli_setting, check_loss_normalisation
+from jaxfed.experiments.gfvl.trials import summary_reading, target_text
 from jaxfed.gfvl import expfam, gossip, graphs, likelihoods
 
 NAME = "gfvl-graphs"
@@ -165,7 +165,9 @@ def with_graphs(named: Mapping, base: Experiment | None = None) -> Experiment:
 
         import networkx as nx
         from jaxfed import engine
-        from jaxfed.experiments import gfvl_graphs, make_config, run_experiment
+        from jaxfed.experiment import make_config
+        from jaxfed.runs import run_experiment
+        from jaxfed.experiments.gfvl import graphs as gfvl_graphs
         exp = gfvl_graphs.with_graphs({"karate": nx.karate_club_graph()})
         cfg = make_config(exp.config_cls, {"graphs": "complete,ring"})
         run_experiment(exp, cfg, options=engine.RunOptions.for_experiments(out_dir="results/karate"))

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfed import gfvl, scenarios, stats
-from jaxfed.experiments.spec import Reading
+from jaxfed.experiment import Reading
 from jaxfed.gfvl import expfam, gossip, graphs, likelihoods, natgrad, quadrature
 
 __all__ = [
