@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -213,6 +214,7 @@ DIGEST_ATTRIBUTE = "__jaxfed_sha256__"  # on a user experiment file's module: SH
 JAXFED_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package's own code
 
 
+@functools.cache
 def installed_dirs() -> tuple[str, ...]:
     """Directories of installed code: the standard library and site-packages."""
     paths = {sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}

@@ -133,7 +133,6 @@ def _file_digest(path: str) -> str | None:
         return None
 
 
-@functools.cache
 def _namespaces_of(value) -> list[dict]:
     """The global namespaces of the modules that define ``value``: a module's own, a function's
     ``__globals__`` (the module it was executed in, even one since executed again), a class's
