@@ -70,6 +70,14 @@ def agent_thetas(key: jax.Array, family, theta, n_agents: int, spread) -> jax.Ar
 
     Returns:
         (K,) θ_k, or (K, C) for categorical data.
+
+    Args:
+        key: a JAX PRNG key (traced).
+        family: a registered conjugate model name ("beta", "normal", "gamma", "dirichlet") or a
+            :class:`jaxfed.gfvl.models.ConjugateModel`.
+        theta: the global θ, a scalar, or a (C,) probability vector for categorical data.
+        n_agents: K, the number of agents (static).
+        spread: τ >= 0, the spread on the link scale (may be traced).
     """
     return _model(family).agent_thetas(key, theta, n_agents, spread)
 
@@ -88,9 +96,18 @@ def conjugate_stats(key: jax.Array, family, thetas: jax.Array, sizes, variance=1
     An agent with N_k = 0 gets statistics 0 (it contributes nothing).
 
     Args:
+        key: a JAX PRNG key (traced).
+        family: a registered conjugate model name or a :class:`jaxfed.gfvl.models.ConjugateModel`.
         thetas: (K,) θ_k, or (K, C) for categorical data (e.g. from :func:`agent_thetas`).
         sizes: (K,) N_k >= 0 (may be traced).
         variance: noise variance σ² (scalar or (K,)) of models that have one, unused otherwise.
+
+    Returns:
+        (K, P) per-agent statistics in the family's natural coordinates (P = 2 for the scalar built-ins,
+        C for "dirichlet").
+
+    Raises:
+        ValueError: ``sizes`` does not have shape (K,), one entry per agent.
     """
     model = _model(family)
     n = jnp.asarray(sizes, dtype=thetas.dtype)
@@ -126,6 +143,26 @@ def mall(
     belongs to the ED of the tile containing it, so local data sets are highly heterogeneous.
 
     Static: n_points, n_components, rows, cols. Traced: spread, side.
+
+    Args:
+        key: a JAX PRNG key (traced).
+        n_points: number of customers N (static).
+        n_components: number of mixture components (static).
+        spread: the components' standard deviation (traced).
+        side: the mall's side length (traced).
+        rows: tiles along y (static).
+        cols: tiles along x (static); ``rows * cols`` EDs.
+
+    Returns:
+        A :class:`MallScenario`: (N, 2) points, (N,) int32 owner tile, (N,) component labels and the
+        (n_components, 2) centres.
+
+    Examples:
+        >>> import jax
+        >>> from jaxfed.scenarios import mall
+        >>> scenario = mall(jax.random.key(0), n_points=50, rows=2, cols=2)
+        >>> scenario.points.shape, int(scenario.owner.max()) <= 3
+        ((50, 2), True)
     """
     k_centres, k_component, k_offset = jax.random.split(key, 3)
     side = jnp.asarray(side, dtype=float)
@@ -145,6 +182,25 @@ def tile_of(points: jax.Array, side, rows: int, cols: int, clip: bool = False) -
     the nearest edge tile; a NaN point is always an error. Under jit, where nothing can raise,
     such a point gets the owner −1, which :func:`jaxfed.oac.kmeans.flat_data` turns into NaN
     coordinates (so the metrics show it instead of dropping it).
+
+    Args:
+        points: (N, 2) coordinates (traced or concrete).
+        side: the mall's side length.
+        rows: tiles along y (static).
+        cols: tiles along x (static).
+        clip: assign a point outside the mall to the nearest edge tile instead of failing.
+
+    Returns:
+        (N,) int32 tile indices in [0, rows·cols), −1 for an invalid point under jit.
+
+    Raises:
+        ValueError: ``points`` is not (N, 2), or (concrete points) one is non-finite or outside the mall
+            without ``clip``.
+
+    Examples:
+        >>> from jaxfed.scenarios import tile_of
+        >>> tile_of([[10.0, 10.0], [90.0, 10.0], [10.0, 90.0]], 100.0, 2, 2).tolist()
+        [0, 1, 2]
     """
     points = jnp.asarray(points)
     validation.shape("points", points, (None, 2), "(N, 2)")

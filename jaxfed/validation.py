@@ -53,7 +53,16 @@ T = TypeVar("T")
 
 
 def fail(name: str, value: Any, allowed: str) -> NoReturn:
-    """Raises ``ValueError("<name> must be <allowed>, got <value!r>")``."""
+    """Raises ``ValueError("<name> must be <allowed>, got <value!r>")``.
+
+    Args:
+        name: the checked argument's name, as the message starts.
+        value: the value given (shown with ``repr``).
+        allowed: what the argument must be ("an integer >= 2").
+
+    Raises:
+        ValueError: always, ``"<name> must be <allowed>, got <value!r>"``.
+    """
     raise ValueError(f"{name} must be {allowed}, got {value!r}")
 
 
@@ -77,6 +86,20 @@ def integer(name: str, value: Any, low: int | None = None, high: int | None = No
     Traceback (most recent call last):
     ...
     ValueError: n_agents must be an integer >= 2, got 1
+
+    Args:
+        name: the argument's name, for the message.
+        value: the value to check.
+        low: the smallest allowed value, or None.
+        high: the largest allowed value, or None.
+        note: text appended to the allowed range in the message.
+
+    Returns:
+        ``value`` as a Python ``int``.
+
+    Raises:
+        ValueError: ``value`` is not an integer (a bool or a traced value included) or lies outside
+            [``low``, ``high``].
     """
     if low is None and high is None:
         allowed = "an integer"
@@ -100,7 +123,20 @@ def integer(name: str, value: Any, low: int | None = None, high: int | None = No
 
 def index(name: str, value: T, size: int, what: str = "an index") -> T:
     """An integer in [0, ``size``) (``what`` names it in the message: ``"an agent index"``). Traced
-    values pass through."""
+    values pass through.
+
+    Args:
+        name: the argument's name, for the message.
+        value: the index (a Python or NumPy integer, or a traced value).
+        size: the number of valid indices.
+        what: what the index is, for the message.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        ValueError: ``value`` is not an integer in [0, ``size``).
+    """
     if is_traced(value):
         return value
     valid = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
@@ -139,6 +175,21 @@ def number(
     Traceback (most recent call last):
     ...
     ValueError: epsilon must be in [0, 0.5), got 0.5
+
+    Args:
+        name: the argument's name, for the message.
+        value: a number or an array of numbers (or a traced value, not checked).
+        low: the lower bound, or None.
+        high: the upper bound, or None.
+        low_open: exclude ``low`` itself.
+        high_open: exclude ``high`` itself.
+        finite: require finite values (``False`` allows ±inf, never NaN).
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        ValueError: an entry is not a real number in the interval, ``"<name> must be in [0, 0.5), got 0.5"``.
     """
     allowed = _number_text(low, high, low_open, high_open, finite)
     if is_traced(value):
@@ -160,22 +211,71 @@ def number(
 
 
 def positive(name: str, value: T, *, finite: bool = True) -> T:
-    """A number (or array) > 0, finite unless ``finite=False``: ``"<name> must be finite and > 0"``."""
+    """A number (or array) > 0, finite unless ``finite=False``: ``"<name> must be finite and > 0"``.
+
+    Args:
+        name: the argument's name, for the message.
+        value: a number or array (traced values pass through).
+        finite: require finite values.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        ValueError: an entry is not > 0 (or not finite).
+    """
     return number(name, value, 0, low_open=True, finite=finite)
 
 
 def non_negative(name: str, value: T, *, finite: bool = True) -> T:
-    """A number (or array) >= 0, finite unless ``finite=False``."""
+    """A number (or array) >= 0, finite unless ``finite=False``.
+
+    Args:
+        name: the argument's name, for the message.
+        value: a number or array (traced values pass through).
+        finite: require finite values.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        ValueError: an entry is negative (or not finite).
+    """
     return number(name, value, 0, finite=finite)
 
 
 def probability(name: str, value: T, *, low_open: bool = False, high_open: bool = False) -> T:
-    """A number in [0, 1]; ``low_open``/``high_open`` exclude 0 or 1 (``(0, 1)`` for a level or mass)."""
+    """A number in [0, 1]; ``low_open``/``high_open`` exclude 0 or 1 (``(0, 1)`` for a level or mass).
+
+    Args:
+        name: the argument's name, for the message.
+        value: a number or array (traced values pass through).
+        low_open: exclude 0.
+        high_open: exclude 1.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        ValueError: an entry lies outside the interval.
+    """
     return number(name, value, 0, 1, low_open=low_open, high_open=high_open)
 
 
 def one_of(name: str, value: T, allowed: Collection[Any]) -> T:
-    """``value`` if it is one of ``allowed`` (named in the message as a tuple)."""
+    """``value`` if it is one of ``allowed`` (named in the message as a tuple).
+
+    Args:
+        name: the argument's name, for the message.
+        value: the value to check.
+        allowed: the allowed values.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        ValueError: ``value`` is not in ``allowed`` (or is unhashable), ``"<name> must be one of (...)"``.
+    """
     try:
         ok = value in allowed
     except TypeError:  # unhashable, e.g. a list given for a string
@@ -194,6 +294,14 @@ def finite_array(name: str, value: Any, mask: Any = None) -> None:
     Traceback (most recent call last):
     ...
     ValueError: points must be finite, got [nan, 2.0] at index 1
+
+    Args:
+        name: the argument's name, for the message.
+        value: an array of any shape (traced arrays pass through).
+        mask: optional, a boolean array over the first axis; rows where it is False are not checked.
+
+    Raises:
+        ValueError: an entry is NaN or ±inf, ``"<name> must be finite, got <row> at index <i>"``.
     """
     if is_traced(value) or is_traced(mask):
         return
@@ -211,7 +319,24 @@ def finite_array(name: str, value: Any, mask: Any = None) -> None:
 
 def shape(name: str, value: Any, expected: Sequence[int | None], described: str | None = None) -> tuple[int, ...]:
     """The shape of ``value``, which must have ``len(expected)`` axes, each the given size (None:
-    any). ``described`` is how the message writes the expected shape (e.g. ``"(K, N_max, L)"``)."""
+    any). ``described`` is how the message writes the expected shape (e.g. ``"(K, N_max, L)"``).
+
+    Args:
+        name: the argument's name, for the message.
+        value: an array (or anything ``np.shape`` accepts).
+        expected: the size of each axis, None for any size.
+        described: how the message writes the expected shape, e.g. ``"(K, N_max, L)"``.
+
+    Returns:
+        The shape of ``value``, a tuple of ints.
+
+    Raises:
+        ValueError: a different number of axes or a different size, ``"<name> must have shape (K, 2), got (3,)"``.
+
+    Examples:
+        >>> shape("points", [[0.0, 1.0]], (None, 2))
+        (1, 2)
+    """
     got = tuple(np.shape(value))
     if len(got) != len(expected) or any(e is not None and g != e for g, e in zip(got, expected)):
         text = described if described is not None else "(" + ", ".join("*" if e is None else str(e) for e in expected)
@@ -222,14 +347,36 @@ def shape(name: str, value: Any, expected: Sequence[int | None], described: str 
 
 
 def seed(value: Any, name: str = "seed") -> int:
-    """A root seed: an integer in [0, 2**32)."""
+    """A root seed: an integer in [0, 2**32).
+
+    Args:
+        value: the seed.
+        name: the argument's name, for the message.
+
+    Returns:
+        The seed as a Python ``int``.
+
+    Raises:
+        ValueError: not an integer in [0, 2**32).
+    """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not 0 <= value < SEED_LIMIT:
         fail(name, value, "an integer in [0, 2**32)")
     return operator.index(value)
 
 
 def trial_count(value: Any, name: str = "n_trials") -> int:
-    """A number of trials per point: an integer in [1, 2**32] (trial indices are 32-bit)."""
+    """A number of trials per point: an integer in [1, 2**32] (trial indices are 32-bit).
+
+    Args:
+        value: the number of trials.
+        name: the argument's name, for the message.
+
+    Returns:
+        The count as a Python ``int``.
+
+    Raises:
+        ValueError: not an integer in [1, 2**32].
+    """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not 1 <= value <= MAX_TRIALS:
         fail(name, value, "an integer in [1, 2**32] (trial indices are 32-bit)")
     return operator.index(value)

@@ -13,6 +13,7 @@ import inspect
 import pathlib
 import re
 import textwrap
+import typing
 
 import pytest
 
@@ -139,7 +140,7 @@ def _gives(fn) -> str | None:
         if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in nodes):
             return "Yields"
     if annotation is not inspect.Signature.empty:
-        return None if annotation in (None, "None") else "Returns"
+        return None if annotation in (None, "None", typing.NoReturn, "NoReturn") else "Returns"
     if node is None:
         return "Returns"
     returns = [n for n in nodes if isinstance(n, ast.Return)]
