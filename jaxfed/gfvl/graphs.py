@@ -102,18 +102,48 @@ def validate_adjacency(adjacency, name: str = "adjacency") -> np.ndarray:
 
 
 def from_adjacency(adjacency) -> np.ndarray:
-    """Validated int32 copy of a user-supplied adjacency matrix (see :func:`validate_adjacency`)."""
+    """Validated int32 copy of a user-supplied adjacency matrix (see :func:`validate_adjacency`).
+
+    Args:
+        adjacency: a (K, K) 0/1 array or nested list, symmetric, without self-loops, connected.
+
+    Returns:
+        (K, K) int32 NumPy adjacency matrix.
+
+    Raises:
+        ValueError: the graph is not a valid gossip graph (:func:`validate_adjacency`).
+    """
     return validate_adjacency(np.array(adjacency))
 
 
 def complete(n_agents: int) -> np.ndarray:
-    """Fully connected graph: every pair of distinct agents are neighbours."""
+    """Fully connected graph: every pair of distinct agents are neighbours.
+
+    Args:
+        n_agents: K >= 2.
+
+    Returns:
+        (K, K) int32 adjacency matrix.
+
+    Raises:
+        ValueError: ``n_agents`` is not an integer >= 2.
+    """
     k = validation.integer("n_agents", n_agents, 2)
     return validate_adjacency(np.ones((k, k), np.int32) - np.eye(k, dtype=np.int32))
 
 
 def ring(n_agents: int) -> np.ndarray:
-    """Cycle 0 – 1 – … – K−1 – 0 (for K = 2 a single edge)."""
+    """Cycle 0 – 1 – … – K−1 – 0 (for K = 2 a single edge).
+
+    Args:
+        n_agents: K >= 2.
+
+    Returns:
+        (K, K) int32 adjacency matrix.
+
+    Raises:
+        ValueError: ``n_agents`` is not an integer >= 2.
+    """
     k = validation.integer("n_agents", n_agents, 2)
     a = np.zeros((k, k), np.int32)
     idx = np.arange(k)
@@ -124,7 +154,17 @@ def ring(n_agents: int) -> np.ndarray:
 
 
 def star(n_agents: int) -> np.ndarray:
-    """Hub agent 0 connected to every other agent; leaves are not connected to each other."""
+    """Hub agent 0 connected to every other agent; leaves are not connected to each other.
+
+    Args:
+        n_agents: K >= 2.
+
+    Returns:
+        (K, K) int32 adjacency matrix.
+
+    Raises:
+        ValueError: ``n_agents`` is not an integer >= 2.
+    """
     k = validation.integer("n_agents", n_agents, 2)
     a = np.zeros((k, k), np.int32)
     a[0, 1:] = 1
@@ -133,7 +173,21 @@ def star(n_agents: int) -> np.ndarray:
 
 
 def line(n_agents: int) -> np.ndarray:
-    """Path 0 – 1 – … – K−1."""
+    """Path 0 – 1 – … – K−1.
+
+    Args:
+        n_agents: K >= 2.
+
+    Returns:
+        (K, K) int32 adjacency matrix.
+
+    Raises:
+        ValueError: ``n_agents`` is not an integer >= 2.
+
+    Examples:
+        >>> line(3).tolist()
+        [[0, 1, 0], [1, 0, 1], [0, 1, 0]]
+    """
     k = validation.integer("n_agents", n_agents, 2)
     a = np.zeros((k, k), np.int32)
     idx = np.arange(k - 1)
@@ -143,7 +197,18 @@ def line(n_agents: int) -> np.ndarray:
 
 
 def grid(rows: int, cols: int) -> np.ndarray:
-    """4-neighbour lattice of ``rows × cols`` agents, numbered row-major (agent = r * cols + c)."""
+    """4-neighbour lattice of ``rows × cols`` agents, numbered row-major (agent = r * cols + c).
+
+    Args:
+        rows: number of rows >= 1.
+        cols: number of columns >= 1 (``rows * cols >= 2``).
+
+    Returns:
+        (rows·cols, rows·cols) int32 adjacency matrix.
+
+    Raises:
+        ValueError: ``rows`` or ``cols`` is not a positive integer, or the grid has fewer than 2 agents.
+    """
     r = validation.integer("rows", rows, 1)
     c = validation.integer("cols", cols, 1)
     validation.check("grid", f"{r} x {c}", r * c >= 2, "rows * cols >= 2 agents")
@@ -169,6 +234,12 @@ def erdos_renyi(key_or_seed, n_agents: int, p: float, max_tries: int = 1000) -> 
         n_agents: K >= 2.
         p: edge probability in (0, 1].
         max_tries: rejection budget before giving up with a ValueError.
+
+    Returns:
+        (K, K) int32 adjacency matrix of a connected graph.
+
+    Raises:
+        ValueError: for bad arguments, or when no draw is connected within ``max_tries``.
     """
     k = validation.integer("n_agents", n_agents, 2)
     validation.probability("p", p, low_open=True)
@@ -204,6 +275,9 @@ def random_geometric(key_or_seed, n_agents: int, radius: float, max_tries: int =
 
     Raises:
         ValueError: for bad arguments, or when no draw is connected within ``max_tries``.
+
+    Returns:
+        (K, K) int32 adjacency matrix of a connected graph.
     """
     k = validation.integer("n_agents", n_agents, 2)
     validation.number("radius", radius, 0.0, float(np.sqrt(2.0)), low_open=True)
@@ -230,6 +304,16 @@ def barbell(n_agents: int, path: int = 0) -> np.ndarray:
 
     >>> barbell(6).sum(axis=1).tolist()   # cliques {0, 1, 2} and {3, 4, 5}, bridge 2 – 3
     [2, 2, 3, 3, 2, 2]
+
+    Args:
+        n_agents: K >= 4.
+        path: number of agents on the path between the cliques, in [0, K − 4].
+
+    Returns:
+        (K, K) int32 adjacency matrix.
+
+    Raises:
+        ValueError: ``n_agents`` or ``path`` out of range.
     """
     k = validation.integer("n_agents", n_agents, 4)
     n_path = validation.integer("path", path, 0, k - 4)
@@ -251,6 +335,16 @@ def lollipop(n_agents: int, clique: int | None = None) -> np.ndarray:
 
     >>> lollipop(6).sum(axis=1).tolist()   # clique {0, 1, 2}, path 2 – 3 – 4 – 5
     [2, 2, 3, 2, 2, 1]
+
+    Args:
+        n_agents: K >= 3.
+        clique: m, the clique's size in [2, K − 1]; None for ⌈K/2⌉.
+
+    Returns:
+        (K, K) int32 adjacency matrix.
+
+    Raises:
+        ValueError: ``n_agents`` or ``clique`` out of range.
     """
     k = validation.integer("n_agents", n_agents, 3)
     m = validation.integer("clique", (k + 1) // 2 if clique is None else clique, 2, k - 1)
@@ -271,6 +365,13 @@ def as_adjacency(graph, name: str = "graph") -> np.ndarray:
         ValueError: naming ``name`` when the graph is not a valid gossip graph (not square, not 0/1,
             asymmetric, with self-loops, disconnected), or when a networkx graph is given and
             networkx cannot be imported.
+
+    Args:
+        graph: a (K, K) 0/1 array or nested list, or a networkx graph.
+        name: the parameter the messages name.
+
+    Returns:
+        (K, K) int32 NumPy adjacency matrix.
     """
     if hasattr(graph, "nodes") and hasattr(graph, "edges") and hasattr(graph, "is_directed"):
         try:
@@ -294,6 +395,13 @@ def load(path: str, name: str = "graph") -> np.ndarray:
     Raises:
         ValueError: naming ``name`` and the file when it cannot be read or parsed, or when the graph
             is not a valid gossip graph (asymmetric, disconnected, …: :func:`validate_adjacency`).
+
+    Args:
+        path: the file's path (``.npy`` or an edge list).
+        name: the parameter the messages name.
+
+    Returns:
+        (K, K) int32 NumPy adjacency matrix.
     """
     try:
         if str(path).endswith(".npy"):
@@ -342,6 +450,15 @@ def spectral_gap(adjacency) -> float:
 
     >>> round(spectral_gap(complete(10)), 4)   # λ_2 = −1/(K − 1) on the complete graph
     1.1111
+
+    Args:
+        adjacency: (K, K) 0/1 adjacency matrix of a connected graph.
+
+    Returns:
+        The gap 1 − λ_2 as a Python float in (0, 2].
+
+    Raises:
+        ValueError: the adjacency is not a valid gossip graph.
     """
     return float(1.0 - spectrum(adjacency)[1])
 
@@ -367,6 +484,16 @@ def register(name: str, builder: Callable[[int], Any]) -> Callable[[int], Any]:
     >>> build("wheel", 5).sum(axis=1).tolist()
     [4, 3, 3, 3, 3]
     >>> _GRAPHS.unregister("wheel")
+
+    Args:
+        name: the graph's name: a non-empty string without ":", not a family of :data:`FAMILIES`.
+        builder: a function ``n_agents -> adjacency``.
+
+    Returns:
+        ``builder``, so that ``register`` works as a decorator's call.
+
+    Raises:
+        ValueError: ``name`` or ``builder`` is not allowed.
     """
     validation.check(
         "name",
@@ -380,12 +507,26 @@ def register(name: str, builder: Callable[[int], Any]) -> Callable[[int], Any]:
 
 def get(name: str) -> Callable[[int], Any]:
     """The builder registered as ``name``; ValueError listing the registered graphs otherwise
-    (``unknown graph 'name'; choose one of: …``)."""
+    (``unknown graph 'name'; choose one of: …``).
+
+    Args:
+        name: a registered graph's name.
+
+    Returns:
+        The builder, a function ``n_agents -> adjacency``.
+
+    Raises:
+        ValueError: no graph is registered as ``name`` (the message lists the registered ones).
+    """
     return _GRAPHS.get(name)
 
 
 def names() -> tuple[str, ...]:
-    """The registered graphs' names, built-ins first (complete, ring, star, line)."""
+    """The registered graphs' names, built-ins first (complete, ring, star, line).
+
+    Returns:
+        A tuple of the registered names.
+    """
     return _GRAPHS.names()
 
 
@@ -401,6 +542,13 @@ def build(name: str, n_agents: int) -> np.ndarray:
     Raises:
         ValueError: for an unknown name (listing the registered ones), or a builder's graph that is not
             a valid gossip graph or does not have ``n_agents`` agents (naming the graph).
+
+    Args:
+        name: a registered graph's name.
+        n_agents: K, the number of agents.
+
+    Returns:
+        (K, K) int32 NumPy adjacency matrix.
     """
     what = f"graph {name!r}"
     adjacency = as_adjacency(get(name)(n_agents), what)
@@ -431,7 +579,11 @@ registered one)."""
 
 def spec_forms() -> tuple[str, ...]:
     """The forms a graph specification takes: the registered graphs' names, then the families' forms
-    (for messages and ``jaxfed show``)."""
+    (for messages and ``jaxfed show``).
+
+    Returns:
+        A tuple of strings (``"complete"``, …, ``"rgg:radius=R"``, …).
+    """
     return (*names(), *_FAMILY_FORMS)
 
 
@@ -447,6 +599,15 @@ def from_spec(spec: str, n_agents: int, seed: int = 0, name: str = "graphs") -> 
     Raises:
         ValueError: for an unknown graph, the registry's error listing the forms allowed
             (``unknown graph 'x'; choose one of: …``); naming ``name`` for a family's bad parameter.
+
+    Args:
+        spec: a graph's name or ``FAMILY[:KEY=VALUE]``.
+        n_agents: K, the number of agents.
+        seed: the integer seed of the random families.
+        name: the parameter the messages name.
+
+    Returns:
+        (K, K) int32 NumPy adjacency matrix.
     """
     allowed = "one of " + ", ".join(spec_forms())
     text = str(spec).strip()
@@ -478,7 +639,14 @@ def from_spec(spec: str, n_agents: int, seed: int = 0, name: str = "graphs") -> 
 
 
 def degrees(adjacency) -> jax.Array:
-    """deg(k) = Σ_j A[k, j]."""
+    """deg(k) = Σ_j A[k, j].
+
+    Args:
+        adjacency: (..., K, K) 0/1 adjacency matrix (NumPy or JAX; may be traced).
+
+    Returns:
+        (..., K) degrees, a JAX array of the adjacency's dtype.
+    """
     return jnp.sum(jnp.asarray(adjacency), axis=-1)
 
 
@@ -496,6 +664,12 @@ def mh_transition_matrix(adjacency) -> jax.Array:
      [0.333 0.667 0.    0.   ]
      [0.333 0.    0.667 0.   ]
      [0.333 0.    0.    0.667]]
+
+    Args:
+        adjacency: (K, K) 0/1 adjacency matrix of a connected graph (may be traced).
+
+    Returns:
+        (K, K) JAX array P in the default float dtype, symmetric, rows summing to 1.
     """
     a = jnp.asarray(adjacency)
     deg = jnp.sum(a, axis=-1).astype(float)  # default float dtype (float64 under x64)
