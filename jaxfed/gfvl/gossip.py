@@ -58,9 +58,9 @@ ACCELERATOR_UNROLL = 10
 """Slots per loop iteration of :func:`mh_walk`'s scan on a GPU or TPU (``lax.scan``'s ``unroll``) when
 none is given. There a loop iteration costs a fixed launch and loop-condition overhead whatever the
 batch width, which a 300-slot walk pays 300 times per micro-batch; unrolled, 30 times. A CPU's loop
-iteration costs only its work, and unrolling made the walk 2–4× slower there (2-core CPU, 8,192-trial
-chunks: XLA's CPU code runs each operation over the micro-batch in turn, and a longer body does not
-fit the cache as well), so a CPU keeps one slot per iteration."""
+iteration costs only its work, and unrolling made the walk slower there (XLA's CPU code runs each
+operation over the micro-batch in turn, and a longer body does not fit the cache as well; measured in
+docs/performance.md), so a CPU keeps one slot per iteration."""
 
 
 def mh_walk(key: jax.Array, adjacency, n_slots: int, unroll: int | None = None) -> Walk:
@@ -78,8 +78,7 @@ def mh_walk(key: jax.Array, adjacency, n_slots: int, unroll: int | None = None) 
     int32, k + 2^16·(agents visited), unpacked after the loop (K ≤ :data:`PACKED_MAX_AGENTS`; two
     tables and two outputs beyond). So a slot does one gather and one stacked write, where looking up
     deg(k), j and deg(j) apart took three gathers; the arithmetic, and so the schedule, is the same
-    bit for bit (the packed table made the walk ~3–7% faster on a 2-core CPU, the packed output ~5%
-    more). How many slots a loop iteration takes changes the speed only: every slot does the same
+    bit for bit (the packed table and output made the walk faster: docs/performance.md). How many slots a loop iteration takes changes the speed only: every slot does the same
     operations.
 
     Args:
@@ -88,6 +87,12 @@ def mh_walk(key: jax.Array, adjacency, n_slots: int, unroll: int | None = None) 
         n_slots: number of slots (static), >= 1.
         unroll: slots per iteration of the scan (static), >= 1; by default 1 on a CPU and
             :data:`ACCELERATOR_UNROLL` on other platforms (chosen when the program is lowered).
+
+    Returns:
+        A :class:`Walk`: (n_slots,) int32 ``schedule`` and (n_slots,) int32 ``n_visited``.
+
+    Raises:
+        ValueError: ``n_slots`` or ``unroll`` is not a positive integer.
     """
     validation.integer("n_slots", n_slots, 1)
     if unroll is not None:
@@ -190,6 +195,14 @@ def mh_schedule(key: jax.Array, adjacency, n_slots: int) -> jax.Array:
     """The schedule of :func:`mh_walk` alone: int32 (n_slots,) scheduled agents.
 
     (The visit count is dead code here and removed by XLA.)
+
+    Args:
+        key: a PRNG key (traced).
+        adjacency: (K, K) 0/1 adjacency of a connected graph (concrete or traced).
+        n_slots: number of slots (static), >= 1.
+
+    Returns:
+        (n_slots,) int32 scheduled agents.
     """
     return mh_walk(key, adjacency, n_slots).schedule
 
@@ -210,6 +223,18 @@ def cover_time(schedule: jax.Array, n_agents: int) -> jax.Array:
     """Number of slots (counting the first) until every agent has been scheduled; -1 if never.
 
     On the complete graph its mean is 1 + (K−1)·H_{K−1}.
+
+    Args:
+        schedule: (n_slots,) int32 scheduled agents (e.g. from :func:`mh_schedule`).
+        n_agents: K (static).
+
+    Returns:
+        int32 scalar: the cover time in slots, or −1.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> int(cover_time(jnp.array([0, 1, 1, 2, 0]), 3))
+        4
     """
     last = jnp.max(first_visit_slots(schedule, n_agents))
     return jnp.where(last < schedule.shape[-1], last + 1, -1).astype(jnp.int32)
@@ -220,6 +245,14 @@ def hitting_time(schedule: jax.Array, agent, after: int | jax.Array = 0) -> jax.
 
     ``after`` is a 0-based slot index (may be traced); -1 if the agent is not scheduled again
     within the schedule.
+
+    Args:
+        schedule: (n_slots,) int32 scheduled agents.
+        agent: the agent to hit (may be traced).
+        after: the 0-based slot to count from (may be traced).
+
+    Returns:
+        int32 scalar: the hitting time in slots, or −1.
     """
     n_slots = schedule.shape[-1]
     slots = jnp.arange(n_slots)
@@ -234,6 +267,13 @@ def expected_hitting_times(transition, target: int) -> jax.Array:
     Solves h = 1 + P' h on the non-target states (P' = P with the target column zeroed), so that
     h_target is the mean return time. Used as the reference for Monte Carlo tests: on the
     complete graph with K agents, h_k = K − 1 for k ≠ target and h_target = K.
+
+    Args:
+        transition: (K, K) transition matrix P.
+        target: the target state's index (static).
+
+    Returns:
+        (K,) expected hitting times, a JAX array.
     """
     p = jnp.asarray(transition)
     n = p.shape[0]
@@ -256,7 +296,14 @@ def _transition64(transition) -> np.ndarray:
 def hitting_time_matrix(transition) -> np.ndarray:
     """H[i, j] = E[min{m >= 1 : X_m = j} | X_0 = i] for every pair, in float64 on the host (the
     diagonal holds the mean return times, K for a doubly stochastic P). :func:`expected_hitting_times`
-    is the same per target, in JAX."""
+    is the same per target, in JAX.
+
+    Args:
+        transition: (K, K) transition matrix P.
+
+    Returns:
+        (K, K) float64 NumPy array H.
+    """
     p = _transition64(transition)
     n = p.shape[0]
     h = np.empty((n, n))
@@ -286,6 +333,13 @@ def expected_cover_time(transition, start=None) -> float:
     Raises:
         ValueError: for K above :data:`EXACT_COVER_MAX_AGENTS` (memory and time grow as K·2^K; use
             :func:`cover_time_bounds`), a matrix that is not square, or a bad ``start``.
+
+    Args:
+        transition: (K, K) transition matrix P, K <= :data:`EXACT_COVER_MAX_AGENTS`.
+        start: the first state's index, or None for a uniform start.
+
+    Returns:
+        The expected cover time as a Python float.
     """
     p = _transition64(transition)
     n = p.shape[0]
@@ -318,7 +372,14 @@ def cover_time_bounds(transition) -> tuple[float, float]:
     """Matthews' bounds on the expected cover time in slots (counting the first) for any start:
     1 + H_{K−1} min_{i≠j} H[i, j] <= cover time <= 1 + H_{K−1} max_{i≠j} H[i, j], with H the hitting
     times (:func:`hitting_time_matrix`) and H_{K−1} the harmonic number; for any K (the exact
-    value, :func:`expected_cover_time`, needs K <= :data:`EXACT_COVER_MAX_AGENTS`)."""
+    value, :func:`expected_cover_time`, needs K <= :data:`EXACT_COVER_MAX_AGENTS`).
+
+    Args:
+        transition: (K, K) transition matrix P.
+
+    Returns:
+        ``(lower, upper)``, two Python floats.
+    """
     h = hitting_time_matrix(transition)
     n = h.shape[0]
     off = h[~np.eye(n, dtype=bool)]

@@ -75,6 +75,16 @@ def loss_weight(normalisation: str, n_points):
         normalisation: "sum" or "mean".
         n_points: N_k, a number (a float is returned) or an array of per-agent counts (an array of
             weights is returned), >= 0.
+
+    Returns:
+        w_n: a Python float for a number of points, a float JAX array of their shape for an array.
+
+    Raises:
+        ValueError: an unknown ``normalisation`` or a negative count.
+
+    Examples:
+        >>> loss_weight("mean", 4)
+        0.25
     """
     validation.one_of("loss_normalisation", normalisation, LOSS_NORMALISATIONS)
     if isinstance(n_points, (int, float, np.integer, np.floating)):
@@ -94,6 +104,17 @@ def bernoulli_beta_stats(n_ones: jax.Array, n_total) -> jax.Array:
     The Bernoulli likelihood θ^z (1−θ)^(1−z) = exp(z log θ + (1−z) log(1−θ)) adds (z, 1 − z) to the
     Beta natural parameter η = (a, b). The same array is the data summary of the count
     models :func:`bernoulli` and :func:`noisy_bernoulli` (multiply it by :func:`loss_weight`).
+
+    Args:
+        n_ones: (...,) number of ones n1 per agent.
+        n_total: number of points per agent, broadcastable with ``n_ones``.
+
+    Returns:
+        (..., 2) float array (n1, n_total − n1).
+
+    Examples:
+        >>> bernoulli_beta_stats([3, 1], 4).tolist()
+        [[3.0, 1.0], [1.0, 3.0]]
     """
     n_ones = jnp.asarray(n_ones, dtype=float)
     return jnp.stack([n_ones, n_total - n_ones], axis=-1)
@@ -139,6 +160,12 @@ def noisy_bernoulli(epsilon=0.1) -> Likelihood:
 
     Args:
         epsilon: flip probability ε ∈ [0, 0.5) (may be traced; a concrete value is validated).
+
+    Returns:
+        A :class:`Likelihood` named "noisy_bernoulli" over the (..., 2) counts (n1, n0).
+
+    Raises:
+        ValueError: a concrete ``epsilon`` outside [0, 0.5).
     """
     _check_epsilon(epsilon)
 
@@ -180,6 +207,9 @@ def bernoulli() -> Likelihood:
     The conjugate path uses :func:`bernoulli_beta_stats` with :func:`jaxfed.gfvl.conjugate_solver`;
     this :class:`Likelihood` runs the same model through the non-conjugate machinery (REINFORCE,
     quadrature), which must then agree with the exact conjugate answer.
+
+    Returns:
+        A :class:`Likelihood` named "bernoulli" over the (..., 2) counts (n1, n0).
     """
     return noisy_bernoulli(0.0)._replace(name="bernoulli")
 
@@ -193,6 +223,13 @@ def from_log_lik(log_lik: Callable, name: str = "log_lik") -> Likelihood:
     plain difference L(θ_ref + t) − L(θ_ref): its absolute rounding error is that of L itself (about
     |L| times the dtype's epsilon: measured 2.4 |L| ε for 1000 points in float32, tests/gfvl/test_likelihoods.py),
     so for KL values near 1e-6 in float32 prefer a count model or float64.
+
+    Args:
+        log_lik: ``log_lik(z, theta) -> scalar``, JAX-traceable, for one point z and a scalar θ.
+        name: the likelihood's name.
+
+    Returns:
+        A :class:`Likelihood` whose data summary is :class:`PaddedData`.
     """
 
     def per_theta(data, theta):
@@ -223,5 +260,13 @@ def agent_data(data, agent):
 
 
 def without_agent(data, agent: int):
-    """The data of every agent except ``agent`` (static), agent axis K − 1: D_{−u}."""
+    """The data of every agent except ``agent`` (static), agent axis K − 1: D_{−u}.
+
+    Args:
+        data: a pytree of arrays whose leading axis is the agent (K, …).
+        agent: the agent to leave out (static int).
+
+    Returns:
+        The same pytree with leading axis K − 1.
+    """
     return jax.tree.map(lambda x: jnp.delete(x, agent, axis=0), data)

@@ -52,18 +52,46 @@ _MODELS: Registry[ConjugateModel] = Registry("conjugate model")
 
 
 def register(model: ConjugateModel) -> ConjugateModel:
-    """Adds ``model`` under ``model.name`` (replacing one of that name) and returns it."""
+    """Adds ``model`` under ``model.name`` (replacing one of that name) and returns it.
+
+    Args:
+        model: a :class:`ConjugateModel`.
+
+    Returns:
+        ``model``.
+
+    Raises:
+        ValueError: ``model`` is not a :class:`ConjugateModel`.
+    """
     validation.check("model", type(model).__name__, isinstance(model, ConjugateModel), "a ConjugateModel")
     return _MODELS.register(model.name, model)
 
 
 def names() -> tuple[str, ...]:
-    """The registered model names, built-ins first."""
+    """The registered model names, built-ins first.
+
+    Returns:
+        A tuple of names.
+
+    Examples:
+        >>> names()[:3]
+        ('beta', 'normal', 'gamma')
+    """
     return _MODELS.names()
 
 
 def get(name: str) -> ConjugateModel:
-    """The model called ``name``; ValueError listing the registered ones otherwise (:mod:`jaxfed.registry`)."""
+    """The model called ``name``; ValueError listing the registered ones otherwise (:mod:`jaxfed.registry`).
+
+    Args:
+        name: a registered model's name.
+
+    Returns:
+        The :class:`ConjugateModel`.
+
+    Raises:
+        ValueError: no model is registered as ``name``.
+    """
     return _MODELS.get(name)
 
 

@@ -125,7 +125,14 @@ def _node_offsets(window: Window, u_ref, dtype):
 
 def beta_window(eta: jax.Array) -> Window:
     """Window of Beta(a, b) in u: mode log(a/b), Laplace scale √(1/a + 1/b); the log-density's
-    slopes tend to a (left) and −b (right), so the tails end TAIL_DROP/a and TAIL_DROP/b beyond the core."""
+    slopes tend to a (left) and −b (right), so the tails end TAIL_DROP/a and TAIL_DROP/b beyond the core.
+
+    Args:
+        eta: (2,) Beta natural parameter (traced).
+
+    Returns:
+        The :class:`Window` (mode, scale, lo, hi) in u = logit θ.
+    """
     a, b = expfam.beta_shapes(eta)
     mode, scale = jnp.log(a / b), jnp.sqrt(1.0 / a + 1.0 / b)
     core = CORE_WIDTH * scale
@@ -190,6 +197,9 @@ def make_target(
             e.g. ``lambda r, t: lik.loss_change(lik.pool(data), r, t)`` (cancellation-free for the count
             models of :mod:`jaxfed.gfvl.likelihoods`).
         alpha: temperature α > 0.
+
+    Returns:
+        The :class:`Target` for :func:`kl_to_target`.
     """
     prior_eta = jnp.asarray(prior_eta)
     dtype = prior_eta.dtype
