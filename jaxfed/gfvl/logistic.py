@@ -58,7 +58,11 @@ class Dataset(NamedTuple):
 
 
 def load_breast_cancer() -> tuple[np.ndarray, np.ndarray]:
-    """The shipped data set: features (569, 30) float64 and labels (569,) (1 = benign, 0 = malignant)."""
+    """The shipped data set: features (569, 30) float64 and labels (569,) (1 = benign, 0 = malignant).
+
+    Returns:
+        ``(x, y)``: (569, 30) float64 features and (569,) float64 labels.
+    """
     with importlib.resources.files("jaxfed.data").joinpath("breast_cancer.csv").open() as f:
         table = np.loadtxt(f, delimiter=",", skiprows=1)
     return table[:, :-1], table[:, -1]
@@ -76,7 +80,21 @@ def check_data(x, y) -> None:
 
 def train_test_split(x, y, test_fraction: float, seed: int, n_features: int | None = None) -> tuple[Dataset, Dataset]:
     """A seeded random split; features (the first ``n_features`` columns) standardised with the training
-    rows' mean and standard deviation, and an intercept column appended (d = n_features + 1)."""
+    rows' mean and standard deviation, and an intercept column appended (d = n_features + 1).
+
+    Args:
+        x: (N, d) finite features.
+        y: (N,) labels in {0, 1}.
+        test_fraction: share of the rows in the test set, in (0, 1).
+        seed: integer seed of the permutation.
+        n_features: keep the first ``n_features`` columns; None keeps all.
+
+    Returns:
+        ``(train, test)``, two :class:`Dataset`.
+
+    Raises:
+        ValueError: bad data (shape, non-finite, labels not 0/1) or ``test_fraction``.
+    """
     check_data(x, y)
     validation.probability("test_fraction", test_fraction, low_open=True, high_open=True)
     x = np.asarray(x, float)[:, :n_features]
@@ -93,7 +111,20 @@ def train_test_split(x, y, test_fraction: float, seed: int, n_features: int | No
 
 
 def split_iid(n_points: int, n_agents: int, seed: int) -> np.ndarray:
-    """Owner of each point: a random permutation dealt round-robin (sizes differ by at most one)."""
+    """Owner of each point: a random permutation dealt round-robin (sizes differ by at most one).
+
+    Args:
+        n_points: N.
+        n_agents: K.
+        seed: integer seed.
+
+    Returns:
+        (N,) int owner in [0, K).
+
+    Examples:
+        >>> sorted(split_iid(5, 2, 0).tolist())
+        [0, 0, 0, 1, 1]
+    """
     owner = np.empty(n_points, int)
     owner[np.random.default_rng(seed).permutation(n_points)] = np.arange(n_points) % n_agents
     return owner
@@ -101,7 +132,20 @@ def split_iid(n_points: int, n_agents: int, seed: int) -> np.ndarray:
 
 def split_label_skew(y, n_agents: int, concentration: float, seed: int) -> np.ndarray:
     """Owner of each point with label skew: for each class, the agents' shares ~ Dirichlet(β 1_K), β =
-    ``concentration`` > 0 (small β: each agent holds mostly one class; some agents may hold no point)."""
+    ``concentration`` > 0 (small β: each agent holds mostly one class; some agents may hold no point).
+
+    Args:
+        y: (N,) labels in {0, 1}.
+        n_agents: K.
+        concentration: β > 0.
+        seed: integer seed.
+
+    Returns:
+        (N,) int owner in [0, K).
+
+    Raises:
+        ValueError: ``concentration`` is not > 0.
+    """
     validation.positive("concentration", concentration)
     rng = np.random.default_rng(seed)
     y = np.asarray(y)
@@ -116,7 +160,19 @@ def split_label_skew(y, n_agents: int, concentration: float, seed: int) -> np.nd
 
 
 def to_padded(data: Dataset, owner, n_agents: int) -> likelihoods.PaddedData:
-    """Per-agent padded points z = [x, y] (K, N_max, d + 1) with weight 1 on real points, 0 on padding."""
+    """Per-agent padded points z = [x, y] (K, N_max, d + 1) with weight 1 on real points, 0 on padding.
+
+    Args:
+        data: the :class:`Dataset` (x (N, d), y (N,)).
+        owner: (N,) owner of each point in [0, K).
+        n_agents: K.
+
+    Returns:
+        :class:`jaxfed.gfvl.likelihoods.PaddedData` with z (K, N_max, d + 1) and weight (K, N_max).
+
+    Raises:
+        ValueError: ``owner`` does not have one entry per point.
+    """
     owner = np.asarray(owner)
     validation.shape("owner", owner, data.y.shape, f"{data.y.shape} (one entry per point)")
     counts = np.bincount(owner, minlength=n_agents)
@@ -153,7 +209,11 @@ def _softplus_jvp(primals, tangents):
 
 def likelihood() -> likelihoods.Likelihood:
     """L(θ) = Σ_n w_n softplus(−(2y_n − 1) x_nᵀθ) on one agent's :class:`jaxfed.gfvl.likelihoods.PaddedData`;
-    θ of shape (..., d)."""
+    θ of shape (..., d).
+
+    Returns:
+        The logistic-regression :class:`jaxfed.gfvl.likelihoods.Likelihood`.
+    """
 
     def loss(data, theta):
         theta = jnp.asarray(theta)
@@ -329,9 +389,8 @@ def normal_softplus_mean(mu, s) -> jax.Array:
     of a positive measure, so it has no a-priori bound: relative error < 1e-13 in float64 and < 1e-5 in
     float32 over the same grid, measured worst 3.3e-14 and 2.4e-6, at s <= 1/4), from the same terms.
 
-    Cost: 2n erfc and exp per element, no more than the 32-node Gauss–Hermite rule it replaces (measured on a
-    2-core CPU: 0.8–1.0× its time for the gradient of :func:`expected_loss` on 455 points, 0.6–1.0× for
-    :func:`predictive_metrics` on 200 × 114).
+    Cost: 2n erfc and exp per element, no more than the 32-node Gauss–Hermite rule it replaces
+    (docs/performance.md).
     """
     return _softplus_mean(*_as_float_pair(mu, s))
 
@@ -393,7 +452,15 @@ def predictive_metrics(eta, test: Dataset) -> tuple[jax.Array, jax.Array]:
     """Held-out mean log predictive density (1/N) Σ_n log E_q[σ((2y_n − 1) x_nᵀθ)] (:func:`normal_sigmoid_means`;
     log1p(−E[σ(−a)]) where E[σ(a)] > ½, so that confident correct predictions keep their digits) and the
     accuracy of the predictive's decision (1[xᵀm > 0], since the predictive exceeds ½ exactly when the
-    mean logit is positive), for η (..., 2d)."""
+    mean logit is positive), for η (..., 2d).
+
+    Args:
+        eta: (..., 2d) mean-field Gaussian natural parameter.
+        test: the held-out :class:`Dataset`.
+
+    Returns:
+        ``(log_predictive, accuracy)``, each of shape (...).
+    """
     m, v = expfam.mean_field_moments(eta)
     x, y = jnp.asarray(test.x, m.dtype), jnp.asarray(test.y, m.dtype)
     sign = 2.0 * y - 1.0

@@ -89,7 +89,14 @@ def reparameterisable(family: expfam.ExpFamily) -> bool:
     """True for a family the reparameterisation gradient handles: a Gaussian whose draws are θ = m + ε/√p,
     declared by its ``reparameterisation`` field (:attr:`jaxfed.gfvl.expfam.ExpFamily.reparameterisation`;
     :data:`jaxfed.gfvl.expfam.NORMAL` and :func:`jaxfed.gfvl.expfam.mean_field_normal` set it, and so may a
-    registered family)."""
+    registered family).
+
+    Args:
+        family: an :class:`jaxfed.gfvl.expfam.ExpFamily`.
+
+    Returns:
+        A Python bool.
+    """
     return _gaussian(family) in expfam.REPARAMETERISATIONS
 
 
@@ -111,6 +118,12 @@ def sample_score(key: jax.Array, family: expfam.ExpFamily, eta: jax.Array, n_sam
 
     Returns:
         θ (n_samples, …) and scores (n_samples, P).
+
+    Args:
+        key: a PRNG key (traced).
+        family: the exponential family of q.
+        eta: (P,) natural parameter η (traced).
+        n_samples: S (static).
     """
     if family.sample_score is not None:
         return family.sample_score(key, eta, n_samples)
@@ -120,7 +133,16 @@ def sample_score(key: jax.Array, family: expfam.ExpFamily, eta: jax.Array, n_sam
 
 def fisher_solve(family: expfam.ExpFamily, eta: jax.Array, v: jax.Array) -> jax.Array:
     """FIM(η)⁻¹ v: the family's closed form where it has one (``family.fisher_solve``, e.g.
-    :func:`beta_fisher_solve`), otherwise a P×P linear solve."""
+    :func:`beta_fisher_solve`), otherwise a P×P linear solve.
+
+    Args:
+        family: the exponential family.
+        eta: (..., P) natural parameter η (traced).
+        v: (..., P) vector to solve for.
+
+    Returns:
+        (..., P) FIM(η)⁻¹ v.
+    """
     if family.fisher_solve is not None:
         return family.fisher_solve(eta, v)
     return jnp.linalg.solve(family.fisher(eta), v[..., None])[..., 0]
@@ -200,7 +222,23 @@ def reparameterisation_gradient(
 
 def estimate_gradient(key, family, eta, loss, n_samples: int, estimator: str = "constant", c=0.0) -> jax.Array:
     """ĝ ≈ ∇_η E_q[L] by ``estimator`` (one of :data:`ESTIMATORS`): REINFORCE with that baseline
-    (:func:`reinforce_gradient`) or the reparameterisation gradient (:func:`reparameterisation_gradient`)."""
+    (:func:`reinforce_gradient`) or the reparameterisation gradient (:func:`reparameterisation_gradient`).
+
+    Args:
+        key: a PRNG key (traced).
+        family: the exponential family of q.
+        eta: (P,) natural parameter η.
+        loss: θ (S, …) -> L(θ) (S,), JAX-traceable (differentiable for "reparameterisation").
+        n_samples: S (static).
+        estimator: one of :data:`ESTIMATORS`.
+        c: the constant baseline of the "constant" estimator (may be traced).
+
+    Returns:
+        (P,) estimate ĝ of ∇_η E_q[L].
+
+    Raises:
+        ValueError: a bad ``n_samples`` or ``estimator``, or "reparameterisation" for a family without one.
+    """
     if estimator == "reparameterisation":
         return reparameterisation_gradient(key, family, eta, loss, n_samples)
     return reinforce_gradient(key, family, eta, loss, n_samples, estimator, c)
@@ -209,7 +247,24 @@ def estimate_gradient(key, family, eta, loss, n_samples: int, estimator: str = "
 def estimator_variance(key, family, eta, loss, n_samples: int, estimator: str = "constant", c=0.0, n_repeats: int = 2):
     """tr Cov[FIM(η)⁻¹ ĝ]: the total variance of the natural-gradient estimate (the step direction before ρ),
     as the unbiased sample variance over ``n_repeats`` (static, >= 2) independent estimates, summed over
-    coordinates. Cost: ``n_repeats`` gradient estimates."""
+    coordinates. Cost: ``n_repeats`` gradient estimates.
+
+    Args:
+        key: a PRNG key (traced).
+        family: the exponential family of q.
+        eta: (P,) natural parameter η.
+        loss: θ (S, …) -> L(θ) (S,).
+        n_samples: S per estimate (static).
+        estimator: one of :data:`ESTIMATORS`.
+        c: the constant baseline (may be traced).
+        n_repeats: number of independent estimates (static), >= 2.
+
+    Returns:
+        Scalar total variance (a JAX array).
+
+    Raises:
+        ValueError: ``n_repeats`` < 2 or a bad ``n_samples``/``estimator``.
+    """
     validation.integer("n_repeats", n_repeats, 2)
     keys = jax.random.split(key, n_repeats)
     nat = jax.vmap(lambda k: natural_gradient_estimate(k, family, eta, loss, n_samples, estimator, c))(keys)
@@ -250,7 +305,20 @@ def mean_field_reinforce_natural_gradient(
 def natural_gradient_estimate(key, family, eta, loss, n_samples: int, estimator: str = "constant", c=0.0) -> jax.Array:
     """FIM(η)⁻¹ ĝ, the natural-gradient estimate of ∇_η E_q[L] by ``estimator`` (:func:`estimate_gradient`
     and :func:`fisher_solve`); for the mean-field Gaussian with REINFORCE and the constant or leave-one-out
-    baseline, the same estimate on the same draws by :func:`mean_field_reinforce_natural_gradient`."""
+    baseline, the same estimate on the same draws by :func:`mean_field_reinforce_natural_gradient`.
+
+    Args:
+        key: a PRNG key (traced).
+        family: the exponential family of q.
+        eta: (P,) natural parameter η.
+        loss: θ (S, …) -> L(θ) (S,).
+        n_samples: S (static).
+        estimator: one of :data:`ESTIMATORS`.
+        c: the constant baseline (may be traced).
+
+    Returns:
+        (P,) natural-gradient estimate FIM(η)⁻¹ ĝ.
+    """
     if family.sample_score is expfam.mean_field_sample_score and estimator in ("constant", "leave-one-out"):
         validation.integer("n_samples", n_samples, 1 if estimator == "constant" else 2)
         return mean_field_reinforce_natural_gradient(key, eta, loss, n_samples, estimator, c)
@@ -281,7 +349,19 @@ def natural_gradient_step(
 
 def natural_step(family: expfam.ExpFamily, eta: jax.Array, natural_grad: jax.Array, cavity: jax.Array, rho, alpha):
     """η ← Π(η − ρ (ν + α (η − η_cav))) for a natural-gradient estimate ν = FIM(η)⁻¹ ĝ
-    (:func:`natural_gradient_estimate`); :func:`natural_gradient_step` from ĝ."""
+    (:func:`natural_gradient_estimate`); :func:`natural_gradient_step` from ĝ.
+
+    Args:
+        family: the exponential family of q.
+        eta: (P,) current natural parameter η.
+        natural_grad: (P,) natural-gradient estimate ν.
+        cavity: (P,) η_cav.
+        rho: learning rate ρ > 0 (may be traced).
+        alpha: temperature α > 0 (may be traced).
+
+    Returns:
+        (P,) the next η, inside the family's domain.
+    """
     return keep_in_domain(family, eta, eta - rho * (natural_grad + alpha * (eta - cavity)))
 
 
@@ -301,6 +381,14 @@ def rho_schedule(spec: str, rho: float, n_slots: int):
 
     Raises:
         ValueError: naming the parameter, the value and the allowed forms.
+
+    Args:
+        spec: "constant", "cosine" or "inverse:<t0>".
+        rho: the initial rate ρ.
+        n_slots: number of slots (for "cosine").
+
+    Returns:
+        The float ρ for "constant", else an optax schedule ``count -> ρ``.
     """
     allowed = f"one of {', '.join(RHO_SCHEDULES)} (t0 > 0)"
     if spec == "constant":
@@ -351,6 +439,12 @@ def fisher_preconditioner(family: expfam.ExpFamily) -> optax.GradientTransformat
 
     Stateless; ``update`` requires ``params``. Put it first in a chain so that the scalings after it
     (learning rate, schedules) act on the natural gradient.
+
+    Args:
+        family: the exponential family whose Fisher matrix preconditions.
+
+    Returns:
+        An ``optax.GradientTransformation``.
     """
     return _params_transformation(
         "fisher_preconditioner", lambda updates, params: fisher_solve(family, params, updates)
@@ -362,6 +456,12 @@ def keep_in_domain_updates(family: expfam.ExpFamily) -> optax.GradientTransforma
 
     Put it last in a chain so that ``optax.apply_updates`` lands inside the domain (up to the
     rounding of params + (Π − params), one ulp of the floor).
+
+    Args:
+        family: the exponential family whose domain Π projects onto.
+
+    Returns:
+        An ``optax.GradientTransformation``.
     """
     return _params_transformation(
         "keep_in_domain_updates", lambda updates, params: keep_in_domain(family, params, params + updates) - params
@@ -375,5 +475,12 @@ def natural_gradient_descent(family: expfam.ExpFamily, learning_rate) -> optax.G
     gradient of :func:`free_energy_gradient`, one update is exactly :func:`natural_gradient_step`,
     η ← Π(η − ρ (FIM⁻¹ ĝ + α (η − η_cav))). ``learning_rate`` is a float or an optax schedule
     (``optax.exponential_decay`` etc.); the schedule counts updates, i.e. local iterations.
+
+    Args:
+        family: the exponential family of q.
+        learning_rate: ρ, a float or an optax schedule.
+
+    Returns:
+        An ``optax.GradientTransformation``.
     """
     return optax.chain(fisher_preconditioner(family), optax.sgd(learning_rate), keep_in_domain_updates(family))
