@@ -52,7 +52,11 @@ class Aggregator(NamedTuple):
 
 
 def ideal() -> Aggregator:
-    """Exact sums Σ_k v_k (inactive EDs hold zeros)."""
+    """Exact sums Σ_k v_k (inactive EDs hold zeros).
+
+    Returns:
+        An :class:`Aggregator` whose ``aggregate(key, values (K, Q), active (K,), vmax)`` is the (Q,) exact sum.
+    """
     return Aggregator(lambda key, values, active, vmax: jnp.sum(values, axis=0))
 
 
@@ -68,6 +72,13 @@ def quantized(beta: int, digits: int) -> Aggregator:
     Args:
         beta: base β, odd int >= 3 (static).
         digits: D >= 1 (static).
+
+    Returns:
+        An :class:`Aggregator` whose ``aggregate(key, values (K, Q), active (K,), vmax)`` is the (Q,) sum of the
+        active EDs' quantised values.
+
+    Raises:
+        ValueError: a bad β or D.
     """
     quantize = _quantizer(beta, digits)
 
@@ -93,6 +104,9 @@ def oac(channel, beta: int, digits: int, snr_db, symbol_energy=None) -> Aggregat
     Raises:
         ValueError: for an unregistered channel, a bad β or D, or a concrete SNR or E_s that
             :func:`jaxfed.oac.over_the_air_sum` would reject.
+
+    Returns:
+        An :class:`Aggregator` whose ``aggregate(key, values (K, Q), active (K,), vmax)`` is the (Q,) estimate.
     """
     quantize = _quantizer(beta, digits)
     channel = _channel.resolve_channel(channel)
@@ -135,6 +149,18 @@ def register(name: str, build: Callable[..., Aggregator], label=None, over_chann
 
     >>> names(), get("quantized").label({"digits": 2})
     (('ideal', 'quantized', 'oac'), 'quantisation only D=2')
+
+    Args:
+        name: the method's name.
+        build: ``build(beta, digits, snr_db, symbol_energy, channel) -> Aggregator``.
+        label: ``label(label dict) -> str`` for plots and tables, or None (the name).
+        over_channel: whether the method goes through a channel (an SNR and a channel apply).
+
+    Returns:
+        The registered :class:`Method`.
+
+    Raises:
+        ValueError: ``build`` or ``label`` is not callable.
     """
     validation.check("build", build, callable(build), "a function (beta, digits, snr_db, symbol_energy, channel)")
     validation.check("label", label, label is None or callable(label), "a function (label dict) -> str, or None")
@@ -142,12 +168,26 @@ def register(name: str, build: Callable[..., Aggregator], label=None, over_chann
 
 
 def get(name: str) -> Method:
-    """The aggregation method called ``name``; ValueError listing the registered ones otherwise."""
+    """The aggregation method called ``name``; ValueError listing the registered ones otherwise.
+
+    Args:
+        name: a registered method's name.
+
+    Returns:
+        The :class:`Method`.
+
+    Raises:
+        ValueError: no method is registered as ``name``.
+    """
     return _METHODS.get(name)
 
 
 def names() -> tuple[str, ...]:
-    """The registered aggregation methods' names, built-ins first."""
+    """The registered aggregation methods' names, built-ins first.
+
+    Returns:
+        A tuple of names.
+    """
     return _METHODS.names()
 
 

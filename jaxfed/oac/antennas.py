@@ -30,7 +30,17 @@ __all__ = ["energy_combining"]
 
 def energy_combining(n_antennas: int) -> ChannelModel:
     """The :class:`~jaxfed.oac.channel.ChannelModel` of ``n_antennas`` = M branches (static int >= 1;
-    M = 1 is the ``"aggregate"`` channel's law)."""
+    M = 1 is the ``"aggregate"`` channel's law).
+
+    Args:
+        n_antennas: M >= 1 (static).
+
+    Returns:
+        A :class:`~jaxfed.oac.channel.ChannelModel` (not registered).
+
+    Raises:
+        ValueError: ``n_antennas`` is not an integer >= 1.
+    """
     validation.integer("n_antennas", n_antennas, 1)
 
     def energy(key, numerals, beta, noise_var, symbol_energy, active):

@@ -87,7 +87,22 @@ def _divide(numerator: jax.Array, denominator) -> jax.Array:
 
 
 def max_level(beta: int, digits: int) -> int:
-    """ξ = (β^D − 1)/2: the quantised values are (v_max/ξ)·m for m ∈ {−ξ, …, ξ}."""
+    """ξ = (β^D − 1)/2: the quantised values are (v_max/ξ)·m for m ∈ {−ξ, …, ξ}.
+
+    Args:
+        beta: base β, odd int >= 3.
+        digits: D >= 1.
+
+    Returns:
+        ξ, a Python int.
+
+    Raises:
+        ValueError: a bad β or D.
+
+    Examples:
+        >>> max_level(3, 2)
+        4
+    """
     beta, digits = check_base(beta, digits)
     return (beta**digits - 1) // 2
 

@@ -89,7 +89,23 @@ class OverTheAirSum(NamedTuple):
 
 
 def n_resources(n_values: int, beta: int, digits: int) -> int:
-    """Complex resources per round, Q β D (= LCβD for the k-means' Q = LC values); independent of K."""
+    """Complex resources per round, Q β D (= LCβD for the k-means' Q = LC values); independent of K.
+
+    Args:
+        n_values: Q >= 1, values summed per round.
+        beta: base β, odd int >= 3.
+        digits: D >= 1.
+
+    Returns:
+        Q·β·D, a Python int.
+
+    Raises:
+        ValueError: a bad ``n_values``, β or D.
+
+    Examples:
+        >>> n_resources(4, 3, 2)
+        24
+    """
     beta, digits = check_base(beta, digits)
     validation.integer("n_values", n_values, 1)
     return n_values * beta * digits
@@ -100,6 +116,19 @@ def resource_index(q, d, j, beta: int, digits: int):
 
     It is the row-major flattening of a (Q, D, β) grid, which is how the functions here lay
     resources out. Works on ints and integer arrays alike.
+
+    Args:
+        q: value index in [0, Q) (int or integer array).
+        d: digit index in [0, D).
+        j: numeral index in [0, β).
+        beta: base β, odd int >= 3 (static).
+        digits: D >= 1 (static).
+
+    Returns:
+        The resource index l, of the broadcast shape of ``q``, ``d`` and ``j``.
+
+    Raises:
+        ValueError: a bad β or D.
     """
     beta, digits = check_base(beta, digits)
     return beta * digits * q + beta * d + j
@@ -169,7 +198,19 @@ def resource_counts(numerals: jax.Array, beta: int, active=None) -> jax.Array:
 
 
 def noise_variance(snr_db, dtype=jnp.float32) -> jax.Array:
-    """σ² = 1/SNR = 10^(−snr_db/10) (SNR of one ED at the ES, in dB); 0 for snr_db = +inf."""
+    """σ² = 1/SNR = 10^(−snr_db/10) (SNR of one ED at the ES, in dB); 0 for snr_db = +inf.
+
+    Args:
+        snr_db: the SNR in dB (traced; +inf for no noise).
+        dtype: the float dtype of the result.
+
+    Returns:
+        σ², an array of the shape of ``snr_db``.
+
+    Examples:
+        >>> round(float(noise_variance(10.0)), 6)
+        0.1
+    """
     return jnp.power(jnp.asarray(10.0, dtype), -jnp.asarray(snr_db, dtype) / 10)
 
 
@@ -183,6 +224,9 @@ def qpsk(key: jax.Array, shape: tuple[int, ...], dtype=jnp.complex64) -> jax.Arr
         key: a PRNG key.
         shape: output shape (static).
         dtype: complex dtype.
+
+    Returns:
+        Complex array of ``shape`` and ``dtype``.
     """
     size = math.prod(shape)
     words = jax.random.bits(key, (-(-size // 16),), jnp.uint32)
@@ -281,6 +325,14 @@ def detect(energy: jax.Array, noise_var, symbol_energy) -> jax.Array:
     """Energy detector K̂_l = (|y_l|² − σ²)/E_s, an unbiased estimate of K_l.
 
     Its variance is (K_l + σ²/E_s)² under the Rayleigh model.
+
+    Args:
+        energy: (L,) received energies |y_l|².
+        noise_var: σ² (traced).
+        symbol_energy: E_s (traced).
+
+    Returns:
+        (L,) estimates K̂_l.
     """
     return (energy - noise_var) / symbol_energy
 
@@ -310,7 +362,16 @@ def estimate_sum(counts_hat: jax.Array, beta: int, digits: int, vmax) -> jax.Arr
 def rayleigh_count_variance(counts, noise_var, symbol_energy) -> jax.Array:
     """Var K̂_l = (K_l + σ²/E_s)² of the energy detector under i.i.d. Rayleigh fading, given K_l.
 
-    |y_l|² is exponential with mean E_s K_l + σ², so its variance is that mean squared."""
+    |y_l|² is exponential with mean E_s K_l + σ², so its variance is that mean squared.
+
+    Args:
+        counts: (L,) K_l, numbers of EDs on each resource.
+        noise_var: σ² (traced).
+        symbol_energy: E_s (traced).
+
+    Returns:
+        (L,) variances.
+    """
     return jnp.square(counts + noise_var / symbol_energy)
 
 
@@ -387,7 +448,17 @@ class ChannelModel(NamedTuple):
 
     def with_params(self, **values) -> ChannelModel:
         """The same model with some parameters set (each must be one of ``params``; the model's
-        ``check`` refuses a value it does not allow)."""
+        ``check`` refuses a value it does not allow).
+
+        Args:
+            **values: parameter name -> value (may be traced).
+
+        Returns:
+            A new :class:`ChannelModel`.
+
+        Raises:
+            ValueError: a name that is not a parameter, or a value the model's ``check`` refuses.
+        """
         for key in values:
             validation.check("channel parameter", key, key in self.params, f"one of {sorted(self.params)}")
         params = {**self.params, **values}
@@ -398,7 +469,22 @@ class ChannelModel(NamedTuple):
     def received_energy(self, key, numerals, beta, noise_var, symbol_energy, active) -> jax.Array:
         """``energy(...)``, checked once where it is traced: (L,) = (β·D·Q,) real floating values,
         else a one-line ValueError naming the function and its file (a complex or integer result
-        used to surface as a JAX traceback, or as NaN in every trial)."""
+        used to surface as a JAX traceback, or as NaN in every trial).
+
+        Args:
+            key: a PRNG key (traced).
+            numerals: (K, Q, D) int numerals of each ED's values.
+            beta: base β (static).
+            noise_var: σ² (traced).
+            symbol_energy: E_s (traced).
+            active: (K,) bool, the EDs that transmit.
+
+        Returns:
+            (L,) = (β·D·Q,) real received energies.
+
+        Raises:
+            ValueError: the model's ``energy`` returned another shape or a non-real dtype.
+        """
         out = self.energy(key, numerals, beta, noise_var, symbol_energy, active, **self.params)
         _, n_values, digits = numerals.shape
         shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
@@ -418,7 +504,16 @@ class ChannelModel(NamedTuple):
         a one-line ValueError naming the channel ``name`` and its function's file when the result is
         not (β,) real floating values, or not finite: a channel that returns NaN or ±inf without
         noise would make every over-the-air trial NaN, far from its cause. A model that cannot run on
-        its registered parameters alone (a hook sets them per trial) is checked where it is traced."""
+        its registered parameters alone (a hook sets them per trial) is checked where it is traced.
+
+        Args:
+            name: the channel's name, for the message.
+            n_devices: number of EDs of the example.
+            beta: base β of the example.
+
+        Raises:
+            ValueError: the energy is not (β,) real floating values, or not finite.
+        """
         key = jax.random.key(0)
         model = self
         if self.per_trial is not None:
@@ -439,10 +534,30 @@ class ChannelModel(NamedTuple):
             )
 
     def detected_counts(self, energy, noise_var, symbol_energy) -> jax.Array:
+        """The model's detector: K̂_l = ``detect(energy, noise_var, symbol_energy, **params)``.
+
+        Args:
+            energy: (L,) received energies.
+            noise_var: σ² (traced).
+            symbol_energy: E_s (traced).
+
+        Returns:
+            (L,) estimated counts K̂_l.
+        """
         params = {} if self.detect is detect else self.params  # the built-in detector takes none
         return self.detect(energy, noise_var, symbol_energy, **params)
 
     def count_variance(self, counts, noise_var, symbol_energy) -> jax.Array:
+        """The model's ``variance(counts, noise_var, symbol_energy, **params)`` (it must have one).
+
+        Args:
+            counts: (L,) counts K_l.
+            noise_var: σ² (traced).
+            symbol_energy: E_s (traced).
+
+        Returns:
+            (L,) Var K̂_l given K_l.
+        """
         assert self.variance is not None
         params = {} if self.variance is rayleigh_count_variance else self.params  # (as the detector)
         return self.variance(counts, noise_var, symbol_energy, **params)
@@ -487,6 +602,22 @@ def register(
     >>> out = oac.over_the_air_sum(jax.random.key(0), jnp.ones((4, 2)), 3, 2, 4.0, 60.0, "line-of-sight")
     >>> [round(float(v), 3) for v in out.estimate]
     [4.0, 4.0]
+
+    Args:
+        name: the channel's name, a non-empty string.
+        energy: ``energy(key, numerals, beta, noise_var, symbol_energy, active, **params) -> (L,)``.
+        detect: ``detect(energy, noise_var, symbol_energy, **params) -> (L,)``.
+        variance: ``variance(counts, noise_var, symbol_energy, **params) -> (L,)``, or None.
+        noisy: whether the channel adds noise (an SNR applies).
+        params: {parameter: default}, or None.
+        check: ``check(**params)`` raising ValueError for a bad value, or None.
+        per_trial: ``per_trial(key, n_devices, **params) -> {parameter: value}``, or None.
+
+    Returns:
+        The registered :class:`ChannelModel`.
+
+    Raises:
+        ValueError: a bad ``name`` or a non-callable hook, or defaults ``check`` refuses.
     """
     validation.check("name", name, isinstance(name, str) and bool(name), "a non-empty string (the channel's name)")
     validation.check("energy", energy, callable(energy), "a function")
@@ -503,7 +634,17 @@ def register(
 
 def get(name: str) -> ChannelModel:
     """The registered model called ``name``; ValueError listing the registered names otherwise
-    (the one place channel names are validated)."""
+    (the one place channel names are validated).
+
+    Args:
+        name: a registered channel's name.
+
+    Returns:
+        The :class:`ChannelModel`.
+
+    Raises:
+        ValueError: no channel is registered as ``name``.
+    """
     return _CHANNELS.get(name)
 
 
@@ -513,6 +654,15 @@ def resolve_channel(channel) -> ChannelModel:
 
     >>> resolve_channel("aggregate").params
     mappingproxy({})
+
+    Args:
+        channel: a :class:`ChannelModel`, a registered name or ``"NAME:key=value,…"``.
+
+    Returns:
+        The :class:`ChannelModel`.
+
+    Raises:
+        ValueError: an unregistered name, a malformed setting, or a value the model refuses.
     """
     if isinstance(channel, ChannelModel):
         return channel
@@ -533,7 +683,11 @@ def resolve_channel(channel) -> ChannelModel:
 
 
 def names() -> tuple[str, ...]:
-    """Names of the registered channel models, built-ins (:data:`MODES`) first."""
+    """Names of the registered channel models, built-ins (:data:`MODES`) first.
+
+    Returns:
+        A tuple of names.
+    """
     return _CHANNELS.names()
 
 

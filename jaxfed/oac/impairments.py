@@ -80,7 +80,20 @@ def _superpose(noise, received, numerals, beta: int):
 
 # --------------------------------------------------------------------------- power control
 def power_control_gains(key, n_devices: int, spread_db, dtype=jnp.float32) -> jax.Array:
-    """(K,) residual energy gains g_k² = 10^(s ε_k/10), ε_k ~ N(0, 1): log-normal, s dB, median 1."""
+    """(K,) residual energy gains g_k² = 10^(s ε_k/10), ε_k ~ N(0, 1): log-normal, s dB, median 1.
+
+    Args:
+        key: a PRNG key (traced).
+        n_devices: K (static).
+        spread_db: s >= 0 in dB (traced).
+        dtype: the float dtype of the gains.
+
+    Returns:
+        (K,) gains g_k².
+
+    Raises:
+        ValueError: a concrete ``spread_db`` < 0.
+    """
     validation.non_negative("spread_db", spread_db)
     return jnp.exp(jnp.asarray(spread_db, dtype) * _DB * jax.random.normal(key, (n_devices,), dtype))
 
@@ -121,7 +134,20 @@ def _check_power_control(spread_db=0.0, gain=None):
 def rician_energy(key, numerals, beta, noise_var, symbol_energy, active, k_factor=0.0):
     """|y_l|² with y_l = Σ_{k on l} √(E_s p) e^{iφ_k} + n_l, n_l ~ CN(0, E_s (1 − p) K_l + σ²),
     p = κ/(κ+1): each ED's direct path with a uniform phase (which absorbs its QPSK symbol), the
-    scattered paths and the noise of the resource drawn together from their exact Gaussian law."""
+    scattered paths and the noise of the resource drawn together from their exact Gaussian law.
+
+    Args:
+        key: a PRNG key (traced).
+        numerals: (K, Q, D) int numerals of each ED's values.
+        beta: base β (static).
+        noise_var: σ² (traced).
+        symbol_energy: E_s (traced).
+        active: (K,) bool, the EDs that transmit, or None for all.
+        k_factor: κ >= 0, the Rician K-factor (traced); 0 is Rayleigh fading.
+
+    Returns:
+        (L,) = (β·D·Q,) received energies.
+    """
     dtype, cdtype = _dtypes(noise_var, symbol_energy)
     key_phase, key_scatter = jax.random.split(key)
     kappa = jnp.asarray(k_factor, dtype)
@@ -149,7 +175,18 @@ def _check_rician(k_factor=0.0):
 
 # --------------------------------------------------------------------------- block fading
 def check_block(block, n_resources: int | None = None):
-    """ValueError unless a concrete ``block`` is an integer >= 1 (and divides ``n_resources``)."""
+    """ValueError unless a concrete ``block`` is an integer >= 1 (and divides ``n_resources``).
+
+    Args:
+        block: B, resources per coherence block (concrete or traced).
+        n_resources: L, the resources of a round, or None.
+
+    Returns:
+        ``block`` unchanged.
+
+    Raises:
+        ValueError: a concrete ``block`` that is not an integer >= 1 or does not divide ``n_resources``.
+    """
     if validation.is_traced(block):
         return block
     value = float(block)
@@ -168,7 +205,23 @@ def block_fading_energy(key, numerals, beta, noise_var, symbol_energy, active, b
 
     ED k is active on one resource per (q, d), in increasing order l, so the coefficient of each
     active resource is the draw at the first of ED k's active resources in the same block (a
-    running maximum of block starts): K·Q·D draws, whatever B."""
+    running maximum of block starts): K·Q·D draws, whatever B.
+
+    Args:
+        key: a PRNG key (traced).
+        numerals: (K, Q, D) int numerals of each ED's values.
+        beta: base β (static).
+        noise_var: σ² (traced).
+        symbol_energy: E_s (traced).
+        active: (K,) bool, the EDs that transmit.
+        block: B >= 1, a divisor of L (concrete or traced).
+
+    Returns:
+        (L,) = (β·D·Q,) received energies.
+
+    Raises:
+        ValueError: a concrete ``block`` that check_block refuses.
+    """
     n_devices, n_values, digits = numerals.shape
     n_res = n_values * digits * beta
     check_block(block, n_res)
