@@ -202,7 +202,18 @@ def _check_settings(s: Settings) -> None:
 
 
 def flatten_devices(device_points, device_mask) -> FlatData:
-    """Padded device arrays (K, N_max, L) and (K, N_max) → :class:`FlatData` of K·N_max points."""
+    """Padded device arrays (K, N_max, L) and (K, N_max) → :class:`FlatData` of K·N_max points.
+
+    Args:
+        device_points: (K, N_max, L) points of each ED, padded.
+        device_mask: (K, N_max) bool, True for real points.
+
+    Returns:
+        :class:`FlatData` with (L, K·N_max) coordinates, owners and mask.
+
+    Raises:
+        ValueError: the arrays' shapes do not match, or K = 0.
+    """
     device_points = jnp.asarray(device_points)
     device_mask = jnp.asarray(device_mask, bool)
     validation.shape("device_points", device_points, (None, None, None), "(K, N_max, L)")
@@ -253,7 +264,16 @@ def partition(coords: jax.Array, weight: jax.Array, centroids: jax.Array) -> Par
 
     Δ_c = Σ_{d∈S_c} (d − c_c) is formed as Σ_{d∈S_c} d − |S_c| c_c: no per-point gather of the
     centroid (a batched gather costs a quarter of a round on CPU). In float32 its error is of
-    the order of the coordinates' own rounding, |d|·ε per point."""
+    the order of the coordinates' own rounding, |d|·ε per point.
+
+    Args:
+        coords: (L, N) coordinates, one column per point.
+        weight: (N,) weights (the mask, 0 for padding).
+        centroids: (C, L) centroids.
+
+    Returns:
+        :class:`Partition`: nearest index (N,), squared distance (N,), sizes (C,) and deltas (C, L).
+    """
     index, best = _nearest(coords, centroids)
     sizes, sums = _segment_sums(coords, weight, index, centroids.shape[0])
     return Partition(index, best, sizes, sums - sizes[:, None] * centroids)
@@ -371,6 +391,18 @@ def federated_round(key, centroids, data: FlatData, n_devices: int, s: Settings,
     ``observe``: optional function of the round's :class:`Partition` (of the broadcast
     centroids), its result stored in ``RoundInfo.observed``. ``carried_vmax``: the adaptive v_max
     carried from the previous round (``RoundInfo.next_vmax``; default the fixed ``s.vmax``).
+
+    Args:
+        key: a PRNG key (traced).
+        centroids: (C, L) centroids broadcast at the round's start.
+        data: the points as :class:`FlatData`.
+        n_devices: K (static).
+        s: the round's :class:`Settings`.
+        observe: optional ``observe(partition) -> pytree``.
+        carried_vmax: the adaptive v_max carried from the previous round, or None.
+
+    Returns:
+        ``(centroids, info)``: the (C, L) new centroids and the round's :class:`RoundInfo`.
     """
     k_channel, k_reinit = jax.random.split(key)
     counts, deltas, part = local_statistics(data, centroids, n_devices, with_partition=True)
@@ -405,7 +437,23 @@ def federated_round(key, centroids, data: FlatData, n_devices: int, s: Settings,
 
 def federated_rounds(key, data: FlatData, n_devices: int, init_centroids, n_rounds: int, s: Settings, observe=None):
     """Runs ``n_rounds`` rounds with ``lax.scan``; returns (centroids after each round (n_rounds, C, L),
-    :class:`RoundInfo` stacked over rounds). ``observe`` as in :func:`federated_round`."""
+    :class:`RoundInfo` stacked over rounds). ``observe`` as in :func:`federated_round`.
+
+    Args:
+        key: a PRNG key (traced).
+        data: the points as :class:`FlatData`.
+        n_devices: K >= 1 (static).
+        init_centroids: (C, L) finite initial centroids.
+        n_rounds: number of rounds (static).
+        s: the :class:`Settings`.
+        observe: optional ``observe(partition) -> pytree``.
+
+    Returns:
+        ``(history, info)``: (n_rounds, C, L) centroids and the stacked :class:`RoundInfo`.
+
+    Raises:
+        ValueError: bad settings, ``n_devices`` < 1, or non-finite initial centroids.
+    """
     _check_settings(s)
     validation.integer("n_devices", n_devices, 1, note=" (K EDs)")
     init_centroids = jnp.asarray(init_centroids)
@@ -433,6 +481,20 @@ def initial_centroids(key, points, n_clusters: int, method: str = "uniform", low
       needs all the data at one place: a centralized reference).
 
     ``method`` and C are static; ``low`` and ``high`` may be traced.
+
+    Args:
+        key: a PRNG key (traced).
+        points: (N, L) points.
+        n_clusters: C, in [1, N] (static).
+        method: one of :data:`INITS` (static).
+        low: the box's lower corner for "uniform" (scalar or (L,); may be traced).
+        high: the box's upper corner for "uniform".
+
+    Returns:
+        (C, L) centroids, in the points' dtype.
+
+    Raises:
+        ValueError: an unknown ``method``, a bad C or shape, or "uniform" without ``low`` and ``high``.
     """
     validation.one_of("init", method, INITS)
     points = jnp.asarray(points)
@@ -520,6 +582,12 @@ def federated(
     >>> c = federated(jax.random.key(0), points, np.ones((2, 2), bool), init, 3, backend, reinit=False)
     >>> c.shape
     (3, 2, 2)
+
+    Returns:
+        (n_rounds, C, L) centroids after each round.
+
+    Raises:
+        ValueError: an unknown option, bad shapes, or more centroids than real points.
     """
     unknown = set(options) - set(Settings._fields)
     if unknown:
@@ -611,7 +679,23 @@ def best_of_starts(key, points, n_clusters: int, n_starts: int, n_rounds: int, o
 
 def lloyd(points, init_centroids, n_rounds: int, mask=None) -> jax.Array:
     """Centralized Lloyd's k-means: centroids after each round, (n_rounds, C, L) (see
-    :func:`lloyd_rounds`)."""
+    :func:`lloyd_rounds`).
+
+    Args:
+        points: (N, L) points.
+        init_centroids: (C, L) initial centroids.
+        n_rounds: number of rounds (static).
+        mask: optional (N,) bool, True for real points.
+
+    Returns:
+        (n_rounds, C, L) centroids after each round.
+
+    Examples:
+        >>> import numpy as np
+        >>> points = np.array([[0.0, 0.0], [0.2, 0.0], [5.0, 5.0], [5.0, 5.4]], np.float32)
+        >>> np.asarray(lloyd(points, points[[0, 2]], 2)[-1]).round(2).tolist()
+        [[0.1, 0.0], [5.0, 5.2]]
+    """
     return lloyd_rounds(points, init_centroids, n_rounds, mask)[0]
 
 
@@ -630,7 +714,19 @@ def loss(points, centroids, mask=None) -> jax.Array:
     involves only distances to the centroids (no large squared coordinates to cancel).
 
     ValueError for concrete points that are empty (or all masked out) or not finite; traced ones
-    give NaN in those cases."""
+    give NaN in those cases.
+
+    Args:
+        points: (N, L) points.
+        centroids: (C, L) centroids.
+        mask: optional (N,) bool, True for real points.
+
+    Returns:
+        The scalar loss.
+
+    Raises:
+        ValueError: concrete points that are empty, all masked out, or not finite.
+    """
     points = jnp.asarray(points)
     validation.shape("points", points, (None, None), "(N, L)")
     weight = jnp.ones(points.shape[0], points.dtype) if mask is None else jnp.asarray(mask, points.dtype)
@@ -646,6 +742,21 @@ def adjusted_rand_index(labels_a, labels_b, n_a: int, n_b: int, mask=None) -> ja
     ARI = (Σ_ij C(n_ij,2) − E) / (½(Σ_i C(a_i,2) + Σ_j C(b_j,2)) − E),
     E = Σ_i C(a_i,2) Σ_j C(b_j,2) / C(n,2), from the contingency table n_ij. 1 for identical
     partitions, about 0 for independent ones; 1 when both are single clusters.
+
+    Args:
+        labels_a: (N,) int labels in [0, n_a).
+        labels_b: (N,) int labels in [0, n_b).
+        n_a: number of classes of ``labels_a`` (static).
+        n_b: number of classes of ``labels_b`` (static).
+        mask: optional (N,) weights (1 for points that count).
+
+    Returns:
+        The scalar ARI (float32).
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> float(adjusted_rand_index(jnp.array([0, 0, 1, 1]), jnp.array([1, 1, 0, 0]), 2, 2))
+        1.0
     """
     weight = jnp.ones(labels_a.shape[0], jnp.float32) if mask is None else jnp.asarray(mask, jnp.float32)
     table = _flat_segment_sum(n_a * n_b)(weight, labels_a * n_b + labels_b).reshape(n_a, n_b)
@@ -659,7 +770,21 @@ def adjusted_rand_index(labels_a, labels_b, n_a: int, n_b: int, mask=None) -> ja
 
 
 def oac_resources(dim: int, n_clusters: int, beta: int, digits: int) -> int:
-    """Complex resources per round of OAC aggregation: L·C·β·D, whatever the number of EDs."""
+    """Complex resources per round of OAC aggregation: L·C·β·D, whatever the number of EDs.
+
+    Args:
+        dim: L, the points' dimension.
+        n_clusters: C.
+        beta: base β, odd int >= 3.
+        digits: D >= 1.
+
+    Returns:
+        L·C·β·D, a Python int.
+
+    Examples:
+        >>> oac_resources(2, 10, 3, 4)
+        240
+    """
     return channel.n_resources(dim * n_clusters, beta, digits)
 
 
@@ -674,6 +799,20 @@ def digital_resources(
     prints the product L C K r_bits r_compression N_bits; a spectral efficiency converts bits to
     resources by division, which is the reading here. Grows linearly with K, where OAC's L·C·β·D
     does not depend on K.
+
+    Args:
+        dim: L >= 1.
+        n_clusters: C >= 1.
+        n_devices: K >= 1.
+        bits: N_bits >= 1 per value.
+        bits_per_resource: r_bits > 0.
+        compression: r_compression in (0, 1].
+
+    Returns:
+        The number of resources, a Python float.
+
+    Raises:
+        ValueError: an argument out of range.
     """
     for name, value in (("dim", dim), ("n_clusters", n_clusters), ("n_devices", n_devices), ("bits", bits)):
         validation.integer(name, value, 1)
