@@ -693,7 +693,7 @@ def lloyd(points, init_centroids, n_rounds: int, mask=None) -> jax.Array:
     Examples:
         >>> import numpy as np
         >>> points = np.array([[0.0, 0.0], [0.2, 0.0], [5.0, 5.0], [5.0, 5.4]], np.float32)
-        >>> np.asarray(lloyd(points, points[[0, 2]], 2)[-1]).round(2).tolist()
+        >>> np.asarray(lloyd(points, points[[0, 2]], 2)[-1], float).round(2).tolist()
         [[0.1, 0.0], [5.0, 5.2]]
     """
     return lloyd_rounds(points, init_centroids, n_rounds, mask)[0]
