@@ -55,7 +55,18 @@ class Registry(Generic[V]):
 
     def register(self, name: str, value: V) -> V:
         """Adds ``value`` under ``name`` (:data:`NAME`: letters, digits, ``_ . -``), replacing a value
-        of that name, and returns it."""
+        of that name, and returns it.
+
+        Args:
+            name: the value's name, matching :data:`NAME`.
+            value: the value to register.
+
+        Returns:
+            ``value``.
+
+        Raises:
+            ValueError: ``name`` is not a valid name.
+        """
         if not isinstance(name, str) or not NAME.fullmatch(name):
             raise ValueError(
                 f"name must be 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit "
@@ -65,12 +76,27 @@ class Registry(Generic[V]):
         return value
 
     def unregister(self, name: str) -> None:
-        """Removes ``name`` if registered (for tests that register a value of their own)."""
+        """Removes ``name`` if registered (for tests that register a value of their own).
+
+        Args:
+            name: the name to remove (an unknown name is ignored).
+        """
         self._values.pop(name, None)
 
     def get(self, name: str, default=_REQUIRED):
         """The value called ``name``; for an unknown name ``default`` if given (as ``dict.get``), else
-        :meth:`unknown`'s ValueError."""
+        :meth:`unknown`'s ValueError.
+
+        Args:
+            name: the registered name.
+            default: what to return for an unknown name; without it, an unknown name raises.
+
+        Returns:
+            The registered value, or ``default``.
+
+        Raises:
+            ValueError: an unknown name and no ``default`` (``unknown KIND 'name'; choose one of: …``).
+        """
         if isinstance(name, str) and name in self._values:
             return self._values[name]
         if default is not _REQUIRED:
@@ -78,12 +104,24 @@ class Registry(Generic[V]):
         raise self.unknown(name)
 
     def names(self) -> tuple[str, ...]:
-        """The registered names, in registration order."""
+        """The registered names, in registration order.
+
+        Returns:
+            A tuple of names.
+        """
         return tuple(self._values)
 
     def unknown(self, name: object, known: tuple[str, ...] | None = None) -> ValueError:
         """The error for an unknown name: ``unknown KIND 'name'; choose one of: a, b, c`` and the hint
-        (``known``: the names to list, by default :meth:`names`)."""
+        (``known``: the names to list, by default :meth:`names`).
+
+        Args:
+            name: the unknown name.
+            known: the names to list, or None for :meth:`names`.
+
+        Returns:
+            The ValueError (not raised: the caller raises it).
+        """
         listed = ", ".join(self.names() if known is None else known)
         return ValueError(f"unknown {self.kind} {name!r}; choose one of: {listed}{self.hint}")
 
@@ -106,9 +144,19 @@ class Registry(Generic[V]):
         return len(self._values)
 
     def items(self):
+        """The registered ``(name, value)`` pairs, in registration order.
+
+        Returns:
+            A view of the pairs (as ``dict.items``).
+        """
         return self._values.items()
 
     def values(self):
+        """The registered values, in registration order.
+
+        Returns:
+            A view of the values (as ``dict.values``).
+        """
         return self._values.values()
 
     def __repr__(self) -> str:

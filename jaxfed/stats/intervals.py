@@ -66,6 +66,17 @@ def quantile_interval(values, q: float = 0.5, level: float = 0.95):
     >>> est, lo, hi = quantile_interval(np.arange(1.0, 101.0))
     >>> float(est), float(lo), float(hi)  # ranks 40 and 61 of 100
     (50.5, 40.0, 61.0)
+
+    Args:
+        values: array (..., n) of values; the interval is over the last axis.
+        q: the quantile, in (0, 1).
+        level: the confidence level, in (0, 1).
+
+    Returns:
+        ``(estimate, lower, upper)``, float64 arrays of shape (...) (scalars for 1-D values).
+
+    Raises:
+        ValueError: ``q`` or ``level`` outside (0, 1), or no values.
     """
     validation.probability("q", q, low_open=True, high_open=True)
     validation.probability("level", level, low_open=True, high_open=True)
@@ -136,6 +147,19 @@ def bootstrap_interval(values, statistic: str = "median", level: float = 0.95, n
     counts of the distinct values where they are few (:func:`_resampled_medians`,
     :func:`_resampled_means`); a row gives the same interval alone or in a batch. Reports use
     :func:`interval`, which takes the exact :func:`quantile_interval` for a median instead.
+
+    Args:
+        values: array (..., n) of values.
+        statistic: "median" or "mean".
+        level: the confidence level, in (0, 1).
+        n_boot: number of resamples >= 1.
+        seed: integer seed of the resampling.
+
+    Returns:
+        ``(estimate, lower, upper)``, float64 arrays of shape (...).
+
+    Raises:
+        ValueError: a bad ``statistic``, ``level`` or ``n_boot``, or no values.
     """
     validation.one_of("statistic", statistic, _STATISTICS)
     validation.probability("level", level, low_open=True, high_open=True)
@@ -156,7 +180,26 @@ def bootstrap_interval(values, statistic: str = "median", level: float = 0.95, n
 def interval(values, statistic: str = "median", level: float = 0.95, n_boot: int = 2000, seed: int = 0):
     """``(estimate, lower, upper)`` of a report: the median's exact order-statistic interval
     (:func:`quantile_interval`, no resampling; ``n_boot`` and ``seed`` unused) or the mean's
-    percentile-bootstrap interval (:func:`bootstrap_interval`), over the last axis."""
+    percentile-bootstrap interval (:func:`bootstrap_interval`), over the last axis.
+
+    Args:
+        values: array (..., n) of values.
+        statistic: "median" or "mean".
+        level: the confidence level, in (0, 1).
+        n_boot: resamples of the mean's bootstrap.
+        seed: integer seed of the mean's bootstrap.
+
+    Returns:
+        ``(estimate, lower, upper)``, float64 arrays of shape (...).
+
+    Raises:
+        ValueError: a bad ``statistic`` or ``level``, or no values.
+
+    Examples:
+        >>> est, lo, hi = interval(np.arange(1.0, 101.0))
+        >>> float(est), float(lo), float(hi)
+        (50.5, 40.0, 61.0)
+    """
     validation.one_of("statistic", statistic, _STATISTICS)
     if statistic == "median":
         return quantile_interval(values, 0.5, level)
@@ -167,6 +210,16 @@ def sign_test(differences) -> float:
     """Exact two-sided sign test p-value of "positive and negative differences are equally likely".
 
     Zeros are dropped; p = min(1, 2·P[Bin(n, 1/2) <= min(n₊, n₋)]). 1.0 when nothing is left.
+
+    Args:
+        differences: the paired differences, any shape (flattened).
+
+    Returns:
+        The p-value, a Python float in (0, 1].
+
+    Examples:
+        >>> round(sign_test([1.0] * 10), 5)
+        0.00195
     """
     d = np.asarray(differences, np.float64).ravel()
     n_pos, n_neg = int((d > 0).sum()), int((d < 0).sum())

@@ -79,6 +79,14 @@ class Verdict(NamedTuple):
     trials_needed: float | None = None
 
     def interval_text(self, fmt: str = "{:.3g}") -> str:
+        """The estimate and its interval as text, ``"1.2 [1.1, 1.3]"``.
+
+        Args:
+            fmt: the format of each number.
+
+        Returns:
+            The text.
+        """
         return f"{fmt.format(self.estimate)} [{fmt.format(self.lower)}, {fmt.format(self.upper)}]"
 
 
@@ -424,6 +432,29 @@ def paired_verdict(
     >>> v = paired_verdict(after, before, "after > before", transform="log_ratio")
     >>> v.verdict, v.interval_text("{:.2f}")
     ('reproduced', '1.20 [1.18, 1.21]')
+
+    Args:
+        a: the first metric, one value per trial (any shape, flattened).
+        b: the second metric, paired with ``a`` (same size).
+        claim: the claim's text, kept in the verdict.
+        expect: "greater", "less" or "equal".
+        transform: "difference" or "log_ratio".
+        statistic: "median" or "mean".
+        margin: the margin on the transform's scale (> 0 for "equal").
+        level: the interval's level; None for the current default level.
+        n_boot: resamples of the mean's bootstrap.
+        seed: integer seed of the mean's bootstrap.
+        min_effect: the smallest visible effect of a directional claim; None for the default.
+        censored_a: optional bools, the trials whose ``a`` is only a lower bound.
+        censored_b: optional bools, the trials whose ``b`` is only a lower bound.
+        censoring: how the censored values are censored, for ``reason``.
+
+    Returns:
+        The :class:`Verdict`.
+
+    Raises:
+        ValueError: an unknown ``expect`` or ``transform``, a negative margin (or none for "equal"), ``a``
+            and ``b`` of different lengths, or non-positive values for "log_ratio".
     """
     level = _LEVEL.get() if level is None else level
     options = (statistic, level, n_boot, seed)  # as interval() takes them
@@ -439,6 +470,15 @@ def share_verdict(met, claim: str, share: float = EACH_TRIAL_SHARE, level: float
 
     >>> share_verdict(np.ones(200, bool), "each trial").verdict
     'reproduced'
+
+    Args:
+        met: per-trial bools (or 0/1 floats; NaN dropped), any shape.
+        claim: the claim's text.
+        share: the share of trials the claim needs, in (0, 1).
+        level: the interval's level; None for the current default level.
+
+    Returns:
+        The :class:`Verdict` (estimate: the share p̂; :data:`NOT_TESTABLE` with no trial).
     """
     level = _LEVEL.get() if level is None else level
     met = np.asarray(met, np.float64).ravel()
@@ -570,7 +610,15 @@ def _censored(d, cens_a, cens_b, expect, margin, censoring, options) -> tuple[st
 
 
 def not_testable(claim: str, reason: str) -> Verdict:
-    """The verdict on a claim that the settings cannot detect (``reason`` says why): no statistic."""
+    """The verdict on a claim that the settings cannot detect (``reason`` says why): no statistic.
+
+    Args:
+        claim: the claim's text.
+        reason: why it cannot be tested.
+
+    Returns:
+        A :class:`Verdict` of :data:`NOT_TESTABLE` with NaN statistics.
+    """
     nan = float("nan")
     return Verdict(claim, nan, nan, nan, float("nan"), nan, nan, 0, 0, NOT_TESTABLE, 0, reason, "")
 
@@ -579,7 +627,17 @@ def verdict_table(
     verdicts: list, what: str = "paired statistic", fmt: str = "{:.3g}", sections: list | None = None
 ) -> str:
     """Markdown table of verdicts: claim, statistic with interval, sign-test p, pairs, verdict; with
-    ``sections`` (one name per verdict) a first column naming where each claim is stated."""
+    ``sections`` (one name per verdict) a first column naming where each claim is stated.
+
+    Args:
+        verdicts: the :class:`Verdict` list.
+        what: the statistic's name in the header.
+        fmt: the format of each number.
+        sections: one section name per verdict, or None.
+
+    Returns:
+        The Markdown table ("" for no verdict).
+    """
     if not verdicts:
         return ""
     level = next((v.level for v in verdicts if v.verdict != NOT_TESTABLE), 0.95)
