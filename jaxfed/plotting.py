@@ -54,7 +54,18 @@ FONT_SIZE = 8  # legends, notes and small labels: readable at the saved size (13
 
 def series_style(i: int) -> dict:
     """The matplotlib line keywords of series ``i`` (colour, line style, marker), cycling through
-    :data:`LINE_STYLES`."""
+    :data:`LINE_STYLES`.
+
+    Args:
+        i: the series' index (any int >= 0).
+
+    Returns:
+        A new dict of matplotlib keywords.
+
+    Examples:
+        >>> series_style(0) == series_style(len(LINE_STYLES))
+        True
+    """
     return dict(LINE_STYLES[i % len(LINE_STYLES)])
 
 
@@ -222,7 +233,16 @@ def coincide_note(b: stats.Band, labels, width: int = 60) -> str:
     """The words for curves that hide each other on the figure: "A, B, C coincide within their bands" for the
     points (at least two) whose medians each lie inside every other's band at every x where both are finite,
     or "" when there are none. The largest such group, greedily from each point in turn; lines of at most
-    ``width`` characters (a panel's title)."""
+    ``width`` characters (a panel's title).
+
+    Args:
+        b: the :class:`jaxfed.stats.Band` of the points, (n_points, n_x).
+        labels: one label per point.
+        width: the longest line, in characters.
+
+    Returns:
+        The note (lines joined by newlines), or "".
+    """
     n = len(labels)
     med, lo, hi = (np.asarray(v).reshape(n, -1) for v in (b.median, b.lower, b.upper))
 
@@ -279,7 +299,16 @@ def exact_fraction_plot(ax, x, values, labels, tol: float = 0.0, offset: int = 0
     """Fraction of trials whose value is <= ``tol`` (exactly 0 by default) at each x, from raw values
     (n_points, n_trials, n_x) or from a :class:`jaxfed.stats.Summary` (below the histogram's bin
     edge at ``tol``: < 1e-12 for ``tol`` = 0, see :func:`jaxfed.stats.fraction_at_most`); point ``i``
-    in :func:`series_style` ``offset + i``, as in :func:`band_plot`."""
+    in :func:`series_style` ``offset + i``, as in :func:`band_plot`.
+
+    Args:
+        ax: matplotlib axes.
+        x: (n_x,) abscissa.
+        values: raw (n_points, n_trials, n_x) or a :class:`jaxfed.stats.Summary`.
+        labels: legend label per point.
+        tol: the threshold at or below which a value counts as exact.
+        offset: index of the first point's style.
+    """
     if isinstance(values, stats.Summary):
         fraction = stats.fraction_at_most(values, tol)
         what = "KL < 1e-12" if tol <= 1e-12 else f"KL ≲ {tol:g}"
@@ -295,7 +324,17 @@ def exact_fraction_plot(ax, x, values, labels, tol: float = 0.0, offset: int = 0
 
 def interval_plot(ax, labels, estimate, lower, upper, reference: float = 1.0, xlabel: str = "paired ratio"):
     """Horizontal estimates with intervals, one row per label (top to bottom), and a vertical
-    line at ``reference`` (no effect)."""
+    line at ``reference`` (no effect).
+
+    Args:
+        ax: matplotlib axes.
+        labels: one label per row.
+        estimate: (n,) estimates.
+        lower: (n,) lower ends of the intervals.
+        upper: (n,) upper ends.
+        reference: the x of the no-effect line.
+        xlabel: the x axis' label.
+    """
     y = np.arange(len(labels))[::-1]
     est, lo, hi = (np.asarray(v, float) for v in (estimate, lower, upper))
     ax.errorbar(est, y, xerr=[est - lo, hi - est], fmt="o", color="k", ms=4, capsize=3)
@@ -312,7 +351,18 @@ def legend(fig, axes=None, title: str | None = None, loc: str = "outside lower c
     """One legend for the whole figure, outside every axes (``loc`` one of matplotlib's "outside …"
     locations of a constrained layout, as :func:`figure` makes): the labelled artists of ``axes``
     (default: all of the figure's), each label once (the first artist carrying it), in the order
-    drawn. Returns the legend, or None when nothing is labelled."""
+    drawn. Returns the legend, or None when nothing is labelled.
+
+    Args:
+        fig: the matplotlib figure.
+        axes: the axes whose artists to list; None for all of the figure's.
+        title: the legend's title.
+        loc: an "outside …" location.
+        ncol: number of columns; None to choose (at most 4 side by side, fewer when they would not fit).
+
+    Returns:
+        The matplotlib legend, or None.
+    """
     handles: dict = {}
     for ax in fig.axes if axes is None else np.ravel(axes):
         for handle, label in zip(*ax.get_legend_handles_labels()):
@@ -334,9 +384,18 @@ def legend(fig, axes=None, title: str | None = None, loc: str = "outside lower c
 def figure(nrows: int = 1, ncols: int = 1, **kwargs):
     """``(fig, axes)`` like ``matplotlib.pyplot.subplots(nrows, ncols, **kwargs)`` (``figsize``
     goes to the figure, the rest to ``Figure.subplots``), but a plain :class:`matplotlib.figure.Figure`
-    outside pyplot: no global figure registry to close, and no pyplot import (0.1 s of every run).
+    outside pyplot: no global figure registry to close, and no pyplot import (which every run would pay).
     The figure has a constrained layout: titles, labels and an outside :func:`legend` are fitted
-    inside it, none clipped."""
+    inside it, none clipped.
+
+    Args:
+        nrows: rows of axes.
+        ncols: columns of axes.
+        **kwargs: ``figsize`` for the figure, the rest for ``Figure.subplots``.
+
+    Returns:
+        ``(fig, axes)``: the figure and its axes (one or an array, as ``subplots`` returns).
+    """
     from matplotlib.figure import Figure  # on the first figure: `import jaxfed` does not load matplotlib
 
     fig = Figure(figsize=kwargs.pop("figsize", None), layout="constrained")
@@ -346,7 +405,12 @@ def figure(nrows: int = 1, ncols: int = 1, **kwargs):
 def save(fig, path: str) -> None:
     """Writes the figure as PNG to ``path`` atomically (a new file renamed over it, never through
     a symbolic link: see :func:`jaxfed.store.atomic_write_bytes`), with readable log ticks
-    (:func:`readable_ticks`) and, for a figure without a layout engine, a tight layout."""
+    (:func:`readable_ticks`) and, for a figure without a layout engine, a tight layout.
+
+    Args:
+        fig: the matplotlib figure.
+        path: the PNG file's path.
+    """
     _say_what_is_empty(fig)
     for ax in fig.axes:
         readable_ticks(ax)
@@ -403,7 +467,20 @@ def small_multiples(axes, x, values, labels, log_y: bool = False, mass: float = 
     and its label as the panel's title. ``values``: raw (n_points, n_trials, n_x) or a
     :class:`jaxfed.stats.Summary`; ``offsets[i]``: series ``i``'s style index (default ``i``). Axes beyond
     the labels are hidden. The shared y range holds every panel's own (each band_plot's floor and top).
-    Returns the :class:`jaxfed.stats.Band` of all series."""
+    Returns the :class:`jaxfed.stats.Band` of all series.
+
+    Args:
+        axes: the axes, at least one per label (any shape, flattened).
+        x: (n_x,) abscissa.
+        values: raw (n_points, n_trials, n_x) or a :class:`jaxfed.stats.Summary`.
+        labels: one label per series.
+        log_y: logarithmic y axes.
+        mass: band mass.
+        offsets: series ``i``'s style index, or None for ``i``.
+
+    Returns:
+        The :class:`jaxfed.stats.Band`.
+    """
     axes = list(np.ravel(axes))
     b = stats.band(values, mass)
     n = len(labels)
