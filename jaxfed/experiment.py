@@ -81,14 +81,29 @@ class Experiment:
 
     def width_on(self, platform: str) -> int | None:
         """The experiment's own micro-batch width on ``platform`` ("cpu", "gpu", …); None where the
-        engine's rule (:func:`jaxfed.engine.choose_width`) decides."""
+        engine's rule (:func:`jaxfed.engine.choose_width`) decides.
+
+        Args:
+            platform: a JAX platform name.
+
+        Returns:
+            The width (an int), or None.
+        """
         return (self.micro_batch or {}).get(platform)
 
     def labels(self, config=None, **parameters) -> list[dict]:
         """The sweep labels of ``config`` (default: ``config_cls(**parameters)``), one JSON dict per
         point in the order the results hold them, e.g.
         ``jaxfed.runs.find("kmeans-snr").labels(snrs_db=(0.0, 20.0))``: what a study built on a
-        built-in experiment selects its points from, without re-typing its label code."""
+        built-in experiment selects its points from, without re-typing its label code.
+
+        Args:
+            config: a config instance, or None to build one from ``parameters``.
+            **parameters: the config class's fields, when ``config`` is None.
+
+        Returns:
+            A list of label dicts, one per point.
+        """
         return list(self.build(self.config_cls(**parameters) if config is None else config).labels)
 
     def __post_init__(self):
@@ -115,6 +130,12 @@ def check_config_class(config_cls) -> dict:
 
     Raises:
         ValueError: one line naming the class, or the field and its type.
+
+    Args:
+        config_cls: the experiment's config class.
+
+    Returns:
+        The type hints, {field name: type}.
     """
     name = getattr(config_cls, "__qualname__", None) or repr(config_cls)
     if not (isinstance(config_cls, type) and dataclasses.is_dataclass(config_cls)):
@@ -174,6 +195,16 @@ def make_config(config_cls: type, overrides: dict[str, str] | None = None):
     A config class with a ``PRESETS`` mapping (preset name -> field values) and a ``preset`` field
     takes ``preset=NAME`` as a bundle: the named preset's values first, then the other overrides on
     top (so ``--set preset=paper --set rho=0.01`` is the paper's settings with ρ = 0.01).
+
+    Args:
+        config_cls: the experiment's config dataclass.
+        overrides: {parameter: value as text}, or None for the defaults.
+
+    Returns:
+        An instance of ``config_cls``.
+
+    Raises:
+        ValueError: an unknown parameter or preset, or a value its type or the class's checks refuse.
     """
     hints = check_config_class(config_cls)
     fields = {f.name for f in dataclasses.fields(config_cls)}
@@ -195,7 +226,15 @@ def make_config(config_cls: type, overrides: dict[str, str] | None = None):
 
 def preset_variant(config_cls: type, name: str) -> type:
     """A subclass of ``config_cls`` whose defaults are the preset ``name`` (for an experiment that runs
-    the preset by default, e.g. in ``jaxfed reproduce``)."""
+    the preset by default, e.g. in ``jaxfed reproduce``).
+
+    Args:
+        config_cls: a config class with a ``PRESETS`` mapping.
+        name: a preset's name.
+
+    Returns:
+        The frozen dataclass subclass.
+    """
     presets: dict[str, dict] = getattr(config_cls, "PRESETS", {})
     values = dict(presets[name], preset=name)
     hints = typing.get_type_hints(config_cls)
@@ -208,6 +247,13 @@ def check_finite(config_cls: type, values: dict) -> None:
     ``values``, unless the field says otherwise with ``metadata={"nonfinite": True}``.
 
     Runs before ``config_cls.__post_init__``, whose range checks (``> 0`` …) let inf through.
+
+    Args:
+        config_cls: the experiment's config dataclass.
+        values: {field name: parsed value}.
+
+    Raises:
+        ValueError: a NaN or ±inf where the field does not allow it.
     """
     for f in dataclasses.fields(config_cls):
         if f.name not in values or f.metadata.get("nonfinite"):
@@ -241,7 +287,15 @@ def check_representable(config, dtype: str) -> None:
     """Refuses a float parameter (or an entry of a float tuple) that is not 0 but has no normal
     value in the run's ``dtype`` ("float32" or "float64"): below the smallest normal number the
     device flushes it to 0 (``variance=1e-45`` passes "> 0" but is 0 in float32, and every trial
-    is NaN), above the largest it is inf."""
+    is NaN), above the largest it is inf.
+
+    Args:
+        config: a config instance.
+        dtype: "float32" or "float64".
+
+    Raises:
+        ValueError: a value outside the dtype's normal range, naming the field.
+    """
     info = np.finfo(dtype)
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
@@ -262,6 +316,9 @@ def check_sweep(sweep) -> None:
 
     Raises:
         ValueError: one line naming the label (or the count) and what is wrong.
+
+    Args:
+        sweep: what an experiment's ``build`` returned.
     """
     if not isinstance(sweep, Sweep):
         raise ValueError(f"build must return a Sweep(trial, points, labels, metric_axes), got {type(sweep).__name__}")
@@ -287,7 +344,19 @@ check = validation.check  # kept for experiments written against it: see jaxfed.
 
 # --------------------------------------------------------------------------- reports
 def band_table(x_name: str, x_values, labels: list[str], band: stats.Band, index, fmt: str = "{:.3g}") -> str:
-    """Markdown table: one row per point, one column per x, cells ``median [lower, upper]``."""
+    """Markdown table: one row per point, one column per x, cells ``median [lower, upper]``.
+
+    Args:
+        x_name: the x axis' name, in each column's header.
+        x_values: the x values of the columns.
+        labels: one label per point (row).
+        band: the :class:`jaxfed.stats.Band`, (n_points, n_x).
+        index: the x indices to show, one column each.
+        fmt: the format of each number.
+
+    Returns:
+        The Markdown table.
+    """
     head = "| point | " + " | ".join(f"{x_name} {x}" for x in x_values) + " |"
     rule = "|---|" + "---|" * len(x_values)
     rows = [

@@ -68,7 +68,17 @@ def fail(name: str, value: Any, allowed: str) -> NoReturn:
 
 def check(name: str, value: Any, ok: bool, allowed: str) -> None:
     """The general form: :func:`fail` unless ``ok`` (for conditions the other functions do not cover,
-    e.g. ``check("sizes", sizes, len(sizes) == k, f"a list of n_agents = {k} counts")``)."""
+    e.g. ``check("sizes", sizes, len(sizes) == k, f"a list of n_agents = {k} counts")``).
+
+    Args:
+        name: the argument's name, as the message starts.
+        value: the value given (shown with ``repr``).
+        ok: whether the value is allowed.
+        allowed: what the argument must be.
+
+    Raises:
+        ValueError: ``ok`` is false, ``"<name> must be <allowed>, got <value!r>"``.
+    """
     if not ok:
         fail(name, value, allowed)
 
