@@ -61,7 +61,17 @@ PAIRED_NEEDS_RAW = "\n**Reading.** Paired verdicts need the raw trials (run with
 
 def summary_reading(results, text: list[str], metric: str = "kl", reading: str = PAIRED_NEEDS_RAW) -> Reading | None:
     """The whole report of a run that kept ``metric`` as summaries: ``text`` (what summaries give: the
-    setting, the band tables) and ``reading``, which says what needs the raw trials; None for raw trials."""
+    setting, the band tables) and ``reading``, which says what needs the raw trials; None for raw trials.
+
+    Args:
+        results: the run's results, {metric: raw array or :class:`jaxfed.stats.Summary`}.
+        text: the report's lines that summaries can give.
+        metric: the metric whose kind decides.
+        reading: the line saying what needs the raw trials.
+
+    Returns:
+        A :class:`jaxfed.Reading`, or None when ``metric`` holds raw trials.
+    """
     if not isinstance(results[metric], stats.Summary):
         return None
     return Reading("\n".join([*text, reading]) + "\n")
@@ -69,7 +79,19 @@ def summary_reading(results, text: list[str], metric: str = "kl", reading: str =
 
 def first_slot_at_or_below(kl: np.ndarray, level: float) -> np.ndarray:
     """Per trial, the first slot (1-based) with KL <= ``level``; n_slots + 1 where it never is
-    (censored: the true slot is later)."""
+    (censored: the true slot is later).
+
+    Args:
+        kl: (..., n_trials, n_slots) KL per trial and slot.
+        level: the KL level.
+
+    Returns:
+        (..., n_trials) int slots in [1, n_slots + 1].
+
+    Examples:
+        >>> first_slot_at_or_below(np.array([[0.5, 0.1, 0.0], [0.5, 0.4, 0.3]]), 0.2).tolist()
+        [2, 4]
+    """
     below = kl <= level
     return np.where(below.any(axis=-1), np.argmax(below, axis=-1) + 1, kl.shape[-1] + 1)
 
@@ -104,6 +126,17 @@ def unlearning_verdicts(kl_unlearn, kl_retrain, hit, level: float, what: str, sh
     median over trials of the KL at slot h_t − 1 (the learnt model just before u is forgotten,
     trials with h_t >= 2) exceeds ``level``, and, when given, ``shift`` (the KL between the targets
     with and without u) exceeds it too; otherwise both are "not testable here" with the reason.
+
+    Args:
+        kl_unlearn: (n_trials, n_slots) KL of unlearning (forgetting u).
+        kl_retrain: (n_trials, n_slots) KL of retraining without u.
+        hit: (n_trials,) slot (from 1) at which u is forgotten; < 1 where u is never scheduled.
+        level: the KL level the claims are about.
+        what: the claims' wording of reaching the level.
+        shift: the KL between the targets with and without u, or None.
+
+    Returns:
+        A list of two :class:`jaxfed.stats.Verdict`.
     """
     kl_unlearn, kl_retrain = np.asarray(kl_unlearn), np.asarray(kl_retrain)
     hit = np.asarray(hit).astype(int)
@@ -139,7 +172,15 @@ def unlearning_verdicts(kl_unlearn, kl_retrain, hit, level: float, what: str, sh
 
 
 def noisy_data(key, cfg) -> jax.Array:
-    """Weighted counts (K, 2) of z ~ Bernoulli(ε + (1 − 2ε) θ_true), N_k per agent (the model's own law)."""
+    """Weighted counts (K, 2) of z ~ Bernoulli(ε + (1 − 2ε) θ_true), N_k per agent (the model's own law).
+
+    Args:
+        key: a PRNG key (traced).
+        cfg: a config with n_agents, n_per_agent, theta_true, epsilon and loss_normalisation.
+
+    Returns:
+        (K, 2) weighted counts (n1, n0).
+    """
     p_one = cfg.epsilon + (1.0 - 2.0 * cfg.epsilon) * cfg.theta_true
     ones = scenarios.bernoulli_counts(key, cfg.n_agents, cfg.n_per_agent, p_one)
     weight = likelihoods.loss_weight(cfg.loss_normalisation, cfg.n_per_agent)
@@ -152,7 +193,14 @@ def local_iters_trial(cfg):
     iterations per slot with S-sample REINFORCE gradients; ``kl`` (record,) = KL(q ‖ q*) by quadrature after
     every ``record_every`` local iterations. ``point["local_iters"]`` is L (static). ``cfg`` has the fields of
     gfvl-local-iters' Config (n_agents, n_per_agent, prior_a/b, alpha, theta_true, epsilon,
-    loss_normalisation, rho, rho_schedule, n_samples, baseline, c, total_iters, record_every)."""
+    loss_normalisation, rho, rho_schedule, n_samples, baseline, c, total_iters, record_every).
+
+    Args:
+        cfg: the config (fields above).
+
+    Returns:
+        The trial function ``trial(key, point) -> {"kl": (record,)}``.
+    """
     prior = expfam.beta_natural(cfg.prior_a, cfg.prior_b)
     lik = likelihoods.noisy_bernoulli(cfg.epsilon)
     adjacency = jnp.asarray(graphs.complete(cfg.n_agents))
