@@ -436,8 +436,8 @@ def report(cfg: Config, labels, results) -> Reading:
     return Reading("\n".join(text) + "\n", tuple(found.verdicts))
 
 
-# A logistic trial (natural-gradient steps on the 455 training points) takes ~10 ms on a CPU: 64 trials per
-# micro-batch ran faster per trial than 512 (115 vs 101 trials/s, 2-core CPU) and pad small runs less.
+# A logistic trial (natural-gradient steps on the 455 training points) is short on a CPU: 64 trials per
+# micro-batch ran faster per trial than 512 (docs/performance.md, "Micro-batch width") and pad small runs less.
 MICRO_BATCH = {"cpu": 64}
 
 EXPERIMENT = Experiment(

@@ -55,8 +55,8 @@ SPLITS = ("tiles", "iid")
 EQUAL_MARGIN = stats.EQUAL_RATIO_MARGIN  # "≈": the paired median ratio's interval lies within [1/1.05, 1.05]
 LOSS_LABEL = "loss per customer, eq. (1) / |D|  (m²)"
 RAW_NEEDED = "Verdicts need every trial's values: rerun with `--keep raw`.\n"
-# A k-means trial takes milliseconds on a CPU: 64 trials per micro-batch run as fast per trial as
-# 512 (measured 904 vs 784 trials/s, kmeans-snr, 2-core CPU), and pad small runs 8 times less.
+# A k-means trial is short on a CPU: 64 trials per micro-batch run as fast per trial as 512
+# (docs/performance.md, "Micro-batch width"), and pad small runs 8 times less.
 MICRO_BATCH = {"cpu": 64}
 
 
@@ -129,7 +129,21 @@ def symbol_energy_value(reading: str, beta: int) -> float:
 
 
 def parse_channel_sweep(text: str) -> tuple[str, tuple[float, ...]]:
-    """("key", (v1, v2, …)) of ``channel_sweep = "key=v1,v2,…"``; ValueError naming the parameter."""
+    """("key", (v1, v2, …)) of ``channel_sweep = "key=v1,v2,…"``; ValueError naming the parameter.
+
+    Args:
+        text: the ``channel_sweep`` parameter, ``"key=v1,v2,…"``.
+
+    Returns:
+        ``(key, values)``: the channel parameter's name and a tuple of floats.
+
+    Raises:
+        ValueError: ``text`` is not ``key=`` followed by numbers.
+
+    Examples:
+        >>> parse_channel_sweep("k_factor=0,3")
+        ('k_factor', (0.0, 3.0))
+    """
     key, sep, values = text.partition("=")
     try:
         parsed = tuple(float(v) for v in values.split(","))
@@ -159,7 +173,18 @@ def label_point(cfg: MallConfig, lab: dict) -> dict:
     were): ``channel``, a channel of the point's own (static) whose parameters the label may set by
     name (traced, e.g. ``{"channel": "rician-fading", "k_factor": 3.0}``), and ``count_digits``, the
     counts |S_{k,c}| sent over the point's channel with that many digits (static) instead of
-    exactly."""
+    exactly.
+
+    Args:
+        cfg: the experiment's :class:`MallConfig`.
+        lab: the sweep label (a JSON dict).
+
+    Returns:
+        The engine point, a dict of static values and traced scalars.
+
+    Raises:
+        ValueError: an unknown method, split or init.
+    """
     return {
         "method": validation.one_of("method", lab["method"], methods()),
         "digits": lab.get("digits", 4),
@@ -207,7 +232,11 @@ CENTRALIZED_TEXT = {
 def methods() -> tuple[str, ...]:
     """The methods a label's ``method`` may name: the :data:`CENTRALIZED` references and the
     registered aggregation methods (:func:`jaxfed.oac.aggregators.names`); a point holds the index
-    (traced: one program for all, see :func:`trace_choices`)."""
+    (traced: one program for all, see :func:`trace_choices`).
+
+    Returns:
+        A tuple of method names.
+    """
     return (*CENTRALIZED, *oac.aggregators.names())
 
 
@@ -245,7 +274,15 @@ def _swept_key(cfg: MallConfig) -> str:
 
 def point_channel(cfg: MallConfig, point: dict) -> oac.ChannelModel:
     """The point's channel: its own (a label's ``channel``, with the parameters the label sets) or
-    ``cfg.channel``, with the swept parameter's (traced) value if any."""
+    ``cfg.channel``, with the swept parameter's (traced) value if any.
+
+    Args:
+        cfg: the experiment's :class:`MallConfig`.
+        point: the engine point (:func:`label_point`).
+
+    Returns:
+        The :class:`jaxfed.oac.ChannelModel`.
+    """
     model = oac.resolve_channel(point.get("channel", cfg.channel))
     if point.get("channel_params"):
         model = model.with_params(**point["channel_params"])
@@ -319,6 +356,16 @@ def make_trial(
     per trial from ``key`` and kept for every round (a (K,) parameter of the channel). Without the
     hook, a channel registered with ``per_trial`` (:func:`jaxfed.oac.channel.register`) draws that
     state itself from the same key: a built-in experiment then takes it by name (``--set channel=NAME``).
+
+    Args:
+        cfg: the experiment's :class:`MallConfig`.
+        round_diagnostics: add the per-round diagnostics.
+        last_round_diagnostics: add the last round's noise diagnostics.
+        channel_for: ``channel_for(key, point) -> oac.ChannelModel``, or None for :func:`point_channel`.
+        count_diagnostics: add the partition-size diagnostics.
+
+    Returns:
+        The trial function ``trial(key, point) -> {metric: array}``.
     """
 
     def trial(key, point):
@@ -492,7 +539,14 @@ def _last_round_noise(cfg: MallConfig, point, channel, data, n_devices: int, cen
 
 
 def method_label(lab: dict) -> str:
-    """A sweep label's legend text (the aggregation method's ``label``)."""
+    """A sweep label's legend text (the aggregation method's ``label``).
+
+    Args:
+        lab: the sweep label.
+
+    Returns:
+        The legend text.
+    """
     method = lab["method"]
     return method if method in CENTRALIZED else oac.aggregators.get(method).label(lab)
 
@@ -507,7 +561,22 @@ def mall_sweep(
 ) -> Sweep:
     """The sweep of ``labels`` (each OAC label once per value of ``cfg.channel_sweep``); see
     :func:`make_trial` for the diagnostics and the ``channel_for`` hook, :func:`label_point` for the
-    optional label keys ``channel`` and ``count_digits``."""
+    optional label keys ``channel`` and ``count_digits``.
+
+    Args:
+        cfg: the experiment's :class:`MallConfig`.
+        labels: the sweep labels.
+        round_diagnostics: as :func:`make_trial`.
+        last_round_diagnostics: as :func:`make_trial`.
+        channel_for: as :func:`make_trial`.
+        count_diagnostics: as :func:`make_trial`.
+
+    Returns:
+        The :class:`jaxfed.Sweep`.
+
+    Raises:
+        ValueError: a malformed ``cfg.channel_sweep`` or a label the points refuse.
+    """
     if cfg.channel_sweep:
         key, values = parse_channel_sweep(cfg.channel_sweep)
         labels = [
@@ -540,7 +609,14 @@ def trace_choices(points: list[dict]) -> list[dict]:
     """The points with each choice of :func:`_choices` as a traced index into a static tuple of the
     names among the points that share the other static leaves (one compiled group), under the key
     ``<choice>s``: the group's program holds a branch for each of these only (a group whose points
-    all take one method, split and init compiles as before)."""
+    all take one method, split and init compiles as before).
+
+    Args:
+        points: the engine points (:func:`label_point`).
+
+    Returns:
+        A new list of points.
+    """
 
     choices = _choices()
 
@@ -565,7 +641,15 @@ def trace_choices(points: list[dict]) -> list[dict]:
 def resources_table(cfg: MallConfig, digits_list) -> str:
     """Markdown table of complex resources per round: OAC (L·C·β·D) vs orthogonal digital
     (L·C·K·N_bits/r_bits with N_bits = ⌈D log2 β⌉ for the same resolution, QPSK r_bits = 2,
-    uncompressed)."""
+    uncompressed).
+
+    Args:
+        cfg: the experiment's :class:`MallConfig`.
+        digits_list: the D values, one row each.
+
+    Returns:
+        The Markdown table.
+    """
     rows = [f"| D | OAC resources/round | digital resources/round (K = {cfg.n_devices}) | ratio |", "|---|---|---|---|"]
     for d in digits_list:
         oac_res = kmeans.oac_resources(2, cfg.n_clusters, cfg.beta, d)
@@ -577,7 +661,15 @@ def resources_table(cfg: MallConfig, digits_list) -> str:
 
 # --------------------------------------------------------------------------- verdict helpers
 def final_values(results: dict, name: str = "loss"):
-    """(point, trial) values of the last round (or of a per-trial metric); None for summaries."""
+    """(point, trial) values of the last round (or of a per-trial metric); None for summaries.
+
+    Args:
+        results: the run's results, {metric: array or Summary}.
+        name: the metric.
+
+    Returns:
+        (n_points, n_trials) NumPy array, or None.
+    """
     value = results[name]
     if isinstance(value, stats.Summary):
         return None
@@ -586,7 +678,22 @@ def final_values(results: dict, name: str = "loss"):
 
 
 def index_of(labels: list[dict], **match) -> int:
-    """Index of the first label whose items include ``match``."""
+    """Index of the first label whose items include ``match``.
+
+    Args:
+        labels: the sweep labels.
+        **match: the label items to match.
+
+    Returns:
+        The index.
+
+    Raises:
+        KeyError: no label matches.
+
+    Examples:
+        >>> index_of([{"method": "ideal"}, {"method": "oac", "digits": 2}], method="oac")
+        1
+    """
     for i, lab in enumerate(labels):
         if all(lab.get(k) == v for k, v in match.items()):
             return i
@@ -595,7 +702,18 @@ def index_of(labels: list[dict], **match) -> int:
 
 def ratio_verdict(final, a: int, b: int, claim: str, expect: str):
     """Paired verdict on the per-trial ratio final[a]/final[b] (expect "less", "greater" or
-    "equal", the last within ±:data:`EQUAL_MARGIN`)."""
+    "equal", the last within ±:data:`EQUAL_MARGIN`).
+
+    Args:
+        final: (n_points, n_trials) final values (:func:`final_values`).
+        a: the first point's index.
+        b: the second point's index.
+        claim: the claim's text.
+        expect: "less", "greater" or "equal".
+
+    Returns:
+        The :class:`jaxfed.stats.Verdict`.
+    """
     margin = math.log1p(EQUAL_MARGIN) if expect == "equal" else 0.0
     return stats.paired_verdict(final[a], final[b], claim, expect=expect, transform="log_ratio", margin=margin)
 
@@ -603,7 +721,18 @@ def ratio_verdict(final, a: int, b: int, claim: str, expect: str):
 def difference_verdict(final, a: int, b: int, claim: str, expect: str = "less"):
     """Paired verdict on the mean per-trial difference final[a] − final[b] (m²): the statistic for
     an effect that shows in a minority of trials (e.g. re-initialisation rescuing a run), where
-    the median of the pairs is 0."""
+    the median of the pairs is 0.
+
+    Args:
+        final: (n_points, n_trials) final values.
+        a: the first point's index.
+        b: the second point's index.
+        claim: the claim's text.
+        expect: "less", "greater" or "equal".
+
+    Returns:
+        The :class:`jaxfed.stats.Verdict`.
+    """
     return stats.paired_verdict(final[a], final[b], claim, expect=expect, statistic="mean")
 
 
@@ -613,7 +742,16 @@ DIFFERENCE_TEXT = "per-trial difference a − b of final losses (m²); mean with
 
 def verdict_block(verdicts, how: str = RATIO_TEXT, what: str = "median ratio a/b") -> str:
     """A report's verdicts paragraph: how the effect is measured (``how``), the meaning of "≈"
-    when a claim uses it, and :func:`jaxfed.stats.verdict_table` of ``verdicts`` (column ``what``)."""
+    when a claim uses it, and :func:`jaxfed.stats.verdict_table` of ``verdicts`` (column ``what``).
+
+    Args:
+        verdicts: the :class:`jaxfed.stats.Verdict` list.
+        how: how the effect is measured.
+        what: the statistic's column header.
+
+    Returns:
+        The Markdown paragraph and table.
+    """
     equal = f'; "≈" means within ±{EQUAL_MARGIN:.0%}' if any("≈" in v.claim for v in verdicts) else ""
     return (
         f"**Verdicts** ({how}, over the same trials{equal}; exact sign test):\n\n"
