@@ -117,8 +117,8 @@ def _parameters(fn) -> list[str]:
 
 def _gives(fn) -> str | None:
     """Which result section ``fn`` needs: "Returns" if it returns a value, "Yields" if it is a generator, None
-    if it returns None (from its
-    return annotation where it has one, else from its ``return``/``yield`` statements)."""
+    if it returns None (from its return annotation where it has one, else from its ``return``/``yield``
+    statements)."""
     fn = inspect.unwrap(fn)
     annotation = inspect.signature(fn).return_annotation
     try:
