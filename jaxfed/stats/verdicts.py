@@ -404,27 +404,11 @@ def paired_verdict(
     inconclusive and ``reason`` says which condition failed (4 shifted trials out of 100, the
     other 96 tied, are never "reproduced", whatever the bootstrap of the mean says).
 
-    A directional claim is also read from a figure, so "reproduced" needs a visible effect: |estimate|
-    at least ``min_effect`` (default: log 1.05 for a log-ratio, :data:`VISIBLE_FRACTION` of the median
-    |b| for a difference; on the transform's scale); a smaller one is :data:`DIRECTION_ONLY` with the
-    effect in ``reason``. One carried by under :data:`FEW_TRIALS_SHARE` of the pairs says so in
-    ``reason``. An inconclusive "equal" claim's ``reason`` gives the trials that would decide it: the
-    interval's half-width w scales as 1/√n, so n·(w / (margin − |estimate|))² (none when
-    |estimate| >= margin).
-
-    Censoring (first-passage readings): ``censored_a`` / ``censored_b`` mark the trials whose value is
-    only a lower bound (the level was not reached by then; ``censoring`` says e.g. "within 200
-    iterations"). The interval is then taken over every completion of the censored values (those
-    differences sent to ±inf), and a verdict the completions could change is :data:`NOT_TESTABLE`,
-    "censored: x% not reached within …"; a verdict they cannot change stands, with the share in
-    ``reason``.
-
-    For ``"log_ratio"`` the margin is on the log scale (a 5% ratio margin is log(1.05)) and the
-    reported estimate and interval are ratios. Pairs with a non-finite value are dropped and
-    counted in ``n_dropped``; with no pair left the verdict is inconclusive.
-
-    The verdict is that of the first of :data:`PAIRED_RULES` that gives one, on the :class:`Pairs`
-    of the arguments (:func:`_pairs`: the differences, their interval and sign test).
+    A directional claim is also read from a figure, so "reproduced" needs a visible effect (|estimate| >=
+    ``min_effect``); a smaller one is :data:`DIRECTION_ONLY` with the effect in ``reason``, and one carried
+    by under :data:`FEW_TRIALS_SHARE` of the pairs says so there. An inconclusive "equal" claim's ``reason``
+    gives the trials that would decide it, n·(w / (margin − |estimate|))² for the interval's half-width w
+    (which scales as 1/√n; none when |estimate| >= margin).
 
     >>> rng = np.random.default_rng(0)
     >>> before = rng.exponential(1.0, 400)
@@ -438,23 +422,27 @@ def paired_verdict(
         b: the second metric, paired with ``a`` (same size).
         claim: the claim's text, kept in the verdict.
         expect: "greater", "less" or "equal".
-        transform: "difference" or "log_ratio".
+        transform: "difference" or "log_ratio" (its estimate and interval reported as ratios).
         statistic: "median" or "mean".
-        margin: the margin on the transform's scale (> 0 for "equal").
+        margin: on the transform's scale (> 0 for "equal"; a 5% ratio margin is log(1.05)).
         level: the interval's level; None for the current default level.
         n_boot: resamples of the mean's bootstrap.
         seed: integer seed of the mean's bootstrap.
-        min_effect: the smallest visible effect of a directional claim; None for the default.
-        censored_a: optional bools, the trials whose ``a`` is only a lower bound.
+        min_effect: the smallest visible |estimate| of a directional claim, on the transform's scale; None:
+            log 1.05 for a log-ratio, :data:`VISIBLE_FRACTION` of the median |b| for a difference.
+        censored_a: optional bools, the trials whose ``a`` is only a lower bound (a first-passage level not
+            reached); the interval is then taken over every completion of the censored values (differences
+            sent to ±inf), and a verdict they could change is :data:`NOT_TESTABLE` ("censored: x% not …").
         censored_b: optional bools, the trials whose ``b`` is only a lower bound.
-        censoring: how the censored values are censored, for ``reason``.
+        censoring: how they are censored, for ``reason`` (e.g. "within 200 iterations").
 
     Returns:
-        The :class:`Verdict`.
+        The :class:`Verdict` of the first of :data:`PAIRED_RULES` that gives one, on the :class:`Pairs` of
+        the arguments (:func:`_pairs`). Pairs with a non-finite value are dropped (``n_dropped``); with none
+        left the verdict is inconclusive; a censored share is given in ``reason``.
 
     Raises:
-        ValueError: an unknown ``expect`` or ``transform``, a negative margin (or none for "equal"), ``a``
-            and ``b`` of different lengths, or non-positive values for "log_ratio".
+        ValueError: a bad ``expect``, ``transform`` or margin, unequal lengths, non-positive "log_ratio" values.
     """
     level = _LEVEL.get() if level is None else level
     options = (statistic, level, n_boot, seed)  # as interval() takes them
