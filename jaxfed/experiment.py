@@ -128,14 +128,14 @@ def check_config_class(config_cls) -> dict:
     """The type hints of ``config_cls``, after checking that it is a dataclass whose every field
     has one of the :data:`PARAMETER_TYPES`.
 
-    Raises:
-        ValueError: one line naming the class, or the field and its type.
-
     Args:
         config_cls: the experiment's config class.
 
     Returns:
         The type hints, {field name: type}.
+
+    Raises:
+        ValueError: one line naming the class, or the field and its type.
     """
     name = getattr(config_cls, "__qualname__", None) or repr(config_cls)
     if not (isinstance(config_cls, type) and dataclasses.is_dataclass(config_cls)):
@@ -314,11 +314,11 @@ def check_sweep(sweep) -> None:
     """Refuses a sweep whose labels cannot describe its points: ``labels`` must hold one dict per
     point, of JSON values (they go into config.json and the store's identity).
 
-    Raises:
-        ValueError: one line naming the label (or the count) and what is wrong.
-
     Args:
         sweep: what an experiment's ``build`` returned.
+
+    Raises:
+        ValueError: one line naming the label (or the count) and what is wrong.
     """
     if not isinstance(sweep, Sweep):
         raise ValueError(f"build must return a Sweep(trial, points, labels, metric_axes), got {type(sweep).__name__}")

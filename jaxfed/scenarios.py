@@ -68,9 +68,6 @@ def agent_thetas(key: jax.Array, family, theta, n_agents: int, spread) -> jax.Ar
     category probability followed by a softmax for categorical data, where it is a label skew).
     τ = ``spread`` >= 0 (may be traced); τ = 0 gives θ_k = θ for every agent.
 
-    Returns:
-        (K,) θ_k, or (K, C) for categorical data.
-
     Args:
         key: a JAX PRNG key (traced).
         family: a registered conjugate model name ("beta", "normal", "gamma", "dirichlet") or a
@@ -78,6 +75,9 @@ def agent_thetas(key: jax.Array, family, theta, n_agents: int, spread) -> jax.Ar
         theta: the global θ, a scalar, or a (C,) probability vector for categorical data.
         n_agents: K, the number of agents (static).
         spread: τ >= 0, the spread on the link scale (may be traced).
+
+    Returns:
+        (K,) θ_k, or (K, C) for categorical data.
     """
     return _model(family).agent_thetas(key, theta, n_agents, spread)
 

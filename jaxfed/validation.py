@@ -92,11 +92,6 @@ def integer(name: str, value: Any, low: int | None = None, high: int | None = No
     """``value`` as an ``int``: a Python or NumPy integer (or anything ``operator.index`` accepts, but
     not a bool or a traced value: a static size) in [``low``, ``high``] (either bound may be None). ``note`` is appended to the allowed range in the message.
 
-    >>> integer("n_agents", 1, 2)
-    Traceback (most recent call last):
-    ...
-    ValueError: n_agents must be an integer >= 2, got 1
-
     Args:
         name: the argument's name, for the message.
         value: the value to check.
@@ -110,6 +105,12 @@ def integer(name: str, value: Any, low: int | None = None, high: int | None = No
     Raises:
         ValueError: ``value`` is not an integer (a bool or a traced value included) or lies outside
             [``low``, ``high``].
+
+    Examples:
+        >>> integer("n_agents", 1, 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: n_agents must be an integer >= 2, got 1
     """
     if low is None and high is None:
         allowed = "an integer"
@@ -181,11 +182,6 @@ def number(
     ``high`` (either may be None; ``low_open``/``high_open`` exclude the bound), finite unless
     ``finite=False``. Returns ``value`` unchanged; traced values pass through.
 
-    >>> number("epsilon", 0.5, 0, 0.5, high_open=True)
-    Traceback (most recent call last):
-    ...
-    ValueError: epsilon must be in [0, 0.5), got 0.5
-
     Args:
         name: the argument's name, for the message.
         value: a number or an array of numbers (or a traced value, not checked).
@@ -200,6 +196,12 @@ def number(
 
     Raises:
         ValueError: an entry is not a real number in the interval, ``"<name> must be in [0, 0.5), got 0.5"``.
+
+    Examples:
+        >>> number("epsilon", 0.5, 0, 0.5, high_open=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: epsilon must be in [0, 0.5), got 0.5
     """
     allowed = _number_text(low, high, low_open, high_open, finite)
     if is_traced(value):
@@ -300,11 +302,6 @@ def finite_array(name: str, value: Any, mask: Any = None) -> None:
     checked); the message shows the first row with a non-finite entry and its index. Traced arrays
     pass through.
 
-    >>> finite_array("points", [[0.0, 1.0], [float("nan"), 2.0]])
-    Traceback (most recent call last):
-    ...
-    ValueError: points must be finite, got [nan, 2.0] at index 1
-
     Args:
         name: the argument's name, for the message.
         value: an array of any shape (traced arrays pass through).
@@ -312,6 +309,12 @@ def finite_array(name: str, value: Any, mask: Any = None) -> None:
 
     Raises:
         ValueError: an entry is NaN or ±inf, ``"<name> must be finite, got <row> at index <i>"``.
+
+    Examples:
+        >>> finite_array("points", [[0.0, 1.0], [float("nan"), 2.0]])
+        Traceback (most recent call last):
+        ...
+        ValueError: points must be finite, got [nan, 2.0] at index 1
     """
     if is_traced(value) or is_traced(mask):
         return

@@ -323,23 +323,24 @@ def expected_cover_time(transition, start=None) -> float:
 
         E(S, v) = 1 + Σ_{u ∈ S} P_vu E(S, u) + Σ_{u ∉ S} P_vu E(S ∪ {u}, u),
 
-    a |S| × |S| linear system per S whose right side involves larger sets only; the sets of one size
-    are solved together. The cover time is 1 + E({X_1}, X_1). On the complete graph it is
-    1 + (K − 1) H_{K−1}:
-
-    >>> round(expected_cover_time(np.full((10, 10), 1 / 9) - np.eye(10) / 9), 4)
-    26.4607
-
-    Raises:
-        ValueError: for K above :data:`EXACT_COVER_MAX_AGENTS` (memory and time grow as K·2^K; use
-            :func:`cover_time_bounds`), a matrix that is not square, or a bad ``start``.
-
     Args:
         transition: (K, K) transition matrix P, K <= :data:`EXACT_COVER_MAX_AGENTS`.
         start: the first state's index, or None for a uniform start.
 
     Returns:
         The expected cover time as a Python float.
+
+    Raises:
+        ValueError: for K above :data:`EXACT_COVER_MAX_AGENTS` (memory and time grow as K·2^K; use
+            :func:`cover_time_bounds`), a matrix that is not square, or a bad ``start``.
+
+    Examples:
+        a |S| × |S| linear system per S whose right side involves larger sets only; the sets of one size
+        are solved together. The cover time is 1 + E({X_1}, X_1). On the complete graph it is
+        1 + (K − 1) H_{K−1}:
+
+        >>> round(expected_cover_time(np.full((10, 10), 1 / 9) - np.eye(10) / 9), 4)
+        26.4607
     """
     p = _transition64(transition)
     n = p.shape[0]

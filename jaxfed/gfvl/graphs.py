@@ -273,11 +273,11 @@ def random_geometric(key_or_seed, n_agents: int, radius: float, max_tries: int =
         radius: radio range in (0, sqrt(2)] (sqrt(2) gives the complete graph).
         max_tries: rejection budget before giving up with a ValueError.
 
-    Raises:
-        ValueError: for bad arguments, or when no draw is connected within ``max_tries``.
-
     Returns:
         (K, K) int32 adjacency matrix of a connected graph.
+
+    Raises:
+        ValueError: for bad arguments, or when no draw is connected within ``max_tries``.
     """
     k = validation.integer("n_agents", n_agents, 2)
     validation.number("radius", radius, 0.0, float(np.sqrt(2.0)), low_open=True)
@@ -302,9 +302,6 @@ def barbell(n_agents: int, path: int = 0) -> np.ndarray:
     The cliques have ⌈(K − path)/2⌉ and ⌊(K − path)/2⌋ agents (0 … m₁−1 and the last m₂), each at
     least 2; the path agents lie between them in order.
 
-    >>> barbell(6).sum(axis=1).tolist()   # cliques {0, 1, 2} and {3, 4, 5}, bridge 2 – 3
-    [2, 2, 3, 3, 2, 2]
-
     Args:
         n_agents: K >= 4.
         path: number of agents on the path between the cliques, in [0, K − 4].
@@ -314,6 +311,10 @@ def barbell(n_agents: int, path: int = 0) -> np.ndarray:
 
     Raises:
         ValueError: ``n_agents`` or ``path`` out of range.
+
+    Examples:
+        >>> barbell(6).sum(axis=1).tolist()   # cliques {0, 1, 2} and {3, 4, 5}, bridge 2 – 3
+        [2, 2, 3, 3, 2, 2]
     """
     k = validation.integer("n_agents", n_agents, 4)
     n_path = validation.integer("path", path, 0, k - 4)
@@ -333,9 +334,6 @@ def lollipop(n_agents: int, clique: int | None = None) -> np.ndarray:
     attached to agent m − 1: the graph on which a simple random walk's cover time is largest
     (order K³); the MH walk, uniform in its stationary law, is slowed by the path instead.
 
-    >>> lollipop(6).sum(axis=1).tolist()   # clique {0, 1, 2}, path 2 – 3 – 4 – 5
-    [2, 2, 3, 2, 2, 1]
-
     Args:
         n_agents: K >= 3.
         clique: m, the clique's size in [2, K − 1]; None for ⌈K/2⌉.
@@ -345,6 +343,10 @@ def lollipop(n_agents: int, clique: int | None = None) -> np.ndarray:
 
     Raises:
         ValueError: ``n_agents`` or ``clique`` out of range.
+
+    Examples:
+        >>> lollipop(6).sum(axis=1).tolist()   # clique {0, 1, 2}, path 2 – 3 – 4 – 5
+        [2, 2, 3, 2, 2, 1]
     """
     k = validation.integer("n_agents", n_agents, 3)
     m = validation.integer("clique", (k + 1) // 2 if clique is None else clique, 2, k - 1)
@@ -361,17 +363,17 @@ def as_adjacency(graph, name: str = "graph") -> np.ndarray:
     networkx graph (its nodes in ``graph.nodes`` order become agents 0 … K−1; networkx is an optional
     dependency, imported only here).
 
-    Raises:
-        ValueError: naming ``name`` when the graph is not a valid gossip graph (not square, not 0/1,
-            asymmetric, with self-loops, disconnected), or when a networkx graph is given and
-            networkx cannot be imported.
-
     Args:
         graph: a (K, K) 0/1 array or nested list, or a networkx graph.
         name: the parameter the messages name.
 
     Returns:
         (K, K) int32 NumPy adjacency matrix.
+
+    Raises:
+        ValueError: naming ``name`` when the graph is not a valid gossip graph (not square, not 0/1,
+            asymmetric, with self-loops, disconnected), or when a networkx graph is given and
+            networkx cannot be imported.
     """
     if hasattr(graph, "nodes") and hasattr(graph, "edges") and hasattr(graph, "is_directed"):
         try:
@@ -392,16 +394,16 @@ def load(path: str, name: str = "graph") -> np.ndarray:
     of text lines ``i j`` (agents numbered from 0, K = the largest number + 1; blank lines and text after
     ``#`` ignored; a pair may be listed in either order or both).
 
-    Raises:
-        ValueError: naming ``name`` and the file when it cannot be read or parsed, or when the graph
-            is not a valid gossip graph (asymmetric, disconnected, …: :func:`validate_adjacency`).
-
     Args:
         path: the file's path (``.npy`` or an edge list).
         name: the parameter the messages name.
 
     Returns:
         (K, K) int32 NumPy adjacency matrix.
+
+    Raises:
+        ValueError: naming ``name`` and the file when it cannot be read or parsed, or when the graph
+            is not a valid gossip graph (asymmetric, disconnected, …: :func:`validate_adjacency`).
     """
     try:
         if str(path).endswith(".npy"):
@@ -448,9 +450,6 @@ def spectral_gap(adjacency) -> float:
     """1 − λ_2 of the MH transition matrix: its inverse, the relaxation time, bounds how fast the walk
     forgets where it started (and, up to log factors, its hitting and cover times).
 
-    >>> round(spectral_gap(complete(10)), 4)   # λ_2 = −1/(K − 1) on the complete graph
-    1.1111
-
     Args:
         adjacency: (K, K) 0/1 adjacency matrix of a connected graph.
 
@@ -459,6 +458,10 @@ def spectral_gap(adjacency) -> float:
 
     Raises:
         ValueError: the adjacency is not a valid gossip graph.
+
+    Examples:
+        >>> round(spectral_gap(complete(10)), 4)   # λ_2 = −1/(K − 1) on the complete graph
+        1.1111
     """
     return float(1.0 - spectrum(adjacency)[1])
 
@@ -475,16 +478,6 @@ def register(name: str, builder: Callable[[int], Any]) -> Callable[[int], Any]:
     ``--set graphs=NAME``) and in :func:`from_spec`; it may not contain ":" or be a family of
     :data:`FAMILIES` (those take a parameter).
 
-    >>> def wheel(n_agents):   # a hub joined to every agent of a ring of the others
-    ...     a = np.zeros((n_agents, n_agents), np.int32)
-    ...     a[1:, 1:] = ring(n_agents - 1)
-    ...     a[0, 1:] = a[1:, 0] = 1
-    ...     return a
-    >>> _ = register("wheel", wheel)
-    >>> build("wheel", 5).sum(axis=1).tolist()
-    [4, 3, 3, 3, 3]
-    >>> _GRAPHS.unregister("wheel")
-
     Args:
         name: the graph's name: a non-empty string without ":", not a family of :data:`FAMILIES`.
         builder: a function ``n_agents -> adjacency``.
@@ -494,6 +487,17 @@ def register(name: str, builder: Callable[[int], Any]) -> Callable[[int], Any]:
 
     Raises:
         ValueError: ``name`` or ``builder`` is not allowed.
+
+    Examples:
+        >>> def wheel(n_agents):   # a hub joined to every agent of a ring of the others
+        ...     a = np.zeros((n_agents, n_agents), np.int32)
+        ...     a[1:, 1:] = ring(n_agents - 1)
+        ...     a[0, 1:] = a[1:, 0] = 1
+        ...     return a
+        >>> _ = register("wheel", wheel)
+        >>> build("wheel", 5).sum(axis=1).tolist()
+        [4, 3, 3, 3, 3]
+        >>> _GRAPHS.unregister("wheel")
     """
     validation.check(
         "name",
@@ -533,22 +537,23 @@ def names() -> tuple[str, ...]:
 def build(name: str, n_agents: int) -> np.ndarray:
     """The graph registered as ``name`` on ``n_agents`` agents, validated (:func:`as_adjacency`).
 
-    >>> build("star", 4)
-    array([[0, 1, 1, 1],
-           [1, 0, 0, 0],
-           [1, 0, 0, 0],
-           [1, 0, 0, 0]], dtype=int32)
-
-    Raises:
-        ValueError: for an unknown name (listing the registered ones), or a builder's graph that is not
-            a valid gossip graph or does not have ``n_agents`` agents (naming the graph).
-
     Args:
         name: a registered graph's name.
         n_agents: K, the number of agents.
 
     Returns:
         (K, K) int32 NumPy adjacency matrix.
+
+    Raises:
+        ValueError: for an unknown name (listing the registered ones), or a builder's graph that is not
+            a valid gossip graph or does not have ``n_agents`` agents (naming the graph).
+
+    Examples:
+        >>> build("star", 4)
+        array([[0, 1, 1, 1],
+               [1, 0, 0, 0],
+               [1, 0, 0, 0],
+               [1, 0, 0, 0]], dtype=int32)
     """
     what = f"graph {name!r}"
     adjacency = as_adjacency(get(name)(n_agents), what)
@@ -593,13 +598,6 @@ def from_spec(spec: str, n_agents: int, seed: int = 0, name: str = "graphs") -> 
     (the same key for every specification, so ``rgg:radius=0.4`` and ``rgg:radius=0.6`` place the agents
     at the same points whenever their first draw is connected).
 
-    >>> int(from_spec("barbell", 6).sum()) // 2   # two triangles and their bridge
-    7
-
-    Raises:
-        ValueError: for an unknown graph, the registry's error listing the forms allowed
-            (``unknown graph 'x'; choose one of: …``); naming ``name`` for a family's bad parameter.
-
     Args:
         spec: a graph's name or ``FAMILY[:KEY=VALUE]``.
         n_agents: K, the number of agents.
@@ -608,6 +606,14 @@ def from_spec(spec: str, n_agents: int, seed: int = 0, name: str = "graphs") -> 
 
     Returns:
         (K, K) int32 NumPy adjacency matrix.
+
+    Raises:
+        ValueError: for an unknown graph, the registry's error listing the forms allowed
+            (``unknown graph 'x'; choose one of: …``); naming ``name`` for a family's bad parameter.
+
+    Examples:
+        >>> int(from_spec("barbell", 6).sum()) // 2   # two triangles and their bridge
+        7
     """
     allowed = "one of " + ", ".join(spec_forms())
     text = str(spec).strip()
@@ -657,19 +663,20 @@ def mh_transition_matrix(adjacency) -> jax.Array:
     P is symmetric and doubly stochastic, so the uniform distribution is stationary.
     Works on traced adjacencies (jit/vmap).
 
-    On the star, the hub moves to each leaf with probability 1/3 and a leaf back with 1/3:
-
-    >>> print(np.asarray(mh_transition_matrix(star(4))).round(3))
-    [[0.    0.333 0.333 0.333]
-     [0.333 0.667 0.    0.   ]
-     [0.333 0.    0.667 0.   ]
-     [0.333 0.    0.    0.667]]
-
     Args:
         adjacency: (K, K) 0/1 adjacency matrix of a connected graph (may be traced).
 
     Returns:
         (K, K) JAX array P in the default float dtype, symmetric, rows summing to 1.
+
+    Examples:
+        On the star, the hub moves to each leaf with probability 1/3 and a leaf back with 1/3:
+
+        >>> print(np.asarray(mh_transition_matrix(star(4))).round(3))
+        [[0.    0.333 0.333 0.333]
+         [0.333 0.667 0.    0.   ]
+         [0.333 0.    0.667 0.   ]
+         [0.333 0.    0.    0.667]]
     """
     a = jnp.asarray(adjacency)
     deg = jnp.sum(a, axis=-1).astype(float)  # default float dtype (float64 under x64)

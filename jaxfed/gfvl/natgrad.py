@@ -116,14 +116,14 @@ def sample_score(key: jax.Array, family: expfam.ExpFamily, eta: jax.Array, n_sam
     """S draws θ_s ~ q_η and their scores T(θ_s) − μ(η) = ∇_η log q_η(θ_s): the family's closed
     form where it has one (``family.sample_score``), otherwise ``family.sample`` and the textbook score.
 
-    Returns:
-        θ (n_samples, …) and scores (n_samples, P).
-
     Args:
         key: a PRNG key (traced).
         family: the exponential family of q.
         eta: (P,) natural parameter η (traced).
         n_samples: S (static).
+
+    Returns:
+        θ (n_samples, …) and scores (n_samples, P).
     """
     if family.sample_score is not None:
         return family.sample_score(key, eta, n_samples)
@@ -379,9 +379,6 @@ def rho_schedule(spec: str, rho: float, n_slots: int):
     - ``"inverse:<t0>"``: ρ_i = ρ t0/(t0 + i − 1), a Robbins–Monro decay (Σ ρ_i = ∞, Σ ρ_i² < ∞) that
       halves the rate after t0 slots; t0 > 0.
 
-    Raises:
-        ValueError: naming the parameter, the value and the allowed forms.
-
     Args:
         spec: "constant", "cosine" or "inverse:<t0>".
         rho: the initial rate ρ.
@@ -389,6 +386,9 @@ def rho_schedule(spec: str, rho: float, n_slots: int):
 
     Returns:
         The float ρ for "constant", else an optax schedule ``count -> ρ``.
+
+    Raises:
+        ValueError: naming the parameter, the value and the allowed forms.
     """
     allowed = f"one of {', '.join(RHO_SCHEDULES)} (t0 > 0)"
     if spec == "constant":

@@ -101,12 +101,12 @@ def oac(channel, beta: int, digits: int, snr_db, symbol_energy=None) -> Aggregat
         snr_db: SNR of one ED at the ES in dB (traced scalar; ignored by a noise-free channel).
         symbol_energy: E_s (traced); None: β (docs/kmeans.md §B4 [choice]).
 
+    Returns:
+        An :class:`Aggregator` whose ``aggregate(key, values (K, Q), active (K,), vmax)`` is the (Q,) estimate.
+
     Raises:
         ValueError: for an unregistered channel, a bad β or D, or a concrete SNR or E_s that
             :func:`jaxfed.oac.over_the_air_sum` would reject.
-
-    Returns:
-        An :class:`Aggregator` whose ``aggregate(key, values (K, Q), active (K,), vmax)`` is the (Q,) estimate.
     """
     quantize = _quantizer(beta, digits)
     channel = _channel.resolve_channel(channel)
@@ -147,9 +147,6 @@ def register(name: str, build: Callable[..., Aggregator], label=None, over_chann
     """Registers the k-means aggregation method ``name`` (see :class:`Method`; ``label`` None: the
     name) and returns it; a sweep label ``{"method": name, "digits": D, "snr_db": ...}`` then runs it.
 
-    >>> names(), get("quantized").label({"digits": 2})
-    (('ideal', 'quantized', 'oac'), 'quantisation only D=2')
-
     Args:
         name: the method's name.
         build: ``build(beta, digits, snr_db, symbol_energy, channel) -> Aggregator``.
@@ -161,6 +158,10 @@ def register(name: str, build: Callable[..., Aggregator], label=None, over_chann
 
     Raises:
         ValueError: ``build`` or ``label`` is not callable.
+
+    Examples:
+        >>> names(), get("quantized").label({"digits": 2})
+        (('ideal', 'quantized', 'oac'), 'quantisation only D=2')
     """
     validation.check("build", build, callable(build), "a function (beta, digits, snr_db, symbol_energy, channel)")
     validation.check("label", label, label is None or callable(label), "a function (label dict) -> str, or None")

@@ -592,17 +592,6 @@ def register(
     rounds (:func:`jaxfed.experiments.kmeans.trials.make_trial`), so that a built-in experiment takes
     such a channel by name (``--set channel=NAME``).
 
-    >>> import jax, jax.numpy as jnp
-    >>> from jaxfed import oac
-    >>> def no_fading(key, numerals, beta, noise_var, symbol_energy, active):
-    ...     counts = oac.channel.resource_counts(numerals, beta, active).astype(jnp.float32)
-    ...     noise = jax.random.exponential(key, counts.shape) * noise_var  # |w_l|², w ~ CN(0, σ²)
-    ...     return symbol_energy * counts + noise  # mean E_s K_l + σ²
-    >>> _ = oac.channel.register("line-of-sight", no_fading, variance=None)
-    >>> out = oac.over_the_air_sum(jax.random.key(0), jnp.ones((4, 2)), 3, 2, 4.0, 60.0, "line-of-sight")
-    >>> [round(float(v), 3) for v in out.estimate]
-    [4.0, 4.0]
-
     Args:
         name: the channel's name, a non-empty string.
         energy: ``energy(key, numerals, beta, noise_var, symbol_energy, active, **params) -> (L,)``.
@@ -618,6 +607,18 @@ def register(
 
     Raises:
         ValueError: a bad ``name`` or a non-callable hook, or defaults ``check`` refuses.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> from jaxfed import oac
+        >>> def no_fading(key, numerals, beta, noise_var, symbol_energy, active):
+        ...     counts = oac.channel.resource_counts(numerals, beta, active).astype(jnp.float32)
+        ...     noise = jax.random.exponential(key, counts.shape) * noise_var  # |w_l|², w ~ CN(0, σ²)
+        ...     return symbol_energy * counts + noise  # mean E_s K_l + σ²
+        >>> _ = oac.channel.register("line-of-sight", no_fading, variance=None)
+        >>> out = oac.over_the_air_sum(jax.random.key(0), jnp.ones((4, 2)), 3, 2, 4.0, 60.0, "line-of-sight")
+        >>> [round(float(v), 3) for v in out.estimate]
+        [4.0, 4.0]
     """
     validation.check("name", name, isinstance(name, str) and bool(name), "a non-empty string (the channel's name)")
     validation.check("energy", energy, callable(energy), "a function")
@@ -652,9 +653,6 @@ def resolve_channel(channel) -> ChannelModel:
     """A channel given as a :class:`ChannelModel` (returned as it is), a registered name, or
     ``"NAME:key=value,key=value"`` (a registered model with those parameters, as floats).
 
-    >>> resolve_channel("aggregate").params
-    mappingproxy({})
-
     Args:
         channel: a :class:`ChannelModel`, a registered name or ``"NAME:key=value,…"``.
 
@@ -663,6 +661,10 @@ def resolve_channel(channel) -> ChannelModel:
 
     Raises:
         ValueError: an unregistered name, a malformed setting, or a value the model refuses.
+
+    Examples:
+        >>> resolve_channel("aggregate").params
+        mappingproxy({})
     """
     if isinstance(channel, ChannelModel):
         return channel

@@ -63,10 +63,6 @@ def quantile_interval(values, q: float = 0.5, level: float = 0.95):
     ``numpy.quantile(values, q)`` (the median for q = 1/2); rows with a NaN give NaN throughout.
     Vectorised over the leading axes (one pair of ranks for all rows); O(n) per row.
 
-    >>> est, lo, hi = quantile_interval(np.arange(1.0, 101.0))
-    >>> float(est), float(lo), float(hi)  # ranks 40 and 61 of 100
-    (50.5, 40.0, 61.0)
-
     Args:
         values: array (..., n) of values; the interval is over the last axis.
         q: the quantile, in (0, 1).
@@ -77,6 +73,11 @@ def quantile_interval(values, q: float = 0.5, level: float = 0.95):
 
     Raises:
         ValueError: ``q`` or ``level`` outside (0, 1), or no values.
+
+    Examples:
+        >>> est, lo, hi = quantile_interval(np.arange(1.0, 101.0))
+        >>> float(est), float(lo), float(hi)  # ranks 40 and 61 of 100
+        (50.5, 40.0, 61.0)
     """
     validation.probability("q", q, low_open=True, high_open=True)
     validation.probability("level", level, low_open=True, high_open=True)

@@ -410,13 +410,6 @@ def paired_verdict(
     gives the trials that would decide it, n·(w / (margin − |estimate|))² for the interval's half-width w
     (which scales as 1/√n; none when |estimate| >= margin).
 
-    >>> rng = np.random.default_rng(0)
-    >>> before = rng.exponential(1.0, 400)
-    >>> after = before * 1.2 * np.exp(rng.normal(0, 0.1, 400))
-    >>> v = paired_verdict(after, before, "after > before", transform="log_ratio")
-    >>> v.verdict, v.interval_text("{:.2f}")
-    ('reproduced', '1.20 [1.18, 1.21]')
-
     Args:
         a: the first metric, one value per trial (any shape, flattened).
         b: the second metric, paired with ``a`` (same size).
@@ -437,12 +430,19 @@ def paired_verdict(
         censoring: how they are censored, for ``reason`` (e.g. "within 200 iterations").
 
     Returns:
-        The :class:`Verdict` of the first of :data:`PAIRED_RULES` that gives one, on the :class:`Pairs` of
-        the arguments (:func:`_pairs`). Pairs with a non-finite value are dropped (``n_dropped``); with none
-        left the verdict is inconclusive; a censored share is given in ``reason``.
+        The :class:`Verdict` of the first of :data:`PAIRED_RULES` giving one on the arguments' :class:`Pairs`;
+        pairs with a non-finite value dropped (``n_dropped``), none left: inconclusive; censoring in ``reason``.
 
     Raises:
         ValueError: a bad ``expect``, ``transform`` or margin, unequal lengths, non-positive "log_ratio" values.
+
+    Examples:
+        >>> rng = np.random.default_rng(0)
+        >>> before = rng.exponential(1.0, 400)
+        >>> after = before * 1.2 * np.exp(rng.normal(0, 0.1, 400))
+        >>> v = paired_verdict(after, before, "after > before", transform="log_ratio")
+        >>> v.verdict, v.interval_text("{:.2f}")
+        ('reproduced', '1.20 [1.18, 1.21]')
     """
     level = _LEVEL.get() if level is None else level
     options = (statistic, level, n_boot, seed)  # as interval() takes them
@@ -456,9 +456,6 @@ def share_verdict(met, claim: str, share: float = EACH_TRIAL_SHARE, level: float
     (p̂ + z²/2n)/(1 + z²/n): reproduced when the interval lies above ``share``, not reproduced when it
     lies below, else inconclusive.
 
-    >>> share_verdict(np.ones(200, bool), "each trial").verdict
-    'reproduced'
-
     Args:
         met: per-trial bools (or 0/1 floats; NaN dropped), any shape.
         claim: the claim's text.
@@ -467,6 +464,10 @@ def share_verdict(met, claim: str, share: float = EACH_TRIAL_SHARE, level: float
 
     Returns:
         The :class:`Verdict` (estimate: the share p̂; :data:`NOT_TESTABLE` with no trial).
+
+    Examples:
+        >>> share_verdict(np.ones(200, bool), "each trial").verdict
+        'reproduced'
     """
     level = _LEVEL.get() if level is None else level
     met = np.asarray(met, np.float64).ravel()
