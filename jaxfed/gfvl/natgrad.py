@@ -174,6 +174,9 @@ def reinforce_gradient(
 
     Returns:
         (P,) unbiased estimate of ∇_η E_q[L].
+
+    Raises:
+        ValueError: ``n_samples`` below its minimum, or an unknown ``baseline``.
     """
     validation.integer("n_samples", n_samples, 1 if baseline == "constant" else 2)
     validation.one_of("baseline", baseline, BASELINES)
@@ -318,6 +321,9 @@ def natural_gradient_estimate(key, family, eta, loss, n_samples: int, estimator:
 
     Returns:
         (P,) natural-gradient estimate FIM(η)⁻¹ ĝ.
+
+    Raises:
+        ValueError: a bad ``n_samples`` or ``estimator``, or "reparameterisation" for a family without one.
     """
     if family.sample_score is expfam.mean_field_sample_score and estimator in ("constant", "leave-one-out"):
         validation.integer("n_samples", n_samples, 1 if estimator == "constant" else 2)

@@ -175,6 +175,9 @@ def decode(numerals, beta: int, vmax) -> jax.Array:
 
     Returns:
         float array of shape ``broadcast(numerals.shape[:-1], vmax.shape)``.
+
+    Raises:
+        ValueError: ``numerals`` has no digit axis, or a bad β.
     """
     numerals = jnp.asarray(numerals)
     allowed = "an array with a trailing digit axis (shape (..., D))"

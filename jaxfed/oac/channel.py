@@ -348,6 +348,9 @@ def estimate_sum(counts_hat: jax.Array, beta: int, digits: int, vmax) -> jax.Arr
 
     Returns:
         (..., Q) estimates.
+
+    Raises:
+        ValueError: a bad β or D, or a last axis that is not a multiple of β·D.
     """
     beta, digits = check_base(beta, digits)
     counts_hat = jnp.asarray(counts_hat)
