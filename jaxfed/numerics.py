@@ -328,7 +328,7 @@ def standard_normal(key: jax.Array, shape: tuple[int, ...], dtype=float) -> jax.
 
     Returns:
         An array of ``shape`` and ``dtype`` of standard normal values, equal to
-        ``jax.random.normal(key, shape, dtype)``.
+            ``jax.random.normal(key, shape, dtype)``.
     """
     shape = tuple(int(n) for n in shape)
     size = math.prod(shape)

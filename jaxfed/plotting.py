@@ -128,7 +128,7 @@ def band_plot(
             into one colour; bars stay apart).
 
     Returns:
-        the :class:`jaxfed.stats.Band` drawn.
+        The band drawn, a :class:`jaxfed.stats.Band`.
     """
     b = stats.band(values, mass)
     x = np.asarray(x)
@@ -479,7 +479,7 @@ def small_multiples(axes, x, values, labels, log_y: bool = False, mass: float = 
         offsets: series ``i``'s style index, or None for ``i``.
 
     Returns:
-        The :class:`jaxfed.stats.Band`.
+        The bands of all series, a :class:`jaxfed.stats.Band`.
     """
     axes = list(np.ravel(axes))
     b = stats.band(values, mass)

@@ -104,7 +104,7 @@ def conjugate_stats(key: jax.Array, family, thetas: jax.Array, sizes, variance=1
 
     Returns:
         (K, P) per-agent statistics in the family's natural coordinates (P = 2 for the scalar built-ins,
-        C for "dirichlet").
+            C for "dirichlet").
 
     Raises:
         ValueError: ``sizes`` does not have shape (K,), one entry per agent.
@@ -154,8 +154,8 @@ def mall(
         cols: tiles along x (static); ``rows * cols`` EDs.
 
     Returns:
-        A :class:`MallScenario`: (N, 2) points, (N,) int32 owner tile, (N,) component labels and the
-        (n_components, 2) centres.
+        The scenario, a :class:`MallScenario`: (N, 2) points, (N,) int32 owner tile, (N,) component labels and the
+            (n_components, 2) centres.
 
     Examples:
         >>> import jax

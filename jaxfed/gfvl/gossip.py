@@ -89,7 +89,7 @@ def mh_walk(key: jax.Array, adjacency, n_slots: int, unroll: int | None = None) 
             :data:`ACCELERATOR_UNROLL` on other platforms (chosen when the program is lowered).
 
     Returns:
-        A :class:`Walk`: (n_slots,) int32 ``schedule`` and (n_slots,) int32 ``n_visited``.
+        The walk, a :class:`Walk`: (n_slots,) int32 ``schedule`` and (n_slots,) int32 ``n_visited``.
 
     Raises:
         ValueError: ``n_slots`` or ``unroll`` is not a positive integer.

@@ -77,7 +77,7 @@ def loss_weight(normalisation: str, n_points):
             weights is returned), >= 0.
 
     Returns:
-        w_n: a Python float for a number of points, a float JAX array of their shape for an array.
+        The weight w_n, a Python float for a number of points, a float JAX array of their shape for an array.
 
     Raises:
         ValueError: an unknown ``normalisation`` or a negative count.
@@ -162,7 +162,7 @@ def noisy_bernoulli(epsilon=0.1) -> Likelihood:
         epsilon: flip probability ε ∈ [0, 0.5) (may be traced; a concrete value is validated).
 
     Returns:
-        A :class:`Likelihood` named "noisy_bernoulli" over the (..., 2) counts (n1, n0).
+        The likelihood, a :class:`Likelihood` named "noisy_bernoulli" over the (..., 2) counts (n1, n0).
 
     Raises:
         ValueError: a concrete ``epsilon`` outside [0, 0.5).
@@ -209,7 +209,7 @@ def bernoulli() -> Likelihood:
     quadrature), which must then agree with the exact conjugate answer.
 
     Returns:
-        A :class:`Likelihood` named "bernoulli" over the (..., 2) counts (n1, n0).
+        The likelihood, a :class:`Likelihood` named "bernoulli" over the (..., 2) counts (n1, n0).
     """
     return noisy_bernoulli(0.0)._replace(name="bernoulli")
 
@@ -229,7 +229,7 @@ def from_log_lik(log_lik: Callable, name: str = "log_lik") -> Likelihood:
         name: the likelihood's name.
 
     Returns:
-        A :class:`Likelihood` whose data summary is :class:`PaddedData`.
+        The likelihood, a :class:`Likelihood` whose data summary is :class:`PaddedData`.
     """
 
     def per_theta(data, theta):

@@ -87,7 +87,7 @@ def get(name: str) -> ConjugateModel:
         name: a registered model's name.
 
     Returns:
-        The :class:`ConjugateModel`.
+        The model, a :class:`ConjugateModel`.
 
     Raises:
         ValueError: no model is registered as ``name``.

@@ -131,7 +131,7 @@ def beta_window(eta: jax.Array) -> Window:
         eta: (2,) Beta natural parameter (traced).
 
     Returns:
-        The :class:`Window` (mode, scale, lo, hi) in u = logit θ.
+        The window, a :class:`Window` (mode, scale, lo, hi) in u = logit θ.
     """
     a, b = expfam.beta_shapes(eta)
     mode, scale = jnp.log(a / b), jnp.sqrt(1.0 / a + 1.0 / b)
@@ -199,7 +199,7 @@ def make_target(
         alpha: temperature α > 0.
 
     Returns:
-        The :class:`Target` for :func:`kl_to_target`.
+        The target, a :class:`Target` for :func:`kl_to_target`.
     """
     prior_eta = jnp.asarray(prior_eta)
     dtype = prior_eta.dtype

@@ -55,7 +55,8 @@ def ideal() -> Aggregator:
     """Exact sums Σ_k v_k (inactive EDs hold zeros).
 
     Returns:
-        An :class:`Aggregator` whose ``aggregate(key, values (K, Q), active (K,), vmax)`` is the (Q,) exact sum.
+        The aggregator, an :class:`Aggregator` whose ``aggregate(key, values (K, Q), active (K,), vmax)``
+            is the (Q,) exact sum.
     """
     return Aggregator(lambda key, values, active, vmax: jnp.sum(values, axis=0))
 
@@ -74,8 +75,8 @@ def quantized(beta: int, digits: int) -> Aggregator:
         digits: D >= 1 (static).
 
     Returns:
-        An :class:`Aggregator` whose ``aggregate(key, values (K, Q), active (K,), vmax)`` is the (Q,) sum of the
-        active EDs' quantised values.
+        The aggregator, an :class:`Aggregator` whose ``aggregate(key, values (K, Q), active (K,), vmax)``
+            is the (Q,) sum of the active EDs' quantised values.
 
     Raises:
         ValueError: a bad β or D.
@@ -102,7 +103,8 @@ def oac(channel, beta: int, digits: int, snr_db, symbol_energy=None) -> Aggregat
         symbol_energy: E_s (traced); None: β (docs/kmeans.md §B4 [choice]).
 
     Returns:
-        An :class:`Aggregator` whose ``aggregate(key, values (K, Q), active (K,), vmax)`` is the (Q,) estimate.
+        The aggregator, an :class:`Aggregator` whose ``aggregate(key, values (K, Q), active (K,), vmax)``
+            is the (Q,) estimate.
 
     Raises:
         ValueError: for an unregistered channel, a bad β or D, or a concrete SNR or E_s that
@@ -175,7 +177,7 @@ def get(name: str) -> Method:
         name: a registered method's name.
 
     Returns:
-        The :class:`Method`.
+        The method, a :class:`Method`.
 
     Raises:
         ValueError: no method is registered as ``name``.

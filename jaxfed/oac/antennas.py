@@ -36,7 +36,7 @@ def energy_combining(n_antennas: int) -> ChannelModel:
         n_antennas: M >= 1 (static).
 
     Returns:
-        A :class:`~jaxfed.oac.channel.ChannelModel` (not registered).
+        The model, a :class:`~jaxfed.oac.channel.ChannelModel` (not registered).
 
     Raises:
         ValueError: ``n_antennas`` is not an integer >= 1.

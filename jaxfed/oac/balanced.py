@@ -125,7 +125,7 @@ def encode(v, beta: int, digits: int, vmax) -> jax.Array:
 
     Returns:
         int32 numerals of shape ``broadcast(v, vmax).shape + (digits,)``, each in
-        {−(β−1)/2, …, (β−1)/2}. NaN values give unspecified numerals.
+            {−(β−1)/2, …, (β−1)/2}. NaN values give unspecified numerals.
 
     Raises:
         ValueError: for an invalid β or D, or when float32 values would need more than 2^24 levels.

@@ -644,7 +644,7 @@ def get(name: str) -> ChannelModel:
         name: a registered channel's name.
 
     Returns:
-        The :class:`ChannelModel`.
+        The model, a :class:`ChannelModel`.
 
     Raises:
         ValueError: no channel is registered as ``name``.
@@ -660,7 +660,7 @@ def resolve_channel(channel) -> ChannelModel:
         channel: a :class:`ChannelModel`, a registered name or ``"NAME:key=value,…"``.
 
     Returns:
-        The :class:`ChannelModel`.
+        The model, a :class:`ChannelModel`.
 
     Raises:
         ValueError: an unregistered name, a malformed setting, or a value the model refuses.

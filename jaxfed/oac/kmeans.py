@@ -619,8 +619,8 @@ def lloyd_rounds(
 
     Returns:
         (centroids after each round (n_rounds, C, L), :class:`RoundInfo` stacked over rounds, about
-        the centroids each round started from; ``vmax`` is 0). ``observe`` as in
-        :func:`federated_round`.
+            the centroids each round started from; ``vmax`` is 0). ``observe`` as in
+            :func:`federated_round`.
     """
     points = jnp.asarray(points)
     validation.shape("points", points, (None, None), "(N, L)")

@@ -430,8 +430,8 @@ def paired_verdict(
         censoring: how they are censored, for ``reason`` (e.g. "within 200 iterations").
 
     Returns:
-        The :class:`Verdict` of the first of :data:`PAIRED_RULES` giving one on the arguments' :class:`Pairs`;
-        pairs with a non-finite value dropped (``n_dropped``), none left: inconclusive; censoring in ``reason``.
+        The verdict of the first of :data:`PAIRED_RULES` giving one on the arguments' :class:`Pairs`;
+            pairs with a non-finite value dropped (``n_dropped``), none left: inconclusive; censoring in ``reason``.
 
     Raises:
         ValueError: a bad ``expect``, ``transform`` or margin, unequal lengths, non-positive "log_ratio" values.
@@ -463,7 +463,7 @@ def share_verdict(met, claim: str, share: float = EACH_TRIAL_SHARE, level: float
         level: the interval's level; None for the current default level.
 
     Returns:
-        The :class:`Verdict` (estimate: the share p̂; :data:`NOT_TESTABLE` with no trial).
+        The verdict, a :class:`Verdict` (estimate: the share p̂; :data:`NOT_TESTABLE` with no trial).
 
     Examples:
         >>> share_verdict(np.ones(200, bool), "each trial").verdict
@@ -606,7 +606,7 @@ def not_testable(claim: str, reason: str) -> Verdict:
         reason: why it cannot be tested.
 
     Returns:
-        A :class:`Verdict` of :data:`NOT_TESTABLE` with NaN statistics.
+        A verdict of :data:`NOT_TESTABLE` with NaN statistics.
     """
     nan = float("nan")
     return Verdict(claim, nan, nan, nan, float("nan"), nan, nan, 0, 0, NOT_TESTABLE, 0, reason, "")

@@ -70,7 +70,7 @@ def summary_reading(results, text: list[str], metric: str = "kl", reading: str =
         reading: the line saying what needs the raw trials.
 
     Returns:
-        A :class:`jaxfed.Reading`, or None when ``metric`` holds raw trials.
+        The report, a :class:`jaxfed.Reading`, or None when ``metric`` holds raw trials.
     """
     if not isinstance(results[metric], stats.Summary):
         return None

@@ -281,7 +281,7 @@ def point_channel(cfg: MallConfig, point: dict) -> oac.ChannelModel:
         point: the engine point (:func:`label_point`).
 
     Returns:
-        The :class:`jaxfed.oac.ChannelModel`.
+        The channel, a :class:`jaxfed.oac.ChannelModel`.
     """
     model = oac.resolve_channel(point.get("channel", cfg.channel))
     if point.get("channel_params"):
@@ -572,7 +572,7 @@ def mall_sweep(
         count_diagnostics: as :func:`make_trial`.
 
     Returns:
-        The :class:`jaxfed.Sweep`.
+        The sweep, a :class:`jaxfed.Sweep`.
 
     Raises:
         ValueError: a malformed ``cfg.channel_sweep`` or a label the points refuse.
@@ -712,7 +712,7 @@ def ratio_verdict(final, a: int, b: int, claim: str, expect: str):
         expect: "less", "greater" or "equal".
 
     Returns:
-        The :class:`jaxfed.stats.Verdict`.
+        The verdict, a :class:`jaxfed.stats.Verdict`.
     """
     margin = math.log1p(EQUAL_MARGIN) if expect == "equal" else 0.0
     return stats.paired_verdict(final[a], final[b], claim, expect=expect, transform="log_ratio", margin=margin)
@@ -731,7 +731,7 @@ def difference_verdict(final, a: int, b: int, claim: str, expect: str = "less"):
         expect: "less", "greater" or "equal".
 
     Returns:
-        The :class:`jaxfed.stats.Verdict`.
+        The verdict, a :class:`jaxfed.stats.Verdict`.
     """
     return stats.paired_verdict(final[a], final[b], claim, expect=expect, statistic="mean")
 
