@@ -71,6 +71,8 @@ from jaxfed.engine.cache import CACHE_ENV, CacheInfo, cache_info, clear_cache
 from jaxfed.engine.core import Plan, RunInfo, RunResult, execute, plan, run
 from jaxfed.engine.devices import start_distributed, use_all_cores
 from jaxfed.engine.options import RunOptions
+from jaxfed.engine.recomputing import point_groups as point_groups  # (not public: jaxfed verify)
+from jaxfed.engine.recomputing import recompute as recompute  # (not public: jaxfed verify)
 from jaxfed.engine.sizing import DeviceSpec, choose_width
 from jaxfed.engine.target import TARGET_STATISTICS, Target, parse_target
 from jaxfed.store import ConfigMismatch, StoreError
