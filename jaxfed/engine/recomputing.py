@@ -109,7 +109,8 @@ def _values(programs: list, wanted: list, seed, width: int, start: int, stop: in
     """metric -> the values (points ``wanted``, trials [start, stop), …): the micro-batches that
     hold them, computed group by group, cut to the range and put in the order of ``wanted``."""
     first = start - start % width
-    parts, order = [], []
+    parts: list[dict] = []
+    order: list[int] = []
     for ids, traced, program in programs:
         steps = np.int32(len(ids))  # (one micro-batch per point)
         chunks = [jax.device_get(program(seed, ids, traced, np.uint32(t), steps)) for t in range(first, stop, width)]

@@ -239,20 +239,20 @@ def recompute_summary(exp, cfg, out_dir: str, config_json: dict, sample: int | N
         ranges += [(blocks * block, stored.stop)] if stored.stop > blocks * block else []  # (the raw tail)
         recomputed = engine.recompute(sweep.trial, sweep.points, ranges, options, point_ids=ids, summary=True)
         fresh = {m: stats.summary.empty_state(state.count.shape) for m, state in stored.states.items()}
-        tail = None
+        tail_at, tail = 0, {}  # (the raw tail's first trial and values)
         for (start, stop), (parts, values) in zip(ranges, recomputed):
             if parts:
                 _compare_piece(tally, stored, ids, (start, stop), parts, fresh if sample is None else None)
                 checked_pieces += 1
             else:
-                tail = start, values
+                tail_at, tail = start, values
             checked_trials += len(ids) * (stop - start)
         if sample is None:
             for metric, state in stored.states.items():
                 for field in ("count", "nan_count", "hist", "nonfinite_trials", "total", "total_sq"):
                     tally.sums(metric, field, ids, (0, blocks * block), getattr(state, field), getattr(fresh[metric], field), stored.tails[metric].dtype)  # fmt: skip
-        for metric, stored_tail in stored.tails.items() if tail is not None else ():
-            tally.values(metric, ids, tail[0], stored_tail, tail[1][metric])
+        for metric, kept in stored.tails.items() if tail else ():
+            tally.values(metric, ids, tail_at, kept, tail[metric])
     tally.finish()
     what = (
         "every stored sum, histogram and count" if sample is None else f"the {sample} smallest stored sum(s) per group"
