@@ -66,9 +66,9 @@ RAW_LIMIT_BYTES = 2 * 2**30
 
 RAW_TRANSFER_LIMIT_BYTES = 256 * 2**20
 """On an accelerator, ``keep="auto"`` keeps every trial only up to this many bytes of raw
-metrics: every raw value crosses to the host, which the H200 did at about 1 GB/s end to end
-(benchmarks/README.md) while its kernel made values 70 times faster, so raw runs are bound by the
-transfer; this much crosses in a quarter of a second, less than a run's start-up."""
+metrics: every raw value crosses to the host, far slower than the device computes them, so raw
+runs are bound by the transfer; this much crosses in less than a run's start-up (the
+measurements: benchmarks/README.md)."""
 
 MAX_TRIALS = validation.MAX_TRIALS
 """Trials per point at most: trial indices are folded into the keys as uint32, so more would repeat keys."""
@@ -169,20 +169,19 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
     precision target decided, host and device memory checked, the store's identity made, the store
     opened and verified and each group's sink restored from it.
 
+    Args:
+        trial, points, n_trials: as :func:`run`.
+        options: a :class:`RunOptions` (default: its defaults).
+
+    Returns:
+        The :class:`Plan` for :func:`execute`, holding the store's lock and a writer thread until
+        executed or closed.
+
     Raises:
         ValueError: as :func:`run`, before anything is compiled or computed.
     """
     options = RunOptions() if options is None else options
-    validation.check("options", options, isinstance(options, RunOptions), "a jaxfed.engine.RunOptions")
-    validation.trial_count(n_trials)
-    validation.check("points", points, bool(points), "a non-empty list")
-    if options.trial_range is not None:
-        validation.check(
-            "trial_range", options.trial_range, options.trial_range[1] <= n_trials, f"a range of trials [0, {n_trials})"
-        )
-    if options.out_dir is not None:
-        identity_ok = isinstance(options.identity, dict)
-        validation.check("identity", options.identity, identity_ok, "a JSON dict when out_dir is given")
+    _check_arguments(options, points, n_trials)
     is_main = jax.process_index() == 0
     bar = options.progress if isinstance(options.progress, Progress) else Progress(options.progress is not False)
     bar = bar if is_main else Progress(False)
@@ -196,14 +195,10 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
     chunk_size = None if options.chunk_size is None else min(options.chunk_size, span)
     if machine.mesh is not None:  # the outputs alone of the smallest (or the given) chunk must fit
         for group, _ in groups:
-            check_chunk_outputs(
-                len(group.point_ids), specs, chunk_size, machine.n_shards, machine.width, machine.budget
-            )
-    identity = (
-        opening.store_identity(options, machine.width, machine.platform, programs, target)
-        if options.out_dir is not None
-        else None
-    )
+            check_chunk_outputs(len(group.point_ids), specs, chunk_size, machine.n_shards, machine.width, machine.budget)  # fmt: skip
+    identity = None
+    if options.out_dir is not None:
+        identity = opening.store_identity(options, machine.width, machine.platform, programs, target)
     results = {}
     if keep == "raw":
         results = {name: np.zeros((len(points), n_trials) + shape, dtype) for name, (shape, dtype) in specs.items()}
@@ -226,6 +221,21 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
         trial=trial, n_trials=n_trials, n_points=len(points), span=span, options=options, machine=machine, specs=specs,
         keep=keep, target=target, groups=plans, results=results, bar=bar, writer=writer, resources=resources,
     )  # fmt: skip
+
+
+def _check_arguments(options: RunOptions, points: list, n_trials: int) -> None:
+    """Refuses options that are not a :class:`RunOptions`, a trial count out of bounds, no points,
+    a trial range past the trials and a store without an identity (one ValueError line)."""
+    validation.check("options", options, isinstance(options, RunOptions), "a jaxfed.engine.RunOptions")
+    validation.trial_count(n_trials)
+    validation.check("points", points, bool(points), "a non-empty list")
+    if options.trial_range is not None:
+        validation.check(
+            "trial_range", options.trial_range, options.trial_range[1] <= n_trials, f"a range of trials [0, {n_trials})"
+        )
+    if options.out_dir is not None:
+        identity_ok = isinstance(options.identity, dict)
+        validation.check("identity", options.identity, identity_ok, "a JSON dict when out_dir is given")
 
 
 def _machine(options: RunOptions, n_trials: int, per_trial: int) -> Machine:
@@ -260,7 +270,7 @@ def _trace(trial: Trial, groups: list, metric_axes: dict | None) -> tuple[dict, 
     """(metric specs, per group the digest of one trial's program
     (:func:`~jaxfed.engine.points.program_digest`), a function that returns them as a terminal
     coloured them before (:func:`~jaxfed.engine.points.coloured_program_digest`: printing a program
-    costs ~60 ms, so only when a stored identity differs), the largest working set of
+    is a sizeable part of a warm run's fixed cost, so only when a stored identity differs), the largest working set of
     one trial over the groups: :func:`~jaxfed.engine.sizing.trial_live_bytes`): the shapes of one
     trial's metrics per group, without running anything, checked against ``metric_axes``. The
     program's digest keys the compiled function kept in the process and the store; the working
@@ -321,7 +331,19 @@ def execute(plan: Plan) -> RunResult:
     """Runs a :func:`plan`: per group, compiles the chunk function (none when the store holds every
     trial) and computes the chunks left, a fixed count or until a precision target holds; then
     closes the plan (the store's lock, the writer thread, the progress display) and returns the
-    :class:`RunResult`. JAX's compilation cache is the run's while it executes, then as it was."""
+    :class:`RunResult`. JAX's compilation cache is the run's while it executes, then as it was.
+
+    Args:
+        plan: a :class:`Plan` from :func:`plan`, not executed or closed yet.
+
+    Returns:
+        The :class:`RunResult`, as :func:`run` returns it.
+
+    Raises:
+        ValueError: one line for a chunk that runs out of device memory and is not retried (at
+            one micro-batch per device, in a multi-process run or with a precision target); an
+            error compiling or running a group is raised as it came.
+    """
     nonfinite = {name: np.zeros(plan.n_points, np.int64) for name in plan.specs}
     with plan:
         with _compilation_cache(plan) as cache_dir, _compiling_ahead(plan, cache_dir) as compiled:

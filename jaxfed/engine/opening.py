@@ -20,7 +20,18 @@ from jaxfed.store import STORE_FORMAT, Store, StoreError, stored_identity
 def before_work(options: RunOptions, store: Store, sinks: list, specs_of: list, span: int) -> None:
     """With every group's sink restored: a run that computes nothing (``stored_only``) checked to
     find every trial stored; a run with trials left to compute records its build in the store first
-    (:func:`_claim_build`)."""
+    (:func:`_claim_build`).
+
+    Args:
+        options: the run's.
+        store: the opened store.
+        sinks, specs_of: per group its restored sink and its :class:`jaxfed.store.GroupSpec`.
+        span: the trials per point this run computes.
+
+    Raises:
+        ValueError: a ``stored_only`` run whose store lacks trials (naming the first group);
+            :class:`jaxfed.store.StoreError`: another build's trials stored, without ``mix_builds``.
+    """
     if options.stored_only:
         _check_all_stored(options.out_dir, sinks, specs_of, span)
     elif not all(sink.resume().complete for sink in sinks):
@@ -39,8 +50,18 @@ def _check_all_stored(out_dir, sinks: list, specs_of: list, span: int) -> None:
 
 
 def stored_run(options: RunOptions) -> tuple[int, str]:
-    """(micro-batch width, platform) of the run stored in ``options.out_dir``, for a run that takes
-    every trial from it (``stored_only``, one process); ValueError where none is stored."""
+    """What the run stored in ``options.out_dir`` was computed with, for a run that takes every
+    trial from it (``stored_only``, one process).
+
+    Args:
+        options: the run's (``out_dir`` given).
+
+    Returns:
+        (micro-batch width, platform) of the stored run.
+
+    Raises:
+        ValueError: more than one process, or no stored run in ``out_dir``.
+    """
     if jax.process_count() != 1:
         raise ValueError("stored_only runs in one process (a merge computes nothing to share out)")
     stored = stored_identity(str(options.out_dir))  # (stored_only implies out_dir: RunOptions checks it)
@@ -52,9 +73,17 @@ def stored_run(options: RunOptions) -> tuple[int, str]:
 
 
 def stored_width(options: RunOptions, where: str) -> int | None:
-    """The micro-batch width of the run stored in ``options.out_dir`` on the platform ``where``
-    (process 0; None elsewhere, without a stored run, with ``overwrite`` or on another platform,
-    where the store refuses the run or starts it anew)."""
+    """The micro-batch width a run that grows or resumes the one stored in ``options.out_dir``
+    keeps: growth and resume compute every trial at the width the run began with.
+
+    Args:
+        options: the run's.
+        where: this run's platform.
+
+    Returns:
+        The stored run's width on process 0; None elsewhere, without a stored run, with
+        ``overwrite`` or on another platform (where the store refuses the run or starts it anew).
+    """
     if options.out_dir is None or options.overwrite or jax.process_index() != 0:
         return None
     stored = stored_identity(options.out_dir)
@@ -67,7 +96,16 @@ def stored_width(options: RunOptions, where: str) -> int | None:
 def coloured_aliases(identity: dict | None, programs: list, coloured: Callable[[], list]):
     """The identity a run started in a terminal stored before program digests were canonical, if it
     differs: a generator, so that the store prints the programs again only when the identity it
-    holds is not ``identity`` (:class:`jaxfed.store.Store` reads its ``aliases`` only then)."""
+    holds is not ``identity`` (:class:`jaxfed.store.Store` reads its ``aliases`` only then).
+
+    Args:
+        identity: the store's identity (None: no store).
+        programs: its canonical program digests.
+        coloured: returns the digests as a terminal coloured them.
+
+    Returns:
+        A generator of at most one identity, ``identity`` with the coloured digests.
+    """
     if identity is None:
         return
     digests = coloured()
@@ -78,7 +116,17 @@ def coloured_aliases(identity: dict | None, programs: list, coloured: Callable[[
 def store_identity(options: RunOptions, width: int, where: str, programs: list, target: Target | None) -> dict:
     """The identity the store keeps: the caller's plus what a trial's compiled program depends on,
     so that a trial computed at another micro-batch width, on another platform or by another
-    program is not mixed in (and where each point stops, with a target)."""
+    program is not mixed in (and where each point stops, with a target).
+
+    Args:
+        options: the run's (its ``identity``, seed, common random numbers, target metric).
+        width, where: the run's micro-batch width and platform.
+        programs: per group the digest of one trial's program.
+        target: the run's precision target, or None.
+
+    Returns:
+        The JSON dict of the identity.
+    """
     identity = dict(
         options.identity or {},
         seed=options.seed,
@@ -99,7 +147,23 @@ def open_store(options: RunOptions, identity: dict | None, bar: Progress, is_mai
     """The store (process 0 reads and verifies every stored file before anything is compiled or
     computed), closed with ``resources``; a refusal is raised on every process. It is given this
     process's build on the platform ``where`` (:func:`jaxfed.builds.this_build`; none for a run
-    that computes nothing), which it records before the first trial is computed (:func:`_claim_build`)."""
+    that computes nothing), which it records before the first trial is computed (:func:`_claim_build`).
+
+    Args:
+        options: the run's (``out_dir``, ``overwrite``, ``trial_range``, ``mix_builds``).
+        identity: from :func:`store_identity` (None: no store).
+        bar: the run's progress display, whose ``note`` the store speaks through.
+        is_main: whether this is process 0 (the others open no directory).
+        resources: the plan's exit stack, which closes the store.
+        aliases: identities the stored one may equal instead (:func:`coloured_aliases`).
+        where: the run's platform.
+
+    Returns:
+        The :class:`jaxfed.store.Store`.
+
+    Raises:
+        StoreError: an unusable ``out_dir`` or stored file, on every process.
+    """
     refusal: StoreError | None = None
     store = None
     try:
