@@ -5,7 +5,9 @@ whose chunks are removed and whose metrics.npz and digests are all rewritten con
 without a word. But every trial is a pure function of (seed, point, trial index, code), so any
 stored value can be recomputed and compared bit for bit. :func:`recompute_sample` draws trials
 per point group, recomputes the micro-batch-aligned chunk of the stored width around each (every
-point of the group, the trials of the chunk that the run holds), and compares every value.
+point of the group, the trials of the chunk that the run holds), and compares every value. The
+values come from the engine (:func:`jaxfed.engine.recompute`, with the run's seed, common random
+numbers and micro-batch width); this module only asks for them and compares.
 
 Bit for bit holds for the build that computed the run (:mod:`jaxfed.builds`: JAX, jaxlib, backend,
 processor). Recomputed by another build, a trial's values differ in their last bits, which verify
