@@ -62,15 +62,21 @@ Layout: :mod:`~jaxfed.engine.options` (:class:`RunOptions`), :mod:`~jaxfed.engin
 (micro-batch width, budgets, chunk size), :mod:`~jaxfed.engine.cache` (compilation cache),
 :mod:`~jaxfed.engine.compiled` (the chunk function), :mod:`~jaxfed.engine.sinks` (raw
 and summary results, resume, pipelining), :mod:`~jaxfed.engine.target` (precision targets),
-:mod:`~jaxfed.engine.progress` and :mod:`~jaxfed.engine.core` (:func:`plan`, :func:`execute`, :func:`run`);
-:mod:`~jaxfed.engine.testing`: what benchmarks and tests reach inside for (not public).
+:mod:`~jaxfed.engine.progress`, :mod:`~jaxfed.engine.opening` (the store before work: identity,
+opening, the build claimed), :mod:`~jaxfed.engine.result` (:class:`RunResult`, :class:`RunInfo`)
+and :mod:`~jaxfed.engine.core` (:func:`plan`, :func:`execute`, :func:`run`);
+:mod:`~jaxfed.engine.recomputing`: given trials recomputed without a run (``jaxfed verify``;
+not public); :mod:`~jaxfed.engine.testing`: what benchmarks and tests reach inside for (not public).
 """
 
 from jaxfed.engine import testing as testing  # (not public: benchmarks and tests)
 from jaxfed.engine.cache import CACHE_ENV, CacheInfo, cache_info, clear_cache
-from jaxfed.engine.core import Plan, RunInfo, RunResult, execute, plan, run
+from jaxfed.engine.core import Plan, execute, plan, run
 from jaxfed.engine.devices import start_distributed, use_all_cores
 from jaxfed.engine.options import RunOptions
+from jaxfed.engine.recomputing import point_groups as point_groups  # (not public: jaxfed verify)
+from jaxfed.engine.recomputing import recompute as recompute  # (not public: jaxfed verify)
+from jaxfed.engine.result import RunInfo, RunResult
 from jaxfed.engine.sizing import DeviceSpec, choose_width
 from jaxfed.engine.target import TARGET_STATISTICS, Target, parse_target
 from jaxfed.store import ConfigMismatch, StoreError

@@ -144,7 +144,7 @@ def _jitted_share_summary(values, n_valid, first_block, histogram: str, block: i
 
 def eager_share_summary(values, n_valid, first_block, histogram: str) -> dict:
     """The op-by-op engine's :func:`share_summary`, compiled as one program: op by op, its few hundred
-    operations, each compiled for every new shape, took ~13 s before a test's first summary chunk."""
+    operations would each be compiled for every new shape before a test's first summary chunk."""
     return _jitted_share_summary(values, n_valid, first_block, histogram, stats.summary.SUMMARY_BLOCK)
 
 
@@ -302,8 +302,8 @@ def batched_summary(trial: Trial, group: Group, local: int, width: int, common: 
     Each micro-batch's values are read once (:func:`jaxfed.stats.summary.summary_pass`): counted into the
     running histogram, their float64 :data:`~jaxfed.stats.summary.SUMMARY_BLOCK` sums placed at their
     blocks, their non-finite trials counted and the raw tail block kept while they are in cache; the share's values are never
-    stored (a 12,288-trial share of gfvl-topologies held 44 MB of them, written out and read back
-    by a second program). The trials are the same program as in raw mode, and every output is the
+    stored (a share's values, tens of megabytes for gfvl-topologies, would be written out and read
+    back by a second program). The trials are the same program as in raw mode, and every output is the
     bits of :func:`share_summary` of their values: counts are integers, a block's sums a fixed
     tree of its own values (a micro-batch is whole blocks, as ``width`` is a multiple of
     SUMMARY_BLOCK), and the dyadic sums are taken from the placed block sums after the loop.
@@ -503,8 +503,8 @@ class Compiler:
 
 KEPT_CHUNK_FNS = 8
 """Compiled chunk functions kept in the process (the last used), so that running the same trial
-again (a notebook's rerun, a grown sweep) neither traces, lowers nor loads it again: that took
-0.85 s of a 1.05 s rerun of 64 gfvl-topologies trials."""
+again (a notebook's rerun, a grown sweep) neither traces, lowers nor loads it again, most of a
+small rerun's time otherwise (benchmarks/README.md)."""
 _KEPT: collections.OrderedDict = collections.OrderedDict()
 _KEPT_LOCK = threading.Lock()
 

@@ -13,15 +13,15 @@ import dataclasses
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from jaxfed import builds, stats, validation
-from jaxfed.engine import cache
+from jaxfed import stats, validation
+from jaxfed.engine import cache, opening
 from jaxfed.engine.compiled import ChunkFn, ChunkJob, make_chunk_fn
 from jaxfed.engine.devices import (
     broadcast_from_0,
@@ -29,7 +29,6 @@ from jaxfed.engine.devices import (
     default_memory_budget,
     make_mesh,
     platform,
-    raise_on_every_process,
 )
 from jaxfed.engine.options import RunOptions
 from jaxfed.engine.points import (
@@ -44,6 +43,7 @@ from jaxfed.engine.points import (
     rebuild,
 )
 from jaxfed.engine.progress import Progress
+from jaxfed.engine.result import GroupInfo, RunInfo, RunResult, TargetInfo
 from jaxfed.engine.sinks import RawSink, SummarySink, Writer, open_sinks, pipelined
 from jaxfed.engine.sizing import (
     DeviceSpec,
@@ -59,96 +59,19 @@ from jaxfed.engine.sizing import (
     width_bytes,
 )
 from jaxfed.engine.target import Target, parse_target, worst_se
-from jaxfed.store import STORE_FORMAT, GroupSpec, Store, StoreError, stored_identity
+from jaxfed.store import GroupSpec
 
 RAW_LIMIT_BYTES = 2 * 2**30
 """``keep="auto"`` keeps every trial when the raw metrics fit in this many bytes, else summaries."""
 
 RAW_TRANSFER_LIMIT_BYTES = 256 * 2**20
 """On an accelerator, ``keep="auto"`` keeps every trial only up to this many bytes of raw
-metrics: every raw value crosses to the host, which the H200 did at about 1 GB/s end to end
-(benchmarks/README.md) while its kernel made values 70 times faster, so raw runs are bound by the
-transfer; this much crosses in a quarter of a second, less than a run's start-up."""
+metrics: every raw value crosses to the host, far slower than the device computes them, so raw
+runs are bound by the transfer; this much crosses in less than a run's start-up (the
+measurements: benchmarks/README.md)."""
 
 MAX_TRIALS = validation.MAX_TRIALS
 """Trials per point at most: trial indices are folded into the keys as uint32, so more would repeat keys."""
-
-
-# --------------------------------------------------------------------------- what a run returns
-class GroupInfo(NamedTuple):
-    """What the engine chose and measured for one group; all None when the store already held
-    every trial and nothing was compiled."""
-
-    chunk_size: int | None = None
-    compile_s: float | None = None  # seconds spent compiling (with a device mesh)
-    compile_cached: bool | None = None  # every executable came from the persistent cache
-    compile_wait_s: float | None = None  # seconds the run waited for this group's compile (the rest overlapped)
-
-
-class TargetInfo(NamedTuple):
-    """A precision-targeted run's outcome: per point the trials run and the standard error reached."""
-
-    se: float
-    metric: str  # as given ("NAME", "NAME@i", …)
-    statistic: str
-    max_trials: int
-    trials_per_point: list
-    se_reached: list
-
-
-@dataclasses.dataclass(frozen=True)
-class RunInfo(Mapping):
-    """What the engine chose and measured. Also read as the dict config.json's ``"engine"``
-    records (:meth:`record`): ``info["chunk_sizes"]`` is ``[g.chunk_size for g in info.groups]``.
-
-    Keys of the record: ``devices``, ``processes``, ``keep``, ``budget_bytes``,
-    ``compilation_cache`` (directory or None); per group ``chunk_sizes``, ``compile_s``,
-    ``compile_cached`` and ``compile_wait_s`` (:class:`GroupInfo`: groups compile side by side,
-    so the run waits for less than their summed ``compile_s``); ``nonfinite_trials``:
-    metric -> per point, the trials with a NaN or ±inf value; with a precision target,
-    ``target`` (:class:`TargetInfo`).
-    """
-
-    devices: int
-    processes: int
-    budget_bytes: int
-    keep: str  # "raw" or "summary"
-    compilation_cache: str | None
-    groups: tuple[GroupInfo, ...]
-    nonfinite_trials: dict
-    target: TargetInfo | None = None
-
-    def record(self) -> dict:
-        """The JSON dict of this info, with the keys config.json's ``"engine"`` has always had."""
-        out: dict = dict(
-            devices=self.devices, processes=self.processes, chunk_sizes=[g.chunk_size for g in self.groups]
-        )
-        out.update(budget_bytes=self.budget_bytes)
-        for field in ("compile_s", "compile_cached", "compile_wait_s"):
-            out[field] = [getattr(g, field) for g in self.groups]
-        if self.target is not None:
-            out["target"] = self.target._asdict()
-        out.update(keep=self.keep, compilation_cache=self.compilation_cache, nonfinite_trials=self.nonfinite_trials)
-        return out
-
-    def __getitem__(self, key: str):
-        return self.record()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.record())
-
-    def __len__(self) -> int:
-        return len(self.record())
-
-
-class RunResult(dict):
-    """What :func:`run` returns: a dict metric -> raw array (point, trial, …) or
-    :class:`jaxfed.stats.Summary`, plus ``info``, a :class:`RunInfo`. As a labelled
-    :class:`xarray.Dataset`: :func:`jaxfed.results.to_xarray` (``jaxfed.to_xarray(result, sweep)``)."""
-
-    def __init__(self, metrics: dict, info: RunInfo):
-        super().__init__(metrics)
-        self.info = info
 
 
 # --------------------------------------------------------------------------- the plan
@@ -246,20 +169,19 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
     precision target decided, host and device memory checked, the store's identity made, the store
     opened and verified and each group's sink restored from it.
 
+    Args:
+        trial, points, n_trials: as :func:`run`.
+        options: a :class:`RunOptions` (default: its defaults).
+
+    Returns:
+        The :class:`Plan` for :func:`execute`, holding the store's lock and a writer thread until
+        executed or closed.
+
     Raises:
         ValueError: as :func:`run`, before anything is compiled or computed.
     """
     options = RunOptions() if options is None else options
-    validation.check("options", options, isinstance(options, RunOptions), "a jaxfed.engine.RunOptions")
-    validation.trial_count(n_trials)
-    validation.check("points", points, bool(points), "a non-empty list")
-    if options.trial_range is not None:
-        validation.check(
-            "trial_range", options.trial_range, options.trial_range[1] <= n_trials, f"a range of trials [0, {n_trials})"
-        )
-    if options.out_dir is not None:
-        identity_ok = isinstance(options.identity, dict)
-        validation.check("identity", options.identity, identity_ok, "a JSON dict when out_dir is given")
+    _check_arguments(options, points, n_trials)
     is_main = jax.process_index() == 0
     bar = options.progress if isinstance(options.progress, Progress) else Progress(options.progress is not False)
     bar = bar if is_main else Progress(False)
@@ -273,21 +195,21 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
     chunk_size = None if options.chunk_size is None else min(options.chunk_size, span)
     if machine.mesh is not None:  # the outputs alone of the smallest (or the given) chunk must fit
         for group, _ in groups:
-            check_chunk_outputs(
-                len(group.point_ids), specs, chunk_size, machine.n_shards, machine.width, machine.budget
-            )
-    identity = _store_identity(options, machine, programs, target) if options.out_dir is not None else None
+            check_chunk_outputs(len(group.point_ids), specs, chunk_size, machine.n_shards, machine.width, machine.budget)  # fmt: skip
+    identity = None
+    if options.out_dir is not None:
+        identity = opening.store_identity(options, machine.width, machine.platform, programs, target)
     results = {}
     if keep == "raw":
         results = {name: np.zeros((len(points), n_trials) + shape, dtype) for name, (shape, dtype) in specs.items()}
     resources, writer = contextlib.ExitStack(), Writer()
     try:
-        store = _open_store(options, identity, bar, is_main, resources, _coloured_aliases(identity, programs, coloured), machine.platform)  # fmt: skip
+        store = opening.open_store(options, identity, bar, is_main, resources, opening.coloured_aliases(identity, programs, coloured), machine.platform)  # fmt: skip
         resources.callback(bar.close)
         resources.callback(writer.close)
         specs_of = [GroupSpec(g, group.point_ids, specs) for g, (group, _) in enumerate(groups)]
         sinks = open_sinks(store, specs_of, n_trials, results, writer, summary=keep == "summary", targeted=target is not None, checkpoint_every=options.checkpoint_every, hist_on_device=hists_on_device(machine), trial_range=options.trial_range)  # fmt: skip
-        _before_work(options, store, sinks, specs_of, span)
+        opening.before_work(options, store, sinks, specs_of, span)
     except BaseException:
         resources.close()
         raise
@@ -301,72 +223,40 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
     )  # fmt: skip
 
 
+def _check_arguments(options: RunOptions, points: list, n_trials: int) -> None:
+    """Refuses options that are not a :class:`RunOptions`, a trial count out of bounds, no points,
+    a trial range past the trials and a store without an identity (one ValueError line)."""
+    validation.check("options", options, isinstance(options, RunOptions), "a jaxfed.engine.RunOptions")
+    validation.trial_count(n_trials)
+    validation.check("points", points, bool(points), "a non-empty list")
+    if options.trial_range is not None:
+        validation.check(
+            "trial_range", options.trial_range, options.trial_range[1] <= n_trials, f"a range of trials [0, {n_trials})"
+        )
+    if options.out_dir is not None:
+        identity_ok = isinstance(options.identity, dict)
+        validation.check("identity", options.identity, identity_ok, "a JSON dict when out_dir is given")
+
+
 def _machine(options: RunOptions, n_trials: int, per_trial: int) -> Machine:
     """The mesh over ``options.devices`` (none without jit), the micro-batch width and the budget;
     refused in one of a scheduler's processes left alone (:func:`jaxfed.engine.devices.check_joined`).
 
-    The width is ``options.micro_batch`` when given; else a stored run's own (:func:`_stored_width`:
+    The width is ``options.micro_batch`` when given; else a stored run's own (:func:`~jaxfed.engine.opening.stored_width`:
     growth and resume compute every trial at the width the run began with, on any machine of its
     platform); else :func:`jaxfed.engine.sizing.choose_width` of the devices and the trial's
     ``per_trial`` bytes. Process 0 decides and every process takes its width. With
-    ``stored_only`` the width and platform are the stored run's (:func:`_stored_run`)."""
+    ``stored_only`` the width and platform are the stored run's (:func:`~jaxfed.engine.opening.stored_run`)."""
     check_joined(options.distributed)
     mesh = make_mesh(options.devices) if options.use_jit else None
     budget = options.max_memory if options.max_memory is not None else default_memory_budget(mesh or make_mesh(1))
     where = platform(mesh)
     if options.stored_only:
-        width, where = _stored_run(options)
+        width, where = opening.stored_run(options)
     else:
-        chosen = options.micro_batch or _stored_width(options, where)
+        chosen = options.micro_batch or opening.stored_width(options, where)
         width = chosen if chosen is not None else choose_width(DeviceSpec(where, budget), per_trial, n_trials)
     return Machine(mesh, int(broadcast_from_0(np.asarray([width], np.int64))[0]), budget, per_trial, where)
-
-
-def _before_work(options: RunOptions, store: Store, sinks: list, specs_of: list, span: int) -> None:
-    """With every group's sink restored: a run that computes nothing (``stored_only``) checked to
-    find every trial stored; a run with trials left to compute records its build in the store first
-    (:func:`_claim_build`)."""
-    if options.stored_only:
-        _check_all_stored(options.out_dir, sinks, specs_of, span)
-    elif not all(sink.resume().complete for sink in sinks):
-        _claim_build(store)
-
-
-def _check_all_stored(out_dir, sinks: list, specs_of: list, span: int) -> None:
-    """ValueError naming the first group whose store lacks trials, for a run that computes none."""
-    for g, (sink, spec) in enumerate(zip(sinks, specs_of)):
-        resume = sink.resume()
-        if not resume.complete:
-            wanted = len(spec.point_ids) * span
-            raise ValueError(
-                f"{out_dir}: group {g + 1} holds {resume.done} of its {wanted} point-trials; stored_only computes none"
-            )
-
-
-def _stored_run(options: RunOptions) -> tuple[int, str]:
-    """(micro-batch width, platform) of the run stored in ``options.out_dir``, for a run that takes
-    every trial from it (``stored_only``, one process); ValueError where none is stored."""
-    if jax.process_count() != 1:
-        raise ValueError("stored_only runs in one process (a merge computes nothing to share out)")
-    stored = stored_identity(str(options.out_dir))  # (stored_only implies out_dir: RunOptions checks it)
-    width = None if stored is None else stored.get("micro_batch")
-    where = None if stored is None else stored.get("platform")
-    if type(width) is not int or not isinstance(where, str):
-        raise ValueError(f"{options.out_dir}: holds no stored run to take every trial from (stored_only)")
-    return width, where
-
-
-def _stored_width(options: RunOptions, where: str) -> int | None:
-    """The micro-batch width of the run stored in ``options.out_dir`` on the platform ``where``
-    (process 0; None elsewhere, without a stored run, with ``overwrite`` or on another platform,
-    where the store refuses the run or starts it anew)."""
-    if options.out_dir is None or options.overwrite or jax.process_index() != 0:
-        return None
-    stored = stored_identity(options.out_dir)
-    width = None if stored is None else stored.get("micro_batch")
-    if stored is None or stored.get("platform") != where or type(width) is not int:
-        return None
-    return width if width > 0 and width % stats.summary.SUMMARY_BLOCK == 0 else None
 
 
 def hists_on_device(machine: Machine) -> bool:
@@ -380,7 +270,7 @@ def _trace(trial: Trial, groups: list, metric_axes: dict | None) -> tuple[dict, 
     """(metric specs, per group the digest of one trial's program
     (:func:`~jaxfed.engine.points.program_digest`), a function that returns them as a terminal
     coloured them before (:func:`~jaxfed.engine.points.coloured_program_digest`: printing a program
-    costs ~60 ms, so only when a stored identity differs), the largest working set of
+    is a sizeable part of a warm run's fixed cost, so only when a stored identity differs), the largest working set of
     one trial over the groups: :func:`~jaxfed.engine.sizing.trial_live_bytes`): the shapes of one
     trial's metrics per group, without running anything, checked against ``metric_axes``. The
     program's digest keys the compiled function kept in the process and the store; the working
@@ -397,17 +287,6 @@ def _trace(trial: Trial, groups: list, metric_axes: dict | None) -> tuple[dict, 
     live = max(trial_live_bytes(jaxpr) for jaxpr, _ in traces)
     jaxprs = [jaxpr for jaxpr, _ in traces]
     return specs, [program_digest(j) for j in jaxprs], lambda: [coloured_program_digest(j) for j in jaxprs], live
-
-
-def _coloured_aliases(identity: dict | None, programs: list, coloured: Callable[[], list]):
-    """The identity a run started in a terminal stored before program digests were canonical, if it
-    differs: a generator, so that the store prints the programs again only when the identity it
-    holds is not ``identity`` (:class:`jaxfed.store.Store` reads its ``aliases`` only then)."""
-    if identity is None:
-        return
-    digests = coloured()
-    if digests != programs:
-        yield dict(identity, programs=digests)
 
 
 def _mode(options: RunOptions, specs: dict, n_points: int, n_trials: int, where: str, note) -> tuple[str, Target | None]:  # fmt: skip
@@ -438,60 +317,6 @@ def _mode(options: RunOptions, specs: dict, n_points: int, n_trials: int, where:
     return keep, target
 
 
-def _store_identity(options: RunOptions, machine: Machine, programs: list, target: Target | None) -> dict:
-    """The identity the store keeps: the caller's plus what a trial's compiled program depends on,
-    so that a trial computed at another micro-batch width, on another platform or by another
-    program is not mixed in (and where each point stops, with a target)."""
-    identity = dict(
-        options.identity or {},
-        seed=options.seed,
-        common_random_numbers=bool(options.common_random_numbers),
-        store_format=STORE_FORMAT,
-        micro_batch=machine.width,
-        platform=machine.platform,
-        programs=programs,
-    )
-    if target is not None:
-        identity["target"] = {"se": target.se, "metric": options.target_metric}
-        if target.statistic != "mean":  # (stores of mean-targeted runs keep their identity)
-            identity["target"]["statistic"] = target.statistic
-    return identity
-
-
-def _open_store(options: RunOptions, identity: dict | None, bar: Progress, is_main: bool, resources, aliases=(), where: str | None = None) -> Store:  # fmt: skip
-    """The store (process 0 reads and verifies every stored file before anything is compiled or
-    computed), closed with ``resources``; a refusal is raised on every process. It is given this
-    process's build on the platform ``where`` (:func:`jaxfed.builds.this_build`; none for a run
-    that computes nothing), which it records before the first trial is computed (:func:`_claim_build`)."""
-    refusal: StoreError | None = None
-    store = None
-    try:
-        out_dir = options.out_dir if is_main else None
-        build = None if options.stored_only or out_dir is None else builds.this_build(where)
-        first = options.trial_range[0] if options.trial_range else 0
-        store = Store(out_dir, identity or {}, options.overwrite, note=bar.note, aliases=aliases, first_trial=first, build=build, mix_builds=options.mix_builds)  # fmt: skip
-        resources.callback(store.close)
-    except StoreError as err:
-        refusal = err
-    raise_on_every_process(refusal)
-    assert store is not None
-    return store
-
-
-def _claim_build(store: Store) -> None:
-    """Records this build in the store before any trial is computed (process 0's: the store is
-    there), refused where another build computed the stored trials without ``mix_builds``
-    (:meth:`jaxfed.store.Store.claim_build`); a refusal is raised on every process. A run that
-    computes nothing (every trial stored) claims nothing, so a finished run is read, reported and
-    served on any machine."""
-    refusal: StoreError | None = None
-    try:
-        store.claim_build()
-    except StoreError as err:
-        refusal = err
-    raise_on_every_process(refusal)
-
-
 def _chunk_request(chunk_size: int | None, sink, keep: str, n_trials: int) -> int | None:
     """The chunk size a group asks for: the given one, or the one a continued run must keep; in
     summary mode on whole sum blocks (see ``stats.summary.SUMMARY_BLOCK``). None: from the memory budget."""
@@ -506,7 +331,19 @@ def execute(plan: Plan) -> RunResult:
     """Runs a :func:`plan`: per group, compiles the chunk function (none when the store holds every
     trial) and computes the chunks left, a fixed count or until a precision target holds; then
     closes the plan (the store's lock, the writer thread, the progress display) and returns the
-    :class:`RunResult`. JAX's compilation cache is the run's while it executes, then as it was."""
+    :class:`RunResult`. JAX's compilation cache is the run's while it executes, then as it was.
+
+    Args:
+        plan: a :class:`Plan` from :func:`plan`, not executed or closed yet.
+
+    Returns:
+        The :class:`RunResult`, as :func:`run` returns it.
+
+    Raises:
+        ValueError: one line for a chunk that runs out of device memory and is not retried (at
+            one micro-batch per device, in a multi-process run or with a precision target); an
+            error compiling or running a group is raised as it came.
+    """
     nonfinite = {name: np.zeros(plan.n_points, np.int64) for name in plan.specs}
     with plan:
         with _compilation_cache(plan) as cache_dir, _compiling_ahead(plan, cache_dir) as compiled:

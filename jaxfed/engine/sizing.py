@@ -27,8 +27,8 @@ in a micro-batch of one point × W trials (see :func:`jaxfed.engine.compiled.bat
 a device's share of a chunk is a multiple of W. W enters the compiled shape of a trial, so it is
 part of a stored run's identity. On a CPU W is this width; on an accelerator the widest power of
 two up to it that the memory budget allows (:func:`choose_width`): each of a trial's sequential
-steps is one launch over the micro-batch, and 16,384 trials left an H200 mostly idle (502.5 ms per
-2^20 Fig. 3 trials against 78.0 ms at 262,144; issue 35)."""
+steps is one launch over the micro-batch, and a narrow one leaves an accelerator mostly idle
+(the figures: docs/performance.md)."""
 
 MIN_WIDTH = 1024
 """The narrowest micro-batch an accelerator is given by :func:`choose_width` (a trial too large for

@@ -5,7 +5,9 @@ whose chunks are removed and whose metrics.npz and digests are all rewritten con
 without a word. But every trial is a pure function of (seed, point, trial index, code), so any
 stored value can be recomputed and compared bit for bit. :func:`recompute_sample` draws trials
 per point group, recomputes the micro-batch-aligned chunk of the stored width around each (every
-point of the group, the trials of the chunk that the run holds), and compares every value.
+point of the group, the trials of the chunk that the run holds), and compares every value. The
+values come from the engine (:func:`jaxfed.engine.recompute`, with the run's seed, common random
+numbers and micro-batch width); this module only asks for them and compares.
 
 Bit for bit holds for the build that computed the run (:mod:`jaxfed.builds`: JAX, jaxlib, backend,
 processor). Recomputed by another build, a trial's values differ in their last bits, which verify
@@ -23,13 +25,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-import jax
 import numpy as np
 
-from jaxfed import builds, jaxcompat, stats, store, validation
-from jaxfed.engine.compiled import ChunkFn
-from jaxfed.engine.devices import make_mesh
-from jaxfed.engine.points import group_points
+from jaxfed import builds, engine, stats, store, validation
 from jaxfed.runs import catalog
 from jaxfed.runs.sharding import experiment_of
 from jaxfed.store.rundir import load_results
@@ -155,6 +153,16 @@ def recompute_sample(exp, cfg, out_dir: str, config_json: dict, results: dict, s
     run's) of every point group of a finished raw run and compares each value of every metric bit
     for bit with metrics.npz; returns the line saying what was checked.
 
+    Args:
+        exp, cfg: the run's experiment and its configuration.
+        out_dir: the run's result directory.
+        config_json, results: its config.json and metrics (:func:`jaxfed.store.rundir.load_results`).
+        sample: trials drawn per point group, each recomputed with its micro-batch.
+        seed: the draw's seed.
+
+    Returns:
+        The line saying what was recomputed.
+
     Raises:
         ValueError: one line naming the first value that differs (metric, point, trial, stored and
             recomputed), or a run kept as summaries (no trial's value is stored).
@@ -163,32 +171,37 @@ def recompute_sample(exp, cfg, out_dir: str, config_json: dict, results: dict, s
         raise ValueError(
             f"{out_dir}: keeps summaries, not each trial's values; verify recomputes stored trials (rerun with --keep raw)"
         )
-    identity = store.read_json(f"{out_dir}/identity.json")
-    width, n_trials = int(identity["micro_batch"]), int(config_json["n_trials"])
+    options = _run_options(exp, out_dir, config_json)
+    width, n_trials = int(options.micro_batch), int(config_json["n_trials"])  # type: ignore[arg-type]
     sweep = exp.build(cfg)
     draw = np.random.default_rng(seed)
-    mesh = make_mesh(1)
     checked = chunks = 0
     tally = _Tally(out_dir)
-    for group, traced in group_points(sweep.points):
+    for ids in engine.point_groups(sweep.points):
         trials = np.sort(draw.choice(n_trials, size=min(sample, n_trials), replace=False))
-        fn = ChunkFn(sweep.trial, group, width, mesh, width, exp.common_random_numbers, flags=False)
-        program = jax.jit(fn.metrics)
-        ids = np.asarray(group.point_ids, np.uint32)
-        for start in sorted({int(t) - int(t) % width for t in trials}):
-            args = fn.metrics_args(np.uint32(config_json["seed"]), ids, traced, np.uint32(start), 0)
-            computed = jax.device_get(program(*args))
-            stop = min(start + width, n_trials)
-            for metric, values in computed.items():
-                stored = np.asarray(results[metric])[list(group.point_ids), start:stop]
-                mine = np.asarray(values)[:, : stop - start]
-                tally.values(metric, group.point_ids, start, stored, mine)
-            checked += len(group.point_ids) * (stop - start)
+        ranges = [(start, min(start + width, n_trials)) for start in sorted({int(t) - int(t) % width for t in trials})]
+        recomputed = engine.recompute(sweep.trial, sweep.points, ranges, options, point_ids=ids)
+        for (start, stop), computed in zip(ranges, recomputed):
+            for metric, mine in computed.items():
+                tally.values(metric, ids, start, np.asarray(results[metric])[list(ids), start:stop], mine)
+            checked += len(ids) * (stop - start)
             chunks += 1
     tally.finish()
     return (
         f"{out_dir}: {checked} (point, trial) values of {len(results)} metric(s) recomputed bit for bit "
         f"({chunks} chunk(s) of {width} trials around {min(sample, n_trials)} trial(s) per group drawn with seed {seed})"
+    )
+
+
+def _run_options(exp, out_dir: str, config_json: dict) -> engine.RunOptions:
+    """What a run's trials are recomputed with (:func:`jaxfed.engine.recompute`): its seed, common
+    random numbers and micro-batch width."""
+    identity = store.read_json(f"{out_dir}/identity.json")
+    return engine.RunOptions(
+        seed=int(config_json["seed"]),
+        common_random_numbers=bool(exp.common_random_numbers),
+        micro_batch=int(identity["micro_batch"]),
+        progress=False,
     )
 
 
@@ -204,51 +217,44 @@ def recompute_summary(exp, cfg, out_dir: str, config_json: dict, sample: int | N
     of a summary recomputes the smallest ones; the histograms and counts add over every trial and
     are checked only by recomputing all of them.
 
+    Args:
+        exp, cfg: the run's experiment and its configuration.
+        out_dir: the run's result directory.
+        config_json: its config.json.
+        sample: the aligned pieces recomputed per group, the smallest first; None: every one.
+
+    Returns:
+        The line saying what was recomputed.
+
     Raises:
         ValueError: one line naming the first sum or value that differs (metric, point, trials).
     """
-    identity = store.read_json(f"{out_dir}/identity.json")
-    width, seed = int(identity["micro_batch"]), np.uint32(config_json["seed"])
-    sweep = exp.build(cfg)
-    mesh, block = make_mesh(1), stats.summary.SUMMARY_BLOCK
+    options, sweep = _run_options(exp, out_dir, config_json), exp.build(cfg)
     checked_trials = checked_pieces = 0
     tally = _Tally(out_dir)
-    for g, (group, traced) in enumerate(group_points(sweep.points)):
+    for g, ids in enumerate(engine.point_groups(sweep.points)):
         stored = store.read_summary(store.summary_path(out_dir, g))
-        fn = ChunkFn(sweep.trial, group, width, mesh, width, exp.common_random_numbers, flags=False)
-        program, ids = jax.jit(fn.metrics), np.asarray(group.point_ids, np.uint32)
-
-        def values(start: int, stop: int) -> dict:
-            parts = [jax.device_get(program(*fn.metrics_args(seed, ids, traced, np.uint32(t), 0))) for t in range(start - start % width, stop, width)]  # fmt: skip
-            first = start - start % width
-            return {m: np.concatenate([p[m] for p in parts], 1)[:, start - first : stop - first] for m in parts[0]}
-
-        some_state = next(iter(stored.states.values()))
-        pieces = stats.summary.dyadic_pieces(0, int(some_state.blocks.max()))
-        chosen = sorted(pieces)[: len(pieces) if sample is None else sample]
+        blocks = int(next(iter(stored.states.values())).blocks.max())
+        pieces, block = stats.summary.dyadic_pieces(0, blocks), stats.summary.SUMMARY_BLOCK
+        chosen = sorted(sorted(pieces)[: len(pieces) if sample is None else sample], key=lambda p: p[1] << p[0])
+        ranges = [((k << j) * block, ((k + 1) << j) * block) for j, k in chosen]  # (in trial order: fresh folds them)
+        ranges += [(blocks * block, stored.stop)] if stored.stop > blocks * block else []  # (the raw tail)
+        recomputed = engine.recompute(sweep.trial, sweep.points, ranges, options, point_ids=ids, summary=True)
         fresh = {m: stats.summary.empty_state(state.count.shape) for m, state in stored.states.items()}
-        for j, k in sorted(chosen, key=lambda p: p[1] << p[0]):  # (in trial order: fresh states fold them)
-            first_block, n_blocks = k << j, 1 << j
-            computed = values(first_block * block, (first_block + n_blocks) * block)
-            for metric, state in stored.states.items():
-                with jaxcompat.enable_x64(True):
-                    part = stats.summary.chunk_summary(computed[metric], n_blocks * block, np, first_block, n_blocks)
-                for name, mine, kept in (("sum", part["sum_pieces"][:, 0], state.total[:, j]), ("sum of squares", part["sq_pieces"][:, 0], state.total_sq[:, j])):  # fmt: skip
-                    tally.sums(metric, name, group.point_ids, (first_block * block, (first_block + n_blocks) * block), kept, mine, stored.tails[metric].dtype)  # fmt: skip
-                if sample is None:
-                    fresh[metric] = stats.summary.fold(fresh[metric], part, n_blocks)
-            checked_trials += len(ids) * n_blocks * block
-            checked_pieces += 1
+        tail_at, tail = 0, {}  # (the raw tail's first trial and values)
+        for (start, stop), (parts, values) in zip(ranges, recomputed):
+            if parts:
+                _compare_piece(tally, stored, ids, (start, stop), parts, fresh if sample is None else None)
+                checked_pieces += 1
+            else:
+                tail_at, tail = start, values
+            checked_trials += len(ids) * (stop - start)
         if sample is None:
             for metric, state in stored.states.items():
                 for field in ("count", "nan_count", "hist", "nonfinite_trials", "total", "total_sq"):
-                    tally.sums(metric, field, group.point_ids, (0, int(state.blocks.max()) * block), getattr(state, field), getattr(fresh[metric], field), stored.tails[metric].dtype)  # fmt: skip
-        start = int(some_state.blocks.max()) * block
-        if stored.stop > start:
-            computed = values(start, stored.stop)
-            for metric, tail in stored.tails.items():
-                tally.values(metric, group.point_ids, start, tail, computed[metric])
-            checked_trials += len(ids) * (stored.stop - start)
+                    tally.sums(metric, field, ids, (0, blocks * block), getattr(state, field), getattr(fresh[metric], field), stored.tails[metric].dtype)  # fmt: skip
+        for metric, kept in stored.tails.items() if tail else ():
+            tally.values(metric, ids, tail_at, kept, tail[metric])
     tally.finish()
     what = (
         "every stored sum, histogram and count" if sample is None else f"the {sample} smallest stored sum(s) per group"
@@ -260,6 +266,19 @@ def recompute_summary(exp, cfg, out_dir: str, config_json: dict, sample: int | N
         if sample is not None
         else f"{out_dir}: summary run: {what} and the raw tail recomputed bit for bit ({checked_trials} (point, trial) values)"
     )
+
+
+def _compare_piece(tally, stored, ids, trials: tuple[int, int], parts: dict, fresh: dict | None) -> None:
+    """Compares the stored sums of the aligned piece of whole blocks ``trials`` with the recomputed
+    summary ``parts``; folds ``parts`` into ``fresh`` (every piece, in trial order) unless None."""
+    n_blocks = (trials[1] - trials[0]) // stats.summary.SUMMARY_BLOCK
+    j = n_blocks.bit_length() - 1
+    for metric, state in stored.states.items():
+        part, dtype = parts[metric], stored.tails[metric].dtype
+        tally.sums(metric, "sum", ids, trials, state.total[:, j], part["sum_pieces"][:, 0], dtype)
+        tally.sums(metric, "sum of squares", ids, trials, state.total_sq[:, j], part["sq_pieces"][:, 0], dtype)
+        if fresh is not None:
+            fresh[metric] = stats.summary.fold(fresh[metric], part, n_blocks)
 
 
 class _Tally:
