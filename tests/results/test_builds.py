@@ -237,7 +237,7 @@ def test_verify_tells_another_build_from_values_that_differ(tmp_path, finished, 
 
 def test_verify_under_the_runs_own_build_owes_every_bit(tmp_path, finished):
     """The run's own build recomputes it bit for bit: there one ulp is a value that differs (the
-    forgery tests/results/test_verify.py also catches)."""
+    forgery tests/runs/test_verifying.py also catches)."""
     moved = _with_values(finished, tmp_path, lambda kl: _ulps_up(kl, 1))
     code, _, err = _verify(moved, "--sample", "600")
     assert code == 2 and "metric 'kl' of point 1, trial 599" in err and "not the last bits" not in err
