@@ -48,6 +48,7 @@ from jax import lax
 
 from jaxfed import validation
 from jaxfed.oac import channel as _channel
+from jaxfed.oac import physical
 from jaxfed.oac.channel import activation, aggregate_energy, qpsk, resource_counts, resource_index
 
 __all__ = [
@@ -69,7 +70,7 @@ def _superpose(noise, received, numerals, beta: int):
     """noise (L,) + the per-ED contributions received (K, Q, D) on their active resources, by a
     scatter-add on CPU and a one-hot reduction elsewhere (as :func:`jaxfed.oac.channel.explicit_energy`)."""
     _, n_values, digits = numerals.shape
-    if _channel._default_superposition() == "scatter":
+    if physical.default_superposition() == "scatter":
         q = jnp.arange(n_values, dtype=numerals.dtype)[:, None]
         d = jnp.arange(digits, dtype=numerals.dtype)
         resource = resource_index(q, d, numerals + (beta - 1) // 2, beta, digits)

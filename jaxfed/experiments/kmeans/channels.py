@@ -30,18 +30,20 @@ from jaxfed import oac, plotting, stats, validation
 from jaxfed.experiment import Experiment, Reading, band_table
 from jaxfed.experiments.kmeans import figures as kmeans_figures
 from jaxfed.experiments.kmeans.trials import (
-    DIFFERENCE_TEXT,
     LOSS_LABEL,
     MICRO_BATCH,
     RAW_NEEDED,
     MallConfig,
     check_snrs,
-    final_values,
-    index_of,
     mall_sweep,
     point_channel,
-    ratio_verdict,
     symbol_energy_value,
+)
+from jaxfed.experiments.kmeans.verdicts import (
+    DIFFERENCE_TEXT,
+    final_values,
+    index_of,
+    ratio_verdict,
     verdict_block,
 )
 from jaxfed.oac import impairments

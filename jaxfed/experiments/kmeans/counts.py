@@ -25,16 +25,18 @@ from jaxfed import plotting, stats, validation
 from jaxfed.experiment import Experiment, Reading, band_table
 from jaxfed.experiments.kmeans import figures as kmeans_figures
 from jaxfed.experiments.kmeans.trials import (
-    DIFFERENCE_TEXT,
     LOSS_LABEL,
     MICRO_BATCH,
     RAW_NEEDED,
     MallConfig,
     check_snrs,
+    mall_sweep,
+)
+from jaxfed.experiments.kmeans.verdicts import (
+    DIFFERENCE_TEXT,
     difference_verdict,
     final_values,
     index_of,
-    mall_sweep,
     ratio_verdict,
     verdict_block,
 )

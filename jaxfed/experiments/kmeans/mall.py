@@ -46,15 +46,17 @@ from jaxfed.experiments.kmeans.trials import (
     RAW_NEEDED,
     MallConfig,
     check_snrs,
-    final_values,
-    index_of,
     mall_sweep,
     method_label,
     over_channel,
     parse_channel_sweep,
-    ratio_verdict,
     resources_table,
     symbol_energy_value,
+)
+from jaxfed.experiments.kmeans.verdicts import (
+    final_values,
+    index_of,
+    ratio_verdict,
     verdict_block,
 )
 from jaxfed.oac import kmeans

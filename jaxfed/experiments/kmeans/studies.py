@@ -31,9 +31,11 @@ from jaxfed.experiments.kmeans.trials import (
     RAW_NEEDED,
     MallConfig,
     check_snrs,
+    mall_sweep,
+)
+from jaxfed.experiments.kmeans.verdicts import (
     final_values,
     index_of,
-    mall_sweep,
     ratio_verdict,
     verdict_block,
 )
