@@ -19,7 +19,8 @@ import textwrap
 
 import numpy as np
 
-from jaxfed import stats, store
+from jaxfed import stats
+from jaxfed.store import files
 
 __all__ = [
     "band_plot",
@@ -345,7 +346,7 @@ def figure(nrows: int = 1, ncols: int = 1, **kwargs):
 
 def save(fig, path: str) -> None:
     """Writes the figure as PNG to ``path`` atomically (a new file renamed over it, never through
-    a symbolic link: see :func:`jaxfed.store.atomic_write_bytes`), with readable log ticks
+    a symbolic link: see :func:`jaxfed.store.files.atomic_write_bytes`), with readable log ticks
     (:func:`readable_ticks`) and, for a figure without a layout engine, a tight layout."""
     _say_what_is_empty(fig)
     for ax in fig.axes:
@@ -354,7 +355,7 @@ def save(fig, path: str) -> None:
         fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, dpi=130, format="png")
-    store.atomic_write_bytes(path, buffer.getvalue())
+    files.atomic_write_bytes(path, buffer.getvalue())
 
 
 def readable_ticks(ax) -> None:

@@ -76,4 +76,4 @@ __all__ = [
     "not_testable",
     "verdict_table",
 ]
-"""The parts' ``__all__``, each name once (tests/results/test_stats_face.py)."""
+"""The parts' ``__all__``, each name once (tests/stats/test_stats_face.py)."""
