@@ -49,6 +49,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jaxfed import stats
+from jaxfed.store import files
 from jaxfed.store.files import (
     StoreError,
     _npz_parts,
@@ -57,7 +58,6 @@ from jaxfed.store.files import (
     check_no_link,
     open_regular,
     read_json,
-    read_regular,
 )
 
 STORE_FORMAT = 5
@@ -122,7 +122,7 @@ def _unpack(path: str) -> tuple[dict, dict, dict]:
     reader checks each member's bytes against its CRC-32); StoreError if it is not a complete one."""
     if os.path.islink(path):
         raise StoreError(f"{path}: is a symbolic link, not a file this engine wrote; {_HINT}")
-    data = read_regular(path)  # (a FIFO or device in place of a chunk is refused, never waited on)
+    data = files.read_regular(path)  # (a FIFO or device in place of a chunk is refused, never waited on)
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             arrays = {name: z[name] for name in z.files}
