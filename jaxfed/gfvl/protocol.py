@@ -472,8 +472,8 @@ def _stable_order(keys: jax.Array) -> jax.Array:
 
     For n ≤ :data:`RANK_SORT_MAX` it is the inverse of the ranks r_a = #{b : (keys_b, b) < (keys_a, a)},
     by n² vector comparisons and one scatter: XLA's CPU sort calls a comparator per comparison, and
-    under ``vmap`` over a micro-batch the comparisons were cheaper (the Fig. 3 kernel 4–8% faster on a
-    2-core CPU, K = 10). Longer vectors are sorted.
+    under ``vmap`` over a micro-batch the comparisons are cheaper (measured in benchmarks/README.md). Longer
+    vectors are sorted.
     """
     n = keys.shape[0]
     if n > RANK_SORT_MAX:
@@ -488,8 +488,8 @@ def _materialized(x: jax.Array) -> jax.Array:
     """``x`` (1-D) unchanged, but computed before its consumers read it.
 
     XLA fuses elementwise work into a consumer such as a gather, and a gather of K + 1 divergences by
-    the visit count of each slot then evaluates them once per slot (n_slots times: 4× the whole trial's
-    time on a CPU with the closed-form Beta KL). A sort is never fused; sorting by an already ascending
+    the visit count of each slot then evaluates them once per slot (n_slots times; measured in benchmarks/README.md).
+    A sort is never fused; sorting by an already ascending
     key returns ``x`` bit for bit. (``lax.optimization_barrier`` does not help: XLA's CPU pipeline
     removes it before fusion.)
     """
