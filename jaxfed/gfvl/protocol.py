@@ -68,14 +68,32 @@ The cavity is ``state.eta - state.lam[agent]``."""
 
 
 def init(prior_eta: jax.Array, n_agents: int) -> GFVLState:
-    """q^(0) = p_0: η = η_0, every λ_k = 0, no slot taken."""
+    """q^(0) = p_0: η = η_0, every λ_k = 0, no slot taken.
+
+    Args:
+        prior_eta: (P,) the prior's natural parameter η_0.
+        n_agents: K, the number of agents.
+
+    Returns:
+        The :class:`GFVLState` before the first slot.
+    """
     prior_eta = jnp.asarray(prior_eta)
     lam = jnp.zeros((n_agents,) + prior_eta.shape, prior_eta.dtype)
     return GFVLState(eta=prior_eta, lam=lam, slot=jnp.zeros((), jnp.int32))
 
 
 def step(key: jax.Array, state: GFVLState, agent: jax.Array, solve: LocalSolver) -> GFVLState:
-    """One slot of G-FVL for the scheduled ``agent``: η ← η + Δ, λ_k ← λ_k + Δ."""
+    """One slot of G-FVL for the scheduled ``agent``: η ← η + Δ, λ_k ← λ_k + Δ.
+
+    Args:
+        key: PRNG key of this slot.
+        state: the state before the slot.
+        agent: the scheduled agent k (an index in [0, K), may be traced).
+        solve: the local solver (:data:`LocalSolver`).
+
+    Returns:
+        The state after the slot.
+    """
     delta = solve(key, agent, state)
     return GFVLState(eta=state.eta + delta, lam=state.lam.at[agent].add(delta), slot=state.slot + 1)
 
@@ -85,6 +103,12 @@ def learn(key: jax.Array, state: GFVLState, schedule: jax.Array, solve: LocalSol
 
     Returns:
         (final state, η after each slot of shape (n_slots, P)).
+
+    Args:
+        key: PRNG key (split into one key per slot).
+        state: the state before the first slot.
+        schedule: (n_slots,) scheduled agents.
+        solve: the local solver (:data:`LocalSolver`).
     """
     keys = jax.random.split(key, schedule.shape[0])
 
@@ -174,6 +198,9 @@ def conjugate_solver(agent_stats: jax.Array, alpha) -> LocalSolver:
             expressed in the prior family's natural coordinates (e.g. (Σz, Σ(1−z)) for
             Beta–Bernoulli, see :func:`jaxfed.gfvl.likelihoods.bernoulli_beta_stats`).
         alpha: temperature α > 0.
+
+    Returns:
+        The :data:`LocalSolver`.
     """
 
     def solve(key, agent, state):
@@ -203,6 +230,9 @@ def conjugate_natgrad_solver(agent_stats: jax.Array, alpha, rho, n_iters: int) -
         rho: learning rate ρ with 0 < ρα <= 1 (may be traced; a concrete value is validated), or a
             schedule ρ_i evaluated at the slots taken before this one, as for :func:`natgrad_solver`.
         n_iters: local iterations L per scheduled slot (static), >= 1.
+
+    Returns:
+        The :data:`LocalSolver`.
 
     Raises:
         ValueError: for L < 1, α <= 0, or a concrete ρ outside (0, 1/α].
@@ -257,6 +287,9 @@ def natgrad_solver(
             (:func:`jaxfed.gfvl.natgrad.reinforce_gradient`), or "reparameterisation" for the Gaussian families
             (:func:`jaxfed.gfvl.natgrad.reparameterisable`).
         c: constant baseline (may be traced).
+
+    Returns:
+        The :data:`LocalSolver`.
     """
     validation.integer("n_iters", n_iters, 1)
     validation.one_of("baseline", baseline, natgrad.ESTIMATORS)
@@ -297,7 +330,21 @@ def natgrad_iteration(
 ) -> LocalIteration:
     """One local iteration of :func:`natgrad_solver`, η ← Π(η − ρ (FIM(η)⁻¹ ĝ + α (η − η_{−k}))), as a
     :data:`LocalIteration` for :func:`learn_by_iteration` (the same estimator and step; the arguments are
-    those of :func:`natgrad_solver` without L)."""
+    those of :func:`natgrad_solver` without L).
+
+    Args:
+        family: the prior's exponential family (q's family).
+        likelihood: the observation model.
+        agent_data: every agent's data summary, leading axis K.
+        alpha: temperature α > 0.
+        rho: learning rate ρ > 0, or a schedule ρ_i.
+        n_samples: samples S per iteration (static), >= 1.
+        baseline: the gradient estimator (:data:`jaxfed.gfvl.natgrad.ESTIMATORS`).
+        c: constant baseline.
+
+    Returns:
+        The :data:`LocalIteration`.
+    """
     validation.one_of("baseline", baseline, natgrad.ESTIMATORS)
     validation.integer("n_samples", n_samples, 2 if baseline in ("leave-one-out", "control-variate") else 1)
     if not callable(rho):
@@ -319,7 +366,16 @@ def natgrad_iteration(
 
 def conjugate_natgrad_iteration(agent_stats: jax.Array, alpha, rho) -> LocalIteration:
     """One exact-gradient natural-gradient iteration of the conjugate case, η ← η − ρ(−s_k + α(η − η_{−k}))
-    (:func:`conjugate_natgrad_solver` runs L of them in closed form), as a :data:`LocalIteration`; ρ as there."""
+    (:func:`conjugate_natgrad_solver` runs L of them in closed form), as a :data:`LocalIteration`; ρ as there.
+
+    Args:
+        agent_stats: (K, P) per-agent statistics, as for :func:`conjugate_solver`.
+        alpha: temperature α > 0.
+        rho: learning rate ρ with 0 < ρα <= 1, or a schedule ρ_i.
+
+    Returns:
+        The :data:`LocalIteration`.
+    """
     validation.positive("alpha", alpha)
     if not callable(rho):
         validation.positive("rho", rho)
@@ -338,6 +394,13 @@ def forget(state: GFVLState, agent) -> GFVLState:
     In the conjugate case the result is the posterior given D_{−u} (once every other agent has been
     visited): exactly in exact arithmetic, to rounding in floating point (η_0 + Σ_k λ_k − λ_u is summed
     in another order than η_0 + Σ_{k≠u} λ_k); otherwise a warm start for G-FVL on the remaining agents.
+
+    Args:
+        state: the protocol state.
+        agent: u, the agent to forget (an index in [0, K), may be traced).
+
+    Returns:
+        The state without u's factor.
     """
     return state._replace(eta=state.eta - state.lam[agent], lam=state.lam.at[agent].set(0.0))
 
@@ -348,6 +411,16 @@ def unlearning_step(key: jax.Array, state: GFVLState, agent, solve: LocalSolver,
     When u is scheduled it does not compute: it applies :func:`forget`, which changes η the first
     time and nothing afterwards (λ_u is then 0), so u only relays the token. Every other agent takes
     an ordinary :func:`step`.
+
+    Args:
+        key: PRNG key of this slot.
+        state: the state before the slot.
+        agent: the scheduled agent.
+        solve: the local solver of the other agents.
+        forget_agent: u, the agent to forget.
+
+    Returns:
+        The state after the slot.
     """
     return lax.cond(
         agent == forget_agent,
@@ -396,7 +469,16 @@ def unlearn(
 
 
 def posterior_eta(prior_eta: jax.Array, agent_stats: jax.Array, alpha) -> jax.Array:
-    """Natural parameter of the generalized posterior in the conjugate case: η_0 + Σ_k s_k/α."""
+    """Natural parameter of the generalized posterior in the conjugate case: η_0 + Σ_k s_k/α.
+
+    Args:
+        prior_eta: (P,) η_0.
+        agent_stats: (K, P) per-agent statistics (see :func:`conjugate_solver`).
+        alpha: temperature α > 0.
+
+    Returns:
+        (P,) the posterior's natural parameter.
+    """
     return prior_eta + jnp.sum(agent_stats, axis=-2) / alpha
 
 

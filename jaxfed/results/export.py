@@ -50,7 +50,18 @@ def table(ds, metric: str):
     """One metric as a long table (one row per cell): the label columns, ``trial`` (raw) and the
     axis coordinates, then the values (raw: column ``NAME``; summary: ``NAME_count``,
     ``NAME_nan_count``, ``NAME_mean``, ``NAME_se`` and the quantiles ``NAME_q12.5``, ``NAME_q50``,
-    ``NAME_q87.5``)."""
+    ``NAME_q87.5``).
+
+    Args:
+        ds: a dataset of :func:`jaxfed.results.open_results` (not unstacked).
+        metric: a metric of the run.
+
+    Returns:
+        A :class:`pandas.DataFrame`, one row per cell.
+
+    Raises:
+        ValueError: an unknown metric (naming the run's).
+    """
     known = metrics_of(ds)
     if metric not in known:
         raise ValueError(f"unknown metric {metric!r}; this run's metrics: {', '.join(known)}")
@@ -76,6 +87,16 @@ def export(directory: str, fmt: str, metric: str | None = None, with_bands: bool
     written to a temporary file beside its name and renamed over it (never through a link). It
     is never one of the run's own files (config.json, metrics.npz, identity.json, verdicts.json,
     report.md, the figure, the lock, anything under chunks/).
+
+    Args:
+        directory: a result directory.
+        fmt: ``"netcdf"``, ``"csv"`` or ``"parquet"`` (:data:`FORMATS`).
+        metric: one metric only (needed for a table of a run with several).
+        with_bands: a table of the bands instead of the cells.
+        out: the file to write (default: beside the run, named for it).
+
+    Returns:
+        The path of the file written.
 
     Raises:
         ValueError: one line naming the file given: not a finished run, an unknown metric or
@@ -137,7 +158,14 @@ def _integers_kept(frame, ds, labels: list):
 
 def runs_in(directory: str) -> list[str]:
     """The result directories of a ``jaxfed reproduce`` directory: each subdirectory (not a link)
-    holding a ``config.json``, in name order."""
+    holding a ``config.json``, in name order.
+
+    Args:
+        directory: a ``jaxfed reproduce`` directory.
+
+    Returns:
+        The paths of its result directories.
+    """
     try:
         names = sorted(os.listdir(directory))
     except OSError as err:
@@ -156,6 +184,16 @@ def export_all(
     """:func:`export` of a run's directory, or of every run in a ``jaxfed reproduce`` directory
     (:func:`runs_in`; with ``metric``, the runs that have it), each to its default name in its own
     directory or in the directory ``out``; the paths written.
+
+    Args:
+        directory: a result directory, or a ``jaxfed reproduce`` directory of them.
+        fmt: ``"netcdf"``, ``"csv"`` or ``"parquet"`` (:data:`FORMATS`).
+        metric: one metric only.
+        with_bands: tables of the bands instead of the cells.
+        out: a file (one run) or a directory (several runs) to write into.
+
+    Returns:
+        The paths of the files written.
 
     Raises:
         ValueError: as :func:`export`; a directory holding no run; ``out`` not a directory for

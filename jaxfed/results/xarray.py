@@ -101,6 +101,9 @@ def open_results(directory: str | os.PathLike, *, unstack: bool = False):
         directory: a result directory (``jaxfed run NAME --out DIR``).
         unstack: one dimension per label key instead of ``point`` (:func:`unstack`).
 
+    Returns:
+        The :class:`xarray.Dataset` (layout: module docstring).
+
     Raises:
         ValueError: one line naming the file, when ``directory`` is not a finished run.
     """
@@ -143,6 +146,9 @@ def to_xarray(result: Mapping, sweep=None, *, labels=None, metric_axes=None, coo
         labels, metric_axes, coords: instead of (or over) the sweep's; without either, ``point``
             is 0, 1, … and the axes ``dim_0``, ``dim_1``, …
         unstack: one dimension per label key instead of ``point`` (:func:`unstack`).
+
+    Returns:
+        The :class:`xarray.Dataset`, as :func:`open_results` lays it out.
     """
     results = dict(result)
     if not results:
@@ -243,7 +249,15 @@ Any other key named like an argument of ``.sel`` becomes ``label_KEY``. The swee
 
 def coordinate_name(key: str, keys=()) -> str:
     """The coordinate of label key ``key`` (:data:`RENAMED_LABELS`; ``label_KEY`` for another
-    argument of ``.sel``, or where the new name is itself one of the point's label ``keys``)."""
+    argument of ``.sel``, or where the new name is itself one of the point's label ``keys``).
+
+    Args:
+        key: a label key of the points.
+        keys: every label key of the points.
+
+    Returns:
+        The name of the key's coordinate (``key`` itself unless renamed).
+    """
     if key not in SEL_ARGUMENTS:
         return key
     name = RENAMED_LABELS.get(key, f"label_{key}")
@@ -294,7 +308,14 @@ def unstack(ds):
     kmeans-snr unstacks into ``algorithm`` × ``digits`` × ``snr_db``, gfvl-heterogeneity into
     ``topology`` × ``spread``. A dimension's values come in the order the points first give
     them. Integer and boolean metrics become float64 (for the NaN); ``point_index`` holds the
-    point of each cell (−1: none)."""
+    point of each cell (−1: none).
+
+    Args:
+        ds: a dataset of :func:`open_results` or :func:`to_xarray` with a ``point`` dimension.
+
+    Returns:
+        The unstacked dataset.
+    """
     return _unstack_points(ds)
 
 
@@ -391,7 +412,14 @@ def _position(level: np.ndarray, value) -> int:
 def for_netcdf(ds):
     """``ds`` as netCDF can hold it: the ``point`` MultiIndex reset to plain coordinates along
     ``point`` (and ``point`` itself 0, 1, …), string coordinates as str (``xarray.open_dataset``
-    of the file then gives this dataset back)."""
+    of the file then gives this dataset back).
+
+    Args:
+        ds: a dataset of :func:`open_results` or :func:`to_xarray` (not unstacked).
+
+    Returns:
+        The dataset with plain coordinates.
+    """
     if _is_multi(ds):
         ds = ds.reset_index("point").drop_vars("point", errors="ignore")
         ds = ds.assign_coords(point=np.arange(ds.sizes["point"]))
@@ -412,7 +440,14 @@ def _summary_of(ds, metric: str) -> stats.Summary:
 
 
 def metrics_of(ds) -> list[str]:
-    """The metric names of a dataset (raw variables and summaries), in order."""
+    """The metric names of a dataset (raw variables and summaries), in order.
+
+    Args:
+        ds: a dataset of :func:`open_results` or :func:`to_xarray`.
+
+    Returns:
+        The metric names: raw variables, and summaries by their ``NAME`` (without ``_count`` …).
+    """
     names = [str(v) for v, var in ds.data_vars.items() if var.attrs.get("kept") == "raw"]
     names += [str(var.attrs["metric"]) for v, var in ds.data_vars.items() if var.attrs.get("field") == "mean"]
     return names
@@ -430,6 +465,9 @@ def bands(ds_or_dir, metric: str, mass: float = 0.75):
             result directory.
         metric: a metric of the run.
         mass: the band's probability mass.
+
+    Returns:
+        A :class:`pandas.DataFrame`, one row per (point, index).
 
     Raises:
         ValueError: an unknown metric (naming the run's), or an unstacked dataset.
@@ -478,6 +516,12 @@ def verdicts(directory: str):
     ``interval`` (as report.md prints it), ``p_value`` (sign test), ``fraction_greater``, ``n``,
     ``n_dropped``, ``n_untied``, ``verdict``, ``reason``. Read only: nothing is computed.
 
+    Args:
+        directory: a result directory with a ``verdicts.json``.
+
+    Returns:
+        A :class:`pandas.DataFrame`, one row per claim.
+
     Raises:
         ValueError: no verdicts.json there (write one with ``jaxfed report DIR``), or not readable.
     """
@@ -490,7 +534,15 @@ def layout_table(experiments: Mapping, names=None) -> str:
     parameters; ``names``: these only) each metric's dims in a raw run, the label keys
     (``point``'s levels; those :func:`unstack` makes dimensions in bold) and the coordinate values
     of its axes. Built from each experiment's sweep, nothing run (tests/results/test_results_xarray.py
-    checks the page holds it)."""
+    checks the page holds it).
+
+    Args:
+        experiments: name -> :class:`~jaxfed.experiment.Experiment`.
+        names: the experiments to list (default: all of ``experiments``).
+
+    Returns:
+        The Markdown table, one row per experiment.
+    """
     rows = ["| experiment | metrics: dims of a raw run | `point` levels | axis coordinates |", "|---|---|---|---|"]
     for name, exp in experiments.items():
         if names is not None and name not in names:

@@ -46,6 +46,9 @@ def band(values, mass: float = 0.75, axis: int = 1) -> Band:
             ±inf trials are left out in both cases (a cell without a finite trial gives NaN).
         mass: probability inside the band, in (0, 1).
         axis: the trial axis of a raw array.
+
+    Returns:
+        The :class:`Band`, each array the cells' shape (the trial axis removed).
     """
     validation.probability("mass", mass, low_open=True, high_open=True)
     qs = [0.5, (1 - mass) / 2, (1 + mass) / 2]
@@ -65,7 +68,15 @@ def band(values, mass: float = 0.75, axis: int = 1) -> Band:
 
 def summary_quantile(summary: Summary, q) -> np.ndarray:
     """Inverted-CDF quantile ``q`` (a number, or an array broadcast to the cells) per cell from the
-    histogram (within 2.33%: :mod:`jaxfed.stats.summary`)."""
+    histogram (within 2.33%: :mod:`jaxfed.stats.summary`).
+
+    Args:
+        summary: a streamed :class:`~jaxfed.stats.summary.Summary`.
+        q: the quantile's probability, in [0, 1].
+
+    Returns:
+        Per cell the quantile (NaN where the cell has no finite trial).
+    """
     cum = np.cumsum(summary.hist, axis=-1, dtype=np.int64)
     n = cum[..., -1]
     rank = np.maximum(np.ceil(q * n), 1).astype(np.int64)  # the rank-th smallest finite value
@@ -86,11 +97,19 @@ def fraction_at_most(summary: Summary, tol: float = 0.0) -> np.ndarray:
     nearest above ``tol`` (every value < 1e-12 for ``tol`` = 0: the zero bin and the negative
     bins). A summary cannot tell 0 from 1e-13; raw values give exact fractions.
 
-    >>> from jaxfed.stats.summary import SummaryAccumulator
-    >>> acc = SummaryAccumulator((1, 1))  # one point, one slot
-    >>> acc.add(np.array([[[0.0], [0.0], [1e-3], [0.5]]]))
-    >>> [float(v) for v in fraction_at_most(acc.result())[0]]
-    [0.5]
+    Args:
+        summary: a streamed :class:`~jaxfed.stats.summary.Summary`.
+        tol: the tolerance (0: values below 1e-12).
+
+    Returns:
+        Per cell the fraction, in [0, 1] (NaN where the cell has no finite trial).
+
+    Example:
+        >>> from jaxfed.stats.summary import SummaryAccumulator
+        >>> acc = SummaryAccumulator((1, 1))  # one point, one slot
+        >>> acc.add(np.array([[[0.0], [0.0], [1e-3], [0.5]]]))
+        >>> [float(v) for v in fraction_at_most(acc.result())[0]]
+        [0.5]
     """
     level = max(int(np.searchsorted(_EDGES, tol, side="left")), 1)  # first edge >= tol (>= 1e-12)
     last = _ZERO + level if tol > _EDGES[0] else _ZERO  # bins [0, last] hold only values < that edge
@@ -113,12 +132,19 @@ def median_se(summary: Summary) -> np.ndarray:
     one or two bins) the figure is interpolated inside bins and only approximate. Cells with
     fewer than 4 finite trials give +inf (never meets a target).
 
-    >>> from jaxfed.stats.summary import SummaryAccumulator
-    >>> rng = np.random.default_rng(0)
-    >>> acc = SummaryAccumulator((1,))
-    >>> acc.add(rng.normal(5.0, 1.0, (1, 10_000)))
-    >>> float(np.round(median_se(acc.result())[0], 3))  # exact: sqrt(pi / 2) / sqrt(n) = 0.0125
-    0.013
+    Args:
+        summary: a streamed :class:`~jaxfed.stats.summary.Summary`.
+
+    Returns:
+        Per cell the standard error of the median (+inf below 4 finite trials).
+
+    Example:
+        >>> from jaxfed.stats.summary import SummaryAccumulator
+        >>> rng = np.random.default_rng(0)
+        >>> acc = SummaryAccumulator((1,))
+        >>> acc.add(rng.normal(5.0, 1.0, (1, 10_000)))
+        >>> float(np.round(median_se(acc.result())[0], 3))  # exact: sqrt(pi / 2) / sqrt(n) = 0.0125
+        0.013
     """
     n = np.asarray(summary.count, np.float64)
     half_width = 0.5 / np.sqrt(np.maximum(n, 1.0))

@@ -169,7 +169,14 @@ def _verify(path: str, meta: dict, arrays: dict, crcs: dict, expected: dict, spe
 
 
 def identity_digest(identity: dict) -> str:
-    """SHA-256 of an identity as the store computes it (the ``identity`` of every chunk header)."""
+    """SHA-256 of an identity as the store computes it (the ``identity`` of every chunk header).
+
+    Args:
+        identity: the run's identity (a JSON object).
+
+    Returns:
+        The SHA-256 of its JSON text with sorted keys, as 64 hex digits.
+    """
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
@@ -212,13 +219,30 @@ class ChunkName(NamedTuple):
 
 
 def chunk_dir(out_dir: str) -> str:
-    """The chunk folder of the result directory ``out_dir``."""
+    """The chunk folder of the result directory ``out_dir``.
+
+    Args:
+        out_dir: a result directory.
+
+    Returns:
+        The path of its chunk folder.
+    """
     return os.path.join(out_dir, CHUNK_DIR)
 
 
 def list_chunks(out_dir: str) -> list[ChunkName]:
     """The chunk files of ``out_dir``, sorted by name; a chunk folder that is a link is refused
-    (StoreError), never followed; other names in it are not listed."""
+    (StoreError), never followed; other names in it are not listed.
+
+    Args:
+        out_dir: a result directory.
+
+    Returns:
+        The parsed names of its chunk files (none when it has no chunk folder).
+
+    Raises:
+        StoreError: the chunk folder is a symbolic link.
+    """
     folder = chunk_dir(out_dir)
     check_no_link(folder)
     names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
@@ -226,13 +250,30 @@ def list_chunks(out_dir: str) -> list[ChunkName]:
 
 
 def chunk_header(path: str) -> dict | None:
-    """The ``__meta__`` header of the chunk file ``path`` (its arrays are not read), or None."""
+    """The ``__meta__`` header of the chunk file ``path`` (its arrays are not read), or None.
+
+    Args:
+        path: a chunk file.
+
+    Returns:
+        Its header (a dict), or None when it has none or cannot be read.
+    """
     return _header(path)
 
 
 def read_chunk(path: str) -> tuple[dict, dict]:
     """(header, arrays) of the stored file ``path``, its checksums verified (the header's SHA-256,
-    every array's CRC-32 as the header lists it); StoreError naming it otherwise."""
+    every array's CRC-32 as the header lists it); StoreError naming it otherwise.
+
+    Args:
+        path: a chunk file (raw or summary).
+
+    Returns:
+        (header, arrays): the header dict and name -> array.
+
+    Raises:
+        StoreError: the file is not a complete, unaltered chunk file (one line naming it).
+    """
     meta, arrays, crcs = _unpack(path)
     listed = meta.get("arrays")
     trials, points = meta.get("trials"), meta.get("point_ids")
@@ -277,7 +318,17 @@ def _stored_summary(header: dict, arrays: dict) -> StoredSummary:
 def read_summary(path: str) -> StoredSummary:
     """The summary file ``path`` (:func:`read_chunk`: checksums verified), split into states and
     tails; StoreError naming it when its header has no per-point trial counts or an array is not
-    a state's field."""
+    a state's field.
+
+    Args:
+        path: a summary chunk file (``summary_g{G}.npz``).
+
+    Returns:
+        The :class:`StoredSummary` it holds.
+
+    Raises:
+        StoreError: as :func:`read_chunk`, or the arrays are not complete summary states.
+    """
     header, arrays = read_chunk(path)
     counts = header.get("point_trials")
     if not (
@@ -297,7 +348,16 @@ def finish_summaries(states: dict, tails: dict, point_trials) -> dict:
     """metric -> (final state, :class:`jaxfed.stats.Summary`) of a group: each state followed by its
     raw tail (:func:`jaxfed.stats.summary.finish`). The tail counts only for the points that ran to the
     end (those with the most trials); a point that stopped early (a precision target) stopped at
-    a whole block. The engine's last step, and what a stored summary is checked against."""
+    a whole block. The engine's last step, and what a stored summary is checked against.
+
+    Args:
+        states: metric -> :class:`jaxfed.stats.SummaryState` of the group's whole blocks.
+        tails: metric -> the raw values after them, (points, trials, …).
+        point_trials: the trials of each point of the group.
+
+    Returns:
+        metric -> (final state, :class:`jaxfed.stats.Summary`).
+    """
     counts = np.asarray(point_trials, np.int64)
     whole = counts // _block() * _block()
     lengths = np.where(counts == counts.max(initial=0), counts - whole, 0)
@@ -317,14 +377,34 @@ def _chunk_meta(kind: str, digest: str, group: int, point_ids, start: int, stop:
 
 
 def summary_path(out_dir: str, group: int) -> str:
-    """The file of group ``group``'s summary in the result directory ``out_dir``."""
+    """The file of group ``group``'s summary in the result directory ``out_dir``.
+
+    Args:
+        out_dir: a result directory.
+        group: the point group's number.
+
+    Returns:
+        The path of the group's summary chunk file.
+    """
     return os.path.join(chunk_dir(out_dir), _summary_name(group))
 
 
 def write_summary(out_dir: str, group: int, point_ids, point_trials: list, chunk: int, states: dict) -> None:
     """Writes group ``group``'s summary of trials [0, max(point_trials)) into ``out_dir`` under the
     identity its identity.json holds (a merge of shards: :mod:`jaxfed.runs.sharding`), as
-    :meth:`Store.save_summary` does; ``states``: metric -> {field: array} (None fields left out)."""
+    :meth:`Store.save_summary` does; ``states``: metric -> {field: array} (None fields left out).
+
+    Args:
+        out_dir: a result directory holding an ``identity.json``.
+        group: the point group's number.
+        point_ids: the global indices of the group's points.
+        point_trials: the trials summarised per point.
+        chunk: the chunk size the summary was computed in.
+        states: metric -> {field: array}.
+
+    Raises:
+        StoreError: ``identity.json`` is unreadable, or the file cannot be written.
+    """
     digest = identity_digest(read_json(os.path.join(out_dir, "identity.json")))
     arrays = {
         f"{metric}/{field}": value for metric, s in states.items() for field, value in s.items() if value is not None

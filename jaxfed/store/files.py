@@ -67,7 +67,14 @@ _NOT_A_LINK = "jaxfed writes only files it creates itself inside the result dire
 
 
 def check_no_link(path: str) -> None:
-    """StoreError if ``path`` is a symbolic link: nothing this package writes follows one."""
+    """StoreError if ``path`` is a symbolic link: nothing this package writes follows one.
+
+    Args:
+        path: a path inside a result directory.
+
+    Raises:
+        StoreError: ``path`` is a symbolic link (one line naming it).
+    """
     if os.path.islink(path):
         raise StoreError(f"{path}: is a symbolic link; {_NOT_A_LINK}")
 
@@ -80,6 +87,13 @@ def open_regular(path: str, limit: int | None = None):
     """The regular file ``path`` opened for reading (binary), without following a link and
     without blocking (``O_NONBLOCK``: a FIFO, device or socket put in place of a result file is
     refused, never waited on), when it is at most ``limit`` bytes long.
+
+    Args:
+        path: the file to read.
+        limit: the largest size read, in bytes (default :data:`MAX_READ_BYTES`).
+
+    Returns:
+        The file, open for binary reading (the caller closes it).
 
     Raises:
         StoreError: one line naming ``path``: absent, a link, not a regular file, too large, unreadable.
@@ -102,7 +116,18 @@ def open_regular(path: str, limit: int | None = None):
 
 def read_regular(path: str, limit: int | None = None) -> bytes:
     """The bytes of the regular file ``path`` (see :func:`open_regular`; ``limit`` default
-    :data:`MAX_READ_BYTES`)."""
+    :data:`MAX_READ_BYTES`).
+
+    Args:
+        path: the file to read.
+        limit: the largest size read, in bytes (default :data:`MAX_READ_BYTES`).
+
+    Returns:
+        The file's bytes.
+
+    Raises:
+        StoreError: as :func:`open_regular`, or the file grew past ``limit`` or a read failed.
+    """
     limit = MAX_READ_BYTES if limit is None else limit
     with open_regular(path, limit) as f:
         try:
@@ -121,7 +146,18 @@ it is read or parsed."""
 
 def read_json(path: str, limit: int | None = None):
     """The JSON value of the regular file ``path`` (:func:`read_regular`); StoreError, one line
-    naming the file, when it cannot be read or parsed (too deeply nested included)."""
+    naming the file, when it cannot be read or parsed (too deeply nested included).
+
+    Args:
+        path: the JSON file to read.
+        limit: the largest size read, in bytes (default :data:`MAX_JSON_BYTES`).
+
+    Returns:
+        The parsed JSON value.
+
+    Raises:
+        StoreError: as :func:`read_regular`, or the bytes are not JSON.
+    """
     data = read_regular(path, MAX_JSON_BYTES if limit is None else limit)
     try:
         return json.loads(data.decode())
@@ -168,6 +204,10 @@ def atomic_write_bytes(path: str, data) -> None:
     """Writes ``data`` (bytes, or a list of buffers written one after another) to ``path`` via a
     new temporary file beside it and ``os.replace``: never half-written, never through a symbolic link.
 
+    Args:
+        path: the file to write (created or replaced).
+        data: bytes, or a list of buffers (bytes, memoryviews) written one after another.
+
     Raises:
         StoreError: ``path`` is a symbolic link, or the file cannot be written (permissions, full
             disk, …), naming it.
@@ -189,12 +229,27 @@ def atomic_write_bytes(path: str, data) -> None:
 
 
 def atomic_write_json(path: str, obj) -> None:
-    """Writes ``obj`` as JSON to ``path`` atomically (see :func:`atomic_write_bytes`)."""
+    """Writes ``obj`` as JSON to ``path`` atomically (see :func:`atomic_write_bytes`).
+
+    Args:
+        path: the file to write (created or replaced).
+        obj: a JSON-serialisable value, written indented with sorted keys.
+
+    Raises:
+        StoreError: as :func:`atomic_write_bytes`.
+    """
     atomic_write_bytes(path, json.dumps(obj, indent=2, sort_keys=True).encode())
 
 
 def savez_bytes(arrays: dict) -> bytes:
-    """The bytes of ``np.savez(arrays)`` (uncompressed .npz)."""
+    """The bytes of ``np.savez(arrays)`` (uncompressed .npz).
+
+    Args:
+        arrays: name -> array.
+
+    Returns:
+        The bytes of the .npz file.
+    """
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     return buffer.getvalue()
@@ -202,7 +257,15 @@ def savez_bytes(arrays: dict) -> bytes:
 
 def atomic_savez(path: str, arrays: dict) -> None:
     """``np.savez`` to ``path`` atomically (see :func:`atomic_write_bytes`), the arrays written
-    from where they lie (:func:`_npz_parts`)."""
+    from where they lie (:func:`_npz_parts`).
+
+    Args:
+        path: the file to write (created or replaced).
+        arrays: name -> array.
+
+    Raises:
+        StoreError: as :func:`atomic_write_bytes`.
+    """
     atomic_write_bytes(path, _npz_parts(arrays))
 
 

@@ -77,7 +77,16 @@ def describe_differences(stored, given, prefix: str = "") -> list[str]:
     """``["key: stored X, given Y", …]`` for every differing (nested) key of two JSON values, lists
     entry by entry (``points[1].topology: stored "line", given "complete"``; lists of different
     lengths also say both lengths), values whole; a SHA-256 digest (64 hex digits, e.g. a file's
-    under ``code``) shows as its first 12 digits."""
+    under ``code``) shows as its first 12 digits.
+
+    Args:
+        stored: the JSON value a directory holds.
+        given: the JSON value of this run.
+        prefix: the key path above these values (``"parameters."``), for the recursion.
+
+    Returns:
+        One line per differing leaf, in key order (empty when the values are equal).
+    """
     if isinstance(stored, dict) and isinstance(given, dict):
         out = []
         for key in sorted(set(stored) | set(given), key=str):
@@ -112,7 +121,14 @@ def _read_json(path: str):
 def stored_identity(out_dir: str) -> dict | None:
     """The identity a result directory holds (its ``identity.json``), or None: absent, unreadable or
     not an object (the :class:`Store` then says why when it opens the directory). What the engine
-    reads before it opens the store: a stored run's micro-batch width, which growth keeps."""
+    reads before it opens the store: a stored run's micro-batch width, which growth keeps.
+
+    Args:
+        out_dir: a result directory.
+
+    Returns:
+        The identity (a dict), or None.
+    """
     path = os.path.join(out_dir, "identity.json")
     try:
         stored = _read_json(path) if os.path.isfile(path) else None
@@ -131,6 +147,12 @@ def read_builds(out_dir: str) -> dict | None:
     ever with ``mix_builds``), and ``"unrecorded": true`` when the directory held trials before its
     builds were recorded (by a build nobody wrote down).
 
+    Args:
+        out_dir: a result directory.
+
+    Returns:
+        The record (a dict), or None.
+
     Raises:
         StoreError: ``build.json`` is a link, unreadable or not such a record (one line naming it).
     """
@@ -146,7 +168,15 @@ def read_builds(out_dir: str) -> dict | None:
 
 
 def builds_record(listed: list, unrecorded: bool = False) -> dict:
-    """The ``build.json`` of the builds ``listed`` (each once, in order; see :func:`read_builds`)."""
+    """The ``build.json`` of the builds ``listed`` (each once, in order; see :func:`read_builds`).
+
+    Args:
+        listed: builds (:func:`jaxfed.builds.this_build` dicts), in the order they computed trials.
+        unrecorded: the directory held trials before its builds were recorded.
+
+    Returns:
+        The record ``{"builds": […], "mixed": bool}`` (and ``"unrecorded": true``).
+    """
     distinct: list = []
     for build in listed:
         if not any(builds.same_bits(build, b) for b in distinct):
@@ -159,7 +189,16 @@ def builds_record(listed: list, unrecorded: bool = False) -> dict:
 
 def build_refusal(where: str, stored: dict, here: dict) -> str:
     """The one line that refuses to add trials of the build ``here`` to ``where`` (a directory),
-    whose trials the build ``stored`` computed: both builds, what differs and what to do."""
+    whose trials the build ``stored`` computed: both builds, what differs and what to do.
+
+    Args:
+        where: the result directory.
+        stored: the build that computed its trials.
+        here: this process's build.
+
+    Returns:
+        The message, one line.
+    """
     return (
         f"{where} holds trials computed by {builds.short(stored)}, this is {builds.short(here)}"
         + builds.feature_note(stored, here)
@@ -171,7 +210,17 @@ def build_refusal(where: str, stored: dict, here: dict) -> str:
 
 def jax_refusal(where: str, stored_jax: dict, here: dict, differing: list[str]) -> str:
     """The one line that refuses a run whose trial programs differ from those ``where`` holds, which
-    a JAX of another version (``stored_jax``'s ``jax`` and ``jaxlib``) traced: mixing is impossible."""
+    a JAX of another version (``stored_jax``'s ``jax`` and ``jaxlib``) traced: mixing is impossible.
+
+    Args:
+        where: the result directory.
+        stored_jax: ``{"jax", "jaxlib"}`` of the build that computed its run (:func:`recorded_jax`).
+        here: this process's build.
+        differing: the differing keys of the two identities (:func:`describe_differences`).
+
+    Returns:
+        The message, one line.
+    """
     there = f"jax {stored_jax.get('jax')} (jaxlib {stored_jax.get('jaxlib') or stored_jax.get('jax')})"
     pip = builds.remedy(
         dict(here, jax=stored_jax.get("jax"), jaxlib=stored_jax.get("jaxlib") or stored_jax.get("jax")), here
@@ -187,7 +236,14 @@ def jax_refusal(where: str, stored_jax: dict, here: dict, differing: list[str]) 
 def recorded_jax(out_dir: str) -> dict | None:
     """``{"jax", "jaxlib"}`` of the build that computed the run in ``out_dir`` (its first recorded
     build; for a directory written before builds were recorded, config.json's ``versions``, which
-    name JAX but not jaxlib), or None where nothing says."""
+    name JAX but not jaxlib), or None where nothing says.
+
+    Args:
+        out_dir: a result directory.
+
+    Returns:
+        ``{"jax": …, "jaxlib": …}`` (``jaxlib`` None where only config.json says), or None.
+    """
     try:
         record = read_builds(out_dir)
         if record and record["builds"]:
@@ -216,6 +272,11 @@ def verify_record(out_dir: str, record: dict, record_path: str) -> None:
     names ``identity.json`` by its digest (``identity_sha256``), states every key of
     :data:`RECORD_KEYS` and every other key it shares with identity.json exactly as identity.json
     does, and every stored chunk header carries that digest. Links are refused, not followed.
+
+    Args:
+        out_dir: the result directory.
+        record: its config.json, parsed.
+        record_path: the path of config.json, named in the messages.
 
     Raises:
         StoreError: one line naming the file that does not agree (an edited points label or
@@ -451,7 +512,19 @@ class Store:
     # ---------------------------------------------------------------- raw chunks
     def raw_chunks(self, spec: GroupSpec, n_trials: int) -> Iterator[tuple[int, int, dict]]:
         """Yields (start, stop, arrays) of every verified stored chunk of the group that
-        overlaps trials [0, ``n_trials``), arrays (points, stop − start, …), one file at a time."""
+        overlaps trials [0, ``n_trials``), arrays (points, stop − start, …), one file at a time.
+
+        Args:
+            spec: the group's points and metrics.
+            n_trials: the trials the run asks for.
+
+        Returns:
+            An iterator of (start, stop, arrays), arrays metric -> (points, stop − start, …).
+
+        Raises:
+            StoreError: a chunk file is not a verified chunk of this group (with ``overwrite`` it is
+                deleted instead, and its trials recomputed).
+        """
         if not self.dir:
             return
         for chunk in self._chunks():
@@ -476,7 +549,17 @@ class Store:
             yield start, stop, arrays
 
     def save_raw(self, spec: GroupSpec, start: int, stop: int, arrays: dict) -> None:
-        """Commits trials [start, stop) of a group: one atomic file."""
+        """Commits trials [start, stop) of a group: one atomic file.
+
+        Args:
+            spec: the group's points and metrics.
+            start: the first trial.
+            stop: the trial after the last.
+            arrays: metric -> (points, stop − start, …).
+
+        Raises:
+            StoreError: the file cannot be written.
+        """
         if not self.dir:
             return
         name = _raw_name(spec.group, start, stop)
@@ -490,6 +573,13 @@ class Store:
         …) after the whole blocks of ``stop`` (zeros for a point with fewer trials). Every point
         has ``stop`` trials, except in a precision-targeted run where a point stops on its own at
         a chunk boundary (a multiple of the block).
+
+        Args:
+            spec: the group's points and metrics.
+            n_trials: the trials the run asks for.
+
+        Returns:
+            The :class:`~jaxfed.store.chunks.StoredSummary`, or None where none is stored (or it was discarded).
 
         Raises:
             StoreError: the file is not a verified summary of this group, or it already covers
@@ -526,7 +616,17 @@ class Store:
 
     def save_summary(self, spec: GroupSpec, point_trials: list, chunk: int, states: dict) -> None:
         """Commits a group's summary state after trials [0, point_trials[p]) of each point,
-        computed in chunks of ``chunk`` trials: one atomic file."""
+        computed in chunks of ``chunk`` trials: one atomic file.
+
+        Args:
+            spec: the group's points and metrics.
+            point_trials: the trials summarised per point.
+            chunk: the chunk size.
+            states: metric -> {field: array} (None fields left out).
+
+        Raises:
+            StoreError: the file cannot be written.
+        """
         if not self.dir:
             return
         arrays = {
@@ -566,7 +666,12 @@ class Store:
 def remove_empty(out_dir: str, keep: tuple = ()) -> None:
     """Removes the store in ``out_dir`` when it holds no trial: ``identity.json``, the lock and an
     empty chunk folder (and the directory, when nothing else is left; names in ``keep`` stay, and
-    so does the store when anything else is there). Errors are ignored: it only tidies."""
+    so does the store when anything else is there). Errors are ignored: it only tidies.
+
+    Args:
+        out_dir: a result directory.
+        keep: names in it that stay (and that do not count as something else being there).
+    """
     if not os.path.isdir(out_dir) or os.path.islink(out_dir):
         return
     try:
