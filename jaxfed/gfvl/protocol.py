@@ -101,14 +101,14 @@ def step(key: jax.Array, state: GFVLState, agent: jax.Array, solve: LocalSolver)
 def learn(key: jax.Array, state: GFVLState, schedule: jax.Array, solve: LocalSolver):
     """Runs :func:`step` over a schedule with ``lax.scan``.
 
-    Returns:
-        (final state, η after each slot of shape (n_slots, P)).
-
     Args:
         key: PRNG key (split into one key per slot).
         state: the state before the first slot.
         schedule: (n_slots,) scheduled agents.
         solve: the local solver (:data:`LocalSolver`).
+
+    Returns:
+        (final state, η after each slot of shape (n_slots, P)).
     """
     keys = jax.random.split(key, schedule.shape[0])
 

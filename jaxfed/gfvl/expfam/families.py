@@ -49,14 +49,29 @@ NORMAL_MIN_PRECISION = 1e-8
 
 
 def normal_natural(mean, variance) -> jax.Array:
-    """Natural parameter η = (m/v, −1/(2v)) of N(m, v)."""
+    """Natural parameter η = (m/v, −1/(2v)) of N(m, v).
+
+    Args:
+        mean: the means m.
+        variance: the variances v > 0 (broadcast with ``mean``).
+
+    Returns:
+        (..., 2) natural parameters.
+    """
     mean, variance = jnp.broadcast_arrays(jnp.asarray(mean, dtype=float), jnp.asarray(variance, dtype=float))
     return jnp.stack([mean / variance, -0.5 / variance], axis=-1)
 
 
 def normal_mean_precision(eta: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(m, p): mean m = η₁/p and precision p = −2η₂ of the Normal with natural parameter η (not its
-    moments: the second is 1/variance)."""
+    moments: the second is 1/variance).
+
+    Args:
+        eta: (..., P) natural parameters.
+
+    Returns:
+        (m, p), each (...).
+    """
     p = -2.0 * eta[..., 1]
     return eta[..., 0] / p, p
 
@@ -129,7 +144,16 @@ def _normal_kl(eta1, eta2):
 
 def normal_sample_score(key: jax.Array, eta: jax.Array, n_samples: int) -> tuple[jax.Array, jax.Array]:
     """θ_s = m + ε_s/√p, ε_s ~ N(0, 1), and the scores T(θ) − μ = (ε s, 2m ε s + (ε² − 1) s²), s = 1/√p
-    (the textbook θ² − (m² + 1/p) cancels the m² when the posterior concentrates)."""
+    (the textbook θ² − (m² + 1/p) cancels the m² when the posterior concentrates).
+
+    Args:
+        key: PRNG key.
+        eta: (..., P) natural parameters.
+        n_samples: S, the number of draws (static).
+
+    Returns:
+        (θ, scores): the draws (S, *event) and their scores (S, P).
+    """
     m, p = normal_mean_precision(eta)
     s = 1.0 / jnp.sqrt(p)
     eps = jax.random.normal(key, (n_samples,), eta.dtype)
@@ -139,7 +163,15 @@ def normal_sample_score(key: jax.Array, eta: jax.Array, n_samples: int) -> tuple
 
 def normal_fisher_solve(eta: jax.Array, v: jax.Array) -> jax.Array:
     """FIM(η)⁻¹ v = (p v₁ + m p² (2m v₁ − v₂), p² (v₂/2 − m v₁)), from the closed-form inverse
-    [[2m²p² + p, −m p²], [−m p², p²/2]] (det FIM = 2/p³, never formed)."""
+    [[2m²p² + p, −m p²], [−m p², p²/2]] (det FIM = 2/p³, never formed).
+
+    Args:
+        eta: (..., P) natural parameters.
+        v: (..., P) vectors.
+
+    Returns:
+        (..., P) FIM(η)⁻¹ v.
+    """
     m, p = normal_mean_precision(eta)
     v1, v2 = v[..., 0], v[..., 1]
     p2 = p * p
@@ -171,13 +203,28 @@ GAMMA_MIN = 1e-3
 
 
 def gamma_natural(shape_a, rate_b) -> jax.Array:
-    """Natural parameter η = (a, −b) of Gamma(shape a, rate b) (base measure h(θ) = 1/θ)."""
+    """Natural parameter η = (a, −b) of Gamma(shape a, rate b) (base measure h(θ) = 1/θ).
+
+    Args:
+        shape_a: shape a > 0.
+        rate_b: rate b > 0 (broadcast with ``shape_a``).
+
+    Returns:
+        (..., 2) natural parameters.
+    """
     a, b = jnp.broadcast_arrays(jnp.asarray(shape_a, dtype=float), jnp.asarray(rate_b, dtype=float))
     return jnp.stack([a, -b], axis=-1)
 
 
 def gamma_shape_rate(eta: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(a, b) = (η₁, −η₂)."""
+    """(a, b) = (η₁, −η₂).
+
+    Args:
+        eta: (..., P) natural parameters.
+
+    Returns:
+        (a, b), each (...).
+    """
     return eta[..., 0], -eta[..., 1]
 
 
@@ -236,6 +283,14 @@ def gamma_sample_score(key: jax.Array, eta: jax.Array, n_samples: int) -> tuple[
 
     both differences of small numbers: log(G/a) from :func:`_log_gamma_ratio` and ψ(a) − log a from
     :func:`jaxfed.numerics.digamma_minus_log` (the textbook log θ − ψ(a) + log b cancels for large a).
+
+    Args:
+        key: PRNG key.
+        eta: (..., P) natural parameters.
+        n_samples: S, the number of draws (static).
+
+    Returns:
+        (θ, scores): the draws (S, *event) and their scores (S, P).
     """
     a, b = gamma_shape_rate(eta)
     r = _log_gamma_ratio(key, a, (n_samples,))
@@ -245,7 +300,15 @@ def gamma_sample_score(key: jax.Array, eta: jax.Array, n_samples: int) -> tuple[
 
 def gamma_fisher_solve(eta: jax.Array, v: jax.Array) -> jax.Array:
     """FIM(η)⁻¹ v = ((a v₁ − b v₂)/(a g(a)), b (−v₁ + b ψ′(a) v₂)/(a g(a))), using det FIM = a g(a)/b²
-    with g(x) = ψ′(x) − 1/x (the 1/b² parts of ψ′(a)·a/b² − 1/b² cancel exactly)."""
+    with g(x) = ψ′(x) − 1/x (the 1/b² parts of ψ′(a)·a/b² − 1/b² cancel exactly).
+
+    Args:
+        eta: (..., P) natural parameters.
+        v: (..., P) vectors.
+
+    Returns:
+        (..., P) FIM(η)⁻¹ v.
+    """
     a, b = gamma_shape_rate(eta)
     g = numerics.trigamma_minus_reciprocal(a)
     v1, v2 = v[..., 0], v[..., 1]
@@ -323,7 +386,16 @@ def dirichlet_sample_score(key: jax.Array, eta: jax.Array, n_samples: int) -> tu
         log θ_c − μ_c = [r_c − (ψ(α_c) − log α_c)] − [R − (ψ(α_0) − log α_0)],
 
     r_c = log(G_c/α_c) (:func:`_log_gamma_ratio`) and R = log(Σ G/α_0) = log1p(Σ_c (α_c/α_0) expm1(r_c))
-    (a log-sum-exp where that sum approaches −1, i.e. every G_c far below its mean)."""
+    (a log-sum-exp where that sum approaches −1, i.e. every G_c far below its mean).
+
+    Args:
+        key: PRNG key.
+        eta: (..., P) natural parameters.
+        n_samples: S, the number of draws (static).
+
+    Returns:
+        (θ, scores): the draws (S, *event) and their scores (S, P).
+    """
     total = jnp.sum(eta, axis=-1)
     r = _log_gamma_ratio(key, eta, (n_samples,))  # (S, C)
     w = eta / total
@@ -343,7 +415,15 @@ def dirichlet_fisher_solve(eta: jax.Array, v: jax.Array) -> jax.Array:
         den = 1 − ψ′(α_0) Σ h_c = E/α_0 − g(α_0) Σ h_c,   E = Σ_c α_c² g(α_c)/(1 + α_c g(α_c)),
 
     with g(x) = ψ′(x) − 1/x: the 1/α_0 · α_0 parts of den cancel exactly, so it is formed from
-    O(1/α) terms (for large α, E/α_0 ≈ C/(2α_0) against g(α_0) Σh ≈ 1/(2α_0))."""
+    O(1/α) terms (for large α, E/α_0 ≈ C/(2α_0) against g(α_0) Σh ≈ 1/(2α_0)).
+
+    Args:
+        eta: (..., P) natural parameters.
+        v: (..., P) vectors.
+
+    Returns:
+        (..., P) FIM(η)⁻¹ v.
+    """
     total = jnp.sum(eta, axis=-1, keepdims=True)
     g = numerics.trigamma_minus_reciprocal(jnp.concatenate([eta, total], axis=-1))
     gc, g0 = g[..., :-1], g[..., -1:]
@@ -364,6 +444,15 @@ def dirichlet(n_categories: int) -> ExpFamily:
     """The Dirichlet family over C = ``n_categories`` categories (static), η = α ∈ (0, ∞)^C.
 
     Equal for equal C (the fields are module-level functions), so jit caches are shared.
+
+    Args:
+        n_categories: C >= 2.
+
+    Returns:
+        The :class:`~jaxfed.gfvl.expfam.ExpFamily` (named ``"dirichlet"``, of dimension C).
+
+    Raises:
+        ValueError: C is not an integer >= 2.
     """
     validation.integer("n_categories", n_categories, 2)
     return ExpFamily(
@@ -444,7 +533,16 @@ def _mf_kl(eta1, eta2):
 
 def mean_field_sample_score(key: jax.Array, eta: jax.Array, n_samples: int) -> tuple[jax.Array, jax.Array]:
     """θ_s = m + ε_s ⊙ s (s_j = p_j^(−1/2), ε_s ~ N(0, I_d)) and per coordinate the NORMAL scores
-    (ε s, 2m ε s + (ε² − 1) s²), flattened to (S, 2d)."""
+    (ε s, 2m ε s + (ε² − 1) s²), flattened to (S, 2d).
+
+    Args:
+        key: PRNG key.
+        eta: (..., P) natural parameters.
+        n_samples: S, the number of draws (static).
+
+    Returns:
+        (θ, scores): the draws (S, *event) and their scores (S, P).
+    """
     m, p = normal_mean_precision(_pairs(eta))
     s = 1.0 / jnp.sqrt(p)
     eps = numerics.standard_normal(key, (n_samples,) + m.shape, eta.dtype)
@@ -453,7 +551,15 @@ def mean_field_sample_score(key: jax.Array, eta: jax.Array, n_samples: int) -> t
 
 
 def mean_field_fisher_solve(eta: jax.Array, v: jax.Array) -> jax.Array:
-    """FIM(η)⁻¹ v block by block (:func:`normal_fisher_solve` per coordinate): O(d), no d×d solve."""
+    """FIM(η)⁻¹ v block by block (:func:`normal_fisher_solve` per coordinate): O(d), no d×d solve.
+
+    Args:
+        eta: (..., P) natural parameters.
+        v: (..., P) vectors.
+
+    Returns:
+        (..., P) FIM(η)⁻¹ v.
+    """
     return _flat(normal_fisher_solve(_pairs(eta), _pairs(v)))
 
 
@@ -465,6 +571,13 @@ def mean_field_normal(n_dims: int, min_precision: float = NORMAL_MIN_PRECISION) 
     ``min_precision`` > 0 (a model may know a better floor: e.g. the prior's precision when the loss is
     convex, since then the optimum is at least as precise as the prior). The same object for equal
     arguments (cached), so jit caches are shared.
+
+    Args:
+        n_dims: d >= 1.
+        min_precision: the floor of each precision in ``project``.
+
+    Returns:
+        The :class:`~jaxfed.gfvl.expfam.ExpFamily`.
     """
     validation.integer("n_dims", n_dims, 1)
     validation.positive("min_precision", min_precision)
@@ -490,12 +603,27 @@ def mean_field_normal(n_dims: int, min_precision: float = NORMAL_MIN_PRECISION) 
 
 
 def mean_field_natural(mean, variance) -> jax.Array:
-    """η of length 2d for Π_j N(m_j, v_j), from (..., d) means and variances."""
+    """η of length 2d for Π_j N(m_j, v_j), from (..., d) means and variances.
+
+    Args:
+        mean: (..., d) means.
+        variance: (..., d) variances > 0.
+
+    Returns:
+        (..., 2d) natural parameters.
+    """
     return _flat(normal_natural(mean, variance))
 
 
 def mean_field_moments(eta: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(m, v): the (..., d) means and variances of the mean-field Gaussian with natural parameter η."""
+    """(m, v): the (..., d) means and variances of the mean-field Gaussian with natural parameter η.
+
+    Args:
+        eta: (..., 2d) natural parameters.
+
+    Returns:
+        (m, v), each (..., d).
+    """
     m, p = normal_mean_precision(_pairs(eta))
     return m, 1.0 / p
 

@@ -67,7 +67,16 @@ REPARAMETERISATIONS = ("normal", "mean_field_normal")
 
 
 def log_prob(family: ExpFamily, eta: jax.Array, theta: jax.Array) -> jax.Array:
-    """log q_η(θ) = ηᵀT(θ) + log h(θ) − A(η)."""
+    """log q_η(θ) = ηᵀT(θ) + log h(θ) − A(η).
+
+    Args:
+        family: the exponential family.
+        eta: (..., P) natural parameters.
+        theta: draws (the family's event shape per draw), broadcast with ``eta``.
+
+    Returns:
+        (...) the log densities.
+    """
     t = family.sufficient_stats(theta)
     return jnp.sum(eta * t, axis=-1) + family.log_base_measure(theta) - family.log_partition(eta)
 
@@ -93,6 +102,14 @@ def kl_direct(family: ExpFamily, eta1: jax.Array, eta2: jax.Array) -> jax.Array:
 
     Exact in exact arithmetic, but it subtracts log-partition values that can be thousands of
     times larger than the result: use :func:`kl`.
+
+    Args:
+        family: the exponential family.
+        eta1: (..., P) natural parameters of q_η1.
+        eta2: (..., P) natural parameters of q_η2.
+
+    Returns:
+        (...) the divergences.
     """
     delta = eta2 - eta1
     return family.log_partition(eta2) - family.log_partition(eta1) - jnp.sum(delta * family.mean(eta1), -1)
@@ -131,6 +148,14 @@ def kl_integral(family: ExpFamily, eta1: jax.Array, eta2: jax.Array) -> jax.Arra
     The integrand is non-negative and evaluated by ``family.fisher_quadratic`` without
     cancellation. Each half of [0, 1] uses Gauss–Legendre nodes (8 per half in float32, 24 in
     float64) graded toward the end nearest a pole (see :func:`_pole_distances`).
+
+    Args:
+        family: the exponential family.
+        eta1: (..., P) natural parameters of q_η1.
+        eta2: (..., P) natural parameters of q_η2.
+
+    Returns:
+        (...) the divergences, >= 0.
     """
     eta1, eta2 = jnp.broadcast_arrays(eta1, eta2)
     delta = eta2 - eta1
@@ -162,6 +187,14 @@ def kl(family: ExpFamily, eta1: jax.Array, eta2: jax.Array) -> jax.Array:
     large and the direct Bregman form (:func:`kl_direct`) is both accurate and what the graded
     quadrature cannot resolve. A family's ``kl_closed`` replaces both where it is set. Returns
     exactly 0 for equal arguments and never a negative value.
+
+    Args:
+        family: the exponential family.
+        eta1: (..., P) natural parameters of q_η1.
+        eta2: (..., P) natural parameters of q_η2.
+
+    Returns:
+        (...) the divergences, >= 0.
     """
     eta1, eta2 = jnp.broadcast_arrays(jnp.asarray(eta1), jnp.asarray(eta2))
     if family.kl_closed is not None:
@@ -181,7 +214,18 @@ def register(family: ExpFamily) -> ExpFamily:
     needs the required fields of :class:`ExpFamily`; the non-conjugate solver
     (:func:`jaxfed.gfvl.natgrad_solver`, REINFORCE) uses ``sample`` with the generic score and Fisher
     solve where ``sample_score`` and ``fisher_solve`` are None, and the reparameterisation gradient
-    where ``reparameterisation`` names the family's Gaussian layout (:data:`REPARAMETERISATIONS`)."""
+    where ``reparameterisation`` names the family's Gaussian layout (:data:`REPARAMETERISATIONS`).
+
+    Args:
+        family: the :class:`ExpFamily`.
+
+    Returns:
+        ``family``.
+
+    Raises:
+        ValueError: ``family`` is not an ExpFamily, or its ``reparameterisation`` is not one of
+            :data:`REPARAMETERISATIONS` (or None).
+    """
     validation.check("family", type(family).__name__, isinstance(family, ExpFamily), "an ExpFamily")
     layouts = (None, *REPARAMETERISATIONS)
     validation.one_of(f"family {family.name!r}: reparameterisation", family.reparameterisation, layouts)
@@ -191,21 +235,44 @@ def register(family: ExpFamily) -> ExpFamily:
 def get(name: str) -> ExpFamily:
     """The family called ``name``; ValueError listing the registered ones otherwise.
 
-    >>> get("gamma").dim, names()
-    (2, ('beta', 'normal', 'gamma', 'dirichlet'))
+    Args:
+        name: a registered family's name.
+
+    Returns:
+        The :class:`ExpFamily`.
+
+    Raises:
+        ValueError: no family of that name is registered (the message lists those that are).
+
+    Example:
+        >>> get("gamma").dim, names()
+        (2, ('beta', 'normal', 'gamma', 'dirichlet'))
     """
     return _FAMILIES.get(name)
 
 
 def names() -> tuple[str, ...]:
-    """The registered families' names, built-ins first ("dirichlet" is C = 3; :func:`dirichlet` makes others)."""
+    """The registered families' names, built-ins first ("dirichlet" is C = 3; :func:`dirichlet` makes others).
+
+    Returns:
+        The names, in the order they were registered.
+    """
     return _FAMILIES.names()
 
 
 def check_natural(family: ExpFamily, eta, name: str = "eta") -> None:
     """ValueError unless the concrete ``eta`` has last axis of length P = ``family.dim``, is finite and lies
     inside the natural-parameter domain (every boundary coordinate > 0, which makes FIM(η) positive
-    definite). Traced values are left alone."""
+    definite). Traced values are left alone.
+
+    Args:
+        family: the exponential family.
+        eta: the natural parameters to check.
+        name: the argument's name, in the message.
+
+    Raises:
+        ValueError: ``eta`` has the wrong shape, is not finite or lies outside the domain (one line).
+    """
     if validation.is_traced(eta):
         return
     eta = np.asarray(eta, dtype=float)
