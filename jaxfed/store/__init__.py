@@ -6,18 +6,21 @@ This face re-exports its modules' names (``jaxfed.store.NAME``); the code is in:
   file, ``fsync``, ``os.replace``), reads that follow no link and never block, the directory lock;
 - :mod:`jaxfed.store.chunks`: the chunk format (the layout of a result directory, each chunk
   file's header and checksums), its only reader and writer;
+- :mod:`jaxfed.store.buildrecord`: ``build.json``, the builds that computed a directory's trials;
 - :mod:`jaxfed.store.runstore`: the :class:`Store` of one run (its identity, builds and lock; the
   chunks it reads and commits), :func:`verify_record`, :func:`remove_empty`;
 - :mod:`jaxfed.store.rundir`: the result directory of a finished run (config.json, metrics.npz,
   verdicts.json), not imported here.
 
-Each module imports the ones above it in that list only, never this face.
+The first four import only the ones above them in this list, never this face (rundir, the
+last, uses the store through this face).
 
 Internal: not a public API (no ``__all__``; the public names are in tests/project/public_api.txt).
 """
 
 # ruff: noqa: F401 (a face: every import below is a re-export)
 
+from jaxfed.store.buildrecord import BUILD_FILE, build_refusal, builds_record, jax_refusal, read_builds, recorded_jax
 from jaxfed.store.chunks import (
     CHUNK_DIR,
     SHARD_SUMMARY_FIELDS,
@@ -52,17 +55,11 @@ from jaxfed.store.files import (
     savez_bytes,
 )
 from jaxfed.store.runstore import (
-    BUILD_FILE,
     RECORD_KEYS,
     BuildMismatch,
     ConfigMismatch,
     Store,
-    build_refusal,
-    builds_record,
     describe_differences,
-    jax_refusal,
-    read_builds,
-    recorded_jax,
     remove_empty,
     stored_identity,
     verify_record,
