@@ -23,7 +23,7 @@ MODULES = [
     stats.verdicts,
     validation,
     registry,
-    expfam,
+    expfam.generic,  # (the face re-exports; its parts hold the examples)
     aggregators,
 ]
 
