@@ -104,7 +104,7 @@ def fraction_at_most(summary: Summary, tol: float = 0.0) -> np.ndarray:
     Returns:
         Per cell the fraction, in [0, 1] (NaN where the cell has no finite trial).
 
-    Example:
+    Examples:
         >>> from jaxfed.stats.summary import SummaryAccumulator
         >>> acc = SummaryAccumulator((1, 1))  # one point, one slot
         >>> acc.add(np.array([[[0.0], [0.0], [1e-3], [0.5]]]))
@@ -138,7 +138,7 @@ def median_se(summary: Summary) -> np.ndarray:
     Returns:
         Per cell the standard error of the median (+inf below 4 finite trials).
 
-    Example:
+    Examples:
         >>> from jaxfed.stats.summary import SummaryAccumulator
         >>> rng = np.random.default_rng(0)
         >>> acc = SummaryAccumulator((1,))

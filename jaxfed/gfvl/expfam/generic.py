@@ -244,7 +244,7 @@ def get(name: str) -> ExpFamily:
     Raises:
         ValueError: no family of that name is registered (the message lists those that are).
 
-    Example:
+    Examples:
         >>> get("gamma").dim, names()
         (2, ('beta', 'normal', 'gamma', 'dirichlet'))
     """
