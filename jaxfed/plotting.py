@@ -346,7 +346,7 @@ def figure(nrows: int = 1, ncols: int = 1, **kwargs):
 
 def save(fig, path: str) -> None:
     """Writes the figure as PNG to ``path`` atomically (a new file renamed over it, never through
-    a symbolic link: see :func:`jaxfed.store.files.atomic_write_bytes`), with readable log ticks
+    a symbolic link: see :func:`jaxfed.store.atomic_write_bytes`), with readable log ticks
     (:func:`readable_ticks`) and, for a figure without a layout engine, a tight layout."""
     _say_what_is_empty(fig)
     for ax in fig.axes:
