@@ -19,7 +19,8 @@ import textwrap
 
 import numpy as np
 
-from jaxfed import stats, store
+from jaxfed import stats
+from jaxfed.store import files
 
 __all__ = [
     "band_plot",
@@ -418,7 +419,7 @@ def save(fig, path: str) -> None:
         fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, dpi=130, format="png")
-    store.atomic_write_bytes(path, buffer.getvalue())
+    files.atomic_write_bytes(path, buffer.getvalue())
 
 
 def readable_ticks(ax) -> None:

@@ -1,7 +1,4 @@
-"""The engine's streaming summary core: medians and credible bands over the trial axis, from raw
-trials or streamed.
-
-Raw metrics are arrays (point, trial, …); :func:`band` takes their quantiles directly.
+"""The engine's streaming summary core: what the engine keeps of the trials of a metric too large to keep.
 
 For sweeps too large to keep, the engine summarises each chunk on the device and returns a
 :class:`Summary` per metric: count, NaN count, mean and standard error, and a
@@ -29,29 +26,22 @@ sums per cell, whatever the chunk size, instead of every value.
 
 This part of :mod:`jaxfed.stats` imports NumPy, JAX and :mod:`jaxfed.validation` only, never
 :mod:`jaxfed.stats.intervals` or :mod:`jaxfed.stats.verdicts`: those build on the trials a run
-keeps, this part is what the engine keeps of them.
+keeps, this part is what the engine keeps of them. The medians, bands and quantiles read from a
+:class:`Summary` (or from raw trials) are in :mod:`jaxfed.stats.quantiles`.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
-from jaxfed import validation
-
 __all__ = [
-    "Band",
-    "band",
     "Summary",
     "SummaryState",
     "SUMMARY_BLOCK",
-    "summary_quantile",
-    "median_se",
-    "fraction_at_most",
 ]
 
 HIST_LOG_MIN = -12  # smallest magnitude with its own bins: 1e-12
@@ -70,15 +60,6 @@ SUM_LEVELS = 32
 _EDGES = 10.0 ** (HIST_LOG_MIN + np.arange(_N_SIDE + 1) / HIST_PER_DECADE)
 
 
-class Band(NamedTuple):
-    """Median and central credible band over trials, per point and time index."""
-
-    median: np.ndarray  # (n_points, *time)
-    lower: np.ndarray  # (n_points, *time) quantile (1 − mass)/2
-    upper: np.ndarray  # (n_points, *time) quantile (1 + mass)/2
-    mass: float  # probability mass inside [lower, upper]
-
-
 class Summary(NamedTuple):
     """Streaming summary of one metric over trials; arrays are (n_points, *time)."""
 
@@ -87,32 +68,6 @@ class Summary(NamedTuple):
     mean: np.ndarray  # float64
     se: np.ndarray  # standard error of the mean, float64
     hist: np.ndarray  # (n_points, *time, N_BINS) int32 counts on the signed log grid
-
-
-def band(values, mass: float = 0.75, axis: int = 1) -> Band:
-    """Median and the central ``mass`` band (default 75%: the 12.5% and 87.5% quantiles).
-
-    Args:
-        values: raw array with a trial axis, e.g. (point, trial, slot), or a :class:`Summary`
-            (quantiles from its histogram, see the module docstring for their error). NaN and
-            ±inf trials are left out in both cases (a cell without a finite trial gives NaN).
-        mass: probability inside the band, in (0, 1).
-        axis: the trial axis of a raw array.
-    """
-    validation.probability("mass", mass, low_open=True, high_open=True)
-    qs = [0.5, (1 - mass) / 2, (1 + mass) / 2]
-    if isinstance(values, Summary):
-        med, lo, hi = (summary_quantile(values, q) for q in qs)
-    else:
-        # Non-finite trials are left out, as summaries leave them out: both modes give one band.
-        finite = np.isfinite(values)
-        if finite.all():
-            med, lo, hi = np.quantile(values, qs, axis=axis)
-        else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # a cell with no finite trial: NaN
-                med, lo, hi = np.nanquantile(np.where(finite, values, np.nan), qs, axis=axis)
-    return Band(median=med, lower=lo, upper=hi, mass=mass)
 
 
 def _bin_index(x: np.ndarray) -> np.ndarray:
@@ -685,68 +640,6 @@ def _summary(count, nan_count, total, total_sq, hist) -> Summary:
         var = np.maximum(total_sq - n * mean * mean, 0.0) / (n - 1)
         se = np.sqrt(var / n)
     return Summary(count=count, nan_count=nan_count, mean=mean, se=se, hist=hist)
-
-
-def summary_quantile(summary: Summary, q) -> np.ndarray:
-    """Inverted-CDF quantile ``q`` (a number, or an array broadcast to the cells) per cell from the
-    histogram (within 2.33%, see module doc)."""
-    cum = np.cumsum(summary.hist, axis=-1, dtype=np.int64)
-    n = cum[..., -1]
-    rank = np.maximum(np.ceil(q * n), 1).astype(np.int64)  # the rank-th smallest finite value
-    index = np.minimum((cum < rank[..., None]).sum(-1), N_BINS - 1)
-    below = (
-        np.take_along_axis(cum, index[..., None], -1)[..., 0]
-        - np.take_along_axis(summary.hist, index[..., None], -1)[..., 0]
-    )
-    in_bin = np.maximum(np.take_along_axis(summary.hist, index[..., None], -1)[..., 0], 1)
-    fraction = (rank - below - 0.5) / in_bin
-    # Inside a negative bin, magnitudes decrease with rank.
-    fraction = np.where(index < _ZERO, 1.0 - fraction, fraction)
-    return np.where(n > 0, _bin_value(index, fraction), np.nan)
-
-
-def fraction_at_most(summary: Summary, tol: float = 0.0) -> np.ndarray:
-    """Per cell, the fraction of finite trials whose value is below the histogram's bin edge
-    nearest above ``tol`` (every value < 1e-12 for ``tol`` = 0: the zero bin and the negative
-    bins). A summary cannot tell 0 from 1e-13; raw values give exact fractions.
-
-    >>> acc = SummaryAccumulator((1, 1))  # one point, one slot
-    >>> acc.add(np.array([[[0.0], [0.0], [1e-3], [0.5]]]))
-    >>> [float(v) for v in fraction_at_most(acc.result())[0]]
-    [0.5]
-    """
-    level = max(int(np.searchsorted(_EDGES, tol, side="left")), 1)  # first edge >= tol (>= 1e-12)
-    last = _ZERO + level if tol > _EDGES[0] else _ZERO  # bins [0, last] hold only values < that edge
-    below = summary.hist[..., : last + 1].sum(-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(summary.count > 0, below / summary.count, np.nan)
-
-
-def median_se(summary: Summary) -> np.ndarray:
-    """Standard error of the median per cell, from the histogram (order statistics, no density estimate).
-
-    The ranks n/2 ± √n/2 bracket the sample median with ±1 standard deviation of its binomial
-    rank, so half the distance between those order statistics estimates the median's standard
-    error (the distribution-free interval of the median, Hettmansperger & Sheather 1986):
-
-        se_med ≈ (Q(1/2 + 1/(2√n)) − Q(1/2 − 1/(2√n))) / 2,
-
-    with Q the histogram's quantile (:func:`summary_quantile`, each within 2.33% relative).
-    Below the histogram's resolution (an SE under ~2.33% of |median|, where both quantiles fall in
-    one or two bins) the figure is interpolated inside bins and only approximate. Cells with
-    fewer than 4 finite trials give +inf (never meets a target).
-
-    >>> rng = np.random.default_rng(0)
-    >>> acc = SummaryAccumulator((1,))
-    >>> acc.add(rng.normal(5.0, 1.0, (1, 10_000)))
-    >>> float(np.round(median_se(acc.result())[0], 3))  # exact: sqrt(pi / 2) / sqrt(n) = 0.0125
-    0.013
-    """
-    n = np.asarray(summary.count, np.float64)
-    half_width = 0.5 / np.sqrt(np.maximum(n, 1.0))
-    lower = summary_quantile(summary, 0.5 - half_width)
-    upper = summary_quantile(summary, 0.5 + half_width)
-    return np.where(n >= 4, (upper - lower) / 2, np.inf)
 
 
 def merge_point_groups(parts: list, n_points: int) -> Summary:

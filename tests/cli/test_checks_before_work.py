@@ -313,14 +313,14 @@ def test_a_full_disk_while_plotting_is_one_line_naming_the_figure(capsys, tmp_pa
     )
     monkeypatch.setitem(REGISTRY, exp.name, exp)
     monkeypatch.setattr(engine, "run", functools.partial(engine.run, use_jit=False))
-    real = store._write_file
+    real = store.files._write_file
 
     def full_disk(path, data):
         if ".png" in path:
             raise OSError(28, "No space left on device")
         return real(path, data)
 
-    monkeypatch.setattr(store, "_write_file", full_disk)
+    monkeypatch.setattr(store.files, "_write_file", full_disk)
     out = tmp_path / "full"
     err = one_line_error(capsys, ["run", exp.name, "--trials", "2", "--out", str(out), "--quiet"])
     assert err == f"jaxfed: error: cannot write {out / 'tiny-plot.png'}: No space left on device"

@@ -78,12 +78,12 @@ def test_out_on_a_file_under_a_file_or_unwritable(capsys, tmp_path, monkeypatch)
         assert f"{out}: cannot be used as a result directory (Not a directory)" in err
     # A read-only directory (simulated: permissions do not bind root, who may run the tests).
     denied = PermissionError(13, "Permission denied")
-    monkeypatch.setattr(store, "_makedirs", lambda path: (_ for _ in ()).throw(denied))
+    monkeypatch.setattr(store.files, "_makedirs", lambda path: (_ for _ in ()).throw(denied))
     assert "cannot be used as a result directory (Permission denied)" in one_line_error(
         capsys, ["run", "gfvl-topologies", "--out", str(tmp_path / "ro"), *SMALL]
     )
     monkeypatch.undo()
-    monkeypatch.setattr(store, "_write_file", lambda path, data: (_ for _ in ()).throw(denied))
+    monkeypatch.setattr(store.files, "_write_file", lambda path, data: (_ for _ in ()).throw(denied))
     assert "cannot write " + str(tmp_path / "ro2" / "identity.json") in one_line_error(
         capsys, ["run", "gfvl-topologies", "--out", str(tmp_path / "ro2"), *SMALL]
     )

@@ -167,7 +167,7 @@ def _beta_kl_cases():
     "dtype, rtol, rtol_large", [(jnp.float32, 8e-6, 1e-6), (jnp.float64, 1e-12, 1e-13)], ids=["float32", "float64"]
 )
 def test_beta_kl_meets_its_stated_accuracy(dtype, rtol, rtol_large):
-    """expfam.kl for the Beta (its closed form, expfam._beta_kl) within the bounds jaxfed.gfvl.expfam states, for
+    """expfam.kl for the Beta (its closed form, expfam.beta._beta_kl) within the bounds jaxfed.gfvl.expfam states, for
     KL >= 1e-9, and tighter where every shape is at least 4 (measured worst: 4.1e-6 / 3.8e-14 overall on JAX
     0.6.2 and 0.10.2, 5.6e-6 / 2.6e-14 on JAX 0.12.1, whose XLA rounds float32 log and log1p differently, at
     shapes (0.2455, 6.944) against (0.2455, 2.999); 4.3e-7 / 2.1e-15 with shapes >= 4 on all three; the
@@ -224,12 +224,12 @@ def test_proposals_per_round_miss_s_acceptances_rarely():
     Cheng's BB accepts at about 0.88 for large shapes."""
 
     def miss(s):
-        r = math.ceil(s / expfam._ACCEPT_RATE + 6.0 * math.sqrt(0.13 * s))
-        return stats.binom.cdf(s - 1, r, expfam._ACCEPT_RATE)
+        r = math.ceil(s / expfam.beta._ACCEPT_RATE + 6.0 * math.sqrt(0.13 * s))
+        return stats.binom.cdf(s - 1, r, expfam.beta._ACCEPT_RATE)
 
     assert max(miss(s) for s in range(10, 3001)) < 3.7e-5
     assert miss(10) < 2.1e-5 and miss(100) < 1.3e-6 and miss(1000) < 1.5e-7
-    accept, _, _ = expfam._cheng_proposals(jax.random.key(0), jnp.float32(700.0), jnp.float32(300.0), 200_000)
+    accept, _, _ = expfam.beta._cheng_proposals(jax.random.key(0), jnp.float32(700.0), jnp.float32(300.0), 200_000)
     assert abs(float(jnp.mean(accept)) - 0.88) < 0.01
 
 
@@ -237,7 +237,7 @@ def test_proposals_per_round_miss_s_acceptances_rarely():
 def test_open_uniform_is_strictly_inside_and_exact(dtype):
     """U = (k + ½)·2^−m: every value strictly inside (0, 1) and exactly of that form in the dtype."""
     with enable_x64(dtype == jnp.float64):
-        u = np.asarray(expfam._open_uniform(jax.random.key(5), (200_000,), dtype))
+        u = np.asarray(expfam.beta._open_uniform(jax.random.key(5), (200_000,), dtype))
         m = jnp.finfo(dtype).nmant
     assert u.dtype == dtype and np.all(u > 0) and np.all(u < 1)
     k = u.astype(np.float64) * 2.0**m - 0.5

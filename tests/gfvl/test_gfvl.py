@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from jaxfed import gfvl, scenarios
-from jaxfed.gfvl import expfam, gossip, graphs, likelihoods
+from jaxfed.gfvl import expfam, gossip, graphs, likelihoods, protocol
 from jaxfed.gfvl.expfam import BETA, beta_natural
 from jaxfed.jaxcompat import enable_x64
 
@@ -160,5 +160,5 @@ def test_the_order_by_ranks_is_the_stable_argsort(n):
             np.full((2, n), 300),  # all tied (nothing visited)
         ]
     ).astype(np.int32)
-    got = jax.jit(jax.vmap(gfvl._stable_order))(jnp.asarray(keys))
+    got = jax.jit(jax.vmap(protocol._stable_order))(jnp.asarray(keys))
     np.testing.assert_array_equal(np.asarray(got), np.argsort(keys, axis=1, kind="stable"))

@@ -138,7 +138,7 @@ def test_deeply_nested_json_is_one_line(finished, capsys):
 
 
 def test_huge_json_is_refused_before_it_is_read(finished, monkeypatch):
-    monkeypatch.setattr(store, "MAX_JSON_BYTES", 100)
+    monkeypatch.setattr(store.files, "MAX_JSON_BYTES", 100)
     with pytest.raises(ValueError, match=r"config\.json: is [\d,]+ bytes, more than the 100 read"):
         jaxfed.open_results(finished)
 
@@ -153,7 +153,7 @@ def test_a_full_disk_during_an_export_is_one_line_and_exit_2(finished, capsys, m
             f.write(b"partial")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(store, "_write_file", full)
+    monkeypatch.setattr(store.files, "_write_file", full)
     target = tmp_path / f"mine.{fmt}"
     code, err = _export(capsys, finished, "--format", fmt, "--out", target)
     assert code == 2 and err.count("\n") == 0 and f"cannot write {target}: No space left on device" in err

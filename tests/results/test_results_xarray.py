@@ -23,6 +23,7 @@ import jaxfed
 from jaxfed import cli, engine, results, stats
 from jaxfed.experiment import make_config
 from jaxfed.experiments import REGISTRY
+from jaxfed.results.export import _integers_kept
 from jaxfed.runs import run_experiment
 
 xr = pytest.importorskip("xarray")
@@ -199,14 +200,14 @@ def test_integer_coordinates_stay_integers_in_tables():
     sweep, fake, ds = _snr_like()
     final = (("point", "trial"), fake["loss"][:, :, -1], {"metric": "final", "kept": "raw"})
     ds = ds.assign(final=final)  # a metric without `round`
-    frame = results._integers_kept(results.table(ds, "loss"), ds, sweep.labels)
+    frame = _integers_kept(results.table(ds, "loss"), ds, sweep.labels)
     text = frame.to_csv(index=False).splitlines()
     assert text[0] == "algorithm,digits,snr_db,noise_free,trial,round,loss"
     assert text[1].startswith("centralized,,,False,0,1,")
     assert any(line.startswith("quantized,4,,False,0,1,") for line in text)
     both = pd.concat([results.bands(ds, m).assign(metric=m) for m in ("loss", "final")], ignore_index=True)
     assert both["round"].dtype.kind == "f"  # NaN for `final`: what pandas makes of it
-    kept = results._integers_kept(both, ds, sweep.labels)
+    kept = _integers_kept(both, ds, sweep.labels)
     assert str(kept["round"].dtype) == "Int64" and str(kept["digits"].dtype) == "Int64"
     assert str(kept["snr_db"].dtype) == "float64"  # a float label key stays a float
     assert ",1," in kept.to_csv(index=False).splitlines()[1] and ".0,1.0," not in kept.to_csv(index=False)

@@ -2,7 +2,7 @@
 
 A toy experiment (two point groups, a vector and a scalar metric, some NaN trials) runs through
 ``run_experiment`` and the engine unjitted (fast; the store does not depend on jit). Every write
-of the store goes through ``jaxfed.store._write_file/_replace/_remove/_makedirs``; a "kill" at
+of the store goes through ``jaxfed.store.files._write_file/_replace/_remove/_makedirs``; a "kill" at
 instant k raises a BaseException at the k-th of these calls, before it runs, or halfway through a
 file write (a torn write). These are all the on-disk states a SIGKILL can leave, since nothing
 touches the disk between two of these calls. After each kill the run is repeated and must equal
@@ -115,7 +115,7 @@ def faults(kill_at=None, torn=False):
     """Counts the store's filesystem calls (yields their names); raises Killed at call ``kill_at``
     (1-based), before it runs, or with ``torn`` (if it is a file write) after writing half the bytes."""
     calls = []
-    originals = {name: getattr(store, name) for name in FS_OPS}
+    originals = {name: getattr(store.files, name) for name in FS_OPS}
 
     def wrap(name):
         real = originals[name]
@@ -132,12 +132,12 @@ def faults(kill_at=None, torn=False):
         return call
 
     for name in FS_OPS:
-        setattr(store, name, wrap(name))
+        setattr(store.files, name, wrap(name))
     try:
         yield calls
     finally:
         for name, real in originals.items():
-            setattr(store, name, real)
+            setattr(store.files, name, real)
 
 
 def assert_same(a: dict, b: dict):
@@ -701,7 +701,7 @@ def test_a_directory_another_run_is_writing_is_refused_until_it_is_released(tmp_
     second is refused with one line naming the holder; the lock goes with the run (or its process)."""
     d = str(tmp_path / "locked")
     os.makedirs(d)
-    holder = store._lock_directory(d)
+    holder = store.files._lock_directory(d)
     with pytest.raises(store.StoreError, match=rf"another jaxfed run \(pid {os.getpid()}\) is writing"):
         engine.run(toy_trial, [{"scale": jnp.float32(1.0)}], 4, out_dir=d, identity={"x": 1}, use_jit=False)
     holder.close()

@@ -1,4 +1,4 @@
-"""The stored chunk has one owner: only ``jaxfed/store/__init__.py`` spells the chunk folder, the header
+"""The stored chunk has one owner: only ``jaxfed/store/chunks.py`` spells the chunk folder, the header
 key, a chunk file's name or the ``NAME/FIELD`` split of a summary file (read from the source with
 ``ast``; docstrings and comments may name them). Everything else goes through the store's view
 (``list_chunks``, ``read_chunk``, ``read_summary``, ``finish_summaries``); a copy of the format
@@ -16,7 +16,7 @@ import pytest
 from jaxfed import stats, store
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "jaxfed"
-OWNER = PACKAGE / "store" / "__init__.py"
+OWNER = PACKAGE / "store" / "chunks.py"
 
 SPELLINGS = {
     "the chunk folder": re.compile(r"(^|/)chunks(/|$)"),

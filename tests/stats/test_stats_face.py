@@ -1,4 +1,4 @@
-"""``jaxfed.stats`` is one face over three parts (summary, intervals, verdicts): the names it had as
+"""``jaxfed.stats`` is one face over four parts (summary, quantiles, intervals, verdicts): the names it had as
 one module still there, the public ones in ``__all__``, the parts' import order (function lengths: tests/project/test_function_length.py)."""
 
 import ast
@@ -6,9 +6,9 @@ import inspect
 import pathlib
 
 from jaxfed import stats
-from jaxfed.stats import intervals, summary, verdicts
+from jaxfed.stats import intervals, quantiles, summary, verdicts
 
-PARTS = (summary, intervals, verdicts)
+PARTS = (summary, quantiles, intervals, verdicts)
 BEFORE_THE_SPLIT = [
     "Band",
     "Verdict",
@@ -80,5 +80,6 @@ def _stats_imports(part) -> set[str]:
 
 def test_the_parts_import_one_another_in_order_only():
     assert _stats_imports(summary) == set()
+    assert _stats_imports(quantiles) == {"jaxfed.stats.summary"}
     assert _stats_imports(intervals) == set()
     assert _stats_imports(verdicts) <= {"jaxfed.stats.intervals", "jaxfed.stats.summary"}
