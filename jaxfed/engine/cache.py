@@ -364,7 +364,15 @@ def _entry_files(path: str) -> list[str]:
 def cache_info(option: str | None = None) -> CacheInfo:
     """The compilation cache a run would use (:func:`compilation_cache_dir` of ``option``): its
     directory, compiled programs and bytes, whether it is writable, and how many of its programs
-    JAX compiled again instead of loading them (:func:`one_compile_for_every_process`). Reads only."""
+    JAX compiled again instead of loading them (:func:`one_compile_for_every_process`). Reads only.
+
+    Args:
+        option: the cache a run is given (a directory, ``"off"``, or None for the default:
+            ``JAXFED_COMPILATION_CACHE`` or the user cache directory).
+
+    Returns:
+        A :class:`CacheInfo` (path None when the cache is off).
+    """
     path = compilation_cache_dir(option)
     if path is None:
         return CacheInfo(None, False, 0, 0, False)
@@ -393,6 +401,12 @@ def clear_cache(option: str | None = None) -> CacheInfo:
     ``jaxfed-memory`` folder of figures that jaxfed before Engine V cached there, only: a cache
     pointed at a directory that holds other files keeps them) and returns what was there (:func:`cache_info`). The next run of each program compiles
     it again.
+
+    Args:
+        option: the cache, as :func:`cache_info` takes it.
+
+    Returns:
+        What was there before, a :class:`CacheInfo`.
 
     Raises:
         OSError: an entry could not be removed (a read-only directory), naming the file.

@@ -235,6 +235,12 @@ def start_distributed(
     before anything uses JAX. Under Open MPI 5 the process count and index come from its
     variables and the coordinator (process 0's ``host:port``) must be given.
 
+    Args:
+        coordinator: process 0's ``host:port`` (default: found by JAX).
+        num_processes: how many processes take part (default: found).
+        process_id: this process's index in [0, num_processes) (default: found).
+        timeout: seconds to wait for the coordinator and the other processes.
+
     Raises:
         ValueError: no coordinator given and none that JAX can find.
     """

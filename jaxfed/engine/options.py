@@ -353,11 +353,25 @@ class RunOptions:
     @classmethod
     def for_experiments(cls, **given) -> RunOptions:
         """The options of :func:`jaxfed.runs.run_experiment` and the CLI: ``given`` over the
-        fields' experiment defaults (``keep="auto"``) over the engine's."""
+        fields' experiment defaults (``keep="auto"``) over the engine's.
+
+        Args:
+            **given: fields of :class:`RunOptions` and their values.
+
+        Returns:
+            The options.
+
+        Raises:
+            ValueError: a field's value is not allowed (one line naming it); TypeError: an unknown field.
+        """
         defaults = {f.name: f.metadata["experiments"] for f in dataclasses.fields(cls) if "experiments" in f.metadata}
         return cls(**{**defaults, **given})
 
     def record(self) -> dict:
-        """The options config.json records (``"options"``): every field but those marked
-        ``record=False`` (the store's path and identity, the progress display, the axis names)."""
+        """The options config.json records (``"options"``).
+
+        Returns:
+            ``{field: value}`` for every field but those marked ``record=False`` (the store's path
+            and identity, the progress display, the axis names).
+        """
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("record", True)}

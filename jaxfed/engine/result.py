@@ -53,7 +53,12 @@ class RunInfo(Mapping):
     target: TargetInfo | None = None
 
     def record(self) -> dict:
-        """The JSON dict of this info, with the keys config.json's ``"engine"`` has always had."""
+        """This info as config.json's ``"engine"`` records it.
+
+        Returns:
+            A JSON dict: devices, processes, chunk sizes, budget, compile times and cache hits per
+            group, the precision target's outcome (if any), keep, compilation cache, non-finite trials.
+        """
         out: dict = dict(
             devices=self.devices, processes=self.processes, chunk_sizes=[g.chunk_size for g in self.groups]
         )

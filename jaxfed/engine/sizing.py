@@ -71,6 +71,14 @@ def choose_width(device: DeviceSpec, trial_bytes: float, n_trials: int | None = 
     and at least :data:`MIN_WIDTH`. A power of two is a multiple of ``stats.summary.SUMMARY_BLOCK``, as a
     summary needs. The width is part of the run's identity: a stored run keeps its own
     (:func:`jaxfed.engine.core.plan` reads it back), whatever this rule says on another machine.
+
+    Args:
+        device: the device's platform and memory (:class:`DeviceSpec`).
+        trial_bytes: one trial's working set in bytes.
+        n_trials: the run's trials per point, if known (the width need not exceed its next power of two).
+
+    Returns:
+        The micro-batch width, a power of two.
     """
     if device.platform == "cpu":
         return MICRO_BATCH["cpu"]

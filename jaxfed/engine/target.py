@@ -27,6 +27,15 @@ class Target(NamedTuple):
 def parse_target(se, metric: str | None, specs: dict, statistic: str = "mean") -> Target:
     """The :class:`Target` of ``se`` and ``"NAME"`` or ``"NAME@i"`` / ``"NAME@i,j"``.
 
+    Args:
+        se: the standard error to reach, a positive finite number.
+        metric: ``"NAME"``, or ``"NAME@i"`` / ``"NAME@i,j"`` for one element of a metric with axes.
+        specs: the trial's metrics, ``{name: (shape, dtype)}``.
+        statistic: which statistic's standard error (:data:`TARGET_STATISTICS`).
+
+    Returns:
+        The :class:`Target`.
+
     Raises:
         ValueError: one line, for a target that is not a positive finite number, an unknown
             metric (naming the known ones), an empty index, one that does not exist in its shape or a
