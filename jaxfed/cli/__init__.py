@@ -1,0 +1,12 @@
+"""The ``jaxfed`` command: list | show NAME | run NAME | reproduce | plot DIR | report DIR | verify
+DIR | merge DIR... | export DIR | cache info|clear (docs/cli.md).
+
+Each command parses its arguments (:mod:`jaxfed.cli.parser`), calls one library function of
+:mod:`jaxfed.runs` or :mod:`jaxfed.results` (:mod:`jaxfed.cli.commands`) and prints what it did;
+:mod:`jaxfed.cli.app` runs it (devices and processes, one-line errors). From Python, the same run
+is :func:`jaxfed.run`.
+"""
+
+from jaxfed.cli.app import console, main
+
+__all__ = ["main", "console"]
