@@ -151,6 +151,6 @@ def run(
     if trials is None:
         trials = DEFAULT_MAX_TRIALS if options.targeted else exp.default_trials
     out_dir = os.path.abspath(out if out is not None else options.out_dir or os.path.join(DEFAULT_OUT, exp.name))
-    options = dataclasses.replace(options, out_dir=out_dir, **({} if seed is None else {"seed": seed}))
+    options = dataclasses.replace(options, out_dir=out_dir, seed=options.seed if seed is None else seed)
     run_named(exp, trials, options, set_texts(parameters), imports=imported or None)
     return out_dir
