@@ -26,9 +26,9 @@ def _start_devices(args) -> None:
     (:func:`jaxfed.engine.devices.default_host_devices`) unless ``XLA_FLAGS`` sets a count.
     Processes started by hand may share a machine, which none of them can see: each keeps one host
     device unless ``--devices`` is given. ``jaxfed reproduce`` keeps one host device unless
-    ``--devices`` is given: XLA's compile of a program already takes both cores of a 2-core CPU,
-    and at the experiments' default sizes, where a group runs about as long as it compiles, every
-    core did not make the whole command faster (docs/performance.md)."""
+    ``--devices`` is given: at the experiments' default sizes a group runs about as long as it
+    compiles, and every core did not make the whole command faster (docs/performance.md, "Every
+    core by default")."""
     if not hasattr(args, "distributed"):  # (list, show, plot, report run nothing)
         return
     n = args.num_processes

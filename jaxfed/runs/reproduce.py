@@ -26,6 +26,7 @@ from jaxfed.engine.progress import clock_text, is_terminal
 from jaxfed.experiment import Experiment, make_config
 from jaxfed.experiments import REGISTRY
 from jaxfed.results import deciding, report
+from jaxfed.runs import writer
 from jaxfed.runs.runner import run_and_say, stopped_after
 
 
@@ -347,7 +348,7 @@ def reproduce(
     if budget is not None:
         decided, text = decide_runs(runs, options, lambda name: os.path.join(out, name), {}, budget, imports, say)
         sections = list(decided.items())
-    path = report.write(out, sections, time.perf_counter() - start, text) if jax.process_index() == 0 else None
+    path = writer.write_sections(out, sections, time.perf_counter() - start, text) if jax.process_index() == 0 else None
     return Reproduced(path, times, time.perf_counter() - start)
 
 
@@ -426,4 +427,4 @@ def run_deciding(
     spt = deciding.seconds_per_trial(config_json, n_trials)
     runs = {exp.name: deciding.Run(exp, config, config_json, results, 0, n_trials, spt)}
     sections, text = decide_runs(runs, options, lambda name: str(options.out_dir), sets, budget, imports, say)
-    return report.write(str(options.out_dir), list(sections.items()), time.perf_counter() - start, text)
+    return writer.write_sections(str(options.out_dir), list(sections.items()), time.perf_counter() - start, text)

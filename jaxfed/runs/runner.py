@@ -214,17 +214,26 @@ NOTICE_AFTER = 5.0
 @contextlib.contextmanager
 def notice_if_slow(what: str, after: float | None = None):
     """Says ``jaxfed: WHAT … still running after 5 s`` on stderr when the block takes longer than
-    ``after`` seconds (default :data:`NOTICE_AFTER`; a user file's import or ``build()``
-    that sleeps, downloads or computes)."""
+    ``after`` seconds (a user file's import or ``build()`` that sleeps, downloads or computes).
+
+    Args:
+        what: what the block does, as the line names it.
+        after: seconds before the line (default :data:`NOTICE_AFTER`).
+    """
     after = NOTICE_AFTER if after is None else after
     with calling_after(after, lambda: print(f"jaxfed: {what} … still running after {after:g} s", file=sys.stderr)):
         yield
 
 
 @contextlib.contextmanager
-def calling_after(seconds: float, action):
+def calling_after(seconds: float, action: Callable[[], object]):
     """Calls ``action()`` in a daemon timer thread once ``seconds`` have passed in the block, never
-    after it: on leaving, the timer is cancelled and a call under way is waited for."""
+    after it: on leaving, the timer is cancelled and a call under way is waited for.
+
+    Args:
+        seconds: the time before the call.
+        action: what is called (in the timer's thread).
+    """
     timer = threading.Timer(seconds, action)
     timer.daemon = True
     timer.start()

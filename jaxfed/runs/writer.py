@@ -1,7 +1,9 @@
 """The one writer of a finished run's result directory: metrics.npz and config.json
 (:mod:`jaxfed.store.rundir`), the figure, and report.md, verdicts.json and report.html
 (:mod:`jaxfed.results.report`). A run from the command line or from Python, a grown run, a merge
-of shards and a run on Dask all end in :func:`write_run`.
+of shards and a run on Dask all end in :func:`write_run`; ``jaxfed report DIR`` writes a finished
+run's report again (:func:`write_report`), ``jaxfed reproduce`` and ``--decide`` a report of several
+sections (:func:`write_sections`).
 
 Internal: not a public API (no ``__all__``; the public names are in tests/project/public_api.txt).
 """
@@ -115,3 +117,22 @@ def write_report(out_dir: str, exp: Experiment, config, config_json: dict, resul
     if note:
         section = section._replace(settings=section.settings + note)
     return reports.write(out_dir, [(exp.name, section)], seconds)
+
+
+def write_sections(out_dir: str, sections: list, seconds: float, deciding: str = "") -> str:
+    """Writes report.md, verdicts.json and report.html of several sections: ``jaxfed reproduce``'s
+    report of every run in its directory, or a ``--decide`` run's (each claim's standing verdict).
+
+    Args:
+        out_dir: the directory of the report.
+        sections: (experiment name, :class:`jaxfed.results.report.Section`) pairs, in order.
+        seconds: the time the report says it all took.
+        deciding: the account of ``--decide`` (:func:`jaxfed.results.deciding.summary`), or "".
+
+    Returns:
+        report.md's path.
+
+    Raises:
+        OSError, jaxfed.store.StoreError: a file that cannot be written.
+    """
+    return reports.write(out_dir, sections, seconds, deciding)

@@ -95,9 +95,10 @@ def test_a_new_field_reaches_the_command_line_run_experiment_the_engine_and_conf
     assert seen[-1].fancy == 2 and config_json["options"]["fancy"] == 2
     # the command line: parsed, checked in one line, given to the run
     args = parser.parse_args(["run", "toy", "--fancy", "5"])
-    assert parser_module.run_options(args).fancy == 5 and parser_module.run_options(parser.parse_args(["run", "toy"])).fancy == 3
+    assert (
+        parser_module.run_options(args).fancy == 5
+        and parser_module.run_options(parser.parse_args(["run", "toy"])).fancy == 3
+    )
     with pytest.raises(SystemExit):
         parser.parse_args(["run", "toy", "--fancy", "-1"])
     assert "jaxfed: error: argument --fancy: fancy must be an integer >= 0, got -1" in capsys.readouterr().err
-
-

@@ -179,7 +179,9 @@ def test_the_overall_bar_on_a_terminal_names_the_experiment_and_shows_the_eta():
 
 
 def test_reproduce_priors_scale_the_reference_times_and_guess_for_an_experiment_without_one(monkeypatch):
-    monkeypatch.setattr(reproduce_progress, "REFERENCE_SECONDS", {"a-1": (10.0, 100.0), "a-2": (20.0, 0.0), "b-1": (5.0, 50.0)})
+    monkeypatch.setattr(
+        reproduce_progress, "REFERENCE_SECONDS", {"a-1": (10.0, 100.0), "a-2": (20.0, 0.0), "b-1": (5.0, 50.0)}
+    )
     experiments = [
         types.SimpleNamespace(name=name, default_trials=1000) for name in ("a-1", "a-2", "b-1", "a-new", "c-new")
     ]
@@ -228,7 +230,9 @@ def test_reproduce_in_a_log_shows_compiling_progress_done_and_overall_lines(tmp_
     assert "gfvl-topologies: group 1/1: compiling …" in lines
     assert any("] gfvl-topologies: group 1/1: 15/30 point-trials (50%), " in line for line in lines), err
     assert any("gfvl-topologies: group 1/1: done, 30 point-trials in " in line for line in lines), err
-    prior = reproduce_progress.reproduce_priors([REGISTRY["gfvl-topologies"]], {"gfvl-topologies": 10})["gfvl-topologies"]
+    prior = reproduce_progress.reproduce_priors([REGISTRY["gfvl-topologies"]], {"gfvl-topologies": 10})[
+        "gfvl-topologies"
+    ]
     assert any(line.endswith(f"reproduce: 0/1 experiments done, ETA {progress.clock_text(prior)}") for line in lines)
     assert any(line.endswith("reproduce: 1/1 experiments done, ETA 00:00") for line in lines), err
     assert cli.main([*args, "--scale", "0.02"]) == 0  # grown: 20 trials, 10 of them stored
