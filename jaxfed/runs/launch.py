@@ -13,6 +13,8 @@ import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 
+import jax
+
 from jaxfed import engine, validation
 from jaxfed.experiment import Experiment, make_config
 from jaxfed.runs import catalog, reproduce
@@ -97,7 +99,8 @@ def run_named(
         return {}, path
     config_json, _ = run_and_say(exp, config, n_trials, options, imports=imports, say=say)
     report = os.path.join(str(options.out_dir), "report.md")
-    return config_json, report if "served_from" not in config_json and os.path.exists(report) else None
+    written = jax.process_index() == 0 and "served_from" not in config_json and os.path.exists(report)
+    return config_json, report if written else None
 
 
 def run(
