@@ -22,7 +22,7 @@ from jaxfed import engine, gfvl, numerics, oac, registry, scenarios, stats, vali
 from jaxfed._version import __version__
 from jaxfed.experiment import Experiment, Reading, Sweep
 from jaxfed.results import bands, open_results, to_xarray, verdicts  # (xarray/pandas: on first use)
-from jaxfed.runs import merge, run_on_dask, run_shard, verify
+from jaxfed.runs import merge, run, run_on_dask, run_shard, verify
 
 __all__ = [
     "engine",
@@ -40,6 +40,7 @@ __all__ = [
     "to_xarray",
     "bands",
     "verdicts",
+    "run",
     "merge",
     "run_shard",
     "run_on_dask",

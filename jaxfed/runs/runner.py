@@ -6,10 +6,12 @@ Internal: not a public API (no ``__all__``; the public names are in tests/projec
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import dataclasses
 import datetime
 import os
+import signal
 import sys
 import threading
 import time
@@ -28,7 +30,7 @@ from jaxfed.experiment import (
     check_sizes,
     check_sweep,
 )
-from jaxfed.runs import catalog, identity
+from jaxfed.runs import catalog, identity, writer
 from jaxfed.store import rundir
 
 
@@ -41,8 +43,11 @@ def run_experiment(
     imports: Mapping[str, str] | None = None,
     quiet: bool = False,
     sweep: Sweep | None = None,
+    report: bool | str = True,
 ) -> tuple[dict, dict]:
-    """Runs an experiment through the engine and writes its result directory.
+    """Runs an experiment through the engine and writes its result directory
+    (:func:`jaxfed.runs.writer.write_run`: metrics.npz, config.json, the figure, report.md,
+    verdicts.json and report.html).
 
     Args:
         exp, config: the experiment and its parameters.
@@ -58,6 +63,9 @@ def run_experiment(
             several shards of one run builds it once, so the trial function is the same object
             and its compiled program, kept in the process, is neither traced to HLO nor loaded
             again); default: built here.
+        report: write report.md, verdicts.json and report.html beside the results (False: a run
+            that is one step of a larger report, ``jaxfed reproduce`` or ``--decide``); a string:
+            written, with it appended to the section's settings (a partial merge says so).
 
     The run's identity (what a rerun on ``out_dir`` must match) is the experiment, parameters,
     points, seed and dtype, and for an experiment that runs user code the SHA-256 of every user
@@ -79,7 +87,12 @@ def run_experiment(
         ValueError: a bad option, parameter or sweep (before any work), or what :func:`jaxfed.engine.run` raises.
     """
     started = time.perf_counter()
-    options = _run_options(options, quiet)
+    validation.check(
+        "options", options, options is None or isinstance(options, engine.RunOptions), "a jaxfed.engine.RunOptions"
+    )
+    options = engine.RunOptions.for_experiments() if options is None else options
+    if quiet:
+        options = dataclasses.replace(options, progress=False)
     if options.out_dir is not None:  # before user code runs: an os.chdir in build() moves no result
         options = dataclasses.replace(options, out_dir=os.path.abspath(options.out_dir))
     n_trials = exp.default_trials if n_trials is None else n_trials
@@ -92,21 +105,21 @@ def run_experiment(
         )
     marker = _start_marker(exp, options.out_dir, imports)
     try:
-        return _run(exp, config, n_trials, options, imports, dtype, started, sweep)
+        return _run(exp, config, n_trials, options, imports, dtype, started, sweep, report)
     finally:
         _end_marker(marker)
 
 
-def _run(exp, config, n_trials, options, imports, dtype, started, sweep) -> tuple[dict, dict]:
+def _run(exp, config, n_trials, options, imports, dtype, started, sweep, report) -> tuple[dict, dict]:
     if sweep is None:
-        with still_running(f"{exp.name}: build() of {_file(exp) or exp.name}"):
+        with notice_if_slow(f"{exp.name}: build() of {_file(exp) or exp.name}"):
             sweep = exp.build(config)
     _check_dtype_kept(exp, dtype, "build()")
     with _naming_the_user_file(exp):
         check_sweep(sweep)
     out_dir = options.out_dir
-    if out_dir is not None and len(sweep.labels) >= FIGURE_SERIES_WARN:  # the plan counts the figure too
-        _warn(exp)(_figure_cost(len(sweep.labels)))
+    if out_dir is not None and len(sweep.labels) >= writer.FIGURE_SERIES_WARN:  # the plan counts the figure too
+        _warn(exp)(writer.figure_cost(len(sweep.labels)))
     if out_dir is not None:  # refused before any work: the run would write through these links at its end
         for name in (rundir.CONFIG_FILE, rundir.METRICS_FILE, f"{exp.name}.png"):
             store.check_no_link(os.path.join(out_dir, name))
@@ -129,7 +142,8 @@ def _run(exp, config, n_trials, options, imports, dtype, started, sweep) -> tupl
             print(line, file=sys.stderr)
     if out_dir is None or jax.process_index() != 0:
         return config_json, results
-    return _write_result_directory(exp, config, sweep, out_dir, config_json, results, started)
+    note = report if isinstance(report, str) else ""
+    return writer.write_run(exp, config, sweep.labels, out_dir, config_json, results, started, report=report is not False, note=note)  # fmt: skip
 
 
 def _nonfinite_notes(name: str, nonfinite: Mapping, sweep: Sweep, n_trials: int, progress) -> list[str]:
@@ -193,24 +207,33 @@ def _check_dtype_kept(exp: Experiment, dtype: str, during: str) -> None:
         )
 
 
-STILL_RUNNING_AFTER = 5.0
+NOTICE_AFTER = 5.0
 """Seconds after which a user file's import or ``build()`` still running is said on stderr."""
 
 
 @contextlib.contextmanager
-def still_running(what: str, after: float | None = None):
+def notice_if_slow(what: str, after: float | None = None):
     """Says ``jaxfed: WHAT … still running after 5 s`` on stderr when the block takes longer than
-    ``after`` seconds (default :data:`STILL_RUNNING_AFTER`; a user file's import or ``build()``
-    that sleeps, downloads or computes)."""
-    after = STILL_RUNNING_AFTER if after is None else after
+    ``after`` seconds (a user file's import or ``build()`` that sleeps, downloads or computes).
+
+    Args:
+        what: what the block does, as the line names it.
+        after: seconds before the line (default :data:`NOTICE_AFTER`).
+    """
+    after = NOTICE_AFTER if after is None else after
     with calling_after(after, lambda: print(f"jaxfed: {what} … still running after {after:g} s", file=sys.stderr)):
         yield
 
 
 @contextlib.contextmanager
-def calling_after(seconds: float, action):
+def calling_after(seconds: float, action: Callable[[], object]):
     """Calls ``action()`` in a daemon timer thread once ``seconds`` have passed in the block, never
-    after it: on leaving, the timer is cancelled and a call under way is waited for."""
+    after it: on leaving, the timer is cancelled and a call under way is waited for.
+
+    Args:
+        seconds: the time before the call.
+        action: what is called (in the timer's thread).
+    """
     timer = threading.Timer(seconds, action)
     timer.daemon = True
     timer.start()
@@ -219,6 +242,90 @@ def calling_after(seconds: float, action):
     finally:
         timer.cancel()
         timer.join()
+
+
+@contextlib.contextmanager
+def stopped_after(seconds: float, stop: type[BaseException]):
+    """Raises ``stop`` in the block once ``seconds`` have passed: a timer thread
+    (:func:`calling_after`) simulates a SIGALRM in the main thread (``_thread.interrupt_main``), so
+    a run stops at its next Python step, as after Ctrl-C, its finished chunks stored. No interval
+    timer is touched: a real SIGALRM meanwhile (another alarm of the process, pytest-timeout's)
+    goes to the handler that was there. Without SIGALRM (Windows) or off the main thread, the block
+    runs to its end.
+
+    Args:
+        seconds: the time the block may take.
+        stop: the exception raised in it when the time is up
+            (:class:`jaxfed.results.deciding.StepStopped` for ``--decide``).
+
+    Raises:
+        stop: the time was up before the block ended.
+    """
+    if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    ours = threading.Event()
+
+    def on_alarm(signum, frame):
+        if ours.is_set():
+            raise stop
+        if callable(previous):
+            previous(signum, frame)
+
+    def fire():
+        ours.set()
+        _thread.interrupt_main(signal.SIGALRM)
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        with calling_after(max(seconds, 1e-3), fire):
+            yield
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_and_say(
+    exp: Experiment,
+    config,
+    n_trials: int,
+    options: engine.RunOptions,
+    *,
+    imports: Mapping[str, str] | None = None,
+    say: Callable[[str], None] | None = None,
+    report: bool = True,
+) -> tuple[dict, dict]:
+    """:func:`run_experiment` into ``options.out_dir``, with the status lines of ``jaxfed run``
+    (where it goes; then the chunk sizes, devices and times, or that the trials were served from a
+    larger stored run) given to ``say``.
+
+    Args:
+        exp, config, n_trials, options, imports, report: as :func:`run_experiment` takes them.
+        say: called with each status line (None: no lines).
+
+    Returns:
+        (config_json, results), as :func:`run_experiment` returns them.
+
+    Raises:
+        ValueError: what :func:`run_experiment` raises.
+    """
+    if say is not None:
+        say(f"{exp.name}: {n_trials} trials -> {options.out_dir}")
+    config_json, results = run_experiment(exp, config, n_trials, options, imports=imports, report=report)
+    engine_info = config_json["engine"]
+    if say is not None and "served_from" in config_json:
+        say(
+            f"{exp.name}: served the first {n_trials} of the {config_json['stored_trials']} stored trials "
+            "(the stored run's record is left as it is)"
+        )
+    elif say is not None:
+        waited = sum(s for s in engine_info["compile_wait_s"] if s is not None)
+        cached = " (from the cache)" if all(engine_info["compile_cached"]) else ""
+        say(
+            f"{exp.name}: chunk size(s) {engine_info['chunk_sizes']} trials over {engine_info['devices']} device(s) "
+            f"in {engine_info['processes']} process(es), kept {engine_info['keep']}; {config_json['wall_s']:.1f} s, "
+            f"of which waiting for the compiler {waited:.1f} s{cached}"
+        )
+    return config_json, results
 
 
 MARKER = ".user-code-running"
@@ -295,30 +402,6 @@ def _alive(pid: int) -> bool:
     return pid != os.getpid()
 
 
-FIGURE_SERIES_WARN = 100
-"""Points from which a run says, before any work, what drawing its figure will cost."""
-FIGURE_SECONDS_PER_SERIES = 0.08
-"""Seconds to draw one point's series (measured: gfvl-topologies' figure of 300 points took 22.6 s
-on a loaded 2-core CPU, where its 6,000 point-trials took 6 s)."""
-
-
-def _figure_cost(n_points: int) -> str:
-    seconds = n_points * FIGURE_SECONDS_PER_SERIES
-    return (
-        f"the figure will draw {n_points:,} point series after the run: about {seconds:,.0f} s at "
-        f"~{FIGURE_SECONDS_PER_SERIES} s a series on a 2-core CPU (the results are written first)"
-    )
-
-
-def _run_options(options, quiet: bool) -> engine.RunOptions:
-    """``options`` (default ``RunOptions.for_experiments()``), without progress when ``quiet``."""
-    validation.check(
-        "options", options, options is None or isinstance(options, engine.RunOptions), "a jaxfed.engine.RunOptions"
-    )
-    options = engine.RunOptions.for_experiments() if options is None else options
-    return dataclasses.replace(options, progress=False) if quiet else options
-
-
 def _checked_dtype(config) -> str:
     """The run's dtype, after checking the config's class and values (finite, JSON, normal in the dtype)."""
     check_config_class(type(config))
@@ -391,28 +474,3 @@ def _warn(exp: Experiment) -> Callable[[str], None]:
             print(f"jaxfed: warning: {exp.name}: {line}", file=sys.stderr)
 
     return warn
-
-
-def _write_result_directory(exp, config, sweep, out_dir, config_json, results, started) -> tuple[dict, dict]:
-    """Writes metrics.npz, config.json and the figure, unless a rerun computed nothing (the record
-    is left as it was) or served fewer trials than stored (the record describes the stored run)."""
-    computed = any(size is not None for size in config_json["engine"]["chunk_sizes"])
-    recorded = None if computed else rundir.stored_record(out_dir)
-    n_trials = config_json["n_trials"]
-    if recorded is not None and recorded["n_trials"] == n_trials and not rundir.same_metrics(out_dir, results):
-        recorded = None  # metrics.npz is not what the chunks hold (verified before it is kept): rewritten
-    if recorded is not None and (recorded["n_trials"], recorded["keep"]) == (n_trials, config_json["keep"]):
-        figure = os.path.join(out_dir, f"{exp.name}.png")
-        if not os.path.lexists(figure):  # (a plot that failed after the record was written)
-            exp.plot(config, sweep.labels, results, figure)
-        return recorded, results  # a rerun that computed nothing leaves the record as it was
-    if recorded is not None and recorded["n_trials"] > n_trials:
-        # fewer trials than stored: served from the store; the record still describes the stored run
-        return dict(config_json, served_from=out_dir, stored_trials=recorded["n_trials"]), results
-    config_json = rundir.write_results(out_dir, config_json, results, started)
-    # The figure last: a plot that fails (a bug in a user's plot) loses no result; `jaxfed plot`
-    # or the same command again draws it.
-    if len(sweep.labels) >= FIGURE_SERIES_WARN:
-        print(f"{exp.name}: results written; drawing the figure of {len(sweep.labels):,} points …", file=sys.stderr)
-    exp.plot(config, sweep.labels, results, os.path.join(out_dir, f"{exp.name}.png"))
-    return config_json, results

@@ -29,7 +29,6 @@ import dataclasses
 import json
 import math
 import os
-import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -38,7 +37,6 @@ import numpy as np
 from jaxfed import builds, engine, stats, store, validation
 from jaxfed.experiment import make_config
 from jaxfed.experiments import REGISTRY
-from jaxfed.results import report
 from jaxfed.runs import catalog, identity
 from jaxfed.runs.runner import run_experiment
 from jaxfed.store import rundir
@@ -353,17 +351,7 @@ def merge(
             shard, shards of different runs or builds, a shard given twice or missing, ``out_dir``
             an input or another run).
     """
-    start = time.perf_counter()
-    run = merged(shard_dirs, out_dir, partial=partial, experiment=experiment, imports=imports, mix_builds=mix_builds)  # fmt: skip
-    section = report.section(run.exp, run.cfg, run.config_json, run.results, time.perf_counter() - start)
-    if run.left_out:
-        shown = ", ".join(f"{i}/{run.count}" for i in run.left_out)
-        section = section._replace(
-            settings=section.settings
-            + f" **A partial merge**: shards 0–{min(run.left_out) - 1} of {run.count} ({run.config_json['n_trials']} "
-            f"of {run.n_trials} trials per point); shard(s) {shown} left out."
-        )
-    report.write(out_dir, [(run.exp.name, section)], time.perf_counter() - start)  # type: ignore[attr-defined]
+    merged(shard_dirs, out_dir, partial=partial, experiment=experiment, imports=imports, mix_builds=mix_builds)
     return out_dir
 
 
@@ -423,9 +411,21 @@ def merge_shards(
     options = engine.RunOptions.for_experiments(
         seed=int(record["seed"]), keep=record["keep"], out_dir=out_dir, progress=False, stored_only=True
     )
-    config_json, results = run_experiment(exp, cfg, n_trials, options, imports=imports)
     left_out = sorted(set(range(used[0].shard.count)) - {s.shard.index for s in used})
+    # The result directory's files, report.md included, written as after a one-process run.
+    config_json, results = run_experiment(exp, cfg, n_trials, options, imports=imports, report=_partial_note(used, left_out))  # fmt: skip
     return config_json, results, left_out
+
+
+def _partial_note(used: list[ShardDir], left_out: list[int]) -> str:
+    """What the report's settings say of a partial merge ("" for a whole one)."""
+    if not left_out:
+        return ""
+    count, shown = used[0].shard.count, ", ".join(f"{i}/{used[0].shard.count}" for i in left_out)
+    return (
+        f" **A partial merge**: shards 0–{min(left_out) - 1} of {count} ({used[-1].trials[1]} "
+        f"of {used[0].record['n_trials']} trials per point); shard(s) {shown} left out."
+    )
 
 
 def _copy_chunks(shards: list[ShardDir], out_dir: str) -> None:

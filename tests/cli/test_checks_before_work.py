@@ -15,6 +15,7 @@ import pytest
 from support import one_line_error
 
 from jaxfed import cli, engine, plotting, stats, store
+from jaxfed.engine.options import MAX_DEVICES
 from jaxfed.experiment import Experiment, Sweep, check_representable, make_config
 from jaxfed.results import report
 from jaxfed.runs import find
@@ -220,9 +221,9 @@ def test_devices_are_bounded_when_parsed_before_any_device_is_created(capsys, mo
     monkeypatch.setenv("XLA_FLAGS", "--unchanged")
     for count in ("10000", "100000"):
         err = one_line_error(capsys, ["run", "gfvl-topologies", "--devices", count, "--quiet"])
-        assert f"devices must be an integer in [1, {cli.MAX_DEVICES}]" in err and f"got {count}" in err
+        assert f"devices must be an integer in [1, {MAX_DEVICES}]" in err and f"got {count}" in err
         assert os.environ["XLA_FLAGS"] == "--unchanged"  # no host devices were asked for
-    assert cli.MAX_DEVICES == max(64, 4 * os.cpu_count())
+    assert MAX_DEVICES == max(64, 4 * os.cpu_count())
 
 
 # --------------------------------------------------------------------------- part 6: after the work

@@ -12,7 +12,7 @@ from jaxfed.experiments import REGISTRY
 from jaxfed.experiments.gfvl.logistic import SPLITS
 from jaxfed.gfvl import graphs, natgrad
 from jaxfed.oac import kmeans
-from jaxfed.runs import describe
+from jaxfed.runs import describe, reproduce
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,9 +41,9 @@ def test_reproduce_only_an_unknown_name_is_one_line_listing_the_known_ones(only,
 
 
 def test_reproduce_only_runs_the_named_experiments_in_the_order_given():
-    chosen = cli._reproduced(" kmeans-snr,gfvl-topologies,kmeans-snr")
+    chosen = reproduce.reproduced(" kmeans-snr,gfvl-topologies,kmeans-snr")
     assert [exp.name for exp in chosen] == ["kmeans-snr", "gfvl-topologies"]
-    assert cli._reproduced(None) == list(REGISTRY.values())
+    assert reproduce.reproduced(None) == list(REGISTRY.values())
 
 
 def test_the_notebooks_have_an_install_extra_and_a_readme_line():

@@ -169,7 +169,7 @@ def test_a_report_of_the_wrong_type_names_the_file(tmp_path, capsys):
 
 @pytest.mark.parametrize("mode, what", [("sleep_import", "importing"), ("sleep_build", "mine: build() of")])
 def test_a_long_import_or_build_says_so(tmp_path, capsys, monkeypatch, mode, what):
-    monkeypatch.setattr(runner, "STILL_RUNNING_AFTER", 0.2)
+    monkeypatch.setattr(runner, "NOTICE_AFTER", 0.2)
     code, err, path = _run(tmp_path, capsys, mode)
     assert code == 0 and f"jaxfed: {what} {path} … still running after 0.2 s" in err
 

@@ -1,5 +1,5 @@
 """A user's channel, k-means aggregation method, exponential family, graph and experiments, all in one file
-that the plain CLI loads (tests/experiments/test_user_experiments.py), each added with its registry's ``register``:
+that the plain CLI loads (tests/runs/test_user_experiments.py), each added with its registry's ``register``:
 
 - the channel "user-line-of-sight" (no fading: |y_l|² = E_s K_l + σ² Exp(1));
 - the aggregation method "user-lossy" (each ED's update lost with probability 1/4, the sum rescaled);

@@ -115,11 +115,21 @@ def joined(monkeypatch, no_scheduler):
     return calls
 
 
-def start(*argv):
-    cli._start_devices(cli.build_parser().parse_args(["run", "x", *argv]))
+@pytest.fixture
+def start(capsys):
+    """``jaxfed run x ARGV`` through the command's entry point: the processes are set up, then the
+    command stops at the unknown experiment ``x``; a refusal of the set-up raises its ValueError."""
+
+    def run_x(*argv):
+        assert cli.main(["run", "x", *argv]) == 2
+        err = capsys.readouterr().err
+        if "unknown experiment 'x'" not in err:
+            raise ValueError(err)
+
+    return run_x
 
 
-def test_the_command_line_joins_a_schedulers_processes_and_the_given_options_win(monkeypatch, joined):
+def test_the_command_line_joins_a_schedulers_processes_and_the_given_options_win(monkeypatch, joined, start):
     start()
     assert joined == []  # no scheduler: one process
     for name, value in slurm_step(1).items():
@@ -134,7 +144,7 @@ def test_the_command_line_joins_a_schedulers_processes_and_the_given_options_win
     assert len(joined) == n  # off, or one process asked for: nothing joined
 
 
-def test_processes_started_by_hand_still_need_the_coordinator_and_index(joined, capsys):
+def test_processes_started_by_hand_still_need_the_coordinator_and_index(joined, start):
     with pytest.raises(ValueError, match="needs --coordinator host:port and --process-id"):
         start("--num-processes", "2")
     start("--num-processes", "2", "--coordinator", "127.0.0.1:1", "--process-id", "1")

@@ -10,8 +10,9 @@ import pytest
 from jaxfed import cli
 from jaxfed.engine import progress
 from jaxfed.engine.progress import Progress
+from jaxfed.experiments import REGISTRY
 from jaxfed.runs import reproduce as reproduce_progress
-from jaxfed.runs.reproduce import Overall
+from jaxfed.runs.reproduce import ReproduceProgress
 
 
 class Clock:
@@ -86,7 +87,7 @@ def test_disabled_progress_writes_nothing():
     bar.group("group 1/1", 10, stored=5)
     bar.update(5)
     bar.finish_group()
-    overall = Overall(False, {"a": 1}, stream=stream)
+    overall = ReproduceProgress(False, {"a": 1}, stream=stream)
     overall.start("a")
     overall.finish()
     overall.close()
@@ -119,7 +120,7 @@ def test_the_overall_eta_starts_from_the_priors_and_each_group_corrects_its_own(
     own finished experiment then replaces it. (Weighting by elapsed time per prior second done, as
     before, says 01:04 after b-1: a's slowdown applied to b.)"""
     stream, clock = io.StringIO(), Clock()
-    overall = Overall(True, {"a-1": 10, "a-2": 10, "b-1": 50, "b-2": 50}, stream=stream, clock=clock)
+    overall = ReproduceProgress(True, {"a-1": 10, "a-2": 10, "b-1": 50, "b-2": 50}, stream=stream, clock=clock)
     _run(overall, clock, "a-1", 20)
     _run(overall, clock, "a-2", 20)
     _run(overall, clock, "b-1", 50)
@@ -135,7 +136,7 @@ def test_the_overall_eta_starts_from_the_priors_and_each_group_corrects_its_own(
 
 def test_the_overall_eta_is_never_negative_and_stored_experiments_do_not_measure_speed():
     clock = Clock()
-    overall = Overall(True, {"a-1": 10, "a-2": 10, "b-1": 50}, stream=io.StringIO(), clock=clock)
+    overall = ReproduceProgress(True, {"a-1": 10, "a-2": 10, "b-1": 50}, stream=io.StringIO(), clock=clock)
     _run(overall, clock, "a-1", 0, measured=False)  # served from the store in no time
     assert overall.eta() == 60  # the priors, not 0 (no speed measured yet)
     overall.start("a-2")
@@ -166,7 +167,7 @@ def test_overall_eta_formula(took, running, running_s, left):
 
 def test_the_overall_bar_on_a_terminal_names_the_experiment_and_shows_the_eta():
     stream, clock = Terminal(), Clock()
-    overall = Overall(True, {"a": 100, "b": 300}, stream=stream, clock=clock)
+    overall = ReproduceProgress(True, {"a": 100, "b": 300}, stream=stream, clock=clock)
     overall.start("b")
     assert "experiment 1/2: b" in stream.getvalue() and "ETA 06:40" in stream.getvalue()
     clock.now = 100
@@ -178,12 +179,14 @@ def test_the_overall_bar_on_a_terminal_names_the_experiment_and_shows_the_eta():
 
 
 def test_reproduce_priors_scale_the_reference_times_and_guess_for_an_experiment_without_one(monkeypatch):
-    monkeypatch.setattr(cli, "REFERENCE_SECONDS", {"a-1": (10.0, 100.0), "a-2": (20.0, 0.0), "b-1": (5.0, 50.0)})
+    monkeypatch.setattr(
+        reproduce_progress, "REFERENCE_SECONDS", {"a-1": (10.0, 100.0), "a-2": (20.0, 0.0), "b-1": (5.0, 50.0)}
+    )
     experiments = [
         types.SimpleNamespace(name=name, default_trials=1000) for name in ("a-1", "a-2", "b-1", "a-new", "c-new")
     ]
     trials = {"a-1": 10, "a-2": 1000, "b-1": 2000, "a-new": 1, "c-new": 1}
-    assert cli.reproduce_priors(experiments, trials) == {
+    assert reproduce_progress.reproduce_priors(experiments, trials) == {
         "a-1": 11.0,  # the fixed part whole, the trials' at 10 of 1,000
         "a-2": 20.0,
         "b-1": 105.0,
@@ -193,23 +196,23 @@ def test_reproduce_priors_scale_the_reference_times_and_guess_for_an_experiment_
 
 
 def test_every_built_in_experiment_has_a_reference_time():
-    assert set(cli.REFERENCE_SECONDS) <= set(cli.REGISTRY.names())  # none left of a removed experiment
-    assert {name for name in cli.REGISTRY.names() if name.startswith(("gfvl-", "kmeans-"))} <= set(
-        cli.REFERENCE_SECONDS
+    assert set(reproduce_progress.REFERENCE_SECONDS) <= set(REGISTRY.names())  # none left of a removed experiment
+    assert {name for name in REGISTRY.names() if name.startswith(("gfvl-", "kmeans-"))} <= set(
+        reproduce_progress.REFERENCE_SECONDS
     )
-    assert all(fixed > 0 and trials_s > 0 for fixed, trials_s in cli.REFERENCE_SECONDS.values())
+    assert all(fixed > 0 and trials_s > 0 for fixed, trials_s in reproduce_progress.REFERENCE_SECONDS.values())
 
 
 def test_a_rerun_that_kept_the_stored_record_or_served_the_trials_measures_nothing(tmp_path):
     out = str(tmp_path)
-    assert cli._record_digest(out) is None
+    assert reproduce_progress.record_digest(out) is None
     (tmp_path / "config.json").write_text('{"record_sha256": "old"}')
-    before = cli._record_digest(out)
+    before = reproduce_progress.record_digest(out)
     assert before == "old"
-    assert not cli._computed_here({"record_sha256": "old"}, before)  # nothing computed: the record kept
-    assert cli._computed_here({"record_sha256": "new"}, before)
-    assert not cli._computed_here({"record_sha256": "old", "served_from": out}, before)
-    assert cli._computed_here({"record_sha256": "new"}, None)  # a first run
+    assert not reproduce_progress.computed_here({"record_sha256": "old"}, before)  # nothing computed: the record kept
+    assert reproduce_progress.computed_here({"record_sha256": "new"}, before)
+    assert not reproduce_progress.computed_here({"record_sha256": "old", "served_from": out}, before)
+    assert reproduce_progress.computed_here({"record_sha256": "new"}, None)  # a first run
 
 
 @pytest.mark.slow  # ~8 s of jaxfed reproduce; the lines' rules are checked above without running
@@ -227,7 +230,9 @@ def test_reproduce_in_a_log_shows_compiling_progress_done_and_overall_lines(tmp_
     assert "gfvl-topologies: group 1/1: compiling …" in lines
     assert any("] gfvl-topologies: group 1/1: 15/30 point-trials (50%), " in line for line in lines), err
     assert any("gfvl-topologies: group 1/1: done, 30 point-trials in " in line for line in lines), err
-    prior = cli.reproduce_priors([cli.REGISTRY["gfvl-topologies"]], {"gfvl-topologies": 10})["gfvl-topologies"]
+    prior = reproduce_progress.reproduce_priors([REGISTRY["gfvl-topologies"]], {"gfvl-topologies": 10})[
+        "gfvl-topologies"
+    ]
     assert any(line.endswith(f"reproduce: 0/1 experiments done, ETA {progress.clock_text(prior)}") for line in lines)
     assert any(line.endswith("reproduce: 1/1 experiments done, ETA 00:00") for line in lines), err
     assert cli.main([*args, "--scale", "0.02"]) == 0  # grown: 20 trials, 10 of them stored
@@ -236,7 +241,7 @@ def test_reproduce_in_a_log_shows_compiling_progress_done_and_overall_lines(tmp_
 
 
 def test_the_overall_progress_of_jaxfed_reproduce_lives_above_the_engine():
-    for name in ("Overall", "overall_eta", "experiment_group"):
+    for name in ("ReproduceProgress", "overall_eta", "experiment_group"):
         assert not hasattr(progress, name) and hasattr(reproduce_progress, name)
     assert reproduce_progress.experiment_group("kmeans-snr") == "kmeans"
     assert progress.is_terminal(Terminal()) and not progress.is_terminal(io.StringIO())

@@ -126,7 +126,9 @@ def test_verdicts_of_another_record_are_refused(tmp_path):
     out = tmp_path / "run"
     run(out)
     rundir.write_verdicts(str(out), [])
-    run(out, n_trials=8)  # the record is rewritten; the verdicts are of the 6-trial one
+    # the record is rewritten without a report (the writer writes one with every record but where
+    # asked not to); the verdicts are of the 6-trial one
+    run_experiment(TOY, ToyConfig(), 8, RunOptions.for_experiments(out_dir=str(out)), quiet=True, report=False)
     with pytest.raises(ValueError, match=r"verdicts\.json: was written from another record"):
         rundir.read_verdicts(str(out))
 

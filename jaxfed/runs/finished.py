@@ -1,0 +1,122 @@
+"""A finished run read back with the code the user names (``jaxfed plot DIR``, ``jaxfed report
+DIR``): a result directory is data, and the code it names (a user file, a plugin) is never imported
+on its say-so.
+
+Internal: not a public API (no ``__all__``; the public names are in tests/project/public_api.txt).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+
+from jaxfed import store
+from jaxfed.experiment import Experiment, make_config
+from jaxfed.experiments import REGISTRY
+from jaxfed.runs import catalog, identity, writer
+from jaxfed.store.rundir import load_results
+
+
+def finished_run(out_dir: str, experiment: str | None = None, imports: Mapping[str, str] | None = None) -> tuple:
+    """The verified run in ``out_dir`` with the code the user names, never code the directory names.
+
+    Args:
+        out_dir: the result directory.
+        experiment: the user or plugin experiment that wrote it (``path/file.py:NAME``), needed
+            for one that is not built in; its code must be the run's.
+        imports: the user files loaded (``--import``, :func:`jaxfed.runs.catalog.import_extensions`):
+            the run's own, unchanged.
+
+    Returns:
+        (experiment, config, config_json, results).
+
+    Raises:
+        ValueError: other imports or code than the run's, an experiment not built in and not
+            named, or a directory that is not a verified run.
+    """
+    config_json, results = load_results(out_dir)
+    if config_json.get("imports", {}) != (imports or {}):
+        raise ValueError(
+            f"{out_dir} was run with --import {', '.join(sorted(config_json.get('imports', {}))) or '(nothing)'}: "
+            "give the same files (a result directory never runs the code it names), unchanged (differs in "
+            + "; ".join(store.describe_differences(config_json.get("imports", {}), imports or {}))
+            + ")"
+        )
+    exp = _plotting_experiment(out_dir, config_json, experiment)
+    params = {k: ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in config_json["parameters"].items()}
+    cfg = make_config(exp.config_cls, params)
+    if experiment or config_json.get("code"):
+        _check_code(out_dir, exp, cfg, config_json)
+    return exp, cfg, config_json, results
+
+
+def plot(out_dir: str, experiment: str | None = None, imports: Mapping[str, str] | None = None) -> str:
+    """Draws the figure of the finished run in ``out_dir`` again (``jaxfed plot DIR``).
+
+    Args:
+        out_dir, experiment, imports: as :func:`finished_run` takes them.
+
+    Returns:
+        The figure's path, ``out_dir/NAME.png``.
+
+    Raises:
+        ValueError: what :func:`finished_run` raises.
+    """
+    exp, cfg, config_json, results = finished_run(out_dir, experiment, imports)
+    path = os.path.join(out_dir, f"{exp.name}.png")
+    exp.plot(cfg, config_json["points"], results, path)
+    return path
+
+
+def report(out_dir: str, experiment: str | None = None, imports: Mapping[str, str] | None = None) -> str:
+    """Writes report.md, verdicts.json and report.html of the finished run in ``out_dir`` again
+    (``jaxfed report DIR``; nothing is computed).
+
+    Args:
+        out_dir, experiment, imports: as :func:`finished_run` takes them.
+
+    Returns:
+        report.md's path.
+
+    Raises:
+        ValueError: what :func:`finished_run` raises.
+    """
+    start = time.perf_counter()
+    exp, cfg, config_json, results = finished_run(out_dir, experiment, imports)
+    return writer.write_report(out_dir, exp, cfg, config_json, results, time.perf_counter() - start)
+
+
+def _plotting_experiment(out_dir: str, config_json: dict, named: str | None) -> Experiment:
+    """The experiment whose plot redraws ``out_dir``: a built-in found by the recorded name, or the
+    one the user names (``--experiment``)."""
+    recorded = config_json["experiment"]
+    # (a built-in run with user code, e.g. an --import'ed channel, is read with that code named
+    # again: its digests are checked)
+    runs_code = bool(config_json.get("plugin") or config_json.get("source"))
+    if named is None:
+        if runs_code or recorded not in REGISTRY:
+            where = config_json.get("source") or recorded
+            raise ValueError(
+                f"{out_dir} was written by the experiment {where!r}, which is not built in; a result directory never "
+                f"runs the code it names: give the experiment yourself with --experiment path/to/file.py:NAME (or the "
+                "plugin's name), after checking it"
+            )
+        return REGISTRY[recorded]
+    exp = catalog.find(named)
+    if exp.name != recorded:
+        raise ValueError(f"--experiment {named}: is the experiment {exp.name!r}, but {out_dir} holds {recorded!r}")
+    return exp
+
+
+def _check_code(out_dir: str, exp: Experiment, cfg, config_json: dict) -> None:
+    """ValueError unless the named experiment's code is the code that wrote ``out_dir`` (the
+    digests of its files and its plugin's version, as in the run's identity)."""
+    current = identity.code_identity(exp, cfg)
+    stored = {k: config_json[k] for k in ("code", "plugin") if k in config_json}
+    if current != stored:
+        raise ValueError(
+            f"{exp.source or exp.plugin or exp.name}: is not the code that wrote {out_dir} (differs in "
+            + "; ".join(store.describe_differences(stored, current))
+            + ")"
+        )
