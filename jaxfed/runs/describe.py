@@ -24,7 +24,7 @@ class Parameter(typing.NamedTuple):
 
 def parameters(config_cls: type) -> list[Parameter]:
     """Every field of a config dataclass: name, type, default and the comment that documents it
-    (ValueError for a class that is not a config dataclass: see :func:`~jaxfed.experiments.spec.check_config_class`)."""
+    (ValueError for a class that is not a config dataclass: see :func:`~jaxfed.experiment.check_config_class`)."""
     hints = check_config_class(config_cls)
     comments = _field_comments(config_cls)
     out = []

@@ -138,11 +138,25 @@ def run_shard(
     imports: Sequence[str] = (),
     quiet: bool = True,
 ) -> str:
-    """``jaxfed run NAME --trials N --shard I/M --out DIR`` in this process (a Dask task, a
-    script): the experiment ``name`` (built in, or ``path/file.py:NAME``) with the parameters
-    ``sets`` (``--set`` strings), after executing the user files ``imports`` (``--import``; once
-    per content in a process); returns ``out_dir``. ``shard``: (index, count), or ``"I/M"``,
-    ``"auto"``, ``"auto/M"`` as ``--shard`` takes them. See :func:`compute_shard`."""
+    """``jaxfed run NAME --trials N --shard I/M --out DIR`` in this process (a Dask task, a script).
+
+    Args:
+        name: the experiment, built in or ``path/file.py:NAME``.
+        n_trials: the whole run's trials per point (the shard computes its range of them).
+        shard: (index, count), or ``"I/M"``, ``"auto"``, ``"auto/M"`` as ``--shard`` takes them.
+        out_dir: the shard's directory.
+        sets: the parameters, as ``--set`` strings.
+        seed: the run's root seed.
+        keep: ``"raw"``, ``"summary"`` or ``"auto"``.
+        imports: user files to execute first (``--import``; once per content in a process).
+        quiet: no progress lines.
+
+    Returns:
+        ``out_dir``.
+
+    Raises:
+        ValueError: one line for a bad shard, name or parameter (see :func:`compute_shard`).
+    """
     shard = parse_shard(shard) if isinstance(shard, str) else Shard(*shard)
     imported = catalog.import_extensions(imports)
     exp = catalog.find(name, REGISTRY)
@@ -345,6 +359,9 @@ def merge(
         mix_builds: merge shards computed by different builds (JAX, jaxlib, backend or processor:
             :mod:`jaxfed.builds`), whose values differ in the last bits, instead of refusing; the
             merged ``build.json`` lists them all and says ``"mixed": true``.
+
+    Returns:
+        ``out_dir``.
 
     Raises:
         ValueError: one line naming what is wrong (a directory that is not a verified, finished

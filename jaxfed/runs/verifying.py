@@ -134,6 +134,9 @@ def verify(
             a result directory never runs the code it names); a built-in one is found by name.
         imports: the user files the run was run with (``--import``).
 
+    Returns:
+        The line saying what was checked (and, under another build, how far the values are).
+
     Raises:
         ValueError: one line naming the first value that differs, or code that is not the run's.
     """

@@ -25,10 +25,7 @@ LISTED = pathlib.Path(__file__).with_name("public_api.txt")
 # since a name is judged where it is defined. A name is skipped when the module that defines it
 # (``jaxfed.gfvl.__init__`` for a package's own __init__.py) is an entry or lies below one. The integrator shrinks
 # this set as those modules comply, until it is empty.
-NOT_YET = {
-    "jaxfed.runs",
-    "jaxfed.cli",
-}
+NOT_YET: set[str] = set()
 
 # Modules (besides those of tests/project/test_doctests.py) whose ``>>>`` examples run here.
 DOCTESTED = [
