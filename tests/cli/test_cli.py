@@ -72,7 +72,7 @@ def test_a_different_config_in_the_same_directory_is_refused(tmp_path, capsys):
     )
 
 
-@pytest.mark.slow  # real SIGKILL of a subprocess; tests/results/test_store.py injects kills in-process
+@pytest.mark.slow  # real SIGKILL of a subprocess; tests/store/test_store.py injects kills in-process
 def test_killed_run_resumes_to_identical_arrays(tmp_path):
     """A run killed (SIGKILL) after some chunks resumes, computing only what is missing."""
     args = ["run", "gfvl-topologies", "--trials", "4000", "--chunk-size", "100", "--set", "n_slots=300", "--quiet"]
