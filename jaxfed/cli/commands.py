@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     if args.shard is not None:
         shard = sharding.check_shard(sharding.parse_shard(args.shard), n_trials)
         out_dir = args.out or os.path.join(args.default_out, f"{exp.name}.shards", f"{shard.index:05d}-of-{shard.count:05d}")  # fmt: skip
+        sharding.check_not_replacing(os.path.abspath(out_dir), shard)  # (before anything is said or done)
         if talk:
             start, stop = sharding.shard_range(n_trials, shard)
             talk(f"{exp.name}: shard {shard} of {n_trials} trials: trials [{start}, {stop}) of each point -> {out_dir}")

@@ -10,6 +10,7 @@ import contextlib
 import errno
 import inspect
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -345,20 +346,28 @@ class CacheInfo(NamedTuple):
     rejected: int = 0  # programs it holds that JAX compiled again instead of loading (jax-ml/jax#38445)
 
 
-_ENTRY_SUFFIXES = ("-cache", "-atime")  # the files JAX's cache writes: an executable, its last access
+PROGRAM_KEY = re.compile(r"[A-Za-z0-9_.\-]+-[0-9a-f]{64}")
+"""A compiled program's key as JAX names it: the program's name, a dash and the SHA-256 of what
+was compiled (``jit_on_device-0027…e3-cache``). A file whose name is not a key with one of JAX's
+suffixes is not the cache's, whatever it ends with."""
+
+ENTRY_FILE = re.compile(PROGRAM_KEY.pattern + r"-(cache|atime)")
+"""The files JAX's cache writes per program: the executable and its last access time."""
+
+
+def _regular_files(folder: str, name: re.Pattern) -> list[str]:
+    """The regular files directly in ``folder`` whose whole name matches ``name``: never a symlink
+    (its target may be anyone's) nor anything in a subfolder."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    return [e.path for e in entries if name.fullmatch(e.name) and e.is_file(follow_symlinks=False)]
 
 
 def _entry_files(path: str) -> list[str]:
     """The files of JAX's cache entries directly in ``path`` (nothing else there is counted or removed)."""
-    try:
-        names = os.listdir(path)
-    except OSError:
-        return []
-    return [
-        os.path.join(path, name)
-        for name in names
-        if name.endswith(_ENTRY_SUFFIXES) and os.path.isfile(os.path.join(path, name))
-    ]
+    return _regular_files(path, ENTRY_FILE)
 
 
 def cache_info(option: str | None = None) -> CacheInfo:
@@ -397,10 +406,15 @@ def _existing_parent(path: str) -> str:
 
 def clear_cache(option: str | None = None) -> CacheInfo:
     """Removes the compiled programs of the compilation cache :func:`compilation_cache_dir` of
-    ``option`` (JAX's entry files, the lock and rejected-program files of :func:`one_compile_for_every_process`, and the
-    ``jaxfed-memory`` folder of figures that jaxfed before Engine V cached there, only: a cache
-    pointed at a directory that holds other files keeps them) and returns what was there (:func:`cache_info`). The next run of each program compiles
-    it again.
+    ``option`` and returns what was there (:func:`cache_info`). The next run of each program
+    compiles it again.
+
+    Only files that jaxfed or JAX wrote and that their names prove so are removed: JAX's entry files
+    (:data:`ENTRY_FILE`: a program key, SHA-256 included, with ``-cache`` or ``-atime``) and the
+    lock and rejected-program files of :func:`one_compile_for_every_process` (a program key, in
+    their folders, which are removed only when that leaves them empty). Regular files only, never
+    through a symlink, never in another folder: a cache pointed at a directory that holds other
+    files (``browser-cache``, a folder of the user's named like jaxfed's) keeps them.
 
     Args:
         option: the cache, as :func:`cache_info` takes it.
@@ -412,14 +426,21 @@ def clear_cache(option: str | None = None) -> CacheInfo:
         OSError: an entry could not be removed (a read-only directory), naming the file.
     """
     before = cache_info(option)
-    if before.path is not None:
-        for name in _entry_files(before.path):
-            try:
-                os.remove(name)
-            except FileNotFoundError:  # (removed meanwhile, by JAX's own eviction or another clear)
-                pass
-        # (the memory figures jaxfed < Engine V cached there: never read now)
-        shutil.rmtree(os.path.join(before.path, "jaxfed-memory"), ignore_errors=True)
-        shutil.rmtree(os.path.join(before.path, LOCKS_DIR), ignore_errors=True)
-        shutil.rmtree(os.path.join(before.path, REJECTED_DIR), ignore_errors=True)
+    if before.path is None:
+        return before
+    if os.path.islink(before.path):
+        raise OSError(
+            f"the compilation cache {before.path} is a symlink (to {os.path.realpath(before.path)}), which jaxfed did "
+            "not create: clear the directory it points to by naming it (--compilation-cache DIR)"
+        )
+    folders = [os.path.join(before.path, name) for name in (LOCKS_DIR, REJECTED_DIR)]
+    folders = [f for f in folders if os.path.isdir(f) and not os.path.islink(f)]
+    for name in _entry_files(before.path) + [p for f in folders for p in _regular_files(f, PROGRAM_KEY)]:
+        try:
+            os.remove(name)
+        except FileNotFoundError:  # (removed meanwhile, by JAX's own eviction or another clear)
+            pass
+    for folder in folders:
+        with contextlib.suppress(OSError):  # (not empty: it holds files that are not jaxfed's)
+            os.rmdir(folder)
     return before

@@ -194,10 +194,58 @@ def compute_shard(
             "trial before it; run it in one process"
         )
     span = shard_range(n_trials, shard)
+    check_not_replacing(os.path.abspath(options.out_dir), shard)
     options = dataclasses.replace(options, trial_range=span, out_dir=os.path.abspath(options.out_dir))
     config_json, _ = run_experiment(exp, cfg, n_trials, options, imports=imports, sweep=sweep)
     config_json[SHARD_KEY] = {"index": shard.index, "count": shard.count, "trials": list(span)}
     return rundir.write_shard_record(str(options.out_dir), config_json)
+
+
+def _finished_record(out_dir: str) -> dict | None:
+    """The config.json of the finished run or shard in ``out_dir``, or None where there is none (or
+    none that can be read: the run's own checks then say what is wrong)."""
+    path = os.path.join(out_dir, rundir.CONFIG_FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        record = store.read_json(path)
+    except (store.StoreError, OSError):
+        return None
+    return record if isinstance(record, dict) and "n_trials" in record else None
+
+
+def _described(record: dict) -> str:
+    """ "shard 0/4 of a run of N trials per point" or "a finished run of N trials per point"."""
+    part = record.get(SHARD_KEY)
+    if isinstance(part, dict) and {"index", "count"} <= set(part):
+        return (
+            f"shard {part['index']}/{part['count']} (finished) of a run of {int(record['n_trials']):,} trials per point"
+        )
+    return f"a finished run of {int(record['n_trials']):,} trials per point"
+
+
+def check_not_replacing(out_dir: str, shard: Shard) -> None:
+    """Refuses to compute a shard where it would replace a finished run or another shard's record
+    (its chunks would stay behind); the same shard resumes there.
+
+    Args:
+        out_dir: the shard's directory (absolute).
+        shard: the shard to compute there.
+
+    Raises:
+        ValueError: one line naming what ``out_dir`` holds and where the shard should go instead.
+    """
+    record = _finished_record(out_dir)
+    if record is None:
+        return
+    part = record.get(SHARD_KEY)
+    if isinstance(part, dict) and (part.get("index"), part.get("count")) == (shard.index, shard.count):
+        return
+    raise ValueError(
+        f"--shard {shard}: {out_dir} holds {_described(record)}; computing shard {shard} there would replace "
+        "its record. Give each shard its own --out (e.g. "
+        f"{os.path.join(os.path.dirname(out_dir), str(shard.index))}), or remove {out_dir} first to replace it"
+    )
 
 
 # --------------------------------------------------------------------------- merge
@@ -420,6 +468,9 @@ def merge_shards(
     out_dir = os.path.abspath(out_dir)
     if any(os.path.realpath(s.path) == os.path.realpath(out_dir) for s in shards):
         raise ValueError(f"merge: --out {out_dir} is one of the shards; merge writes a new directory")
+    inside = [s.path for s in shards if os.path.realpath(out_dir).startswith(os.path.realpath(s.path) + os.sep)]
+    if inside:
+        raise ValueError(f"merge: --out {out_dir} is inside the shard {inside[0]}; merge writes a directory of its own")
     record = used[0].record
     n_trials = used[-1].trials[1]
     built = check_builds(used, mix_builds)
@@ -450,7 +501,7 @@ def _copy_chunks(shards: list[ShardDir], out_dir: str) -> None:
     (each shard's covering its trials, or it is not finished), each group's summary joined in
     trial order."""
     identity_bytes = store.read_regular(os.path.join(shards[0].path, "identity.json"))
-    _check_out(out_dir, identity_bytes)
+    _check_out(out_dir, identity_bytes, shards[-1].trials[1])
     os.makedirs(store.chunk_dir(out_dir), exist_ok=True)
     store.atomic_write_bytes(os.path.join(out_dir, "identity.json"), identity_bytes)
     for s in shards:
@@ -472,8 +523,10 @@ def _copy_chunks(shards: list[ShardDir], out_dir: str) -> None:
         _join_summaries(shards, out_dir, group)
 
 
-def _check_out(out_dir: str, identity_bytes: bytes) -> None:
-    """ValueError unless ``out_dir`` is new, empty or a merge of the same run (a rerun)."""
+def _check_out(out_dir: str, identity_bytes: bytes, n_trials: int) -> None:
+    """ValueError unless ``out_dir`` is new, empty or a merge of the same run (a rerun, of
+    ``n_trials`` trials per point): never a shard, a larger run (which the merge would shrink) or a
+    smaller one (which it would replace)."""
     if not os.path.lexists(out_dir):
         return
     store.check_no_link(out_dir)
@@ -487,6 +540,17 @@ def _check_out(out_dir: str, identity_bytes: bytes) -> None:
         raise ValueError(f"merge: --out {out_dir} holds files that are not a jaxfed run; use a new or empty directory")
     if store.read_json(path) != json.loads(identity_bytes):
         raise ValueError(f"merge: --out {out_dir} holds another run (its identity.json differs); use a new directory")
+    record = _finished_record(out_dir)
+    if record is None:
+        return
+    if SHARD_KEY in record:
+        raise ValueError(f"merge: --out {out_dir} holds {_described(record)}; merge the shards into a new directory")
+    if int(record["n_trials"]) != n_trials:
+        lost = "shrink it" if int(record["n_trials"]) > n_trials else "replace it"
+        raise ValueError(
+            f"merge: --out {out_dir} holds {_described(record)}; merging {n_trials:,} trials per point there would "
+            f"{lost}. Merge into a new --out (or grow that run with jaxfed run … --trials N --out {out_dir})"
+        )
 
 
 def _join_summaries(shards: list[ShardDir], out_dir: str, group: int) -> None:

@@ -28,11 +28,9 @@ def test_info_counts_the_compiled_programs_and_clear_removes_only_them(tmp_path,
     assert f"compilation cache: {cache}\n" in out and f"compiled programs: {info.entries}, " in out
     assert "writable: yes" in out
     (cache / "notes.txt").write_text("mine")  # a cache pointed at a directory that holds other files
-    (cache / "jaxfed-memory").mkdir()  # the memory probe's figures of jaxfed before Engine V
-    (cache / "jaxfed-memory" / "0123.json").write_text('{"temp": 1, "output": 1}')
     out = cache_command(capsys, "clear", "--compilation-cache", str(cache))
     assert out.startswith(f"removed {info.entries} compiled program(s), ") and str(cache) in out
-    assert os.listdir(cache) == ["notes.txt"]
+    assert os.listdir(cache) == ["notes.txt"]  # the lock folder went with its locks
     assert engine.cache_info(str(cache)).entries == 0
     assert "compiled programs: 0, 0.0 KiB" in cache_command(capsys, "info", "--compilation-cache", str(cache))
 
@@ -89,3 +87,42 @@ def test_a_second_process_on_two_host_devices_compiles_nothing(tmp_path):
         cached.append(done.stdout.strip().splitlines()[-1])
     assert cached == ["False", "True"]
     assert engine.cache_info(str(tmp_path / "cache")).entries == 1 + 1  # the trial program, the raw flags
+
+
+def test_clear_removes_nothing_of_the_users_in_a_folder_the_cache_points_at(tmp_path, capsys):
+    """The cache pointed at a folder of the user's: files named like JAX's suffixes but not like its
+    program keys, subfolders, folders named like jaxfed's holding the user's files, and a symlink named
+    like an entry all stay; only the entries JAX wrote and jaxfed's own lock files go. Through a
+    symlinked cache directory, clear refuses in one line and removes nothing."""
+    cache = tmp_path / "mine"
+    compiled._KEPT.clear()
+    engine.run(trial, POINTS, 23, micro_batch=64, compilation_cache=str(cache), progress=False)
+    entries = sorted(p.name for p in cache.iterdir() if p.is_file())
+    assert entries and all(name.endswith(("-cache", "-atime")) for name in entries)
+    key = "jit_user-" + "a" * 64
+    users = {
+        "browser-cache": "b",
+        "last-atime": "a",
+        "sub/a-cache": "s",
+        "jaxfed-compiling/notes.txt": "n",
+        "jaxfed-memory/0123.json": "{}",
+        "jaxfed-rejected/readme": "r",
+        "elsewhere/" + key + "-cache": "the target of a symlink",
+    }
+    for name, text in users.items():
+        (cache / name).parent.mkdir(parents=True, exist_ok=True)
+        (cache / name).write_text(text)
+    (cache / (key + "-cache")).symlink_to(cache / "elsewhere" / (key + "-cache"))
+    linked = tmp_path / "linked"
+    linked.symlink_to(cache)
+    err_before = engine.cache_info(str(cache)).entries
+    with pytest.raises(SystemExit) as exc:
+        sys.exit(cli.main(["cache", "clear", "--compilation-cache", str(linked)]))
+    assert exc.value.code == 2 and "is a symlink" in capsys.readouterr().err
+    assert engine.cache_info(str(cache)).entries == err_before
+    out = cache_command(capsys, "clear", "--compilation-cache", str(cache))
+    assert out.startswith(f"removed {err_before} compiled program(s)")
+    for name, text in users.items():
+        assert (cache / name).read_text() == text, name
+    assert (cache / (key + "-cache")).is_symlink()
+    assert not any((cache / name).exists() for name in entries)

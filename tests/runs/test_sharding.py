@@ -343,3 +343,52 @@ def test_a_shard_refuses_a_precision_target_and_a_bad_count(capsys, tmp_path):
     err = one_line_error(capsys, ["run", NAME, "--trials", "100", "--shard", "0/3", "--out", str(tmp_path / "y")])
     assert "M at most 2 for 100 trials" in err
     assert "expected I/M" in one_line_error(capsys, ["run", NAME, "--shard", "two", "--out", str(tmp_path / "z")])
+
+
+# --------------------------------------------------------------------------- a finished run is never replaced
+def _record_bytes(path: str) -> bytes:
+    with open(os.path.join(path, "config.json"), "rb") as f:
+        return f.read()
+
+
+def test_a_shard_refuses_a_directory_holding_another_finished_shard_or_run(capsys, tmp_path, one_process, three_shards):
+    """`--shard 1/3 --out DIR` where DIR holds the finished shard 0/3 (or a finished run) of the same run is
+    refused in one line naming what is there; nothing of it changes. The same shard resumes."""
+    shard0 = str(tmp_path / "s0")
+    shutil.copytree(three_shards[0], shard0)
+    before = _record_bytes(shard0)
+    err = one_line_error(capsys, ["run", NAME, "--trials", str(N), *SETS, "--shard", "1/3", "--out", shard0])
+    assert "holds shard 0/3 (finished)" in err and "would replace its record" in err and "its own --out" in err
+    assert _record_bytes(shard0) == before
+    _run("--keep", "raw", "--shard", "0/3", "--out", shard0, "--chunk-size", "128")  # the same shard: a rerun
+    run = str(tmp_path / "run")
+    shutil.copytree(one_process / "raw", run)
+    before = _record_bytes(run)
+    err = one_line_error(capsys, ["run", NAME, "--trials", str(N), *SETS, "--shard", "0/3", "--out", run])
+    assert f"holds a finished run of {N:,} trials per point" in err
+    assert _record_bytes(run) == before
+
+
+def test_merge_never_shrinks_or_replaces_a_finished_run_or_shard(capsys, tmp_path, three_shards):
+    """A merge into a finished run of the same identity with another trial count, or into a shard, is
+    refused (the larger run's record, metrics and report stay); into an earlier merge of the same shards
+    it runs again; into a folder inside an input it is refused."""
+    merged = str(tmp_path / "merged")
+    assert cli.main(["merge", *three_shards, "--out", merged, "--quiet"]) == 0
+    assert cli.main(["merge", *three_shards, "--out", merged, "--quiet"]) == 0  # a rerun of the same merge
+    larger = str(tmp_path / "larger")
+    shutil.copytree(merged, larger)
+    with open(os.path.join(larger, "config.json")) as f:
+        record = json.load(f)
+    record["n_trials"] = 2 * N
+    store.atomic_write_json(os.path.join(larger, "config.json"), record)
+    before = {name: open(os.path.join(larger, name), "rb").read() for name in ("config.json", "metrics.npz")}
+    err = _merge_error(capsys, *three_shards, "--out", larger)
+    assert f"holds a finished run of {2 * N:,} trials per point" in err and "would shrink it" in err
+    assert before == {name: open(os.path.join(larger, name), "rb").read() for name in before}
+    shard_copy = str(tmp_path / "shard-copy")
+    shutil.copytree(three_shards[1], shard_copy)
+    assert "holds shard 1/3 (finished)" in _merge_error(capsys, *three_shards, "--out", shard_copy)
+    inside = os.path.join(three_shards[1], "sub")
+    assert "is inside the shard" in _merge_error(capsys, *three_shards, "--out", inside)
+    assert not os.path.exists(inside)
