@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = _count_interrupts(signals)
     try:
         _start_devices(args)
-        with _os_exit_refused():
+        with _process_ends_refused():
             with notice_if_slow(f"importing {', '.join(args.imports)}"):
                 args.imported = catalog.import_extensions(args.imports)  # before any name is resolved
             return COMMANDS[args.command](args)
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         where = catalog.user_frame(err)
         if where is None or debug:
             raise
-        called = f"os._exit({err.code!r})" if isinstance(err, OsExitCalled) else f"sys.exit({err.code!r})"
+        called = err.call if isinstance(err, ProcessEndCalled) else f"sys.exit({err.code!r})"
         print(
             f"jaxfed: error: {where[0]}:{where[1]}: the experiment's code called {called}; "
             "the run did not finish (a file must define experiments, not exit)",
@@ -160,27 +160,94 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, previous)
 
 
-class OsExitCalled(SystemExit):
-    """``os._exit(status)`` called by code a command runs: raised in its place (see :func:`_os_exit_refused`)."""
+class ProcessEndCalled(SystemExit):
+    """A call that would end the process (``os._exit``, ``os.abort``, a terminating signal sent to
+    itself), made by code a command runs: raised in its place (see :func:`_process_ends_refused`)."""
+
+    def __init__(self, call: str, code: int = 2):
+        super().__init__(code)
+        self.call = call
+
+
+_KEEPS_RUNNING = {
+    getattr(signal, name) for name in ("SIGCHLD", "SIGCONT", "SIGURG", "SIGWINCH") if hasattr(signal, name)
+}
+"""Signals whose default action does not end the process."""
+
+
+def _ends_the_process(sig) -> bool:
+    """Whether ``sig`` delivered to this process now would end it (or stop it): SIGKILL and SIGSTOP
+    always, any other signal left to its default action unless that action is to ignore it."""
+    try:
+        sig = signal.Signals(sig)
+    except ValueError:
+        return False
+    if sig in (signal.SIGKILL, getattr(signal, "SIGSTOP", signal.SIGKILL)):
+        return True
+    return sig not in _KEEPS_RUNNING and signal.getsignal(sig) == signal.SIG_DFL
 
 
 @contextlib.contextmanager
-def _os_exit_refused():
-    """While a command runs user code, ``os._exit`` in this process raises :class:`OsExitCalled`
-    (reported with the caller's file and line, exit status 2) instead of ending the process with
-    the status the code chose and no result written. A forked child (another pid) still exits."""
-    real, pid = os._exit, os.getpid()
+def _process_ends_refused():
+    """While a command runs user code, every call by which it could end this process raises
+    :class:`ProcessEndCalled` instead (reported with the caller's file and line, exit status 2),
+    where the process would otherwise end with the status the code chose and no result written:
+    ``os._exit`` and ``posix._exit`` (one function under two names), ``os.abort``, and ``os.kill``,
+    ``os.killpg``, ``signal.raise_signal`` and ``signal.pthread_kill`` sending this process a signal
+    that would end it. A forked child (another pid) still exits; signals to other processes, and
+    signals this process handles, go through."""
+    posix = sys.modules[os.name]  # (posix, or nt: the module os takes these from, callable by that name too)
+    pid = os.getpid()
+    real = {name: getattr(os, name) for name in ("_exit", "abort", "kill", "killpg")}
+    real_raise, real_pthread_kill = signal.raise_signal, signal.pthread_kill
 
-    def refused(status: int) -> None:
-        if os.getpid() != pid:
-            real(status)
-        raise OsExitCalled(status)
+    def ours() -> bool:
+        return os.getpid() == pid  # (not in a forked child)
 
-    os._exit = refused  # type: ignore[assignment]
+    def _exit(status: int) -> None:
+        if not ours():
+            real["_exit"](status)
+        raise ProcessEndCalled(f"os._exit({status!r})")
+
+    def abort() -> None:
+        if not ours():
+            real["abort"]()
+        raise ProcessEndCalled("os.abort()")
+
+    def kill(target: int, sig: int) -> None:
+        if ours() and target in (pid, 0) and _ends_the_process(sig):
+            raise ProcessEndCalled(f"os.kill({target}, {signal.Signals(sig).name}) on its own process")
+        real["kill"](target, sig)
+
+    def killpg(group: int, sig: int) -> None:
+        if ours() and group in (os.getpgid(0), 0) and _ends_the_process(sig):
+            raise ProcessEndCalled(f"os.killpg({group}, {signal.Signals(sig).name}) on its own process group")
+        real["killpg"](group, sig)
+
+    def raise_signal(sig: int) -> None:
+        if ours() and _ends_the_process(sig):
+            raise ProcessEndCalled(f"signal.raise_signal({signal.Signals(sig).name})")
+        real_raise(sig)
+
+    def pthread_kill(thread_id: int, sig: int) -> None:
+        if ours() and _ends_the_process(sig):
+            raise ProcessEndCalled(f"signal.pthread_kill(…, {signal.Signals(sig).name})")
+        real_pthread_kill(thread_id, sig)
+
+    replaced = {"_exit": _exit, "abort": abort, "kill": kill, "killpg": killpg}
+    for name, function in replaced.items():
+        setattr(os, name, function)
+        if hasattr(posix, name):
+            setattr(posix, name, function)
+    signal.raise_signal, signal.pthread_kill = raise_signal, pthread_kill
     try:
         yield
     finally:
-        os._exit = real
+        for name, function in real.items():
+            setattr(os, name, function)
+            if hasattr(posix, name):
+                setattr(posix, name, function)
+        signal.raise_signal, signal.pthread_kill = real_raise, real_pthread_kill
 
 
 def _resolve_paths(args) -> None:

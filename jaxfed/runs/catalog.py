@@ -149,9 +149,10 @@ def load_file(path: str):
                     f" (modules in {os.path.dirname(path)} import; one elsewhere needs its directory on PYTHONPATH, "
                     "e.g. PYTHONPATH=path/to/dir jaxfed run …, or the package installed)"
                 )
-            raise ValueError(
-                f"user experiment file {where} failed to import: {type(err).__name__}{f': {err}' if str(err) else ''}{hint}"
-            ) from err
+            what = f"{type(err).__name__}{f': {err}' if str(err) else ''}"
+            if isinstance(getattr(err, "call", None), str):  # (the command's stand-in for os._exit, os.abort, …)
+                what = f"it called {err.call}"  # type: ignore[attr-defined]
+            raise ValueError(f"user experiment file {where} failed to import: {what}{hint}") from err
     return module
 
 

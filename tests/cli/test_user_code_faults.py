@@ -18,7 +18,7 @@ from jaxfed.engine import RunOptions
 from jaxfed.runs import catalog, run_experiment, runner
 
 USER_FILE = """
-import dataclasses, os, sys, time
+import dataclasses, os, posix, signal, subprocess, sys, time
 import jax
 from jaxfed.experiment import Experiment, Sweep
 
@@ -29,6 +29,8 @@ if MODE == "nojit":
     jax.config.update("jax_disable_jit", True)
 if MODE == "sleep_import":
     time.sleep(0.6)
+if MODE == "posix_exit":
+    posix._exit(0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +51,15 @@ def build(cfg):
         sys.exit(0)
     if MODE == "os_exit":
         os._exit(0)
-    if MODE == "kill":
-        os.kill(os.getpid(), 9)
+    if MODE == "kill":  # (a kill from outside: another process sends it)
+        subprocess.run(["kill", "-9", str(os.getpid())])
+        time.sleep(60)
+    if MODE == "abort":
+        os.abort()
+    if MODE == "kill_self":
+        os.kill(os.getpid(), signal.SIGTERM)
+    if MODE == "raise_signal":
+        signal.raise_signal(signal.SIGKILL)
     if MODE == "thread":
         import threading
         threading.Thread(target=time.sleep, args=(600,), name="user-sleeper").start()
@@ -189,6 +198,29 @@ def test_os_exit_in_user_code_is_an_error_naming_the_file_not_a_silent_success(t
     assert not (tmp_path / "out" / "config.json").exists()
 
 
+@pytest.mark.parametrize(
+    "mode, line, call",
+    [
+        ("posix_exit", _line("posix._exit(0)"), "os._exit(0)"),
+        ("abort", _line("os.abort()"), "os.abort()"),
+        ("kill_self", _line("os.kill(os.getpid(), signal.SIGTERM)"), "os.kill("),
+        ("raise_signal", _line("signal.raise_signal(signal.SIGKILL)"), "signal.raise_signal(SIGKILL)"),
+    ],
+)
+def test_every_way_user_code_ends_its_process_is_an_error_naming_the_file(tmp_path, mode, line, call):
+    """posix._exit (os._exit under its module's name) at import, os.abort, a terminating signal the code
+    sends its own process: each used to end `jaxfed run` without a word (status 0, or killed); now each is an
+    error naming the file and line, exit status 2, nothing written."""
+    path = _user_file(tmp_path, mode)
+    command = [sys.executable, "-m", "jaxfed.cli", "run", f"{path}:EXPERIMENT", "--trials", "3", "--out", "out"]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    done = subprocess.run(command + ["--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    said = "failed to import: it called" if mode == "posix_exit" else "the experiment's code called"
+    assert f"{path}:{line}" in done.stderr and f"{said} {call}" in done.stderr, done.stderr
+    assert not (tmp_path / "out" / "config.json").exists()
+
+
 def test_a_run_killed_inside_user_code_is_reported_at_the_next_run(tmp_path):
     path = _user_file(tmp_path, "kill")
     command = [sys.executable, "-m", "jaxfed.cli", "run", f"{path}:EXPERIMENT", "--trials", "3", "--out", "out"]
@@ -251,7 +283,7 @@ def test_a_run_killed_inside_an_imported_file_of_a_built_in_experiment_is_report
         "def killer(n):\n    {action}\n    return graphs.ring(n)\n\n\n"
         "graphs.register('killer', killer)\n"
     )
-    graph_file.write_text(body.format(action="os.kill(os.getpid(), 9)"))
+    graph_file.write_text(body.format(action="__import__('subprocess').run(['kill', '-9', str(os.getpid())])"))
     command = [sys.executable, "-m", "jaxfed.cli", "run", "gfvl-topologies", "--import", str(graph_file), "--quiet"]
     command += ["--trials", "3", "--set", "n_slots=8", "--set", "topologies=killer,ring", "--out", "out"]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
