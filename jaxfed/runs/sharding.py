@@ -536,6 +536,8 @@ def _check_out(out_dir: str, identity_bytes: bytes, n_trials: int) -> None:
     if not names:
         return
     path = os.path.join(out_dir, "identity.json")
+    if "identity.json" not in names and store.remove_leftovers(out_dir):
+        return  # (a merge killed before it wrote the identity: its rerun starts afresh)
     if "identity.json" not in names:
         raise ValueError(f"merge: --out {out_dir} holds files that are not a jaxfed run; use a new or empty directory")
     if store.read_json(path) != json.loads(identity_bytes):

@@ -61,6 +61,7 @@ from jaxfed.store.runstore import (
     Store,
     describe_differences,
     remove_empty,
+    remove_leftovers,
     stored_identity,
     verify_record,
 )

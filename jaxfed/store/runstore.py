@@ -541,6 +541,34 @@ class Store:
         return _chunk_meta(kind, self.digest, spec.group, spec.point_ids, start, stop)
 
 
+def remove_leftovers(out_dir: str) -> bool:
+    """Removes what a run or merge killed before its identity.json was written leaves in
+    ``out_dir`` (temporary files of jaxfed's atomic writes, an empty chunk folder), where that is all
+    there is.
+
+    Args:
+        out_dir: a directory without identity.json.
+
+    Returns:
+        Whether ``out_dir`` held only such leftovers (now removed; the directory stays).
+    """
+    try:
+        names = os.listdir(out_dir)
+        chunks = chunk_dir(out_dir)
+        if any(n not in _OWN_NAMES and not _TMP_NAME.fullmatch(n) for n in names):
+            return False
+        if os.path.isdir(chunks) and any(not _TMP_NAME.fullmatch(n) for n in os.listdir(chunks)):
+            return False
+        for folder in (out_dir, chunks):
+            for name in os.listdir(folder) if os.path.isdir(folder) else []:
+                path = os.path.join(folder, name)
+                if _TMP_NAME.fullmatch(name) and (os.path.islink(path) or os.path.isfile(path)):
+                    files._remove(path)  # a link itself, never its target
+        return True
+    except OSError:
+        return False
+
+
 def remove_empty(out_dir: str, keep: tuple = ()) -> None:
     """Removes the store in ``out_dir`` when it holds no trial: ``identity.json``, the lock and an
     empty chunk folder (and the directory, when nothing else is left; names in ``keep`` stay, and

@@ -392,3 +392,19 @@ def test_merge_never_shrinks_or_replaces_a_finished_run_or_shard(capsys, tmp_pat
     inside = os.path.join(three_shards[1], "sub")
     assert "is inside the shard" in _merge_error(capsys, *three_shards, "--out", inside)
     assert not os.path.exists(inside)
+
+
+def test_a_merge_killed_before_its_identity_reruns(capsys, tmp_path, three_shards):
+    """A merge killed right after it began leaves a temporary identity file and an empty chunk folder;
+    the documented rerun (the same command) merges, where it used to be refused as "not a jaxfed run"."""
+    out = tmp_path / "merged"
+    (out / "chunks").mkdir(parents=True)
+    (out / "identity.json.12345.tmp").write_text("{")
+    assert cli.main(["merge", *three_shards, "--out", str(out), "--quiet"]) == 0
+    assert not (out / "identity.json.12345.tmp").exists() and (out / "metrics.npz").is_file()
+    capsys.readouterr()
+    mine = tmp_path / "mine"
+    (mine / "chunks").mkdir(parents=True)
+    (mine / "notes.txt").write_text("the user's")
+    assert "holds files that are not a jaxfed run" in _merge_error(capsys, *three_shards, "--out", str(mine))
+    assert (mine / "notes.txt").read_text() == "the user's"
