@@ -250,8 +250,9 @@ def stopped_after(seconds: float, stop: type[BaseException]):
     (:func:`calling_after`) simulates a SIGALRM in the main thread (``_thread.interrupt_main``), so
     a run stops at its next Python step, as after Ctrl-C, its finished chunks stored. No interval
     timer is touched: a real SIGALRM meanwhile (another alarm of the process, pytest-timeout's)
-    goes to the handler that was there. Without SIGALRM (Windows) or off the main thread, the block
-    runs to its end.
+    goes to the handler that was there. Where Python discards the exception (it landed in a
+    garbage-collection callback: ``sys.unraisablehook`` sees it), it is raised again at the next
+    step. Without SIGALRM (Windows) or off the main thread, the block runs to its end.
 
     Args:
         seconds: the time the block may take.
@@ -276,11 +277,21 @@ def stopped_after(seconds: float, stop: type[BaseException]):
         ours.set()
         _thread.interrupt_main(signal.SIGALRM)
 
+    def on_unraisable(unraisable) -> None:
+        # ``stop`` raised where Python discards exceptions (a garbage-collection or weakref callback,
+        # a __del__: JAX runs such callbacks): raise it again at the block's next Python step.
+        if isinstance(unraisable.exc_value, stop) and ours.is_set():
+            _thread.interrupt_main(signal.SIGALRM)
+            return
+        previous_hook(unraisable)
+
     previous = signal.signal(signal.SIGALRM, on_alarm)
+    previous_hook, sys.unraisablehook = sys.unraisablehook, on_unraisable
     try:
         with calling_after(max(seconds, 1e-3), fire):
             yield
     finally:
+        sys.unraisablehook = previous_hook
         signal.signal(signal.SIGALRM, previous)
 
 

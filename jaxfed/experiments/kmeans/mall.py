@@ -335,7 +335,7 @@ def _oac_rows(labels, d, where: tuple | None = None, method: str = "oac") -> lis
     first value (the one the report's verdicts use)."""
     rows, seen = [], set()
     for i, lab in enumerate(labels):
-        if lab["method"] != method or lab["digits"] != d or lab.get("noise_free"):
+        if lab["method"] != method or lab.get("digits") != d or lab.get("noise_free"):
             continue
         if (where is not None and lab.get(where[0]) != where[1]) or lab["snr_db"] in seen:
             continue
