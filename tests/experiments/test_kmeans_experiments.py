@@ -155,3 +155,14 @@ def test_digits1_draws_an_interval_for_every_estimate(monkeypatch, tmp_path):
     fig = drawn("kmeans-digits1", monkeypatch, tmp_path)
     for ax in fig.axes:
         assert any(isinstance(c, PolyCollection) for c in ax.collections), ax.get_title()
+
+
+def test_kmeans_snr_reports_a_method_list_without_oac_digits(tmp_path):
+    """`--set methods=oac,ideal` (a documented choice) used to end in a KeyError from the report after
+    metrics.npz was written: a method over no channel has no digits label."""
+    from jaxfed import cli
+
+    out = tmp_path / "snr"
+    argv = ["run", "kmeans-snr", "--trials", "8", "--set", "methods=oac,ideal", "--set", "snrs_db=10"]
+    assert cli.main([*argv, "--set", "n_rounds=3", "--out", str(out), "--quiet"]) == 0
+    assert (out / "report.md").is_file() and (out / "verdicts.json").is_file()
