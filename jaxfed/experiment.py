@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxfed import stats, validation
+from jaxfed import plotting, stats, validation
 from jaxfed.store.rundir import check_json
 
 __all__ = [
@@ -66,8 +66,10 @@ class Experiment:
     description: str  # one line, shown by `jaxfed list`
     config_cls: type  # frozen dataclass of parameters; validates in __post_init__
     build: Callable[[Any], Sweep]
-    plot: Callable[[Any, list, dict, str], None]  # (config, labels, results, png path)
-    report: Callable[[Any, list, dict], Reading | str]  # (config, labels, results) -> markdown + verdicts
+    # (config, labels, results, png path); None: :func:`band_figure` (set when made), each metric's band
+    plot: Callable[[Any, list, dict, str], None] = None  # type: ignore[assignment]
+    # (config, labels, results) -> markdown + verdicts; None: :func:`no_claims` (set when made)
+    report: Callable[[Any, list, dict], Reading | str] = None  # type: ignore[assignment]
     default_trials: int = 1000  # used by `jaxfed run` without --trials and by `jaxfed reproduce`
     common_random_numbers: bool = False  # all points of a trial share its key (same data and draws)
     # Trials per micro-batch by platform ("cpu", "gpu", …) where the engine's default
@@ -112,6 +114,55 @@ class Experiment:
         validation.check(
             "name", self.name, isinstance(self.name, str) and _NAME.fullmatch(self.name) is not None, _NAME_TEXT
         )
+        # (an experiment without its own figure or claims gets the defaults: frozen, so set once here)
+        if self.plot is None:
+            object.__setattr__(self, "plot", band_figure)
+        if self.report is None:
+            object.__setattr__(self, "report", no_claims)
+
+
+def band_figure(config, labels: list, results: dict, path: str) -> None:
+    """The figure of an experiment without its own ``plot``: one panel per metric, the median and
+    the central 75% band over trials of each point, over the metric's last axis (a metric of one
+    value per trial: each point's median and band side by side).
+
+    Args:
+        config: the experiment's parameters (unused: the figure shows what was computed).
+        labels: the points' labels, one per point.
+        results: metric name -> raw values (point, trial, …) or a :class:`jaxfed.stats.Summary`.
+        path: the PNG file to write.
+    """
+    names = sorted(results)
+    fig, axes = plotting.figure(len(names), 1, figsize=(7.5, 2.8 * len(names) + 0.6), squeeze=False)
+    shown = [", ".join(f"{k}={v}" for k, v in label.items()) or f"point {i}" for i, label in enumerate(labels)]
+    for ax, name in zip(axes[:, 0], names):
+        values = results[name]
+        band = stats.band(values)
+        if np.ndim(band.median) == 1:  # one value per trial: the points side by side
+            x = np.arange(len(shown))
+            ax.errorbar(x, band.median, yerr=[band.median - band.lower, band.upper - band.median], fmt="o", capsize=3)
+            ax.set_xticks(x, shown, rotation=20, ha="right", fontsize=plotting.FONT_SIZE)
+        elif np.ndim(band.median) == 2:
+            plotting.band_plot(ax, np.arange(band.median.shape[1]), values, shown)
+            ax.set_xlabel("index along the metric's last axis")
+        else:
+            ax.text(0.5, 0.5, f"{name}: {np.ndim(band.median) - 1} axes per trial (no default figure)", ha="center")
+        ax.set_title(f"{name}: median and 75% band over trials", fontsize=plotting.FONT_SIZE)
+    plotting.save(fig, path)
+
+
+def no_claims(config, labels: list, results: dict) -> Reading:
+    """The report of an experiment without its own ``report``: no text and no claims.
+
+    Args:
+        config: the experiment's parameters.
+        labels: the points' labels.
+        results: the metrics.
+
+    Returns:
+        An empty :class:`Reading`.
+    """
+    return Reading("", ())
 
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
