@@ -83,12 +83,15 @@ def section(exp, config, config_json: dict, results: dict, seconds: float) -> Se
     # Said where the numbers below are NaN: a point whose every trial failed has no band or verdict.
     counts = config_json.get("nonfinite_trials", {})
     nonfinite = rundir.nonfinite_lines(counts, config_json["points"], config_json["n_trials"])
-    settings = (
-        f"{config_json['n_trials']} trials per point, seed {config_json['seed']}, {config_json['dtype']}, "
-        f"{engine['devices']} device(s) ({config_json['device']}), chunk size(s) {engine['chunk_sizes']}, "
-        f"kept {engine['keep']}; the results took {config_json.get('wall_s', seconds):.1f} s to compute "
-        "(as recorded)."
-    )
+    head = f"{config_json['n_trials']} trials per point, seed {config_json['seed']}, {config_json['dtype']}, "
+    if config_json.get("shards"):  # a merge: the shards computed the results, this process joined them
+        settings = head + merged_settings(config_json, seconds)
+    else:
+        settings = head + (
+            f"{engine['devices']} device(s) ({config_json['device']}), chunk size(s) {engine['chunk_sizes']}, "
+            f"kept {engine['keep']}; the results took {config_json.get('wall_s', seconds):.1f} s to compute "
+            "(as recorded)."
+        )
     return Section(
         description=exp.description,
         figure=f"{exp.name}/{exp.name}.png",
@@ -100,6 +103,34 @@ def section(exp, config, config_json: dict, results: dict, seconds: float) -> Se
         record=config_json,
         name=exp.name,
     )
+
+
+def merged_settings(config_json: dict, seconds: float) -> str:
+    """The settings line's account of a merged run (config.json's ``"shards"``, from each shard's
+    own record): the shards' summed compute and compile seconds, their devices and chunk sizes,
+    then the merge's own time apart."""
+    shards = config_json["shards"]
+    timed = [s["wall_s"] for s in shards if s.get("wall_s") is not None]
+    devices = sorted({f"{s.get('devices')} device(s) ({s.get('device')})" for s in shards})
+    sizes = sorted({size for s in shards for size in s.get("chunk_sizes") or [] if size is not None})
+    untimed = (
+        f", not counting {len(shards) - len(timed)} shard(s) that recorded no time" if len(timed) < len(shards) else ""
+    )
+    return (
+        f"merged from {len(shards)} shard(s) computed on {', '.join(devices)}, "
+        f"chunk size(s) {sizes or [None]}, kept {config_json['engine']['keep']}; the shards took "
+        f"{sum(timed):.1f} s in all to compute (as recorded){untimed}, "
+        f"{sum(s.get('compile_s') or 0.0 for s in shards):.1f} s of it compiling; merging and writing took "
+        f"{config_json.get('wall_s', seconds):.1f} s."
+    )
+
+
+def compute_seconds(record: dict) -> float:
+    """The seconds a run's results took to compute, as recorded: its shards' summed ``wall_s``
+    for a merge (``"shards"``), else its own."""
+    if record.get("shards"):
+        return sum(float(s.get("wall_s") or 0.0) for s in record["shards"])
+    return float(record.get("wall_s", 0.0))
 
 
 KINDS = ("the papers' claims", "beyond-the-paper studies", "checks of an explanation", "checks of the implementation")
@@ -172,7 +203,7 @@ def write(out_dir: str, sections: list, seconds: float, deciding: str = "") -> s
     as ``<out_dir>/verdicts.json`` (:func:`jaxfed.results.verdicts`) and the same as one web page,
     ``<out_dir>/report.html`` (:func:`jaxfed.results.report_html.write`), and returns report.md's path."""
     sections = [(name, _figure_here(out_dir, sec) if isinstance(sec, Section) else sec) for name, sec in sections]
-    computed = sum(float(sec.record.get("wall_s", 0.0)) for _, sec in sections if isinstance(sec, Section))
+    computed = sum(compute_seconds(sec.record) for _, sec in sections if isinstance(sec, Section))
     head = [
         "# jaxfed reproduction report",
         "",

@@ -96,7 +96,19 @@ _SCRIPT = """
 })();
 """
 
-_SETTINGS = ("experiment", "n_trials", "seed", "dtype", "device", "keep", "created", "wall_s", "options", "engine")
+_SETTINGS = (
+    "experiment",
+    "n_trials",
+    "seed",
+    "dtype",
+    "device",
+    "keep",
+    "created",
+    "wall_s",
+    "options",
+    "engine",
+    "shards",
+)
 """The entries of a run's config.json shown under its settings (then ``versions``, its environment)."""
 
 

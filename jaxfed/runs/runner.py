@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import jax
 
@@ -44,6 +44,8 @@ def run_experiment(
     quiet: bool = False,
     sweep: Sweep | None = None,
     report: bool | str = True,
+    shards: Sequence[Mapping] = (),
+    started: float | None = None,
 ) -> tuple[dict, dict]:
     """Runs an experiment through the engine and writes its result directory
     (:func:`jaxfed.runs.writer.write_run`: metrics.npz, config.json, the figure, report.md,
@@ -66,6 +68,11 @@ def run_experiment(
         report: write report.md, verdicts.json and report.html beside the results (False: a run
             that is one step of a larger report, ``jaxfed reproduce`` or ``--decide``); a string:
             written, with it appended to the section's settings (a partial merge says so).
+        shards: a merge's account of the shards it joins (:func:`jaxfed.runs.sharding.merge_shards`),
+            recorded as config.json's ``"shards"``: each one's trials, seconds, devices and chunk
+            sizes (the report states their work; this run's own is the merge's).
+        started: the :func:`time.perf_counter` reading from which config.json's ``wall_s`` counts
+            (a merge: when it began reading its shards); default: when this call began.
 
     The run's identity (what a rerun on ``out_dir`` must match) is the experiment, parameters,
     points, seed and dtype, and for an experiment that runs user code the SHA-256 of every user
@@ -86,7 +93,7 @@ def run_experiment(
     Raises:
         ValueError: a bad option, parameter or sweep (before any work), or what :func:`jaxfed.engine.run` raises.
     """
-    started = time.perf_counter()
+    started = time.perf_counter() if started is None else started
     validation.check(
         "options", options, options is None or isinstance(options, engine.RunOptions), "a jaxfed.engine.RunOptions"
     )
@@ -105,12 +112,12 @@ def run_experiment(
         )
     marker = _start_marker(exp, options.out_dir, imports)
     try:
-        return _run(exp, config, n_trials, options, imports, dtype, started, sweep, report)
+        return _run(exp, config, n_trials, options, imports, dtype, started, sweep, report, shards)
     finally:
         _end_marker(marker)
 
 
-def _run(exp, config, n_trials, options, imports, dtype, started, sweep, report) -> tuple[dict, dict]:
+def _run(exp, config, n_trials, options, imports, dtype, started, sweep, report, shards=()) -> tuple[dict, dict]:
     if sweep is None:
         with notice_if_slow(f"{exp.name}: build() of {_file(exp) or exp.name}"):
             sweep = exp.build(config)
@@ -135,6 +142,8 @@ def _run(exp, config, n_trials, options, imports, dtype, started, sweep, report)
         raise
     _check_dtype_kept(exp, dtype, "the trial")
     config_json = _record(exp, identity, options, n_trials, sweep, results)
+    if shards:
+        config_json["shards"] = rundir.jsonable(list(shards))
     if options.trial_range is not None:  # a shard: its record is jaxfed.runs.sharding's
         return config_json, results
     if jax.process_index() == 0:

@@ -29,6 +29,7 @@ import dataclasses
 import json
 import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -196,9 +197,25 @@ def compute_shard(
     span = shard_range(n_trials, shard)
     check_not_replacing(os.path.abspath(options.out_dir), shard)
     options = dataclasses.replace(options, trial_range=span, out_dir=os.path.abspath(options.out_dir))
+    started = time.perf_counter()
     config_json, _ = run_experiment(exp, cfg, n_trials, options, imports=imports, sweep=sweep)
+    config_json["wall_s"] = round(time.perf_counter() - started, 3)  # (what the merge reports as its work)
     config_json[SHARD_KEY] = {"index": shard.index, "count": shard.count, "trials": list(span)}
-    return rundir.write_shard_record(str(options.out_dir), config_json)
+    kept = _kept_record(options.out_dir, config_json)
+    return kept if kept is not None else rundir.write_shard_record(str(options.out_dir), config_json)
+
+
+def _kept_record(out_dir: str, config_json: dict) -> dict | None:
+    """The shard's record as it was when a rerun (a Dask call run again) computed nothing: the
+    times, devices and chunk sizes of the run that computed it stay recorded. None where this run
+    computed trials, or where no intact record of the same shard and trials is there."""
+    if any(size is not None for size in config_json["engine"]["chunk_sizes"]):
+        return None
+    record = _finished_record(out_dir)
+    same = ("experiment", "parameters", "seed", "n_trials", "keep", SHARD_KEY)
+    if record is None or any(record.get(k) != rundir.jsonable(config_json[k]) for k in same):
+        return None
+    return record if record.get("record_sha256") == rundir.record_digest(record) else None
 
 
 def _finished_record(out_dir: str) -> dict | None:
@@ -463,6 +480,7 @@ def merge_shards(
             unfinished shard, shards of different builds (unless ``mix_builds``), or ``out_dir``
             one of the inputs.
     """
+    started = time.perf_counter()
     shards = [read_shard(os.path.abspath(p)) for p in paths]
     used = check_one_run(shards, partial)
     out_dir = os.path.abspath(out_dir)
@@ -481,8 +499,30 @@ def merge_shards(
     )
     left_out = sorted(set(range(used[0].shard.count)) - {s.shard.index for s in used})
     # The result directory's files, report.md included, written as after a one-process run.
-    config_json, results = run_experiment(exp, cfg, n_trials, options, imports=imports, report=_partial_note(used, left_out))  # fmt: skip
+    note = _partial_note(used, left_out)
+    account = [shard_account(s) for s in used]
+    config_json, results = run_experiment(exp, cfg, n_trials, options, imports=imports, report=note, shards=account, started=started)  # fmt: skip
     return config_json, results, left_out
+
+
+def shard_account(shard: ShardDir) -> dict:
+    """What the merged run's config.json records of one shard's work (``"shards"``), from the
+    shard's own record: its index and trials, the seconds its last run took (``wall_s``; None for
+    a shard written before shards recorded it) and compiled (summed over its groups), its devices,
+    processes and chunk sizes."""
+    engine_info = shard.record.get("engine", {})
+    compile_s = [s for s in engine_info.get("compile_s", []) if s is not None]
+    return {
+        "index": shard.shard.index,
+        "trials": list(shard.trials),
+        "wall_s": shard.record.get("wall_s"),
+        "compile_s": round(sum(compile_s), 3),
+        "device": shard.record.get("device"),
+        "devices": engine_info.get("devices"),
+        "processes": engine_info.get("processes"),
+        "chunk_sizes": engine_info.get("chunk_sizes"),
+        "created": shard.record.get("created"),
+    }
 
 
 def _partial_note(used: list[ShardDir], left_out: list[int]) -> str:

@@ -190,6 +190,20 @@ def write_shard_record(out_dir: str, config_json: dict) -> dict:
     return config_json
 
 
+MAKING = ("created", "wall_s", "device", "versions", "options", "engine", "shards", "chunks_sha256")
+"""The entries of config.json that record when and how a run was made (its date, times, devices,
+chunk sizes, the shards it was merged from, the chunk files that hold it), not what its results
+are: two runs of one command, a grown run and a merge of shards differ in them alone."""
+
+
+def results_digest(record: Mapping) -> str:
+    """SHA-256 of what a run's record says its results are: config.json without ``record_sha256``
+    and the entries of :data:`MAKING` (the experiment, parameters, points, seed, trials, metric
+    docs, coordinates, non-finite counts, identity and metrics.npz's digest). verdicts.json signs it,
+    so it is the same bytes for every run that computed the same results."""
+    return record_digest({k: v for k, v in record.items() if k not in MAKING})
+
+
 def record_digest(record: Mapping) -> str:
     """SHA-256 of a record (config.json, verdicts.json) without its ``record_sha256``: every entry
     read back as truth (points, coordinates, non-finite counts, verdicts, …) is under it."""
@@ -460,8 +474,8 @@ def write_verdicts(out_dir: str, named_sections: list, report: str = "report.md"
     (:func:`verdict_records`), atomically."""
     records: dict = {"format": 1, "report": report, "verdicts": verdict_records(named_sections)}
     config_path = os.path.join(out_dir, CONFIG_FILE)
-    if os.path.isfile(config_path):  # a run's own directory: the verdicts name the record they were read from
-        records["config_record_sha256"] = store.read_json(config_path).get("record_sha256")
+    if os.path.isfile(config_path):  # a run's own directory: the verdicts name the results they were read from
+        records["results_sha256"] = results_digest(store.read_json(config_path))
     records["record_sha256"] = record_digest(records)
     store.atomic_write_json(os.path.join(out_dir, VERDICTS_FILE), records)
 
@@ -485,9 +499,13 @@ def read_verdicts(directory: str) -> list[dict]:
             f"`jaxfed report {directory}` rewrites it"
         )
     config_path = os.path.join(directory, CONFIG_FILE)
-    if "config_record_sha256" in records and records["config_record_sha256"] != load_results(directory, False)[0].get(
-        "record_sha256"
-    ):
+    if "results_sha256" in records:
+        written_from, now = records["results_sha256"], results_digest(load_results(directory, False)[0])
+    elif "config_record_sha256" in records:  # (a verdicts.json written before results_sha256: the whole record)
+        written_from, now = records["config_record_sha256"], load_results(directory, False)[0].get("record_sha256")
+    else:
+        return records["verdicts"]
+    if written_from != now:
         raise ValueError(
             f"{path}: was written from another record than {config_path}; `jaxfed report {directory}` rewrites it"
         )
