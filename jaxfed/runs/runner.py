@@ -68,11 +68,9 @@ def run_experiment(
         report: write report.md, verdicts.json and report.html beside the results (False: a run
             that is one step of a larger report, ``jaxfed reproduce`` or ``--decide``); a string:
             written, with it appended to the section's settings (a partial merge says so).
-        shards: a merge's account of the shards it joins (:func:`jaxfed.runs.sharding.merge_shards`),
-            recorded as config.json's ``"shards"``: each one's trials, seconds, devices and chunk
-            sizes (the report states their work; this run's own is the merge's).
-        started: the :func:`time.perf_counter` reading from which config.json's ``wall_s`` counts
-            (a merge: when it began reading its shards); default: when this call began.
+        shards: a merge's account of its shards (:func:`jaxfed.runs.sharding.shard_account`), recorded
+            as config.json's ``"shards"`` and stated by the report (this run's own time is the merge's).
+        started: the :func:`time.perf_counter` reading ``wall_s`` counts from (default: now).
 
     The run's identity (what a rerun on ``out_dir`` must match) is the experiment, parameters,
     points, seed and dtype, and for an experiment that runs user code the SHA-256 of every user
