@@ -201,7 +201,7 @@ def compute_shard(
     config_json, _ = run_experiment(exp, cfg, n_trials, options, imports=imports, sweep=sweep)
     config_json["wall_s"] = round(time.perf_counter() - started, 3)  # (what the merge reports as its work)
     config_json[SHARD_KEY] = {"index": shard.index, "count": shard.count, "trials": list(span)}
-    kept = _kept_record(options.out_dir, config_json)
+    kept = _kept_record(str(options.out_dir), config_json)
     return kept if kept is not None else rundir.write_shard_record(str(options.out_dir), config_json)
 
 

@@ -502,7 +502,7 @@ def read_verdicts(directory: str) -> list[dict]:
     if "results_sha256" in records:
         written_from, now = records["results_sha256"], results_digest(load_results(directory, False)[0])
     elif "config_record_sha256" in records:  # (a verdicts.json written before results_sha256: the whole record)
-        written_from, now = records["config_record_sha256"], load_results(directory, False)[0].get("record_sha256")
+        written_from, now = records["config_record_sha256"], load_results(directory, False)[0]["record_sha256"]
     else:
         return records["verdicts"]
     if written_from != now:
