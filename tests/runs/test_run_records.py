@@ -113,3 +113,17 @@ def test_a_shard_rerun_that_computes_nothing_keeps_its_record(runs):
     before = _bytes(runs["shards"][0], "config.json")
     _run(N, runs["shards"][0], "--shard", "0/2")
     assert _bytes(runs["shards"][0], "config.json") == before
+
+
+def test_the_account_of_shards_says_which_recorded_no_time():
+    from jaxfed.results import report
+
+    shard = {"wall_s": 2.25, "compile_s": 1.0, "devices": 1, "device": "cpu:0", "chunk_sizes": [64, None]}
+    old = {"wall_s": None, "compile_s": 0.5, "devices": 4, "device": "cuda:0", "chunk_sizes": [128]}
+    record = {"shards": [shard, old], "engine": {"keep": "raw"}, "wall_s": 0.75}
+    line = report.merged_settings(record, 9.0)
+    assert "merged from 2 shard(s) computed on 1 device(s) (cpu:0), 4 device(s) (cuda:0)" in line
+    assert "chunk size(s) [64, 128]" in line and "merging and writing took 0.8 s" in line
+    assert "took 2.2 s in all to compute (as recorded), not counting 1 shard(s) that recorded no time" in line
+    assert ", 1.5 s of it compiling;" in line
+    assert report.compute_seconds(record) == 2.25 and report.compute_seconds({"wall_s": 3.0}) == 3.0

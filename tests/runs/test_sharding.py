@@ -139,10 +139,8 @@ def test_merged_shards_are_the_one_process_run_byte_for_byte(one_process, tmp_pa
     merged = str(tmp_path / "merged")
     assert cli.main(["merge", *paths, "--out", merged, "--quiet"]) == 0
     reference = str(one_process / keep)
-    for name in ("metrics.npz",):
+    for name in ("metrics.npz", "verdicts.json"):
         assert open(os.path.join(merged, name), "rb").read() == open(os.path.join(reference, name), "rb").read()
-    verdicts = [json.load(open(os.path.join(d, "verdicts.json")))["verdicts"] for d in (merged, reference)]
-    assert verdicts[0] == verdicts[1]
     assert _masked_report(os.path.join(merged, "report.md")) == _masked_report(os.path.join(reference, "report.md"))
     # merge never changes its inputs and is safe to rerun
     before = {p: sorted(os.listdir(os.path.join(p, "chunks"))) for p in paths}
