@@ -124,13 +124,10 @@ def run_on_dask(
         Exception: the error of a task that failed after its retries (the other tasks are cancelled).
     """
     address = scheduler_address(client) if isinstance(client, str) else None
-    if wait_for_workers is not None and (isinstance(wait_for_workers, bool) or wait_for_workers < 1):
-        raise ValueError(f"wait_for_workers must be a positive number of workers, got {wait_for_workers!r}")
     distributed = _import_distributed()
     out_dir = os.path.abspath(out_dir)
     name, imports = _absolute_user_files(name, imports)
-    client = _connect(distributed, address) if address is not None else client
-    lost = False
+    client = _connect(distributed, address) if isinstance(client, str) else client
     try:
         count = task_count(client, n_trials, f"{out_dir}.shards", tasks, wait_for_workers)
         check_here(name, n_trials, count, sets or {}, imports)
@@ -138,16 +135,10 @@ def run_on_dask(
             print(f"{name}: {_cluster_seen(client)}: {count} tasks -> {out_dir}.shards", file=sys.stderr, flush=True)
         shard_dirs = [shard_dir(out_dir, i, count) for i in range(count)]
         futures = _submit(client, name, n_trials, shard_dirs, dict(sets or {}), seed, keep, imports, retries, mix_builds)  # fmt: skip
-        try:
-            _wait(distributed, client, futures, name, quiet, on_done)
-        except (CancelledError, asyncio.CancelledError, OSError) as error:
-            if getattr(error, "reason", None) != "scheduler-connection-lost" and client.status == "running":
-                raise
-            lost = True
-            raise SchedulerLost(_lost_line(address or "the Dask scheduler", shard_dirs)) from None
+        _wait_unless_lost(distributed, client, futures, name, quiet, on_done, address, shard_dirs)
     finally:
-        if address is not None:
-            _close(client, lost)
+        if address is not None and client.status != "closed":
+            client.close()
     return sharding.merge(shard_dirs, out_dir, experiment=name, imports=imports, mix_builds=mix_builds)
 
 
@@ -159,6 +150,8 @@ def shard_dir(out_dir: str, index: int, count: int) -> str:
 def task_count(client: Client, n_trials: int, shards_root: str, tasks: int | None, wait_for_workers: int | None) -> int:
     """The task count of a call: ``tasks`` if given, else :func:`default_tasks` of the cluster
     after waiting (``client.wait_for_workers``) for ``wait_for_workers`` workers if given."""
+    if wait_for_workers is not None and (isinstance(wait_for_workers, bool) or wait_for_workers < 1):
+        raise ValueError(f"wait_for_workers must be a positive number of workers, got {wait_for_workers!r}")
     if wait_for_workers is not None:
         client.wait_for_workers(wait_for_workers)
     return tasks if tasks is not None else default_tasks(client, n_trials, shards_root)
@@ -253,6 +246,20 @@ def _submit(client, name, n_trials, shard_dirs, sets, seed, keep, imports, retri
     return futures
 
 
+def _wait_unless_lost(distributed, client, futures, name, quiet, on_done, address, shard_dirs) -> None:
+    """:func:`_wait`, or where the scheduler was lost (its connection, not a task's error)
+    :class:`SchedulerLost` raised from None (one line: what it says is the whole story), a client
+    made here (``address``) closed first, quietly (:func:`_close_quietly`)."""
+    try:
+        _wait(distributed, client, futures, name, quiet, on_done)
+    except (CancelledError, asyncio.CancelledError, OSError) as error:
+        if getattr(error, "reason", None) != "scheduler-connection-lost" and client.status == "running":
+            raise
+        if address is not None:
+            _close_quietly(client)
+        raise SchedulerLost(_lost_line(address or "the Dask scheduler", shard_dirs)) from None
+
+
 def _wait(distributed, client, futures: dict, name: str, quiet: bool, on_done) -> None:
     """Waits for every task as Dask reports them finished (``as_completed``, on ``client``'s event
     loop: by default it takes the process's default client's, which with several clients in one
@@ -331,7 +338,7 @@ def scheduler_address(address: str) -> str:
     return "tcp://" + rest if scheme == "dask" else address
 
 
-def _connect(distributed, address: str) -> Client:
+def _connect(distributed, address: str | None) -> Client:
     """A client of the scheduler at ``address`` (checked), or a ConnectionError of one line where
     none answers within Dask's connect timeout (``distributed.comm.timeouts.connect``, 30 s)."""
     try:
@@ -343,12 +350,9 @@ def _connect(distributed, address: str) -> Client:
         ) from None
 
 
-def _close(client: Client, lost: bool) -> None:
-    """Closes a client made here; after the scheduler was lost, without the traceback Dask's client
-    logs as its closing cancels its attempt to reconnect (the line already said what happened)."""
-    if not lost:
-        client.close()
-        return
+def _close_quietly(client: Client) -> None:
+    """Closes a client made here whose scheduler was lost, without the traceback Dask's client logs
+    as its closing cancels its attempt to reconnect (jaxfed's line says what happened)."""
     dask_client = logging.getLogger("distributed.client")
     level = dask_client.level
     dask_client.setLevel(logging.CRITICAL)

@@ -144,13 +144,26 @@ def test_a_worker_killed_mid_run_changes_no_byte(cluster, tmp_path, capfd, caplo
 
 
 @pytest.mark.parametrize("cluster", [(2,)], indirect=True)
-def test_a_worker_of_two_threads_runs_tasks_side_by_side(cluster, tmp_path):
+def test_a_worker_of_two_threads_runs_tasks_side_by_side(cluster, tmp_path, monkeypatch):
     """One worker process of two threads: two tasks (two engine runs) at once in one process, each
     compiling in its own thread on one compilation cache; the merge equals one process byte for
     byte. (Before the JAX seams were installed once per process, the second task wrapped the
-    first's seam and waited on its own compile lock: the run hung.)"""
+    first's seam and waited on its own compile lock: the run hung.) The caller writes the report
+    from the merged values it holds, never reading the result it has just written (issue 58, part 6)."""
+    from jaxfed.store import rundir
+
+    read: list = []
+    real = rundir.load_results
+
+    def load_results(*args, **kwargs):  # (counted when it read a result: a directory without one is refused)
+        loaded = real(*args, **kwargs)
+        read.append(args)
+        return loaded
+
+    monkeypatch.setattr(rundir, "load_results", load_results)
     out = tmp_path / "on-dask"
     on_dask.run_on_dask(cluster.client, NAME, TRIALS, str(out), sets=SETS, keep="raw", tasks=4, quiet=True)
+    assert read == [] and (out / "report.md").is_file()
     assert cluster.client.nthreads() and list(cluster.client.nthreads().values()) == [2]
     assert (out / "metrics.npz").read_bytes() == one_process(tmp_path, "raw")
 
@@ -286,6 +299,8 @@ def test_the_task_count_is_taken_after_the_workers_asked_for(tmp_path):
     assert on_dask.task_count(FakeClient([1]), 100_000, root, None, 8) == 32
     waited = FakeClient([1])
     assert on_dask.task_count(waited, 100_000, root, 5, 8) == 5 and len(waited.threads) == 8
+    with pytest.raises(ValueError, match="wait_for_workers must be a positive number of workers, got 0"):
+        on_dask.task_count(FakeClient([1]), 100_000, root, None, 0)
 
 
 def test_a_rerun_keeps_the_task_count_on_disk(tmp_path):
