@@ -8,7 +8,8 @@ worker process into its own shard directory next to the run's, and merged by ``s
 in the calling process. Dask does the scheduling: a task that raises is retried (``retries``), and
 a lost worker's tasks are given to another worker by the scheduler; such a task resumes from the
 chunks its shard directory already holds, so a lost worker costs at most the unfinished part of
-the tasks it was running.
+the tasks it was running. A lost worker is told in one warning naming its tasks; a lost scheduler
+ends the call in one line (:class:`SchedulerLost`: the shards stored; the same call resumes).
 
 The workers write where the caller reads: a file system shared by every worker and the caller,
 at the same path (the shard directories are ``OUT_DIR.shards/IIIII-of-TTTTT``, kept after the
