@@ -73,6 +73,10 @@ def run(args: argparse.Namespace) -> int:
     """``jaxfed run NAME``: one process's run (:func:`jaxfed.runs.launch.run_named`), one shard
     (``--shard``: :func:`jaxfed.runs.sharding.compute_shard`) or the shards on Dask (``--executor``:
     :func:`jaxfed.runs.run_on_dask`)."""
+    if args.executor is not None:
+        distributed.scheduler_address(args.executor)  # (a bad address refused at once, before any work)
+    elif args.wait_for_workers is not None:
+        raise ValueError("--wait-for-workers N goes with --executor dask://HOST:PORT (the workers of that scheduler)")
     exp = launch.experiment_named(args.name)
     n_trials, sets, options, talk = _trials(args, exp), parse_sets(args.set), run_options(args), _say_unless_quiet(args)
     if args.shard is not None:
@@ -90,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     if args.executor is not None:
         distributed.run_on_dask(
             args.executor, exp.source or exp.name, n_trials, out_dir, sets=sets, seed=options.seed,
-            keep=options.keep, imports=args.imports, tasks=args.tasks, quiet=talk is None, mix_builds=options.mix_builds,
+            keep=options.keep, imports=args.imports, tasks=args.tasks,
+            wait_for_workers=args.wait_for_workers, quiet=talk is None, mix_builds=options.mix_builds,
         )  # fmt: skip
     else:
         budget = args.budget if args.decide else None

@@ -239,6 +239,14 @@ def _add_run_command(run: argparse.ArgumentParser) -> None:
         help="with --executor: shards (default 4 per worker thread; a lost worker loses at most its task)",
     )
     run.add_argument(
+        "--wait-for-workers",
+        type=_positive_int("wait_for_workers"),
+        default=None,
+        metavar="N",
+        help="with --executor: wait until N Dask workers have joined before cutting the run into tasks (a cluster "
+        "still starting is then filled; default: the workers present, or the first to join)",
+    )
+    run.add_argument(
         "--max-trials",
         type=_trials("max_trials"),
         default=None,

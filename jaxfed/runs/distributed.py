@@ -8,7 +8,8 @@ worker process into its own shard directory next to the run's, and merged by ``s
 in the calling process. Dask does the scheduling: a task that raises is retried (``retries``), and
 a lost worker's tasks are given to another worker by the scheduler; such a task resumes from the
 chunks its shard directory already holds, so a lost worker costs at most the unfinished part of
-the tasks it was running.
+the tasks it was running. A lost worker is told in one warning naming its tasks; a lost scheduler
+ends the call in one line (:class:`SchedulerLost`: the shards stored; the same call resumes).
 
 The workers write where the caller reads: a file system shared by every worker and the caller,
 at the same path (the shard directories are ``OUT_DIR.shards/IIIII-of-TTTTT``, kept after the
@@ -19,6 +20,8 @@ Internal: not a public API (no ``__all__``; the public names are in tests/projec
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import re
 import sys
@@ -26,6 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import CancelledError
 from typing import TYPE_CHECKING, Any
 
 from jaxfed import engine, stats
@@ -45,6 +49,17 @@ MISSING_EXTRA = 'running on Dask needs the dask extra: pip install ".[dask]" (or
 
 _SHARD_NAME = re.compile(r"^(\d{5})-of-(\d{5})$")
 
+LOG = logging.getLogger("jaxfed")
+"""Where a lost worker is told (a warning; with no logging configured, Python prints it on stderr)."""
+
+SCHEMES = ("dask", "tcp", "tls", "ws", "wss", "ucx", "inproc")
+"""The address schemes taken: ``dask://`` (``--executor``'s form, which is Dask's ``tcp://``) and Dask's own."""
+
+
+class SchedulerLost(ConnectionError):
+    """The Dask scheduler went away mid-run: the message says how many shards are stored and that
+    the same call (command) resumes from them."""
+
 
 def run_on_dask(
     client: Client | str,
@@ -57,6 +72,7 @@ def run_on_dask(
     keep: str = "auto",
     imports: Sequence[str] = (),
     tasks: int | None = None,
+    wait_for_workers: int | None = None,
     retries: int = 3,
     quiet: bool = False,
     on_done: Callable[[int, int, int], None] | None = None,
@@ -74,11 +90,18 @@ def run_on_dask(
             system); ``sets``, ``seed``, ``keep`` and ``imports`` are ``jaxfed run``'s ``--set``,
             ``--seed``, ``--keep`` and ``--import``.
         tasks: how many shards (tasks); default :data:`TASKS_PER_THREAD` per worker thread of the
-            cluster (waiting for a first worker if none has joined), or the count of the shards
-            ``OUT_DIR.shards`` already holds (a rerun resumes them), at most one per 64-trial block.
+            cluster when the tasks are cut (after ``wait_for_workers``; else those present, or the
+            first to join if none has), or the count of the shards ``OUT_DIR.shards`` already holds
+            (a rerun resumes them), at most one per 64-trial block.
+        wait_for_workers: wait (``client.wait_for_workers``) until this many workers have joined
+            before cutting the run into tasks: a cluster still starting (``cluster.scale(jobs=25)``
+            returns at once) is then filled, not cut for the workers present at the call.
         retries: the times Dask reruns a task that raised (a lost worker's task is rescheduled by
             the scheduler, up to its ``allowed-failures``).
-        quiet: no line on stderr per finished task.
+        quiet: no line on stderr at the start (the workers, threads and tasks seen) and per
+            finished task. A worker lost mid-run is told whatever ``quiet`` (a warning of the
+            ``jaxfed`` logger naming the task rerun); this handles the client's ``"all"`` event topic
+            during the call (``client.subscribe_topic``).
         on_done: called in this process as ``on_done(index, finished, tasks)`` after each finished
             task (after its line).
         mix_builds: workers of different builds (JAX, jaxlib, processor: :mod:`jaxfed.builds`)
@@ -95,22 +118,27 @@ def run_on_dask(
 
     Raises:
         ImportError: Dask is not installed (one line naming the extra).
-        ValueError: before any task is submitted, what every task would refuse (:func:`check_here`).
+        ValueError: before any task is submitted, what every task would refuse (:func:`check_here`),
+            or a scheduler address that is not ``SCHEME://HOST:PORT`` (:func:`scheduler_address`).
+        ConnectionError: no scheduler answers at the address given, or the scheduler was lost
+            mid-run (:class:`SchedulerLost`: how many shards are stored; the same call resumes).
         Exception: the error of a task that failed after its retries (the other tasks are cancelled).
     """
+    address = scheduler_address(client) if isinstance(client, str) else None
     distributed = _import_distributed()
     out_dir = os.path.abspath(out_dir)
     name, imports = _absolute_user_files(name, imports)
-    owned = isinstance(client, str)
-    client = distributed.Client(_scheduler_address(client)) if isinstance(client, str) else client
+    client = _connect(distributed, address) if isinstance(client, str) else client
     try:
-        count = tasks if tasks is not None else default_tasks(client, n_trials, f"{out_dir}.shards")
+        count = task_count(client, n_trials, f"{out_dir}.shards", tasks, wait_for_workers)
         check_here(name, n_trials, count, sets or {}, imports)
+        if not quiet:
+            print(f"{name}: {_cluster_seen(client)}: {count} tasks -> {out_dir}.shards", file=sys.stderr, flush=True)
         shard_dirs = [shard_dir(out_dir, i, count) for i in range(count)]
         futures = _submit(client, name, n_trials, shard_dirs, dict(sets or {}), seed, keep, imports, retries, mix_builds)  # fmt: skip
-        _wait(distributed, client, futures, name, quiet, on_done)
+        _wait_unless_lost(distributed, client, futures, name, quiet, on_done, address, shard_dirs)
     finally:
-        if owned:
+        if address is not None and client.status != "closed":
             client.close()
     return sharding.merge(shard_dirs, out_dir, experiment=name, imports=imports, mix_builds=mix_builds)
 
@@ -118,6 +146,16 @@ def run_on_dask(
 def shard_dir(out_dir: str, index: int, count: int) -> str:
     """The directory of shard ``index`` of ``count``: ``OUT_DIR.shards/IIIII-of-TTTTT``."""
     return f"{out_dir}.shards/{index:05d}-of-{count:05d}"
+
+
+def task_count(client: Client, n_trials: int, shards_root: str, tasks: int | None, wait_for_workers: int | None) -> int:
+    """The task count of a call: ``tasks`` if given, else :func:`default_tasks` of the cluster
+    after waiting (``client.wait_for_workers``) for ``wait_for_workers`` workers if given."""
+    if wait_for_workers is not None and (isinstance(wait_for_workers, bool) or wait_for_workers < 1):
+        raise ValueError(f"wait_for_workers must be a positive number of workers, got {wait_for_workers!r}")
+    if wait_for_workers is not None:
+        client.wait_for_workers(wait_for_workers)
+    return tasks if tasks is not None else default_tasks(client, n_trials, shards_root)
 
 
 def default_tasks(client: Client, n_trials: int, shards_root: str) -> int:
@@ -209,6 +247,20 @@ def _submit(client, name, n_trials, shard_dirs, sets, seed, keep, imports, retri
     return futures
 
 
+def _wait_unless_lost(distributed, client, futures, name, quiet, on_done, address, shard_dirs) -> None:
+    """:func:`_wait`, or where the scheduler was lost (its connection, not a task's error)
+    :class:`SchedulerLost` raised from None (one line: what it says is the whole story), a client
+    made here (``address``) closed first, quietly (:func:`_close_quietly`)."""
+    try:
+        _wait(distributed, client, futures, name, quiet, on_done)
+    except (CancelledError, asyncio.CancelledError, OSError) as error:
+        if getattr(error, "reason", None) != "scheduler-connection-lost" and client.status == "running":
+            raise
+        if address is not None:
+            _close_quietly(client)
+        raise SchedulerLost(_lost_line(address or "the Dask scheduler", shard_dirs)) from None
+
+
 def _wait(distributed, client, futures: dict, name: str, quiet: bool, on_done) -> None:
     """Waits for every task as Dask reports them finished (``as_completed``, on ``client``'s event
     loop: by default it takes the process's default client's, which with several clients in one
@@ -216,10 +268,14 @@ def _wait(distributed, client, futures: dict, name: str, quiet: bool, on_done) -
     each finished one's future (its result is a path; were its worker lost, nothing would be
     recomputed); on the first error cancels the rest and raises it."""
     count, finished, start = len(futures), 0, time.perf_counter()
+    running = {future.key: index for future, index in futures.items()}
+    client.subscribe_topic("all", lambda event: _tell_lost_worker(event, running, name, count))
     try:
         for future in distributed.as_completed(list(futures), loop=client.loop):
+            running.pop(future.key, None)
             index = futures.pop(future)
-            future.result()  # (raises the task's error, after its retries)
+            if future.status != "finished":  # (its value, a path, is not fetched: were its worker lost, a
+                future.result()  # fetch would rerun it) raises the task's error after its retries, or its cancel
             finished += 1
             if not quiet:
                 print(
@@ -235,11 +291,93 @@ def _wait(distributed, client, futures: dict, name: str, quiet: bool, on_done) -
         for future in futures:
             future.cancel()
         raise
+    finally:
+        if client.status == "running":
+            client.unsubscribe_topic("all")
 
 
-def _scheduler_address(address: str) -> str:
-    """``dask://HOST:PORT`` (``--executor``'s form) as Dask's ``tcp://HOST:PORT``; other addresses as given."""
-    return "tcp://" + address[len("dask://") :] if address.startswith("dask://") else address
+def _tell_lost_worker(event: tuple, running: Mapping[str, int], name: str, count: int) -> None:
+    """The scheduler's ``remove-worker`` event (on the ``"all"`` topic): one warning naming the
+    tasks of this call that the lost worker held unfinished, which the scheduler gives to others."""
+    _, message = event
+    if not isinstance(message, dict) or message.get("action") != "remove-worker":
+        return
+    indices = sorted(i for i in (running.get(key) for key in message.get("processing-tasks", ())) if i is not None)
+    if indices:  # (None: another call's task, or one finished since)
+        tasks = ", ".join(str(i + 1) for i in indices)
+        LOG.warning(
+            f"{name}: Dask worker {message.get('worker', '?')} was lost holding task(s) {tasks} of {count}; "
+            "they are rerun on the other workers, each resuming from its shard's finished chunks"
+        )
+
+
+def scheduler_address(address: str) -> str:
+    """A scheduler's address checked at once: ``dask://HOST:PORT`` (``--executor``'s form) as Dask's
+    ``tcp://HOST:PORT``, Dask's own (``tcp://``, ``tls://``, …) as given.
+
+    Args:
+        address: ``SCHEME://HOST:PORT`` with a scheme of :data:`SCHEMES` and a port from 1 to
+            65535 (``inproc://`` addresses as Dask writes them).
+
+    Returns:
+        the address as Dask takes it.
+
+    Raises:
+        ValueError: one line naming the address, what is wrong and the form allowed.
+    """
+    scheme, sep, rest = address.partition("://")
+    form = "dask://HOST:PORT (or Dask's tcp://, tls://, … HOST:PORT)"
+    if not sep or scheme not in SCHEMES:
+        raise ValueError(f"scheduler address {address!r}: expected {form}")
+    if scheme == "inproc":
+        return address
+    host, colon, port = rest.rpartition(":")
+    if not colon or not host or "/" in rest:
+        raise ValueError(f"scheduler address {address!r}: expected {form}; a host and a port are needed")
+    if not (port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"scheduler address {address!r}: the port must be an integer from 1 to 65535, got {port!r}")
+    return "tcp://" + rest if scheme == "dask" else address
+
+
+def _connect(distributed, address: str | None) -> Client:
+    """A client of the scheduler at ``address`` (checked), or a ConnectionError of one line where
+    none answers within Dask's connect timeout (``distributed.comm.timeouts.connect``, 30 s)."""
+    try:
+        return distributed.Client(address)
+    except (OSError, TimeoutError) as error:
+        raise ConnectionError(
+            f"{address}: no Dask scheduler answered there ({' '.join(str(error).split())}); start one "
+            "(`dask scheduler --port PORT`) or give the address it prints"
+        ) from None
+
+
+def _close_quietly(client: Client) -> None:
+    """Closes a client made here whose scheduler was lost, without the traceback Dask's client logs
+    as its closing cancels its attempt to reconnect (jaxfed's line says what happened)."""
+    dask_client = logging.getLogger("distributed.client")
+    level = dask_client.level
+    dask_client.setLevel(logging.CRITICAL)
+    try:
+        client.close()
+    finally:
+        dask_client.setLevel(level)
+
+
+def _cluster_seen(client: Client) -> str:
+    """The workers and threads the scheduler has now, as the start line says them."""
+    threads = client.nthreads()
+    return f"{len(threads)} Dask worker(s) of {sum(threads.values())} thread(s) in all"
+
+
+def _lost_line(address: str, shard_dirs: Sequence[str]) -> str:
+    """What is said when the scheduler is lost mid-run: the shards stored, and that the same call
+    resumes from them (the task count is taken from the directories)."""
+    stored = sum(sharding._finished_record(d) is not None for d in shard_dirs)
+    root = os.path.dirname(shard_dirs[0])
+    return (
+        f"{address}: the Dask scheduler was lost mid-run; {stored} of {len(shard_dirs)} shards are stored "
+        f"in {root} (the others keep their finished chunks); rerun the same command to resume from them"
+    )
 
 
 def _absolute_user_files(name: str, imports: Sequence[str]) -> tuple[str, tuple[str, ...]]:

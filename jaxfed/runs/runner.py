@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import jax
 
-from jaxfed import engine, store, validation
+from jaxfed import engine, stats, store, validation
 from jaxfed.engine.progress import Progress
 from jaxfed.experiment import (
     Experiment,
@@ -150,7 +150,8 @@ def _run(exp, config, n_trials, options, imports, dtype, started, sweep, report,
     if out_dir is None or jax.process_index() != 0:
         return config_json, results
     note = report if isinstance(report, str) else ""
-    return writer.write_run(exp, config, sweep.labels, out_dir, config_json, results, started, report=report is not False, note=note)  # fmt: skip
+    with stats.quantiles.bands_reused():  # (the figure and the report band the raw trials once)
+        return writer.write_run(exp, config, sweep.labels, out_dir, config_json, results, started, report=report is not False, note=note)  # fmt: skip
 
 
 def _nonfinite_notes(name: str, nonfinite: Mapping, sweep: Sweep, n_trials: int, progress) -> list[str]:

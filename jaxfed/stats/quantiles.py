@@ -11,7 +11,11 @@ This part of :mod:`jaxfed.stats` imports :mod:`jaxfed.stats.summary` only.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import warnings
+import zlib
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
@@ -51,6 +55,40 @@ def band(values, mass: float = 0.75, axis: int = 1) -> Band:
         The :class:`Band`, each array the cells' shape (the trial axis removed).
     """
     validation.probability("mass", mass, low_open=True, high_open=True)
+    kept = getattr(_KEPT, "bands", None)
+    if kept is not None and isinstance(values, np.ndarray):
+        key = (id(values), values.shape, values.dtype.str, mass, axis)
+        digest = zlib.crc32(np.ascontiguousarray(values).data)  # (catches a change in place, cheaper than a hash)
+        found = kept.get(key)
+        if found is None or found[1] != digest:  # (not seen, or its values changed since)
+            kept[key] = found = (values, digest, _band(values, mass, axis))  # (values held: its id stays its own)
+        kept_band = found[2]  # (copies: a caller may write to one)
+        return Band(np.copy(kept_band.median), np.copy(kept_band.lower), np.copy(kept_band.upper), mass)
+    return _band(values, mass, axis)
+
+
+@contextlib.contextmanager
+def bands_reused() -> Iterator[None]:
+    """Within it (in this thread), :func:`band` of the same raw array, unchanged, with the same
+    ``mass`` and ``axis`` takes its quantiles once: a run's figure and its report band the same
+    metric, and ``np.quantile`` over every raw trial is the longest part of writing them. Nested
+    uses share the outermost's bands; they are dropped at its end."""
+    outer = getattr(_KEPT, "bands", None)
+    if outer is None:
+        _KEPT.bands = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _KEPT.bands = None
+
+
+_KEPT = threading.local()
+"""``bands``: {(id, shape, dtype, mass, axis): (values, CRC-32 of its bytes, Band)} while
+:func:`bands_reused` is open in the thread, else absent or None."""
+
+
+def _band(values, mass: float, axis: int) -> Band:
     qs = [0.5, (1 - mass) / 2, (1 + mass) / 2]
     if isinstance(values, Summary):
         med, lo, hi = (summary_quantile(values, q) for q in qs)

@@ -44,3 +44,17 @@ def test_jaxfed_run_takes_parameters_as_set_does_and_its_options(tmp_path):
         jaxfed.run("gfvl-topologies", 8, out=str(tmp_path / "b"), nope=1)
     with pytest.raises(ValueError, match="options must be a jaxfed.engine.RunOptions"):
         jaxfed.run("gfvl-topologies", 8, out=str(tmp_path / "b"), options=3)  # type: ignore[arg-type]
+
+
+def test_a_run_bands_its_raw_trials_once_for_the_figure_and_the_report(tmp_path, monkeypatch):
+    """The figure and the report of a raw run band ``kl`` over the same trials: the quantiles are
+    taken once (issue 58, part 6: ``np.quantile`` over every trial was the longest part of a large
+    run's writing, done twice)."""
+    from jaxfed.stats import quantiles
+
+    banded: list = []
+    real = quantiles._band
+    monkeypatch.setattr(quantiles, "_band", lambda values, *a: banded.append(values.shape) or real(values, *a))
+    jaxfed.run("gfvl-topologies", trials=128, out=str(tmp_path / "run"), n_slots=20)  # (raw: keep="auto" at this size)
+    assert (tmp_path / "run" / "report.md").is_file() and (tmp_path / "run" / "gfvl-topologies.png").is_file()
+    assert banded and len(banded) == len(set(banded)), banded  # (each raw array banded once)

@@ -274,3 +274,31 @@ def test_a_share_that_is_not_zero_never_reads_zero_percent():
     cens[0] = True  # one pair in 400 censored, and no effect to speak of: not testable, said as "<1%"
     v = stats.paired_verdict(t, t, "a > b", transform="log_ratio", censored_a=cens)
     assert "censored: 0%" not in v.reason
+
+
+# --------------------------------------------------------------------------- bands reused (issue 58, part 6)
+def test_bands_reused_takes_the_quantiles_of_one_array_once(monkeypatch):
+    """Within ``bands_reused`` a second band of the same unchanged array is not computed again (the
+    same values, as copies); a changed array, another mass or another array is; outside, every
+    call computes."""
+    from jaxfed.stats import quantiles
+
+    calls: list = []
+    real = quantiles._band
+    monkeypatch.setattr(quantiles, "_band", lambda *a: calls.append(a[1:]) or real(*a))
+    x = np.random.default_rng(0).standard_normal((3, 500, 4))
+    with quantiles.bands_reused():
+        first = stats.band(x)
+        again = stats.band(x)
+        assert len(calls) == 1
+        assert all(np.array_equal(a, b) for a, b in zip(first[:3], again[:3], strict=True))
+        again.median[0, 0] = 99.0  # (a copy: the kept band is untouched)
+        assert stats.band(x).median[0, 0] == first.median[0, 0] and len(calls) == 1
+        stats.band(x, mass=0.5)
+        stats.band(x.copy())
+        assert len(calls) == 3
+        x[0, 0, 0] = 100.0  # (changed in place: computed again)
+        assert stats.band(x).median.tolist() == real(x, 0.75, 1).median.tolist() and len(calls) == 4
+    stats.band(x)
+    stats.band(x)
+    assert len(calls) == 6
