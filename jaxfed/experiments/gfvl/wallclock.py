@@ -466,7 +466,12 @@ def reading_text(cfg: Config, model: str, a: dict) -> str:
     by_verdict: dict[str, list[str]] = {}
     for r, v in zip(cfg.ratios, a["order"]):
         by_verdict.setdefault(v.verdict, []).append(f"{r:g}")
-    seen = lambda later: [f"{r:g}" for r, v in zip(cfg.ratios, a["order"]) if np.isfinite(v.estimate) and (v.estimate > 1) == later]  # noqa: E731
+
+    def seen(later: bool) -> list[str]:  # the ratios whose median time ratio T_last/T_first is above 1 (or below)
+        return [
+            f"{r:g}" for r, v in zip(cfg.ratios, a["order"]) if np.isfinite(v.estimate) and (v.estimate > 1) == later
+        ]
+
     first, last = a["ls"][0], a["ls"][-1]
     best = "; ".join(f"r = {r:g}: L = {n} (**{v.verdict}**)" for r, (n, v) in zip(cfg.ratios, a["best"]))
     return (
