@@ -1,4 +1,5 @@
-"""The shell commands in docs/examples/*.py's docstrings run as written (sizes made tiny: ``--trials``)."""
+"""The shell commands in docs/examples/*.py's docstrings run as written (sizes made tiny: ``--trials``, and for the
+k-means examples fewer rounds, SNRs and digit counts by ``--set``)."""
 
 import ast
 import pathlib
@@ -12,6 +13,10 @@ from jaxfed import cli
 ROOT = pathlib.Path(__file__).parents[2]
 EXAMPLES = sorted((ROOT / "docs" / "examples").glob("*.py"))
 TINY_TRIALS = "4"
+TINY_SETTINGS = {  # (a k-means example at its default size compiles a program per digit count: minutes under load)
+    "rician_channel": {"digits_list": "4", "snrs_db": "10,30", "n_rounds": "5"},
+    "power_gains": {"n_rounds": "5"},
+}
 
 
 def documented_commands(path: pathlib.Path) -> list[list[str]]:
@@ -43,12 +48,15 @@ def test_every_example_documents_commands_and_names_its_experiment_where_a_direc
                 assert "--experiment" in command, f"{path.name}: `jaxfed {shlex.join(command)}` exits 2"
 
 
-def _tiny(command: list[str], out: pathlib.Path) -> list[str]:
-    """``command`` with ``--trials`` made tiny and its ``results/…`` directories under ``out``."""
+def _tiny(command: list[str], out: pathlib.Path, settings: dict) -> list[str]:
+    """``command`` with ``--trials`` made tiny, a run's ``settings`` added as ``--set``, and its ``results/…``
+    directories under ``out``."""
     argv = [str(out / a) if re.match(r"results/", a) else a for a in command]
     if "--trials" in argv:
         argv[argv.index("--trials") + 1] = TINY_TRIALS
-    return argv + (["--quiet"] if argv[0] == "run" else [])
+    if argv[0] != "run":
+        return argv
+    return argv + [a for key, value in settings.items() for a in ("--set", f"{key}={value}")] + ["--quiet"]
 
 
 @pytest.mark.slow
@@ -56,5 +64,5 @@ def _tiny(command: list[str], out: pathlib.Path) -> list[str]:
 def test_an_examples_documented_commands_run_as_written(path, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)  # the commands name docs/examples/… from the repository's root
     for command in documented_commands(path):
-        argv = _tiny(command, tmp_path)
+        argv = _tiny(command, tmp_path, TINY_SETTINGS.get(path.stem, {}))
         assert cli.main(argv) == 0, f"{path.name}: jaxfed {shlex.join(command)}"
