@@ -108,7 +108,10 @@ def band_plot(
     On a log axis, values that are exactly 0 (e.g. a KL once the posterior is exact) cannot be drawn:
     the median and the band edges are left out where they are 0 (no cliff down to an arbitrary floor),
     and a downward triangle marks the first x from which the median is 0; pair it with
-    :func:`exact_fraction_plot` to show how many trials are exact. A point without a finite trial
+    :func:`exact_fraction_plot` to show how many trials are exact. Where, from some x to the last, every
+    point's band is 0 (nothing left to draw), the axis still runs to the last x: that stretch is shaded and
+    labelled "every trial 0 from x = …" (raw values all 0) or "the band 0 from x = …" ,
+    so the lines ending there are not read as the data ending. A point without a finite trial
     (every value NaN or ±inf) draws nothing and is named in the legend's title, and so are the
     points that have no positive value to draw on a log axis.
 
@@ -139,6 +142,8 @@ def band_plot(
         style = dict(styles[i]) if styles is not None else series_style(offset + i)
         _band_series(ax, x, b, i, label, len(labels), style, log_y, bottom, bars)
     _fit_log_axis(ax, positive, bottom, log_y)
+    if log_y:
+        _mark_zero_tail(ax, x, values, b)
     if legend:
         ax.legend(
             title=band_title(b, labels, mass, log_y),
@@ -150,6 +155,53 @@ def band_plot(
         )
     ax.grid(True, which="both", alpha=0.25)
     return b
+
+
+def _zero_tail(values, b: stats.Band) -> tuple[int, bool] | None:
+    """Where a band on a log axis has nothing left to draw: the first index t > 0 of the last axis from which
+    every point's upper band edge is 0 (so its median and band are 0 and undrawable), and whether every trial
+    is 0 there too (raw values; a summary cannot say). None when there is no such stretch.
+
+    Args:
+        values: raw (n_points, n_trials, n_x) or a :class:`jaxfed.stats.Summary`, as :func:`band_plot` takes.
+        b: their band (:func:`jaxfed.stats.band`).
+
+    Returns:
+        ``(t, every_trial)`` or None.
+    """
+    upper = np.asarray(b.upper)
+    if upper.ndim != 2 or upper.shape[1] < 2:
+        return None
+    nonzero = np.flatnonzero(np.any(~(upper <= 0), axis=0))  # (NaN: a cell without a finite trial counts as drawn)
+    t = 0 if nonzero.size == 0 else int(nonzero[-1]) + 1
+    if t == 0 or t >= upper.shape[1]:
+        return None
+    every_trial = not isinstance(values, stats.Summary) and bool(np.all(np.asarray(values)[..., t:] == 0))
+    return t, every_trial
+
+
+def _mark_zero_tail(ax, x, values, b: stats.Band) -> None:
+    """Shades the stretch where ``_zero_tail`` finds nothing to draw on a log axis and says why, so the x
+    axis runs to the last x instead of ending silently where the lines do."""
+    tail = _zero_tail(values, b)
+    if tail is None:
+        return
+    t, every_trial = tail
+    ax.axvspan(x[t], x[-1], color="0.5", alpha=0.1, lw=0)
+    what = "every trial" if every_trial else f"the {b.mass:.0%} band"
+    lo, hi = float(x[t]), float(x[-1])
+    middle = np.sqrt(lo * hi) if ax.get_xscale() == "log" and lo > 0 else (lo + hi) / 2
+    ax.text(
+        middle,
+        0.5,
+        f"{what} 0 from x = {x[t]:g}\n(not drawn on a log axis)",
+        transform=ax.get_xaxis_transform(),
+        rotation=90,
+        ha="center",
+        va="center",
+        fontsize=FONT_SIZE,
+        color="0.35",
+    )
 
 
 def _log_floor(positive: np.ndarray, b: stats.Band, log_y: bool) -> float | None:

@@ -4,7 +4,10 @@ Run it with the same CLI, store, resume and report as the built-in experiments:
 
     jaxfed show docs/examples/grid_gossip.py:EXPERIMENT
     jaxfed run docs/examples/grid_gossip.py:EXPERIMENT --trials 200 --out results/grid
-    jaxfed plot results/grid
+    jaxfed plot results/grid --experiment docs/examples/grid_gossip.py:EXPERIMENT
+
+(``plot`` and ``report`` never run the code a result directory names: ``--experiment`` names the file,
+whose code must match the run's.)
 
 Metric ``kl`` (point, trial, slot): KL(q^(i) ‖ p(θ|D)) on an s × s grid, one point per side s.
 """
@@ -54,6 +57,8 @@ def build(cfg: Config) -> Sweep:
 def plot(cfg: Config, labels, metrics, path):
     fig, ax = plotting.figure(figsize=(6, 4))
     slots = np.arange(1, cfg.n_slots + 1)
+    # KL is exactly 0 once every agent has been visited: on the log axis band_plot shades the slots where every
+    # trial is 0 ("every trial 0 from x = …") instead of ending the axis where the lines do
     plotting.band_plot(ax, slots, metrics["kl"], [f"{lab['side']}×{lab['side']} grid" for lab in labels], log_y=True)
     ax.set_xlabel("slot i")
     ax.set_ylabel("KL(q ‖ p(θ|D))")

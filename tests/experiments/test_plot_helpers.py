@@ -37,6 +37,30 @@ def test_a_bar_whose_lower_edge_is_0_runs_past_the_log_floor():
     assert min(lows) < floor  # its cap lies outside the axes: not drawn on the floor as if it were a value
 
 
+def test_a_log_band_that_is_0_to_the_end_keeps_the_axis_and_says_so():
+    """Every trial of every point exactly 0 from slot 78 of 100 (a KL once the posterior is exact): the lines end
+    there, but the x axis runs to the last slot, and the stretch is shaded and labelled, not cut off silently."""
+    values = _decaying(2, n_x=100)
+    values[..., 78:] = 0.0
+    x = np.arange(100.0)
+    fig, ax = plotting.figure()
+    plotting.band_plot(ax, x, values, ["a", "b"], log_y=True, legend=False)
+    fig.canvas.draw()
+    assert ax.get_xlim()[1] >= x[-1]
+    (note,) = [t.get_text() for t in ax.texts]
+    assert "every trial 0 from x = 78" in note
+    # only the band's upper edge at 0 (some trials above it): the note says the band, not every trial
+    values[:, 0, 78:] = 1.0
+    fig, ax = plotting.figure()
+    plotting.band_plot(ax, x, values, ["a", "b"], log_y=True, legend=False)
+    assert ["75% band 0 from x = 78" in t.get_text() for t in ax.texts] == [True]
+    # a band with values to the end, or a linear axis, has no such note
+    fig, ax = plotting.figure()
+    plotting.band_plot(ax, x, _decaying(2, n_x=100), ["a", "b"], log_y=True, legend=False)
+    plotting.band_plot(ax, x, values, ["a", "b"], legend=False)
+    assert not ax.texts
+
+
 def test_small_multiples_one_panel_per_series_the_others_grey_behind():
     fig, axes = plotting.figure(2, 3, sharex=True, sharey=True)
     labels = ["a", "b", "c", "d", "e"]

@@ -29,3 +29,17 @@ def test_notebooks_select_by_label_not_by_position():
         assert "to_xarray" in code and ".sel(" in code, path.name
         found = re.findall(r"enumerate\(\s*sweep\.labels|sweep\.labels\[|index_of\(", code)
         assert not found, f"{path.name}: positional label matching {found}"
+
+
+def test_no_cell_ends_in_a_matplotlib_call_whose_value_jupyter_would_print():
+    """A cell whose last line is ``ax.set_ylabel(…)`` shows a stray ``Text(0, 0.5, '…')`` above its figure: such a
+    last line ends with ``;``."""
+    import re
+
+    drawing = re.compile(r"^(ax\w*|axes\w*|plt|fig)\b.*\.(set_\w+|legend|text|annotate|axhline|axvline|plot)\(")
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            lines = cell.source.rstrip().splitlines() if cell.cell_type == "code" else []
+            last = lines[-1].strip() if lines else ""
+            assert not (drawing.match(last) and not last.endswith(";")), f"{path.name}: {last!r} prints its value"
