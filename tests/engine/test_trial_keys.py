@@ -106,3 +106,24 @@ def test_a_state_past_2_32_blocks_gets_levels_and_int64_histograms():
     assert state.hist.dtype == np.int64 and int(state.count[0, 0]) == 2**46
     assert summary.hist_dtype(2**31 - 1) == np.int32 and summary.hist_dtype(2**31) == np.int64
     assert summary.levels_for(2**32 - 1) == 32 and summary.levels_for(2**47) == 48
+
+
+def test_shards_past_2_32_blocks_join_into_the_state_of_one_run():
+    """Two shards of 2^33 blocks each ([0, 2^33) and [2^33, 2^34): 2^40 trials) joined as a merge
+    joins them: the run's counter, its sum at level 34 and nothing below, as one fold of it all."""
+    cells, n = (1, 1), 2**33
+
+    def part(value, blocks):
+        return dict(
+            count=np.full(cells, blocks * summary.SUMMARY_BLOCK, np.int64), nan_count=np.zeros(cells, np.int64),
+            hist=np.zeros(cells + (summary.N_BINS,), np.int32), nonfinite_trials=np.zeros(1, np.int64),
+            sum_pieces=np.full((1, 1, 1), value), sq_pieces=np.full((1, 1, 1), value),
+        )  # fmt: skip
+
+    first = summary.fold(summary.empty_state(cells), part(1.5, n), n)
+    second = summary.fold(summary.range_state(cells, n), part(2.5, n), n)
+    joined = summary.joined(first, second)
+    whole = summary.fold(summary.empty_state(cells), part(4.0, 2 * n), 2 * n)
+    assert joined.total.shape[1] == whole.total.shape[1] == 35
+    assert np.array_equal(joined.total, whole.total) and joined.total[0, 34, 0] == 4.0
+    assert joined.hist.dtype == np.int64 and int(joined.count[0, 0]) == 2**40
