@@ -43,7 +43,9 @@ __all__ = [
     "trial_count",
 ]
 
-MAX_TRIALS = 2**32  # trial indices are folded into PRNG keys as 32-bit integers
+MAX_TRIALS = 2**53
+"""Trials per point at most: trial indices, counts and summary totals are exact in int64 and in a
+float64 (2^53), and indices from 2^32 on fold both 32-bit halves into their keys."""
 INT32_RANGE = (-(2**31), 2**31 - 1)
 """The sizes a parameter may give (slots, data points, agents, rounds): they reach the device as int32."""
 INT32_NOTE = " (a size reaches the device as a 32-bit integer)"
@@ -378,7 +380,7 @@ def seed(value: Any, name: str = "seed") -> int:
 
 
 def trial_count(value: Any, name: str = "n_trials") -> int:
-    """A number of trials per point: an integer in [1, 2**32] (trial indices are 32-bit).
+    """A number of trials per point: an integer in [1, 2**53] (:data:`MAX_TRIALS`).
 
     Args:
         value: the number of trials.
@@ -388,8 +390,8 @@ def trial_count(value: Any, name: str = "n_trials") -> int:
         The count as a Python ``int``.
 
     Raises:
-        ValueError: not an integer in [1, 2**32].
+        ValueError: not an integer in [1, 2**53].
     """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not 1 <= value <= MAX_TRIALS:
-        fail(name, value, "an integer in [1, 2**32] (trial indices are 32-bit)")
+        fail(name, value, "an integer in [1, 2**53] (trial counts and indices are exact up to 2**53 in a float64)")
     return operator.index(value)

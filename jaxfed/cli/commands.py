@@ -13,10 +13,11 @@ import tqdm
 
 from jaxfed.cli.parser import DEFAULT_MAX_TRIALS, DEFAULT_OUT, parse_sets, run_options
 from jaxfed.engine import cache as compilation_cache
+from jaxfed.engine.sizing import size_text
 from jaxfed.experiment import make_config
 from jaxfed.experiments import REGISTRY
 from jaxfed.results import export_all
-from jaxfed.runs import distributed, finished, launch, sharding, verifying
+from jaxfed.runs import distributed, finished, launch, runner, sharding, verifying
 from jaxfed.runs import reproduce as reproducing
 from jaxfed.runs.describe import describe
 
@@ -79,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--wait-for-workers N goes with --executor dask://HOST:PORT (the workers of that scheduler)")
     exp = launch.experiment_named(args.name)
     n_trials, sets, options, talk = _trials(args, exp), parse_sets(args.set), run_options(args), _say_unless_quiet(args)
+    if args.dry_run:
+        return _dry_run(args, exp, n_trials, sets, options)
     if args.shard is not None:
         shard = sharding.check_shard(sharding.parse_shard(args.shard), n_trials)
         out_dir = args.out or os.path.join(args.default_out, f"{exp.name}.shards", f"{shard.index:05d}-of-{shard.count:05d}")  # fmt: skip
@@ -104,6 +107,29 @@ def run(args: argparse.Namespace) -> int:
         if talk and report is not None:
             talk(f"{exp.name}: report {report}")
     print(args.out_given or os.path.join(DEFAULT_OUT, exp.name))  # (as given: the run went to its absolute form)
+    return 0
+
+
+def _dry_run(args: argparse.Namespace, exp, n_trials: int, sets: dict, options) -> int:
+    """``jaxfed run … --dry-run``: the run's (or shard's) plan on stdout (:func:`jaxfed.runs.runner.dry_run`)."""
+    for flag, given in (("--executor", args.executor), ("--decide", args.decide), ("--target-se", args.target_se)):
+        if given:  # (a target's chunks and a decision's growth depend on the values computed)
+            raise ValueError(f"--dry-run: does not go with {flag}, whose plan depends on the trials computed")
+    what, trial_range = f"{n_trials:,} trials per point", None
+    if args.shard is not None:
+        shard = sharding.check_shard(sharding.parse_shard(args.shard), n_trials)
+        trial_range, what = sharding.shard_range(n_trials, shard), f"shard {shard} of {what}"
+    options = dataclasses.replace(options, trial_range=trial_range, out_dir=args.out)
+    plan = runner.dry_run(exp, make_config(exp.config_cls, sets), n_trials, options, imports=args.imported)
+    start, stop = plan.trials
+    print(f"{exp.name}: {what}: trials [{start:,}, {stop:,}) of each point ({stop - start:,}), keep {plan.keep}")
+    print(f"micro-batch {plan.width} trials, {plan.devices} device(s), budget {size_text(plan.budget)} per device")
+    for g, (points, size, chunks, need) in enumerate(plan.groups):
+        print(
+            f"group {g + 1}/{len(plan.groups)}: {points} point(s), {chunks:,} chunk(s) of at most {size:,} trials, "
+            f"about {size_text(need)} per device (estimated from shapes; the compiled chunk's analysis decides)"
+        )
+    print("dry run: nothing compiled, computed or written")
     return 0
 
 

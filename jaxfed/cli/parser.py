@@ -88,7 +88,7 @@ def _positive_float(name: str) -> Callable[[str], object]:
 
 
 def _trials(name: str) -> Callable[[str], object]:
-    """Trials per point: an integer in [1, 2**32] (trial indices are folded into keys as 32 bits)."""
+    """Trials per point: an integer in [1, 2**53] (:data:`jaxfed.validation.MAX_TRIALS`)."""
     return _argument(lambda value: validation.trial_count(value, name))
 
 
@@ -214,7 +214,7 @@ def _add_run_command(run: argparse.ArgumentParser) -> None:
         "--trials",
         type=_trials("trials"),
         default=None,
-        help="trials per point, at most 2**32; more than a stored run's computes only the new ones",
+        help="trials per point, at most 2**53; more than a stored run's computes only the new ones",
     )
     run.add_argument("--out", default=None, help=f"result directory (default {DEFAULT_OUT}/NAME)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter")
@@ -225,6 +225,12 @@ def _add_run_command(run: argparse.ArgumentParser) -> None:
         help="compute shard I of M only (trials cut on blocks of 64; default --out results/NAME.shards/I-of-M), then "
         "`jaxfed merge`; auto/M: shard SLURM_ARRAY_TASK_ID (or a Kubernetes JOB_COMPLETION_INDEX) of M; auto: a "
         "whole SLURM array's task of its count",
+    )
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="plan and size the run (or --shard) without compiling or computing: its trial range, chunks and "
+        "memory per device; writes nothing",
     )
     run.add_argument(
         "--executor",

@@ -7,7 +7,9 @@ equal static parts and array shapes form a group that shares one compiled functi
 
 Randomness: the key of (point p, trial t) is ``fold_in(fold_in(key(seed), p), t)``, or with
 common random numbers ``fold_in(key(seed), t)`` for every point, so that all points of a trial see
-the same data and draws and differ only by their parameters.
+the same data and draws and differ only by their parameters; from t = 2^32 on (a run holds up to
+2^53 trials per point) ``fold_in`` takes the whole 64-bit index
+(:func:`jaxfed.engine.compiled.trial_key`).
 
 Execution, per group: trials run in chunks (all points of the group at once). Each chunk's
 trials are shared out over a 1-D device mesh (axis ``"trials"``) spanning the local devices, or

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.random import threefry_2x32
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -24,7 +25,8 @@ from jaxfed.engine.points import Group, Trial, rebuild
 
 
 class ChunkFn:
-    """The chunk function of a group: ``fn(seed, point_ids, traced, first_trial, *extra)``.
+    """The chunk function of a group: ``fn(seed, point_ids, traced, first_trial, *extra)``, the
+    first trial an integer (any below 2^53: each device's program takes its :func:`trial_halves`).
 
     Each device of the mesh runs the same single-device program on its share of the chunk's
     trials (device g of the mesh: trials ``first_trial + g·local + [0, local)``), so a trial's
@@ -81,7 +83,7 @@ class ChunkFn:
         """The trial program's arguments for the device at trial ``offset``: the chunk's, the first
         trial moved by the offset, and the loop's trip count (rows × micro-batches)."""
         steps = np.int32(len(point_ids) * self.blocks)
-        return (seed, point_ids, traced, np.uint32(int(first_trial) + offset), steps)
+        return (seed, point_ids, traced, trial_halves(trial_index(first_trial) + offset), steps)
 
     def device_args(self, g: int, seed, point_ids, traced, first_trial, *extra) -> tuple:
         """The arguments of the program of the device at mesh position ``g``. In summary mode
@@ -94,7 +96,7 @@ class ChunkFn:
             return args
         n_valid, first_block = (int(x) for x in extra)
         share_valid = min(max(n_valid - offset, 0), self.local)
-        return (*args, np.uint32(share_valid), np.uint32(first_block + offset // stats.summary.SUMMARY_BLOCK))
+        return (*args, np.uint32(share_valid), low_block(first_block + offset // stats.summary.SUMMARY_BLOCK))
 
     def lower(self, *args) -> _Lowered:
         """As ``jax.jit(f).lower(*args)``: ``.compile()`` compiles every device's program (and the
@@ -261,7 +263,8 @@ def batched_metrics(trial: Trial, group: Group, local: int, width: int, common: 
     of trials first_trial + [0, local) on one device (unjitted).
 
     The key of (point p, trial t) is fold_in(fold_in(key(seed), p), t), or fold_in(key(seed), t)
-    with ``common`` (common random numbers).
+    with ``common`` (common random numbers); from t = 2^32 on, :func:`trial_key`'s 64-bit fold.
+    ``first_trial`` is :func:`trial_halves` of the first trial's index.
 
     Determinism by construction: a trial never sees the chunk. The device loops over
     micro-batches of one point × ``width`` trials, ``steps`` = rows × micro-batches of them; the
@@ -389,10 +392,10 @@ def _micro_batch_fn(trial: Trial, group: Group, width: int, common: bool):
         into trial order after the barrier."""
         root = jax.random.key(seed)
         base = root if common else jax.random.fold_in(root, point_id)
-        lanes = jnp.arange(width, dtype=jnp.uint32)
-        shift = first % width
-        trial_ids = first + (lanes + (width - shift)) % width  # lane j: the trial ≡ j (mod W)
-        values = jax.vmap(lambda t: trial(jax.random.fold_in(base, t), rebuild(group, point)))(trial_ids)
+        lanes, first = jnp.arange(width, dtype=jnp.uint32), halves(first)
+        shift = first[1] % width  # (W is a power of two: t mod W is the low half's)
+        highs, lows = moved(first, (lanes + (width - shift)) % width)  # lane j: the trial ≡ j (mod W)
+        values = jax.vmap(lambda h, t: trial(trial_key(base, h, t), rebuild(group, point)))(highs, lows)
         values = jax.lax.optimization_barrier(values)
         return {name: jnp.take(v, (lanes + shift) % width, axis=0) for name, v in values.items()}
 
@@ -406,12 +409,12 @@ def _micro_batch_loop(micro_batch, blocks: int, width: int, start, update):
     ``shapes``: one micro-batch's metric shapes."""
 
     def on_device(seed, point_ids, traced, first_trial, steps):
-        point_ids, traced = jnp.asarray(point_ids), [jnp.asarray(x) for x in traced]
+        point_ids, traced, first_trial = jnp.asarray(point_ids), [jnp.asarray(x) for x in traced], halves(first_trial)
         shapes = jax.eval_shape(micro_batch, seed, point_ids[0], [x[0] for x in traced], first_trial)
 
         def step(i, carry):
             row, block = i // blocks, i % blocks
-            first = first_trial + (block * width).astype(jnp.uint32)
+            first = jnp.stack(moved(first_trial, (block * width).astype(jnp.uint32)))
             inputs = jax.lax.optimization_barrier((seed, point_ids[row], [x[row] for x in traced], first))
             return update(carry, micro_batch(*inputs), row, block)
 
@@ -428,12 +431,76 @@ def _op_by_op(micro_batch, blocks: int, width: int):
         for row in range(len(point_ids)):
             point = [jnp.asarray(x[row]) for x in traced]
             parts = [
-                micro_batch(seed, point_ids[row], point, np.uint32(first_trial + b * width)) for b in range(blocks)
+                micro_batch(seed, point_ids[row], point, trial_halves(trial_index(first_trial) + b * width))
+                for b in range(blocks)
             ]
             rows.append({name: np.concatenate([np.asarray(p[name]) for p in parts]) for name in parts[0]})
         return {name: np.stack([r[name] for r in rows]) for name in rows[0]}
 
     return metrics
+
+
+def trial_halves(index) -> np.ndarray:
+    """uint32 (2,): the (high, low) 32-bit halves of trial index ``index`` (< 2^64), how the chunk
+    programs take their first trial: JAX's 64-bit integers may be off, so no traced int64."""
+    index = int(index)
+    return np.array([index >> 32, index & 0xFFFFFFFF], np.uint32)
+
+
+def trial_index(first) -> int:
+    """The trial index of :func:`trial_halves` ``first`` (or of a plain integer)."""
+    if np.ndim(first) == 0:
+        return int(first)
+    high, low = (int(x) for x in np.asarray(first))
+    return high << 32 | low
+
+
+def low_block(block: int) -> np.uint32:
+    """A chunk's first summary block as the device takes it, modulo 2^32: the dyadic pieces of a
+    chunk of fewer than 2^31 blocks depend only on its start's low bits (their alignment)."""
+    return np.uint32(int(block) & 0xFFFFFFFF)
+
+
+def halves(first):
+    """A traced first trial as (high, low) uint32 (2,): :func:`trial_halves`' pair as it is, a
+    scalar index below 2^32 (the earlier form, still accepted) with a high half of 0."""
+    first = jnp.asarray(first, jnp.uint32)
+    return first if first.ndim else jnp.stack([jnp.uint32(0), first])
+
+
+def moved(first, offset):
+    """(high, low) of trial ``first`` (:func:`trial_halves`, traced) + ``offset`` (uint32, traced,
+    any shape, < 2^32): the low half wraps modulo 2^32 and carries into the high one."""
+    low = first[1] + offset
+    return first[0] + (low < first[1]).astype(jnp.uint32), low
+
+
+def trial_key(base, high, low):
+    """The key of trial index t = high·2^32 + low under ``base`` (a point's key, or the root's with
+    common random numbers); ``high``, ``low`` uint32, traced (under jit and vmap).
+
+    t < 2^32 (high = 0): ``fold_in(base, t)``, the key every trial had before indices grew past
+    32 bits, computed by the same call, so a stored run grows and merges bit for bit. From 2^32
+    on, with Threefry (JAX's default), the Threefry-2x32 hash of the counter (high, low) under
+    ``base``: the very function ``fold_in`` applies to (0, t), taken on the whole 64-bit index.
+    For a fixed key Threefry is a bijection of counters, so the keys of all 2^64 indices are
+    distinct, and none equals a key the trial itself derives (those hash under the trial's own
+    key). Nesting instead, fold_in(fold_in(base, high), low), would give trial high·2^32 + low the
+    key trial ``high`` derives for its own stream ``low`` (a trial folds small constants into its
+    key). Both branches are computed and one selected (a traced ``high``): a second hash per trial.
+    Another generator (``jax_default_prng_impl``) folds ``low`` into its fold of ``high``, without
+    that guarantee (its keys past 2^32 may meet a trial's own streams).
+    """
+    low_key = jax.random.fold_in(base, low)
+    if str(jax.random.key_impl(base)) == "threefry2x32":
+        words = threefry_2x32(jax.random.key_data(base), jnp.stack([high, low]))
+        high_key = jax.random.wrap_key_data(words, impl="threefry2x32")
+    else:
+        high_key = jax.random.fold_in(jax.random.fold_in(base, high), low)
+    return jax.random.wrap_key_data(
+        jnp.where(high == 0, jax.random.key_data(low_key), jax.random.key_data(high_key)),
+        impl=jax.random.key_impl(base),
+    )
 
 
 def nonfinite_per_trial(values):

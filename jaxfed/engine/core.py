@@ -50,6 +50,7 @@ from jaxfed.engine.sizing import (
     check_chunk_outputs,
     check_host_memory,
     choose_width,
+    estimated_chunk,
     round_up,
     size_text,
     sized_chunk_fn,
@@ -71,7 +72,8 @@ runs are bound by the transfer; this much crosses in less than a run's start-up 
 measurements: benchmarks/README.md)."""
 
 MAX_TRIALS = validation.MAX_TRIALS
-"""Trials per point at most: trial indices are folded into the keys as uint32, so more would repeat keys."""
+"""Trials per point at most (2^53): exact in int64 counts and float64 sums; an index from 2^32 on
+folds both of its 32-bit halves into its key (:func:`jaxfed.engine.compiled.trial_key`)."""
 
 
 # --------------------------------------------------------------------------- the plan
@@ -208,7 +210,7 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
         resources.callback(bar.close)
         resources.callback(writer.close)
         specs_of = [GroupSpec(g, group.point_ids, specs) for g, (group, _) in enumerate(groups)]
-        sinks = open_sinks(store, specs_of, n_trials, results, writer, summary=keep == "summary", targeted=target is not None, checkpoint_every=options.checkpoint_every, hist_on_device=hists_on_device(machine), trial_range=options.trial_range)  # fmt: skip
+        sinks = open_sinks(store, specs_of, n_trials, results, writer, summary=keep == "summary", targeted=target is not None, checkpoint_every=options.checkpoint_every, hist_on_device=hists_on_device(machine) and span <= stats.summary.HIST_INT32_TRIALS, trial_range=options.trial_range)  # fmt: skip
         opening.before_work(options, store, sinks, specs_of, span)
     except BaseException:
         resources.close()
@@ -221,6 +223,61 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
         trial=trial, n_trials=n_trials, n_points=len(points), span=span, options=options, machine=machine, specs=specs,
         keep=keep, target=target, groups=plans, results=results, bar=bar, writer=writer, resources=resources,
     )  # fmt: skip
+
+
+class DryRun(NamedTuple):
+    """What a run would compute, planned and sized without compiling or computing (:func:`dry_run`)."""
+
+    trials: tuple[int, int]  # [start, stop) of each point (a shard's range, or the whole run)
+    keep: str  # "raw" or "summary"
+    width: int  # trials per micro-batch
+    devices: int
+    budget: int  # bytes per device
+    groups: tuple  # per group: (points, chunk size, chunks, estimated bytes per device)
+
+
+def dry_run(trial: Trial, points: list, n_trials: int, options: RunOptions | None = None) -> DryRun:
+    """The plan of :func:`run` from the shapes alone: checked as :func:`plan` checks (but the store,
+    which it neither opens nor writes), each group's chunk size the given one or
+    :func:`~jaxfed.engine.sizing.estimated_chunk`'s (the estimate a run starts from, before its
+    compiled chunk's memory analysis confirms or shrinks it), and its bytes per device, as that
+    estimate reckons them: W · lane bytes + 2 · chunk · trial bytes / devices (+ 3 × a summary's
+    fixed outputs; + the host copy of raw values).
+
+    Args:
+        trial, points, n_trials: as :func:`run`.
+        options: a :class:`RunOptions` with ``use_jit`` (default: its defaults).
+
+    Returns:
+        A :class:`DryRun`.
+
+    Raises:
+        ValueError: as :func:`plan`, before anything is compiled.
+    """
+    options = RunOptions() if options is None else options
+    _check_arguments(options, points, n_trials)
+    validation.check("use_jit", options.use_jit, options.use_jit, "True for a dry run (it sizes compiled chunks)")
+    groups = group_points(points)
+    specs, _, _, live = _trace(trial, groups, options.metric_axes)
+    machine = _machine(options, n_trials, width_bytes(live, specs))
+    keep, _ = _mode(options, specs, len(points), n_trials, machine.platform, lambda line: None)
+    start, stop = options.trial_range or (0, n_trials)
+    assert machine.mesh is not None
+    sized = []
+    for group, _ in groups:
+        n = len(group.point_ids)
+        check_chunk_outputs(n, specs, options.chunk_size, machine.n_shards, machine.width, machine.budget)
+        fixed, per_trial = (summary_output_bytes(n, specs) if keep == "summary" else 0), trial_bytes(n, specs)
+        job = ChunkJob(
+            trial=trial, group=group, program="", mesh=machine.mesh, width=machine.width, budget=machine.budget,
+            n_trials=stop - start, args=(), common=options.common_random_numbers, summary=keep == "summary",
+            fixed=fixed, trial_bytes=per_trial, cache_dir=None, lane_bytes=machine.lane_bytes,
+        )  # fmt: skip
+        size = min(options.chunk_size, stop - start) if options.chunk_size else estimated_chunk(job)
+        host = 0 if keep == "summary" else per_trial
+        need = machine.width * machine.lane_bytes + size * (2 * per_trial / machine.n_shards + host) + 3 * fixed
+        sized.append((n, size, -(-(stop - start) // size), int(need)))
+    return DryRun((start, stop), keep, machine.width, machine.n_shards, machine.budget, tuple(sized))
 
 
 def _check_arguments(options: RunOptions, points: list, n_trials: int) -> None:
@@ -522,7 +579,7 @@ def _run_fixed(plan: Plan, gp: GroupPlan, info: GroupInfo, chunk_fn, cache_dir: 
     handled = 0
 
     def dispatch(chunk):
-        return chunk_fn(seed, point_ids, gp.traced, np.uint32(chunk[0]), *sink.extra_args(chunk))
+        return chunk_fn(seed, point_ids, gp.traced, np.int64(chunk[0]), *sink.extra_args(chunk))
 
     def handle(chunk, device_out):
         nonlocal handled
@@ -602,7 +659,7 @@ def _run_to_target(plan: Plan, gp: GroupPlan, sink: SummarySink, size, chunk_fn)
             batch = round_up(size, m.width * m.mesh.size)
             subset_fn = make_chunk_fn(plan.trial, gp.group, batch, m.mesh, m.width, options.common_random_numbers, True)
         fn = chunk_fn if n_rows == len(point_ids) or subset_fn is None else subset_fn
-        sub_args = (np.uint32(options.seed), point_ids[rows], [x[rows] for x in gp.traced], np.uint32(chunk[0]))
+        sub_args = (np.uint32(options.seed), point_ids[rows], [x[rows] for x in gp.traced], np.int64(chunk[0]))
         out = fn(*sub_args, *sink.extra_args(chunk))
         if n_rows > active.size:
             out = jax.tree.map(lambda x: x[: active.size], out)

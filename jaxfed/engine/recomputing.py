@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from jaxfed import jaxcompat, stats, validation
-from jaxfed.engine.compiled import batched_metrics
+from jaxfed.engine.compiled import batched_metrics, trial_halves
 from jaxfed.engine.options import RunOptions
 from jaxfed.engine.points import Trial, group_points
 
@@ -113,7 +113,7 @@ def _values(programs: list, wanted: list, seed, width: int, start: int, stop: in
     order: list[int] = []
     for ids, traced, program in programs:
         steps = np.int32(len(ids))  # (one micro-batch per point)
-        chunks = [jax.device_get(program(seed, ids, traced, np.uint32(t), steps)) for t in range(first, stop, width)]
+        chunks = [jax.device_get(program(seed, ids, traced, trial_halves(t), steps)) for t in range(first, stop, width)]
         parts.append({m: np.concatenate([c[m] for c in chunks], 1)[:, start - first : stop - first] for m in chunks[0]})
         order.extend(int(p) for p in ids)
     position = {p: row for row, p in enumerate(order)}

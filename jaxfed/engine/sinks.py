@@ -345,8 +345,9 @@ class SummarySink(Sink):
         return self.rows, self.counts.copy()
 
     def extra_args(self, chunk) -> tuple:
-        """(trials of the chunk in whole blocks, the chunk's first block): see ``make_chunk_fn``."""
-        return (np.uint32(_whole(chunk[1]) - chunk[0]), np.uint32(chunk[0] // stats.summary.SUMMARY_BLOCK))
+        """(trials of the chunk in whole blocks, the chunk's first block modulo 2^32): see
+        ``make_chunk_fn`` (a chunk's dyadic pieces depend only on its start's low bits)."""
+        return (np.uint32(_whole(chunk[1]) - chunk[0]), np.uint32(chunk[0] // stats.summary.SUMMARY_BLOCK & 0xFFFFFFFF))
 
     def host_part(self, device_out):
         """The chunk's outputs but its histograms, when they stay on the device."""

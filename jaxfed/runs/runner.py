@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 import jax
 
 from jaxfed import engine, stats, store, validation
+from jaxfed.engine.core import DryRun
+from jaxfed.engine.core import dry_run as engine_dry_run
 from jaxfed.engine.progress import Progress
 from jaxfed.experiment import (
     Experiment,
@@ -113,6 +115,35 @@ def run_experiment(
         return _run(exp, config, n_trials, options, imports, dtype, started, sweep, report, shards)
     finally:
         _end_marker(marker)
+
+
+def dry_run(
+    exp: Experiment, config, n_trials: int, options: engine.RunOptions, *, imports: Mapping[str, str] | None = None
+) -> DryRun:
+    """:func:`jaxfed.engine.core.dry_run` of the experiment's run (its identity, axes, common random
+    numbers and micro-batch width, as :func:`run_experiment` gives them): planned and sized from the
+    shapes, nothing compiled, computed or written (a stored run in ``options.out_dir`` is only read,
+    for the width a grown run keeps).
+
+    Args:
+        exp, config, n_trials, options, imports: as :func:`run_experiment` (``options.trial_range``: a shard's).
+
+    Returns:
+        The :class:`jaxfed.engine.core.DryRun`.
+
+    Raises:
+        ValueError: what :func:`run_experiment` would refuse before any work.
+    """
+    validation.trial_count(n_trials, "trials")
+    if options.out_dir is not None:
+        options = dataclasses.replace(options, out_dir=os.path.abspath(options.out_dir))
+    dtype = _checked_dtype(config)
+    sweep = exp.build(config)
+    with _naming_the_user_file(exp):
+        check_sweep(sweep)
+    identity = _identity(exp, config, sweep, options.seed, dtype, imports)
+    options = _engine_options(exp, sweep, dataclasses.replace(options, progress=False), identity)
+    return engine_dry_run(sweep.trial, sweep.points, n_trials, options)
 
 
 def _run(exp, config, n_trials, options, imports, dtype, started, sweep, report, shards=()) -> tuple[dict, dict]:

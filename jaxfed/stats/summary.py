@@ -54,7 +54,34 @@ _ROWS_PER_BLOCK = 8192  # trial rows per accumulation block (bounds the host's t
 SUMMARY_BLOCK = 64
 """Trials per float64 sum block: blocks are [k·64, (k+1)·64) in trial indices (a power of two)."""
 SUM_LEVELS = 32
-"""Levels of a state's binary counter of block sums: 2^32 blocks, more than uint32 trial indices reach."""
+"""Levels of a state's binary counter of block sums: 2^32 blocks (2^38 trials); a state of more
+blocks has one more level per bit (:func:`levels_for`), so that every state up to 2^38 trials keeps
+this layout, byte for byte."""
+HIST_INT32_TRIALS = 2**31 - 1
+"""A state's histograms are int32 up to this many trials per point (every bin fits), int64 beyond
+(:func:`hist_dtype`): the layout of every smaller state stays as it was."""
+
+
+def levels_for(blocks: int) -> int:
+    """Levels of the binary counter of a state of ``blocks`` sum blocks: :data:`SUM_LEVELS`, or one
+    per bit of ``blocks`` beyond 2^32 (a run of 2^53 trials: 48)."""
+    return max(SUM_LEVELS, int(blocks).bit_length())
+
+
+def hist_dtype(trials: int) -> np.dtype:
+    """The dtype of the histograms of a state of ``trials`` trials per point (at most): int32 up to
+    :data:`HIST_INT32_TRIALS`, int64 beyond, so that no bin count wraps."""
+    return np.dtype(np.int32 if trials <= HIST_INT32_TRIALS else np.int64)
+
+
+def _widened(levels: np.ndarray, blocks: int) -> np.ndarray:
+    """``levels`` (rows, L, …) with zero levels added up to :func:`levels_for` ``blocks``."""
+    missing = levels_for(blocks) - levels.shape[1]
+    if missing <= 0:
+        return levels
+    return np.concatenate([levels, np.zeros(levels.shape[:1] + (missing,) + levels.shape[2:], levels.dtype)], 1)
+
+
 # Lower edges of the magnitude levels 0 … _N_SIDE − 1, then the top 1e8 (float64, rounded to a
 # value's dtype where used).
 _EDGES = 10.0 ** (HIST_LOG_MIN + np.arange(_N_SIDE + 1) / HIST_PER_DECADE)
@@ -482,7 +509,8 @@ def summary_of_blocks(hist, sums, squares, nonfinite_trials, n_valid, first_bloc
 def _pushed(levels: np.ndarray, n: int, pieces: list, sums: np.ndarray) -> np.ndarray:
     """The binary counter ``levels`` (rows, SUM_LEVELS, …) of blocks [0, n) followed by the
     ``pieces`` [(j, k), …] (from block n on) with sums ``sums`` (rows, ≥ len(pieces), …)."""
-    levels = levels.copy()  # never in place: the store's writer thread may still read the last state
+    levels = _widened(levels, n + sum(1 << j for j, _ in pieces)).copy()  # never in place: the store's
+    # writer thread may still read the last state
     for i, (j, _) in enumerate(pieces):
         carry = sums[:, i]
         while n >> j & 1:  # the left sibling is there: D(j + 1, ·) = D(j, 2k) + D(j, 2k + 1)
@@ -519,7 +547,8 @@ def _range_pushed(left, right, first: int, n: int, pieces: list, sums) -> tuple[
     grown = dyadic_pieces(first, n + sum(1 << j for j, _ in pieces))
     if [(j, k) for j, k, _ in stack] != grown:
         raise AssertionError(f"pieces {pieces} do not continue blocks [{first}, {first + n})")
-    left, right = np.zeros_like(left), np.zeros_like(right)
+    blocks = n + sum(1 << j for j, _ in pieces)
+    left, right = np.zeros_like(_widened(left, blocks)), np.zeros_like(_widened(right, blocks))
     peak = _peak(grown)
     for i, (j, _, value) in enumerate(stack):
         (left if i < peak else right)[:, j] = value
@@ -548,13 +577,16 @@ def fold(state: SummaryState, part: dict, n_blocks: int, hist_in_place: bool = F
         left_sq, total_sq = _range_pushed(left_sq, total_sq, first, n, pieces, np.asarray(part["sq_pieces"]))
     elif n_blocks:
         done = np.asarray(state.blocks)
-        total, total_sq = total.copy(), total_sq.copy()
+        reach = int(done.max(initial=0)) + n_blocks  # (a counter past 2^32 blocks grows its levels)
+        total, total_sq = _widened(total, reach).copy(), _widened(total_sq, reach).copy()
         for n in np.unique(done):
             rows = done == n
             pieces = dyadic_pieces(int(n), n_blocks)
-            total[rows] = _pushed(state.total[rows], int(n), pieces, np.asarray(part["sum_pieces"])[rows])
-            total_sq[rows] = _pushed(state.total_sq[rows], int(n), pieces, np.asarray(part["sq_pieces"])[rows])
-    hist = state.hist
+            total[rows] = _pushed(total[rows], int(n), pieces, np.asarray(part["sum_pieces"])[rows])
+            total_sq[rows] = _pushed(total_sq[rows], int(n), pieces, np.asarray(part["sq_pieces"])[rows])
+    hist, trials = state.hist, np.max(state.count + state.nan_count + part["count"] + part["nan_count"], initial=0)
+    if hist.dtype != hist_dtype(int(trials)):  # past 2^31 − 1 trials: int64, before a bin could wrap
+        hist, hist_in_place = hist.astype(hist_dtype(int(trials))), True  # (a new array: this state's own)
     if "hist" in part:
         hist = np.add(hist, part["hist"], out=hist) if hist_in_place else hist + part["hist"]
     return SummaryState(

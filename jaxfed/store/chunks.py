@@ -461,8 +461,12 @@ def _n_bins() -> int:
     return stats.summary.N_BINS
 
 
-def _levels() -> int:
-    return stats.summary.SUM_LEVELS
+def _levels(blocks: int = 0) -> int:
+    return stats.summary.levels_for(blocks)
+
+
+def _hist_dtype(trials: int) -> np.dtype:
+    return stats.summary.hist_dtype(trials)
 
 
 def _block() -> int:

@@ -37,6 +37,7 @@ from jaxfed.store.chunks import (
     _checked_summary_header,
     _chunk_meta,
     _header,
+    _hist_dtype,
     _levels,
     _n_bins,
     _pack,
@@ -478,7 +479,7 @@ class Store:
                 arrays,
                 crcs,
                 self._expected("summary", spec, self.first_trial, stop),
-                self._summary_specs(spec, stop - stop // _block() * _block()),
+                self._summary_specs(spec, stop),
             )
             stored = _stored_summary(meta, arrays)
             _check_counts(path, stored, self.first_trial)
@@ -519,14 +520,19 @@ class Store:
         )
         atomic_write_bytes(os.path.join(self.chunks, _summary_name(spec.group)), _pack(meta, arrays))
 
-    def _summary_specs(self, spec: GroupSpec, n_tail: int) -> dict:
-        specs = {}
+    def _summary_specs(self, spec: GroupSpec, stop: int) -> dict:
+        """The arrays of a summary file of trials [first_trial, ``stop``): their levels and the
+        histograms' dtype are those of its whole blocks (:func:`jaxfed.stats.summary.levels_for`,
+        :func:`~jaxfed.stats.summary.hist_dtype`: the fixed layout up to 2^31 − 1 trials)."""
+        specs, whole = {}, stop // _block() * _block() - self.first_trial
+        n_tail, n_levels = stop - stop // _block() * _block(), _levels(whole // _block())
         for metric, (shape, dtype) in spec.metrics.items():
             cells = (len(spec.point_ids), *shape)
             shard = SHARD_SUMMARY_FIELDS if self.first_trial else {}
-            for field, field_dtype in {**SUMMARY_FIELDS, **shard}.items():
+            fields = {**SUMMARY_FIELDS, "hist": _hist_dtype(whole), **shard}
+            for field, field_dtype in fields.items():
                 if field in ("total", "total_sq", "left", "left_sq"):
-                    field_shape = (cells[0], _levels(), *cells[1:])
+                    field_shape = (cells[0], n_levels, *cells[1:])
                 else:
                     field_shape = cells + ((_n_bins(),) if field == "hist" else ())
                 specs[f"{metric}/{field}"] = (field_shape, field_dtype)

@@ -47,7 +47,7 @@ def test_run_writes_config_metrics_and_plot(tmp_path, capsys):
         (["run", "gfvl-topologies", "--set", "n_slots=many"], "cannot parse 'many' as int"),
         (["run", "gfvl-topologies", "--set", "topologies=star,torus"], "unknown graph 'torus'"),
         (["run", "gfvl-topologies", "--set", "alpha"], "key=value"),
-        (["run", "gfvl-topologies", "--trials", "0"], "--trials: trials must be an integer in [1, 2**32]"),
+        (["run", "gfvl-topologies", "--trials", "0"], "--trials: trials must be an integer in [1, 2**53]"),
         (["run", "gfvl-topologies", "--seed", "-1"], "--seed: seed must be an integer in [0, 2**32), got -1"),
         (["reproduce", "--scale", "0"], "--scale: scale must be finite and > 0, got 0.0"),
         (["frobnicate"], "invalid choice"),

@@ -25,10 +25,13 @@ SMALL = ["--set", "n_slots=10", "--quiet"]
     "args, message",
     [
         (
-            ["--trials", "4294967297"],
-            "trials must be an integer in [1, 2**32] (trial indices are 32-bit), got 4294967297",
+            ["--trials", "9007199254740993"],
+            "trials must be an integer in [1, 2**53] (trial counts and indices are exact up to 2**53 in a float64), got 9007199254740993",
         ),
-        (["--trials", "1e20"], "trials must be an integer in [1, 2**32] (trial indices are 32-bit), got '1e20'"),
+        (
+            ["--trials", "1e20"],
+            "trials must be an integer in [1, 2**53] (trial counts and indices are exact up to 2**53 in a float64), got '1e20'",
+        ),
         (["--max-memory", "infG"], "expected a finite positive size such as 512M or 2G, got 'infG'"),
         (["--max-memory", "nanG"], "expected a finite positive size such as 512M or 2G, got 'nanG'"),
         (["--set", "prior_a=inf"], "prior_a must be a finite number, got inf"),
@@ -189,7 +192,7 @@ def test_bad_trial_outputs_name_the_metric_and_the_problem(trial, points, messag
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"n_trials": 2**32 + 1}, "n_trials must be an integer in [1, 2**32]"),
+        ({"n_trials": 2**53 + 1}, "n_trials must be an integer in [1, 2**53]"),
         ({"n_trials": 4, "max_memory": 10**20 * 1.0}, "max_memory must be an integer >= 1 (bytes)"),
         ({"n_trials": 4, "seed": True}, "seed must be an integer"),
     ],

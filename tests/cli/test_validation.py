@@ -43,10 +43,13 @@ from jaxfed import validation as v
         (lambda: v.seed(-1), "seed must be an integer in [0, 2**32), got -1"),
         (lambda: v.seed(2**32), "seed must be an integer in [0, 2**32), got 4294967296"),
         (lambda: v.seed(True), "seed must be an integer in [0, 2**32), got True"),
-        (lambda: v.trial_count(0), "n_trials must be an integer in [1, 2**32] (trial indices are 32-bit), got 0"),
         (
-            lambda: v.trial_count(2**32 + 1, "trials"),
-            "trials must be an integer in [1, 2**32] (trial indices are 32-bit)",
+            lambda: v.trial_count(0),
+            "n_trials must be an integer in [1, 2**53] (trial counts and indices are exact up to 2**53 in a float64), got 0",
+        ),
+        (
+            lambda: v.trial_count(2**53 + 1, "trials"),
+            "trials must be an integer in [1, 2**53] (trial counts and indices are exact up to 2**53 in a float64)",
         ),
         (lambda: v.shape("points", np.zeros((3, 3)), (None, 2), "(N, 2)"), "points must have shape (N, 2), got (3, 3)"),
         (lambda: v.shape("active", np.zeros(3), (4,)), "active must have shape (4,), got (3,)"),
