@@ -21,6 +21,13 @@ from typing import TextIO
 
 import tqdm
 
+_tqdm_notebook = None  # tqdm's notebook bars, imported only in a Jupyter kernel (it imports IPython's display)
+if "ipykernel" in sys.modules:
+    try:
+        from tqdm import notebook as _tqdm_notebook
+    except ImportError:  # (an older or partial install: the plain bar)
+        pass
+
 LOG_INTERVAL_S = 30.0
 """Off a terminal, the most seconds between two progress lines of a running group (a line is
 written when a chunk finishes at least this long after the last line, and when the group ends),
@@ -76,14 +83,8 @@ def in_notebook() -> bool:
 def bar_class(notebook: bool) -> type:
     """The tqdm bar to draw: in a notebook with ipywidgets, tqdm's notebook widget, else the plain
     bar (tqdm is a dependency; ipywidgets is optional: without it the plain bar, never a warning)."""
-    if notebook:
-        try:
-            from tqdm import notebook as tqdm_notebook
-
-            if getattr(tqdm_notebook, "IProgress", None) is not None:
-                return tqdm_notebook.tqdm
-        except ImportError:
-            pass
+    if notebook and _tqdm_notebook is not None and getattr(_tqdm_notebook, "IProgress", None) is not None:
+        return _tqdm_notebook.tqdm
     return tqdm.tqdm
 
 

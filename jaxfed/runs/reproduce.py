@@ -377,6 +377,8 @@ def reproduce(
     # terminal), its lines between its lines (in a log).
     overall = ReproduceProgress(say is not None and jax.process_index() == 0, reproduce_priors(experiments, trials))
     sections, times, start, runs = [], [], time.perf_counter(), {}
+    if jax.process_index() == 0:  # (what an interrupted reproduction's report names as missing)
+        writer.write_plan(out, trials)
     for exp in experiments:
         overall.start(exp.name)
         t0, out_dir = time.perf_counter(), os.path.join(out, exp.name)
