@@ -16,15 +16,18 @@ import os
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable
 from typing import TextIO
 
 import tqdm
 
-_tqdm_notebook = None  # tqdm's notebook bars, imported only in a Jupyter kernel (it imports IPython's display)
+_tqdm_notebook: types.ModuleType | None = None  # tqdm's notebook bars: only in a Jupyter kernel (it imports IPython)
 if "ipykernel" in sys.modules:
     try:
-        from tqdm import notebook as _tqdm_notebook
+        import tqdm.notebook  # type: ignore[import-untyped]
+
+        _tqdm_notebook = tqdm.notebook
     except ImportError:  # (an older or partial install: the plain bar)
         pass
 
@@ -80,7 +83,7 @@ def in_notebook() -> bool:
     return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
 
 
-def bar_class(notebook: bool) -> type:
+def bar_class(notebook: bool) -> type[tqdm.tqdm]:
     """The tqdm bar to draw: in a notebook with ipywidgets, tqdm's notebook widget, else the plain
     bar (tqdm is a dependency; ipywidgets is optional: without it the plain bar, never a warning)."""
     if notebook and _tqdm_notebook is not None and getattr(_tqdm_notebook, "IProgress", None) is not None:

@@ -148,10 +148,10 @@ class ReproduceProgress:
         running_s = self.clock() - self.current_started
         return overall_eta(self.prior, self.took, self.current, running_s, self.group, self.prior_weight)
 
-    def run_progress(self, name: str, given: bool | Progress | None) -> bool | Progress:
+    def run_progress(self, name: str, given: bool | str | Progress | None) -> bool | str | Progress:
         """The engine's progress for experiment ``name``'s run: ``given`` (the run options'
-        ``progress``) when it is a :class:`~jaxfed.engine.progress.Progress` or False, else one
-        labelled by the experiment, on this command's clock (its lines' elapsed time counts from the
+        ``progress``) when it is a :class:`~jaxfed.engine.progress.Progress` or False, else (None,
+        True or a name) one labelled by the experiment, on this command's clock (its lines' elapsed time counts from the
         command's start) and with the overall ETA after each of its heartbeat lines."""
         if isinstance(given, Progress) or given is False or not self.enabled:
             return given if given is not None else True
