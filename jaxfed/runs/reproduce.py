@@ -159,6 +159,12 @@ class ReproduceProgress:
             True, f"{name}: ", stream=self.stream, clock=self.clock, started=self.started, context=self.context
         )
 
+    def timed(self, say: Callable[[str], None] | None) -> Callable[[str], None] | None:
+        """``say`` with each line after ``[elapsed]`` on this command's clock (None stays None)."""
+        if say is None:
+            return None
+        return lambda line: say(f"[{clock_text(self.clock() - self.started)}] {line}")
+
     def context(self) -> str:
         """What a run's heartbeat line ends with: ``reproduce: i/n experiments done, ETA t``
         (on a terminal the overall bar is redrawn instead, its ETA with it)."""
@@ -385,7 +391,7 @@ def reproduce(
         digest_before = record_digest(out_dir)
         cfg = make_config(exp.config_cls, {})
         run_options = dataclasses.replace(options, out_dir=out_dir, progress=overall.run_progress(exp.name, options.progress))  # fmt: skip
-        config_json, results = run_and_say(exp, cfg, trials[exp.name], run_options, imports=imports, say=say, report=False)  # fmt: skip
+        config_json, results = run_and_say(exp, cfg, trials[exp.name], run_options, imports=imports, say=overall.timed(say), report=False)  # fmt: skip
         spt = deciding.seconds_per_trial(config_json, trials[exp.name])
         runs[exp.name] = deciding.Run(exp, cfg, config_json, results, 0, trials[exp.name], spt)
         times.append((exp.name, time.perf_counter() - t0))

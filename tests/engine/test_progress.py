@@ -333,6 +333,9 @@ def test_every_line_of_reproduce_is_on_the_command_clock():
         "[01:30]",  # the run's done line, 20 s after its group opened, 90 s after the command started
         "[01:30]",
     ]
+    said: list = []
+    overall.timed(said.append)("b: 10 trials -> out/b")  # the status lines too
+    assert said == ["[01:30] b: 10 trials -> out/b"] and overall.timed(None) is None
     assert overall.run_progress("b", False) is False  # --quiet stays quiet
     given = Progress(False)
     assert overall.run_progress("b", given) is given
