@@ -426,3 +426,19 @@ def test_a_run_named_by_its_progress_labels_its_lines(capsys):
     assert "] my-sweep: group 1/1: done, 4 point-trials in " in err, err
     with pytest.raises(ValueError, match="progress"):
         engine.RunOptions(progress=3)
+
+
+def test_a_slow_user_build_is_said_again_every_interval(monkeypatch, capsys):
+    import time
+
+    from jaxfed.runs import runner
+
+    monkeypatch.setattr(runner, "NOTICE_EVERY", 0.1)
+    with runner.notice_if_slow("mine: build() of f.py", after=0.05):
+        time.sleep(0.45)
+    time.sleep(0.2)  # ended: nothing more
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "jaxfed: mine: build() of f.py … still running after 0.05 s"
+    assert len(lines) >= 3 and all(
+        line.startswith("jaxfed: mine: build() of f.py … still running after ") for line in lines
+    )
