@@ -483,11 +483,10 @@ def _note_compiled(plan: Plan, gp: GroupPlan, info: GroupInfo) -> None:
     compile_note = ""
     if info.compile_s is not None:
         compile_note = f", compiled in {info.compile_s:.1f} s{' (cache)' if info.compile_cached else ''}"
-    plan.bar.note(  # (sizing details: not in a notebook unless verbose)
+    plan.bar.detail(  # (sizing details: not in a notebook unless verbose)
         f"group {gp.number + 1}/{len(plan.groups)}: {len(gp.group.point_ids)} point(s), chunk size "
         f"{info.chunk_size} trials over {m.n_shards} device(s), memory budget {size_text(m.budget)} per "
-        f"device{compile_note}",
-        detail=True,
+        f"device{compile_note}"
     )
 
 

@@ -121,8 +121,8 @@ class Progress:
     after the last line, and a heartbeat line whenever ``interval`` seconds (the default's when 0)
     pass without one while a group compiles (``[elapsed] LABEL WHAT (45 s) …``, :meth:`waiting`)
     or a chunk computes (the progress line, then ``computing chunk i/n (s)``). Both: a line when a
-    group is done, and one-line notes (never written into a bar); ``detail`` notes (chunk sizes,
-    memory budget) only when ``verbose`` (default: everywhere but a notebook).
+    group is done, and one-line notes (never written into a bar); :meth:`detail` notes (chunk
+    sizes, memory budget) only when ``verbose`` (default: everywhere but a notebook).
 
     ``elapsed`` counts from ``started`` (a reading of ``clock``; default the object's creation):
     ``jaxfed reproduce`` gives its own start, so that every line is on the command's clock. Rates
@@ -166,10 +166,15 @@ class Progress:
         """The most seconds without a line while waiting: ``interval``, or :data:`LOG_INTERVAL_S` when 0."""
         return self.interval if self.interval > 0 else LOG_INTERVAL_S
 
-    def note(self, message: str, detail: bool = False) -> None:
-        """A line above the bars; ``detail``: only when ``verbose``."""
-        if self.enabled and (self.verbose or not detail):
+    def note(self, message: str) -> None:
+        """A line above the bars."""
+        if self.enabled:
             self._write(f"{self.label}{message}")
+
+    def detail(self, message: str) -> None:
+        """A note of internal detail (chunk sizes, memory budget): only when ``verbose``."""
+        if self.verbose:
+            self.note(message)
 
     def waiting(self, what: str) -> None:
         """The run waits for ``what`` (a group's compilation) until the next :meth:`group`: off a

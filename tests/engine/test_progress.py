@@ -344,7 +344,7 @@ def test_every_line_of_reproduce_is_on_the_command_clock():
 def test_sizing_details_only_when_verbose_and_notebooks_get_a_bar_on_stdout(monkeypatch, capsys):
     stream = io.StringIO()
     bar = Progress(True, stream=stream, verbose=False)
-    bar.note("group 1/1: chunk size 64, memory budget 1 GiB per device", detail=True)
+    bar.detail("group 1/1: chunk size 64, memory budget 1 GiB per device")
     bar.note("out of device memory")
     assert stream.getvalue() == "out of device memory\n"
     monkeypatch.setattr(progress, "in_notebook", lambda: True)
