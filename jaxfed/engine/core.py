@@ -185,7 +185,9 @@ def plan(trial: Trial, points: list, n_trials: int, options: RunOptions | None =
     options = RunOptions() if options is None else options
     _check_arguments(options, points, n_trials)
     is_main = jax.process_index() == 0
-    bar = options.progress if isinstance(options.progress, Progress) else Progress(options.progress is not False)
+    bar = options.progress
+    if not isinstance(bar, Progress):  # (a name labels the lines and bars)
+        bar = Progress(bar is not False, f"{bar}: " if isinstance(bar, str) and bar else "")
     bar = bar if is_main else Progress(False)
     groups = group_points(points)
     specs, programs, coloured, live = _trace(trial, groups, options.metric_axes)
@@ -490,7 +492,7 @@ def _run_group(plan: Plan, gp: GroupPlan, cache_dir: str | None, nonfinite: dict
     chunk function from ``compiled`` (a future of :func:`_compile_group`, or None: compiled here)."""
     where = f"group {gp.number + 1}/{len(plan.groups)}"
     if plan.machine.mesh is not None and not gp.sink.resume().complete and not (compiled and compiled.done()):
-        plan.bar.note(f"{where}: compiling …")
+        plan.bar.waiting(f"{where}: compiling")
     started = time.perf_counter()
     info, chunk_fn = compiled.result() if compiled is not None else _compile_group(plan, gp, cache_dir)
     if info.compile_s is not None:
@@ -538,7 +540,7 @@ def _note_compiled(plan: Plan, gp: GroupPlan, info: GroupInfo) -> None:
     compile_note = ""
     if info.compile_s is not None:
         compile_note = f", compiled in {info.compile_s:.1f} s{' (cache)' if info.compile_cached else ''}"
-    plan.bar.note(
+    plan.bar.detail(  # (sizing details: not in a notebook unless verbose)
         f"group {gp.number + 1}/{len(plan.groups)}: {len(gp.group.point_ids)} point(s), chunk size "
         f"{info.chunk_size} trials over {m.n_shards} device(s), memory budget {size_text(m.budget)} per "
         f"device{compile_note}"
@@ -577,6 +579,7 @@ def _run_fixed(plan: Plan, gp: GroupPlan, info: GroupInfo, chunk_fn, cache_dir: 
     size = info.chunk_size or plan.span
     left = list(sink.chunks(size))  # the chunks not handled yet, in trial order
     handled = 0
+    plan.bar.chunks(len(left))
 
     def dispatch(chunk):
         return chunk_fn(seed, point_ids, gp.traced, np.int64(chunk[0]), *sink.extra_args(chunk))
@@ -599,6 +602,7 @@ def _run_fixed(plan: Plan, gp: GroupPlan, info: GroupInfo, chunk_fn, cache_dir: 
             plan.bar.note(f"{where}: out of device memory in a chunk of {size} trials; chunks of {smaller} from trial {left[handled][0]}")  # fmt: skip
             left = [(t, min(t + smaller, stop)) for start, stop in left[handled:] for t in range(start, stop, smaller)]
             size, handled = smaller, 0
+            plan.bar.chunks(len(left))
             info = info._replace(compile_s=None if info.compile_s is None else info.compile_s + compile_s)
 
 

@@ -225,11 +225,12 @@ class RunOptions:
         check=_checkpoint_every,
         metavar="S",
     )
-    progress: bool | Progress | None = option(
+    progress: bool | str | Progress | None = option(
         None,
         "no progress output (--quiet, progress=False); by default progress goes to stderr on process 0, a bar "
-        "per group on a terminal and plain lines elsewhere, or to the jaxfed.engine.Progress given",
-        check=_is("progress", (bool, Progress), "True, False, None or a jaxfed.engine.Progress"),
+        "per group on a terminal (in a notebook, tqdm's notebook bar) and plain lines elsewhere, named by the "
+        'text given (progress="NAME"), or to the jaxfed.engine.progress.Progress given',
+        check=_is("progress", (bool, str, Progress), "True, False, None, a name or a jaxfed.engine.progress.Progress"),
         flag="--quiet",
         record=False,
     )

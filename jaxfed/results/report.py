@@ -197,16 +197,31 @@ def _figure_here(out_dir: str, sec: Section) -> Section:
     return sec
 
 
-def write(out_dir: str, sections: list, seconds: float, deciding: str = "") -> str:
+def title(sections: list) -> str:
+    """The report's title: a single run's names its experiment, several runs' are a reproduction."""
+    return f"{sections[0][0]}: jaxfed report" if len(sections) == 1 else "jaxfed reproduction report"
+
+
+def partial_line(sections: list, missing) -> str:
+    """report.md's line naming the experiments a partial report lacks ("" when none)."""
+    if not missing:
+        return ""
+    return f"**Partial report:** {len(sections)} experiment(s) finished; missing: " + ", ".join(missing) + "."
+
+
+def write(out_dir: str, sections: list, seconds: float, deciding: str = "", missing: tuple = ()) -> str:
     """Writes ``<out_dir>/report.md`` from (experiment name, :func:`section`) pairs (with
-    ``deciding``, the account of ``--decide``, after the counts), its claims
+    ``deciding``, the account of ``--decide``, after the counts; ``missing``, the experiments a
+    partial report lacks, named under the title), its claims
     as ``<out_dir>/verdicts.json`` (:func:`jaxfed.results.verdicts`) and the same as one web page,
     ``<out_dir>/report.html`` (:func:`jaxfed.results.report_html.write`), and returns report.md's path."""
     sections = [(name, _figure_here(out_dir, sec) if isinstance(sec, Section) else sec) for name, sec in sections]
     computed = sum(compute_seconds(sec.record) for _, sec in sections if isinstance(sec, Section))
+    partial = partial_line(sections, missing)
     head = [
-        "# jaxfed reproduction report",
+        f"# {title(sections)}",
         "",
+        *([partial, ""] if partial else []),
         f"jaxfed {__version__}; the results took {computed:.0f} s to compute (as recorded). Each figure shows the median over trials "
         "and the central 75% band (12.5% and 87.5% quantiles); the data are in each directory's "
         "`metrics.npz` with axes documented in its `config.json`.",
@@ -242,5 +257,5 @@ def write(out_dir: str, sections: list, seconds: float, deciding: str = "") -> s
     intro = next(line for line in head if line.startswith(f"jaxfed {__version__}"))
     policy = next(line for line in head if line.startswith("**How verdicts are decided**"))
     kinds = [claim_kind(sec, v) for _, sec in sections for v in sec.verdicts]
-    report_html.write(out_dir, head[0].lstrip("# "), intro, policy, sections, kinds)
+    report_html.write(out_dir, title(sections), intro, policy, sections, kinds, tuple(missing))
     return path

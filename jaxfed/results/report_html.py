@@ -5,10 +5,12 @@ Nothing on the page is fetched: each figure is inline (a base64 PNG ``data:`` UR
 script (sorting and filtering the table of claims, plain JavaScript) are in the page. Nothing else
 runs: a Content-Security-Policy allows only that script and style (:data:`CONTENT_SECURITY_POLICY`),
 and a link is kept only to ``http(s):``, an anchor or a relative path (:func:`safe_href`). From the top:
-the claims counted by kind (by verdict where the claims carry no kind), the table of every claim
-(sortable by any column, filterable by kind and verdict; each claim links to its section, figure and
-parameters), the verdict policy, one section per experiment (its figure with a caption, the
-parameters, the experiment's reading), then the settings and environment of every run.
+the answer: the claims counted by verdict, then by source (the papers' claims, studies, checks:
+their kind) and verdict, the experiments a partial report is missing, and a link to each figure;
+then the table of every claim (sortable by any column, filterable by kind and verdict; each claim
+links to its section, figure and parameters; left out when no section states a claim), the verdict
+policy, one section per experiment (its figure with a caption, the parameters, the experiment's
+reading), then the settings and environment of every run.
 
 The markdown of the sections is rendered by :func:`markdown`, a small converter for what the
 experiments write (headings, paragraphs, lists, pipe tables, images, code, bold, italics, links).
@@ -28,7 +30,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 
-from jaxfed import store
+from jaxfed import stats, store
 from jaxfed.store import rundir
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -43,11 +45,11 @@ th{background:#f3f3f3}#claims th{cursor:pointer;user-select:none}
 .counts{display:flex;flex-wrap:wrap;gap:.6em;margin:.6em 0}
 .count{border:1px solid #ccc;border-radius:4px;padding:.3em .7em}.count b{font-size:1.3em}
 .v-reproduced{background:#e3f2e1}.v-not-reproduced{background:#f8dede}.v-inconclusive{background:#fdf3d7}
-.v-not-testable-here{background:#eee}
+.v-not-testable-here{background:#eee}.v-direction-only{background:#e6eef9}
 figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #ddd}
 figcaption{font-size:13px;color:#333;margin-top:.3em}
 code{background:#f3f3f3;padding:0 .2em}.filters{margin:.5em 0}.filters label{margin-right:1em}
-.missing{color:#a00}
+.missing{color:#a00}#figures-list{columns:3 16em}
 """
 
 _SCRIPT = """
@@ -266,14 +268,52 @@ def _rows_html(rows: list[dict], with_kind: bool) -> str:
     return "".join(out)
 
 
-def _counts(rows: list[dict], with_kind: bool) -> str:
-    key = "kind" if with_kind else "verdict"
-    counts = Counter(row.get(key) or "" for row in rows)
-    boxes = "".join(f'<span class="count"><b>{n}</b> {_e(k or "(none)")}</span>' for k, n in counts.most_common())
-    what = "by kind" if with_kind else "by verdict"
-    return f'<div class="counts" id="counts"><span class="count"><b>{len(rows)}</b> claims</span>{boxes}</div>' + (
-        f"<p>Claims counted {what}.</p>"
+VERDICT_ORDER = (stats.REPRODUCED, stats.DIRECTION_ONLY, stats.NOT_REPRODUCED, stats.INCONCLUSIVE, stats.NOT_TESTABLE)
+"""The verdicts in the order the page counts them (any other after them)."""
+
+
+def _counts(rows: list[dict]) -> str:
+    """The claims counted by verdict (boxes, the four main verdicts always), then by kind (their
+    source: the papers, studies, checks) and verdict, a table, when the claims carry a kind."""
+    by_verdict = Counter(row["verdict"] for row in rows)
+    verdicts = [v for v in VERDICT_ORDER if v in by_verdict or v != stats.NOT_TESTABLE]
+    verdicts += [v for v in by_verdict if v not in verdicts]
+    boxes = "".join(
+        f'<span class="count v-{_e(v.replace(" ", "-"))}"><b>{by_verdict.get(v, 0)}</b> {_e(v)}</span>'
+        for v in verdicts
     )
+    out = f'<div class="counts" id="counts"><span class="count"><b>{len(rows)}</b> claims</span>{boxes}</div>'
+    kinds = list(dict.fromkeys(row.get("kind") or "" for row in rows))
+    if any(kinds):
+        ths = "".join(f"<th>{_e(v)}</th>" for v in verdicts)
+        trs = ""
+        for kind in kinds:
+            of_kind = Counter(row["verdict"] for row in rows if (row.get("kind") or "") == kind)
+            tds = "".join(f"<td>{of_kind.get(v, 0)}</td>" for v in verdicts)
+            trs += f"<tr><td>{_e(kind or '(none)')}</td><td>{sum(of_kind.values())}</td>{tds}</tr>"
+        out += (
+            f'<table id="by-source"><thead><tr><th>source</th><th>claims</th>{ths}</tr></thead>'
+            f"<tbody>{trs}</tbody></table>"
+        )
+    return out
+
+
+def _summary(rows: list[dict], sections: list, missing: tuple) -> str:
+    """The top of the page: the counts (:func:`_counts`), the experiments missing from a partial
+    report, and a link to each section's figure."""
+    out = ['<section id="summary">']
+    out.append(_counts(rows) if rows else '<p id="counts">No section states a claim.</p>')
+    if missing:
+        out.append(
+            f'<p class="missing" id="missing"><b>Partial report:</b> {len(sections)} experiment(s) finished; '
+            f"missing: {_e(', '.join(missing))}.</p>"
+        )
+    figures = [name for name, part in sections if hasattr(part, "figure")]
+    if figures:
+        links = "".join(f'<li><a href="#{anchor("fig", name)}">{_e(name)}</a></li>' for name in figures)
+        out.append(f'<h2 id="figures">Figures</h2><ul id="figures-list">{links}</ul>')
+    out.append("</section>")
+    return "\n".join(out)
 
 
 def _options(values, label: str, ident: str) -> str:
@@ -282,9 +322,10 @@ def _options(values, label: str, ident: str) -> str:
 
 
 def _claims(rows: list[dict]) -> str:
+    """The table of every claim with its filters ("" when there is none)."""
     with_kind = any(row.get("kind") for row in rows)
     if not rows:
-        return _counts(rows, False) + "<p>No section states a claim.</p>"
+        return ""
     kinds = sorted({row.get("kind") or "" for row in rows}) if with_kind else []
     verdicts = list(dict.fromkeys(row["verdict"] for row in rows))
     filters = (
@@ -296,7 +337,7 @@ def _claims(rows: list[dict]) -> str:
     head = ["#", "section", "claim", *(["kind"] if with_kind else []), "statistic [interval]", "sign-test p", "pairs"]
     ths = "".join(f"<th>{h}</th>" for h in [*head, "verdict", "evidence"])
     return (
-        _counts(rows, with_kind)
+        '<h2 id="claims-heading">Every claim</h2>'
         + filters
         + f'<table id="claims"><thead><tr>{ths}</tr></thead><tbody>{_rows_html(rows, with_kind)}</tbody></table>'
     )
@@ -335,11 +376,14 @@ def _settings(name: str, record: Mapping) -> str:
     return f'<h3 id="{anchor("settings", name)}">{_e(name)}</h3><table><tbody>{rows}</tbody></table>'
 
 
-def page(out_dir: str, title: str, stamp: str, policy: str, sections: list, kinds: list | None = None) -> str:
+def page(
+    out_dir: str, title: str, stamp: str, policy: str, sections: list, kinds: list | None = None, missing: tuple = ()
+) -> str:
     """The page's HTML: (experiment name, section) pairs in report order, a section being a
     :class:`jaxfed.results.report.Section` or any object with ``text`` and ``verdicts`` (its markdown alone);
     ``kinds`` the kind of each claim in the same order (the paper's claim, a check, …; the claims
-    are counted and filtered by it), figures read from ``out_dir``."""
+    are counted and filtered by it), ``missing`` the experiments a partial report lacks (named at
+    the top), figures read from ``out_dir``."""
     rows = rundir.verdict_records(sections)
     if kinds is not None:
         if len(kinds) != len(rows):
@@ -360,7 +404,7 @@ def page(out_dir: str, title: str, stamp: str, policy: str, sections: list, kind
             f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
             f'<h1 id="top">{_e(title)}</h1>',
             f"<p>{_inline(stamp)}</p>",
-            '<h2 id="claims-heading">Every claim</h2>',
+            _summary(rows, sections, tuple(missing)),
             _claims(rows),
             '<h2 id="policy">How verdicts are decided</h2>',
             markdown(policy),
@@ -376,8 +420,10 @@ def page(out_dir: str, title: str, stamp: str, policy: str, sections: list, kind
     )
 
 
-def write(out_dir: str, title: str, stamp: str, policy: str, sections: list, kinds: list | None = None) -> str:
+def write(
+    out_dir: str, title: str, stamp: str, policy: str, sections: list, kinds: list | None = None, missing: tuple = ()
+) -> str:
     """Writes ``<out_dir>/report.html`` (:func:`page`) atomically and returns its path."""
     path = os.path.join(out_dir, "report.html")
-    store.atomic_write_bytes(path, page(out_dir, title, stamp, policy, sections, kinds).encode())
+    store.atomic_write_bytes(path, page(out_dir, title, stamp, policy, sections, kinds, missing).encode())
     return path

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from jaxfed import store
 from jaxfed.experiment import Experiment, make_config
 from jaxfed.experiments import REGISTRY
+from jaxfed.results import report as reports
 from jaxfed.runs import catalog, identity, writer
 from jaxfed.store.rundir import load_results
 
@@ -71,7 +72,8 @@ def plot(out_dir: str, experiment: str | None = None, imports: Mapping[str, str]
 
 def report(out_dir: str, experiment: str | None = None, imports: Mapping[str, str] | None = None) -> str:
     """Writes report.md, verdicts.json and report.html of the finished run in ``out_dir`` again
-    (``jaxfed report DIR``; nothing is computed).
+    (``jaxfed report DIR``; nothing is computed), or of a reproduction's folder, interrupted or
+    not (:func:`report_reproduction`).
 
     Args:
         out_dir, experiment, imports: as :func:`finished_run` takes them.
@@ -83,8 +85,96 @@ def report(out_dir: str, experiment: str | None = None, imports: Mapping[str, st
         ValueError: what :func:`finished_run` raises.
     """
     start = time.perf_counter()
+    if _is_reproduction(out_dir):
+        if experiment is not None:
+            raise ValueError(
+                f"--experiment {experiment}: {out_dir} is a reproduction's folder (its runs are built in); "
+                "give one run's directory to report a user experiment"
+            )
+        return report_reproduction(out_dir, imports)
     exp, cfg, config_json, results = finished_run(out_dir, experiment, imports)
     return writer.write_report(out_dir, exp, cfg, config_json, results, time.perf_counter() - start)
+
+
+def _is_reproduction(out_dir: str) -> bool:
+    """Whether ``out_dir`` is a ``jaxfed reproduce`` folder rather than one run's: no run's
+    config.json of its own, and its plan or a subdirectory holding one."""
+    if os.path.exists(os.path.join(out_dir, "config.json")) or not os.path.isdir(out_dir):
+        return False
+    if os.path.isfile(os.path.join(out_dir, writer.PLAN)):
+        return True
+    return any(os.path.isfile(os.path.join(out_dir, name, "config.json")) for name in REGISTRY.names())
+
+
+def planned(out_dir: str) -> list[str]:
+    """The experiments a reproduction in ``out_dir`` set out to run, in order: its plan
+    (:data:`jaxfed.runs.writer.PLAN`), or, in a folder without one, every built-in experiment.
+
+    Args:
+        out_dir: the reproduction's folder.
+
+    Returns:
+        Experiment names.
+
+    Raises:
+        ValueError: a plan that cannot be read.
+    """
+    path = os.path.join(out_dir, writer.PLAN)
+    if not os.path.exists(path):
+        return list(REGISTRY.names())
+    try:
+        plan = store.read_json(path)
+        names = list(plan["experiments"])
+    except (OSError, store.StoreError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}: not a reproduction plan written by jaxfed reproduce ({err})") from err
+    if not all(isinstance(name, str) for name in names):
+        raise ValueError(f"{path}: not a reproduction plan written by jaxfed reproduce (experiment names)")
+    return names
+
+
+def report_reproduction(out_dir: str, imports: Mapping[str, str] | None = None) -> str:
+    """``jaxfed report DIR`` of a reproduction's folder, finished or interrupted: report.md,
+    verdicts.json and report.html of the experiments whose runs finished (``DIR/NAME``, read as
+    :func:`finished_run` reads one run), in the planned order (:func:`planned`), naming the
+    others as missing; nothing is computed.
+
+    Args:
+        out_dir: the reproduction's folder.
+        imports: the user files loaded (the runs' own).
+
+    Returns:
+        report.md's path.
+
+    Raises:
+        ValueError: no planned experiment finished (the line names the folder), or a plan that
+            cannot be read.
+    """
+    start = time.perf_counter()
+    sections, missing = [], []
+    for name in planned(out_dir):
+        run_dir = os.path.join(out_dir, name)
+        try:
+            exp, cfg, config_json, results = finished_run(run_dir, None, imports)
+        except (OSError, ValueError) as err:
+            missing.append(f"{name} ({_why_missing(run_dir, err)})")
+            continue
+        sections.append((name, reports.section(exp, cfg, config_json, results, float(config_json.get("wall_s", 0.0)))))
+    if not sections:
+        raise ValueError(
+            f"{out_dir}: no experiment of the reproduction finished ({', '.join(missing)}); nothing to report"
+        )
+    return writer.write_sections(out_dir, sections, time.perf_counter() - start, missing=tuple(missing))
+
+
+def _why_missing(run_dir: str, err: Exception) -> str:
+    """Why a planned experiment is not in the report: not run, interrupted (a directory without the
+    record a finished run ends with), or its run could not be read (the error, shortened)."""
+    if not os.path.isdir(run_dir):
+        return "not run"
+    if not os.path.exists(os.path.join(run_dir, "config.json")):
+        return "interrupted"
+    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return f"not read: {text[:200]}"
 
 
 def _plotting_experiment(out_dir: str, config_json: dict, named: str | None) -> Experiment:

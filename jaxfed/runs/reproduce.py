@@ -22,7 +22,7 @@ import jax
 import tqdm
 
 from jaxfed import engine, store
-from jaxfed.engine.progress import clock_text, is_terminal
+from jaxfed.engine.progress import Progress, clock_text, is_terminal
 from jaxfed.experiment import Experiment, make_config
 from jaxfed.experiments import REGISTRY
 from jaxfed.results import deciding, report
@@ -35,44 +35,66 @@ def experiment_group(name: str) -> str:
     return name.split("-", 1)[0]
 
 
+PRIOR_WEIGHT_S = 120.0
+"""Seconds of priors the reference speed counts as in :func:`overall_eta` (``w``): this machine's
+measured speed outweighs the reference run's after about two minutes of measured experiments, so
+one cold or stored experiment does not swing the ETA of all the others."""
+
+
 def overall_eta(
     prior: Mapping[str, float],
     took: Mapping[str, float | None],
     running: str | None = None,
     running_s: float = 0.0,
     group: Callable[[str], str] = experiment_group,
+    prior_weight: float = 0.0,
 ) -> float:
     """Seconds ``jaxfed reproduce`` still needs: each experiment's prior estimate, corrected by what
-    the finished experiments of its group took against theirs.
+    the finished experiments of its group took against theirs, and by the running one's overrun.
 
     With ``p_e`` the prior seconds of experiment ``e`` (``prior``), ``t_e`` the seconds a finished
     one took (``took``; None: finished but not measured, e.g. served from the store), ``F_g`` the
-    measured finished experiments of group ``g`` and ``F`` those of every group:
+    measured finished experiments of group ``g``, ``F`` those of every group, ``w`` the
+    ``prior_weight`` (prior seconds the reference speed 1 counts as: :data:`PRIOR_WEIGHT_S` in
+    ``jaxfed reproduce``), and ``o`` the overrun of the experiment ``r`` running for ``s``
+    seconds (``running``, ``running_s``) past its own estimate, counted as measured seconds of
+    its group (and of every group) without prior seconds:
 
-        k_g = Σ_{F_g} t_e / Σ_{F_g} p_e, else (F_g empty) Σ_F t_e / Σ_F p_e, else (F empty) 1
-        ETA = Σ_{e unfinished, not running} k_{g(e)} p_e + max(0, k_{g(r)} p_r − s)
+        k = (Σ_F t_e + o + w) / (Σ_F p_e + w), else (no denominator) 1
+        k_g = (Σ_{F_g} t_e + o [g = g(r)] + w k) / (Σ_{F_g} p_e + w), else (no denominator) k
+        o = max(0, k°_{g(r)} p_r − s), k° the factors without o
+        ETA = Σ_{e unfinished, not running} k_{g(e)} p_e + max(0, k°_{g(r)} p_r − s)
 
-    for the experiment ``r`` running for ``s`` seconds (``running``, ``running_s``): a group's own
-    finished experiments replace its prior speed; before any of its own, this machine's speed
-    measured on the other groups scales the priors. Never negative.
+    A group's own finished experiments replace its prior speed as they add up; before any of its
+    own, this machine's speed measured on the other groups scales the priors. Within an
+    experiment the ETA falls with the elapsed time until the experiment passes its estimate, then
+    rises with the overrun: it moves at every moment, not only when an experiment ends. Never negative.
     """
     measured = {e: t for e, t in took.items() if t is not None and prior.get(e, 0) > 0}
 
-    def factor(names) -> float | None:
-        expected = sum(prior[e] for e in names)
-        return sum(measured[e] for e in names) / expected if expected > 0 else None
+    def factors(overrun: float, overrun_group: str | None) -> Callable[[str], float]:
+        def ratio(names, extra: float, base: float) -> float | None:
+            expected = sum(prior[e] for e in names) + prior_weight
+            return (sum(measured[e] for e in names) + extra + prior_weight * base) / expected if expected > 0 else None
 
-    everywhere = factor(list(measured))
-    overall = 1.0 if everywhere is None else everywhere
+        everywhere = ratio(list(measured), overrun, 1.0)
+        overall = 1.0 if everywhere is None else everywhere
 
-    def k(e: str) -> float:
-        own = factor([f for f in measured if group(f) == group(e)])
-        return overall if own is None else own
+        def k(e: str) -> float:
+            g = group(e)
+            own = ratio([f for f in measured if group(f) == g], overrun if g == overrun_group else 0.0, overall)
+            return overall if own is None else own
 
-    left = sum(k(e) * p for e, p in prior.items() if e not in took and e != running)
+        return k
+
+    k = factors(0.0, None)
+    own_left = 0.0
     if running is not None and running not in took:
-        left += max(0.0, k(running) * prior[running] - running_s)
-    return left
+        own_left = k(running) * prior[running] - running_s
+        if own_left < 0:  # past its estimate: the overrun says its group (and this machine) is slower
+            k = factors(-own_left, group(running))
+    left = sum(k(e) * p for e, p in prior.items() if e not in took and e != running)
+    return left + max(0.0, own_left)
 
 
 class _Bar(tqdm.tqdm):
@@ -94,10 +116,13 @@ class ReproduceProgress:
     before anything has run (``jaxfed reproduce`` scales a reference run's times to the trial counts:
     :func:`reproduce_priors`). The ETA is :func:`overall_eta`: the priors, each group's
     corrected by the time its finished experiments took against their priors (of every group's,
-    until one of its own has finished), less the running experiment's elapsed time. On a terminal: a
-    tqdm bar "experiment i/n: NAME" with the elapsed time and that ETA (computed when the bar is
-    drawn), above the runs' bars; elsewhere: a line ``[elapsed] reproduce: i/n experiments done, ETA
-    t`` when the first experiment starts and after each one.
+    until one of its own has finished; the reference speed weighing ``prior_weight`` prior
+    seconds), less the running experiment's elapsed time, plus what its overrun says of the
+    others. On a terminal: a tqdm bar "experiment i/n: NAME" with the elapsed time and that ETA
+    (computed when the bar is drawn, redrawn every second by the runs' heartbeat), above the runs'
+    bars; elsewhere: a line ``[elapsed] reproduce: i/n experiments done, ETA t`` when the first
+    experiment starts and after each one, and the same status after each heartbeat line of a run
+    (:meth:`run_progress`). Every line's elapsed time counts from this object's creation.
     """
 
     def __init__(
@@ -107,8 +132,10 @@ class ReproduceProgress:
         stream: TextIO | None = None,
         clock: Callable[[], float] = time.monotonic,
         group: Callable[[str], str] = experiment_group,
+        prior_weight: float = PRIOR_WEIGHT_S,
     ):
         self.enabled, self.prior, self.clock, self.group = enabled, dict(prior), clock, group
+        self.prior_weight = prior_weight
         self.stream = sys.stderr if stream is None else stream
         self.started = self.current_started = clock()
         self.current: str | None = None
@@ -119,7 +146,32 @@ class ReproduceProgress:
     def eta(self) -> float:
         """Seconds still needed (:func:`overall_eta`), now."""
         running_s = self.clock() - self.current_started
-        return overall_eta(self.prior, self.took, self.current, running_s, self.group)
+        return overall_eta(self.prior, self.took, self.current, running_s, self.group, self.prior_weight)
+
+    def run_progress(self, name: str, given: bool | str | Progress | None) -> bool | str | Progress:
+        """The engine's progress for experiment ``name``'s run: ``given`` (the run options'
+        ``progress``) when it is a :class:`~jaxfed.engine.progress.Progress` or False, else (None,
+        True or a name) one labelled by the experiment, on this command's clock (its lines' elapsed time counts from the
+        command's start) and with the overall ETA after each of its heartbeat lines."""
+        if isinstance(given, Progress) or given is False or not self.enabled:
+            return given if given is not None else True
+        return Progress(
+            True, f"{name}: ", stream=self.stream, clock=self.clock, started=self.started, context=self.context
+        )
+
+    def timed(self, say: Callable[[str], None] | None) -> Callable[[str], None] | None:
+        """``say`` with each line after ``[elapsed]`` on this command's clock (None stays None)."""
+        if say is None:
+            return None
+        return lambda line: say(f"[{clock_text(self.clock() - self.started)}] {line}")
+
+    def context(self) -> str:
+        """What a run's heartbeat line ends with: ``reproduce: i/n experiments done, ETA t``
+        (on a terminal the overall bar is redrawn instead, its ETA with it)."""
+        if self.bar is not None:
+            self.bar.refresh()
+            return ""
+        return self._status()
 
     def start(self, name: str) -> None:
         """Experiment ``name`` starts."""
@@ -154,10 +206,10 @@ class ReproduceProgress:
 
     def line(self) -> str:
         """``[elapsed] reproduce: i/n experiments done, ETA t``."""
-        return (
-            f"[{clock_text(self.clock() - self.started)}] reproduce: {len(self.took)}/{len(self.prior)} "
-            f"experiments done, ETA {clock_text(self.eta())}"
-        )
+        return f"[{clock_text(self.clock() - self.started)}] {self._status()}"
+
+    def _status(self) -> str:
+        return f"reproduce: {len(self.took)}/{len(self.prior)} experiments done, ETA {clock_text(self.eta())}"
 
     def _write_line(self) -> None:
         self.stream.write(self.line() + "\n")
@@ -331,13 +383,15 @@ def reproduce(
     # terminal), its lines between its lines (in a log).
     overall = ReproduceProgress(say is not None and jax.process_index() == 0, reproduce_priors(experiments, trials))
     sections, times, start, runs = [], [], time.perf_counter(), {}
+    if jax.process_index() == 0:  # (what an interrupted reproduction's report names as missing)
+        writer.write_plan(out, trials)
     for exp in experiments:
         overall.start(exp.name)
         t0, out_dir = time.perf_counter(), os.path.join(out, exp.name)
         digest_before = record_digest(out_dir)
         cfg = make_config(exp.config_cls, {})
-        run_options = dataclasses.replace(options, out_dir=out_dir)
-        config_json, results = run_and_say(exp, cfg, trials[exp.name], run_options, imports=imports, say=say, report=False)  # fmt: skip
+        run_options = dataclasses.replace(options, out_dir=out_dir, progress=overall.run_progress(exp.name, options.progress))  # fmt: skip
+        config_json, results = run_and_say(exp, cfg, trials[exp.name], run_options, imports=imports, say=overall.timed(say), report=False)  # fmt: skip
         spt = deciding.seconds_per_trial(config_json, trials[exp.name])
         runs[exp.name] = deciding.Run(exp, cfg, config_json, results, 0, trials[exp.name], spt)
         times.append((exp.name, time.perf_counter() - t0))

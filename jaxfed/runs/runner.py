@@ -22,7 +22,7 @@ import jax
 from jaxfed import engine, stats, store, validation
 from jaxfed.engine.core import DryRun
 from jaxfed.engine.core import dry_run as engine_dry_run
-from jaxfed.engine.progress import Progress
+from jaxfed.engine.progress import LOG_INTERVAL_S, Progress
 from jaxfed.experiment import (
     Experiment,
     Sweep,
@@ -248,20 +248,33 @@ def _check_dtype_kept(exp: Experiment, dtype: str, during: str) -> None:
 
 NOTICE_AFTER = 5.0
 """Seconds after which a user file's import or ``build()`` still running is said on stderr."""
+NOTICE_EVERY = LOG_INTERVAL_S
+"""Seconds between the lines after that one (a log is never silent longer than a progress interval)."""
 
 
 @contextlib.contextmanager
 def notice_if_slow(what: str, after: float | None = None):
     """Says ``jaxfed: WHAT … still running after 5 s`` on stderr when the block takes longer than
-    ``after`` seconds (a user file's import or ``build()`` that sleeps, downloads or computes).
+    ``after`` seconds (a user file's import or ``build()`` that sleeps, downloads or computes),
+    then again with the elapsed seconds every :data:`NOTICE_EVERY` seconds until it ends.
 
     Args:
         what: what the block does, as the line names it.
-        after: seconds before the line (default :data:`NOTICE_AFTER`).
+        after: seconds before the first line (default :data:`NOTICE_AFTER`).
     """
     after = NOTICE_AFTER if after is None else after
-    with calling_after(after, lambda: print(f"jaxfed: {what} … still running after {after:g} s", file=sys.stderr)):
-        yield
+    started, done = time.monotonic(), threading.Event()
+
+    def notices() -> None:
+        print(f"jaxfed: {what} … still running after {after:g} s", file=sys.stderr)
+        while not done.wait(NOTICE_EVERY):
+            print(f"jaxfed: {what} … still running after {time.monotonic() - started:.0f} s", file=sys.stderr)
+
+    with calling_after(after, notices):
+        try:
+            yield
+        finally:
+            done.set()  # (before calling_after joins the thread that prints)
 
 
 @contextlib.contextmanager

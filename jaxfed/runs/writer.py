@@ -3,17 +3,19 @@
 (:mod:`jaxfed.results.report`). A run from the command line or from Python, a grown run, a merge
 of shards and a run on Dask all end in :func:`write_run`; ``jaxfed report DIR`` writes a finished
 run's report again (:func:`write_report`), ``jaxfed reproduce`` and ``--decide`` a report of several
-sections (:func:`write_sections`).
+sections (:func:`write_sections`); ``jaxfed reproduce`` its plan first (:func:`write_plan`).
 
 Internal: not a public API (no ``__all__``; the public names are in tests/project/public_api.txt).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 
+from jaxfed import store
 from jaxfed.experiment import Experiment
 from jaxfed.results import report as reports
 from jaxfed.store import rundir
@@ -119,7 +121,31 @@ def write_report(out_dir: str, exp: Experiment, config, config_json: dict, resul
     return reports.write(out_dir, [(exp.name, section)], seconds)
 
 
-def write_sections(out_dir: str, sections: list, seconds: float, deciding: str = "") -> str:
+PLAN = "reproduce-plan.json"
+"""In a ``jaxfed reproduce`` folder from its start: the experiments it runs, in order, and their
+trials per point; ``jaxfed report`` of an interrupted reproduction names those that did not finish."""
+
+
+def write_plan(out_dir: str, trials: dict) -> str:
+    """Writes ``out_dir/reproduce-plan.json`` (:data:`PLAN`): ``{"experiments": {name: trials}}`` in run order.
+
+    Args:
+        out_dir: the reproduction's folder (made if missing).
+        trials: experiment name -> trials per point, in run order.
+
+    Returns:
+        The file's path.
+
+    Raises:
+        OSError, jaxfed.store.StoreError: a file that cannot be written.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, PLAN)
+    store.atomic_write_bytes(path, (json.dumps({"experiments": dict(trials)}, indent=1) + "\n").encode())
+    return path
+
+
+def write_sections(out_dir: str, sections: list, seconds: float, deciding: str = "", missing: tuple = ()) -> str:
     """Writes report.md, verdicts.json and report.html of several sections: ``jaxfed reproduce``'s
     report of every run in its directory, or a ``--decide`` run's (each claim's standing verdict).
 
@@ -128,6 +154,8 @@ def write_sections(out_dir: str, sections: list, seconds: float, deciding: str =
         sections: (experiment name, :class:`jaxfed.results.report.Section`) pairs, in order.
         seconds: the time the report says it all took.
         deciding: the account of ``--decide`` (:func:`jaxfed.results.deciding.summary`), or "".
+        missing: the experiments a partial report lacks (``jaxfed report`` of an interrupted
+            reproduction), named at its top.
 
     Returns:
         report.md's path.
@@ -135,4 +163,4 @@ def write_sections(out_dir: str, sections: list, seconds: float, deciding: str =
     Raises:
         OSError, jaxfed.store.StoreError: a file that cannot be written.
     """
-    return reports.write(out_dir, sections, seconds, deciding)
+    return reports.write(out_dir, sections, seconds, deciding, missing)

@@ -80,6 +80,14 @@ window.addEventListener("load", function () {
   th.click(); th.click();  // the "#" column, descending
   out.order_descending = Array.from(document.querySelectorAll("#claims tbody tr td:first-child"))
     .map(function (td) { return td.textContent; });
+  // The first screen: where the counts end against the window's height, before any scrolling.
+  window.scrollTo(0, 0);
+  function box(id) { var e = document.getElementById(id);
+    return e ? {bottom: e.getBoundingClientRect().bottom, text: e.textContent} : null; }
+  out.first_screen = {height: window.innerHeight, counts: box("counts"), by_source: box("by-source"),
+    figures: box("figures-list"), title: document.title,
+    figures_before_claims: !!(document.getElementById("figures-list") && (document.getElementById("figures-list")
+      .compareDocumentPosition(document.getElementById("claims")) & Node.DOCUMENT_POSITION_FOLLOWING))};
   var pre = document.createElement("pre"); pre.id = "test-result";
   pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
 });
@@ -142,6 +150,15 @@ def test_report_html_in_a_browser(report_dir, tmp_path):
     result = _probe(text, tmp_path)
 
     assert result["errors"] == []
+    # The first screen answers: the claims counted by verdict and by source, then the figures' links,
+    # all above the fold and before the table of claims; the page is titled by its one experiment.
+    first = result["first_screen"]
+    assert first["title"] == "gfvl-topologies: jaxfed report"
+    for verdict in ("reproduced", "direction only", "not reproduced", "inconclusive"):
+        assert verdict in first["counts"]["text"], first["counts"]
+    assert "the papers' claims" in first["by_source"]["text"] and "gfvl-topologies" in first["figures"]["text"]
+    assert 0 < first["counts"]["bottom"] <= first["by_source"]["bottom"] <= first["height"], first
+    assert first["figures_before_claims"]
     assert len(result["images"]) == 1  # the run's figure
     assert all(img["complete"] and img["width"] > 0 and img["alpha"] == [255, 255] for img in result["images"]), result[
         "images"
@@ -185,7 +202,8 @@ def test_claims_with_kinds_are_counted_and_filtered_by_kind(tmp_path, monkeypatc
     ]
     monkeypatch.setattr(rundir, "verdict_records", lambda sections: rows)  # (no Verdict objects to build)
     text = report_html.page(str(tmp_path), "t", "stamp", "policy", [("exp-a", Reading("## exp-a"))], kinds)
-    assert '<span class="count"><b>2</b> paper</span>' in text
+    assert '<span class="count v-reproduced"><b>2</b> reproduced</span>' in text  # by verdict, then by source:
+    assert "<tr><td>paper</td><td>2</td><td>1</td><td>0</td><td>0</td><td>1</td></tr>" in text
     text = text.replace("</section>", '<p id="fig-exp-a"></p><p id="params-exp-a"></p></section>')
     result = _probe(text, tmp_path)
     assert result["errors"] == []
@@ -207,6 +225,7 @@ def test_page_without_figure_or_claims(tmp_path):
 
     page = report_html.page(str(tmp_path), "t", "stamp", "policy", [("exp-a", Reading("## exp-a"))])
     assert 'id="sec-exp-a"' in page and "No section states a claim." in page
+    assert 'id="claims' not in page and "Every claim" not in page  # no empty claims section
     assert base64.b64encode(b"\x89PNG").decode() not in page
 
 
