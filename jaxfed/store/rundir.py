@@ -26,6 +26,7 @@ import io
 import json
 import math
 import os
+import stat
 import time
 from collections.abc import Callable, Mapping
 
@@ -350,6 +351,16 @@ def _check_nonfinite(config_path: str, config_json: dict, results: dict) -> None
         counts = (~np.isfinite(value.reshape(value.shape[:2] + (-1,))).all(-1)).sum(axis=1)
         if name in recorded and list(recorded[name]) != counts.tolist():
             raise ValueError(f"{config_path}: nonfinite_trials of {name!r} does not count the values in metrics.npz")
+
+
+def remove_own_file(path: str) -> None:
+    """Removes ``path`` where it is a regular file (a report jaxfed wrote); a link or anything
+    else there is left as it is (the write that follows refuses it), an absent one is no error."""
+    try:
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def stored_record(out_dir: str) -> dict | None:

@@ -67,7 +67,7 @@ class BuildMismatch(ConfigMismatch):
     """An output directory holds trials computed by another build (JAX, jaxlib, backend or processor)."""
 
 
-_OWN_NAMES = (".lock", CHUNK_DIR, ".user-code-running")  # (the last: jaxfed.runs.runner.MARKER)
+_OWN_NAMES = (".lock", CHUNK_DIR, BUILD_FILE, ".user-code-running")  # (the last: jaxfed.runs.runner.MARKER)
 """What a result directory holds before its identity.json is written (a run killed that early)."""
 
 
