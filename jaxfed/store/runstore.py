@@ -182,8 +182,12 @@ def verify_record(out_dir: str, record: dict, record_path: str) -> None:
         file = os.path.join(chunk_dir(out_dir), chunk.name)
         check_no_link(file)
         header = _header(file)
-        if not isinstance(header, dict) or header.get("identity") != digest:
-            raise StoreError(f"{file}: is not a chunk of the run {path} describes; {_HINT}")
+        if not isinstance(header, dict):
+            raise StoreError(
+                f"{file}: is not a chunk of the run {path} describes (damaged or truncated: no readable header); {_HINT}"
+            )
+        if header.get("identity") != digest:
+            raise StoreError(f"{file}: is not a chunk of the run {path} describes (it is another run's); {_HINT}")
 
 
 # --------------------------------------------------------------------------- the store
