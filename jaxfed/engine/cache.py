@@ -321,7 +321,7 @@ def waiting_notes(lock: str, wait_s: float, note) -> Callable[[float], None]:
     Returns:
         The function to call with the seconds waited.
     """
-    said = {"at": None}
+    said: dict[str, float | None] = {"at": None}
 
     def waited(seconds: float) -> None:
         if said["at"] is not None and seconds - said["at"] < WAIT_NOTE_EVERY_S:
