@@ -45,8 +45,33 @@ def show(args: argparse.Namespace) -> int:
     return 0
 
 
+DEFAULT_BUDGET_S = 1800.0
+"""``--decide``'s budget without ``--budget`` (30 minutes)."""
+
+
+def _budget(args: argparse.Namespace) -> float | None:
+    """``--decide``'s budget in seconds (None without ``--decide``); ``--budget`` alone is refused."""
+    if not args.decide:
+        if args.budget is not None:
+            raise ValueError(
+                "--budget is the time --decide spends growing undecided runs: give --decide too, or leave --budget out"
+            )
+        return None
+    return DEFAULT_BUDGET_S if args.budget is None else args.budget
+
+
 def _trials(args: argparse.Namespace, exp) -> int:
     """The trials per point ``jaxfed run`` asks for, after refusing flags that do not go together."""
+    _budget(args)
+    if args.tasks is not None and args.executor is None:
+        raise ValueError(
+            "--tasks is the number of shards of a Dask run: give --executor dask://HOST:PORT too, or leave --tasks out"
+        )
+    if args.executor is not None and args.shard is not None:
+        raise ValueError(
+            "--executor runs every shard of the run on Dask and merges them: it does not go with --shard I/M (one "
+            "shard in this process); give one of them"
+        )
     if args.target_se is None and (
         args.target_metric is not None or args.max_trials is not None or args.target_statistic is not None
     ):
@@ -101,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
             wait_for_workers=args.wait_for_workers, quiet=talk is None, mix_builds=options.mix_builds,
         )  # fmt: skip
     else:
-        budget = args.budget if args.decide else None
+        budget = _budget(args)
         options = dataclasses.replace(options, out_dir=out_dir)
         _, report = launch.run_named(exp, n_trials, options, sets, imports=args.imported, budget=budget, say=talk)
         if talk and report is not None:
@@ -148,9 +173,10 @@ def reproduce(args: argparse.Namespace) -> int:
     """``jaxfed reproduce``: every paper experiment and one report (:func:`jaxfed.runs.reproduce.reproduce`);
     the time per experiment on stderr, report.md's path on stdout."""
     talk = _say_unless_quiet(args)
+    budget = _budget(args)
     done = reproducing.reproduce(
         args.out, scale=args.scale, only=args.only, options=run_options(args), imports=args.imported,
-        budget=args.budget if args.decide else None, say=talk,
+        budget=budget, say=talk,
     )  # fmt: skip
     if done.report is None:
         return 0
@@ -198,6 +224,12 @@ def export(args: argparse.Namespace) -> int:
 
 def cache(args: argparse.Namespace) -> int:
     """``jaxfed cache info|clear``: the compilation cache (:func:`jaxfed.engine.cache_info`, :func:`jaxfed.engine.clear_cache`)."""
+    path = compilation_cache.compilation_cache_dir(args.compilation_cache)
+    if path is not None and os.path.lexists(path) and not os.path.isdir(path):
+        given = "--compilation-cache" if args.compilation_cache else f"${compilation_cache.CACHE_ENV}"
+        raise ValueError(
+            f"{given} {path}: is a file, not a cache folder; name a folder (a new one is created by the first run)"
+        )
     if args.action == "clear":
         before = compilation_cache.clear_cache(args.compilation_cache)
         if before.path is not None:

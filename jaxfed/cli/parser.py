@@ -58,7 +58,7 @@ def _add_decide_options(p: argparse.ArgumentParser) -> None:
         help="grow the runs holding undecided claims look by look (n, 2n, 4n, … trials) until they are decided "
         "or the budget is spent, keeping the stated 5%% error rate over the whole procedure (report.md says how)",
     )
-    p.add_argument("--budget", type=_budget, default=1800.0, metavar="DURATION", help="with --decide: time to spend deciding (default 30m)")  # fmt: skip
+    p.add_argument("--budget", type=_budget, default=None, metavar="DURATION", help="with --decide: time to spend deciding (default 30m)")  # fmt: skip
 
 
 def _argument(check: Callable, parse: type = int) -> Callable[[str], object]:

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -228,7 +229,7 @@ def one_compile_for_every_process(wait_s: float = COMPILE_WAIT_S, note=lambda me
                 if jaxcompat.COMPILE_ON_MISS.given_up is None and jaxcompat.CACHE_READ.given_up is None:
                     named = signature.bind(*args, **kwargs).arguments
                     directory = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]
-                    fd = _program_lock(directory, named["cache_key"], wait_s)
+                    fd = _program_lock(directory, named["cache_key"], wait_s, note)
                     if fd is not None:  # (whoever held it before may have written the program)
                         executable = _read_again(named)
                         if executable is not None:
@@ -281,11 +282,13 @@ def _check_not_rejected(directory: str, key: str) -> None:
         jaxcompat.COMPILE_ON_MISS.note(REJECTED_NOTE.format(path=directory, what=f"a program ({key[:48]})"))
 
 
-def _program_lock(directory: str | None, key: str, wait_s: float) -> int | None:
+def _program_lock(directory: str | None, key: str, wait_s: float, note=lambda message: None) -> int | None:
     """An open descriptor holding an exclusive ``flock`` on ``directory/jaxfed-compiling/key``,
     taken within ``wait_s`` seconds; None where there is no directory, no lock on this file
     system or the wait ran out. :func:`_release` closes it (a process's end does too); the lock
-    files stay (empty, one per program; ``jaxfed cache clear`` removes them)."""
+    files stay (empty, one per program; ``jaxfed cache clear`` removes them). While another
+    process holds it, ``note`` is told so at once and every :data:`WAIT_NOTE_EVERY_S` seconds
+    (:func:`waiting_notes`)."""
     if not directory or os.sep in key or not key:
         return None
     try:
@@ -294,10 +297,42 @@ def _program_lock(directory: str | None, key: str, wait_s: float) -> int | None:
         fd = os.open(os.path.join(folder, key), os.O_RDWR | os.O_CREAT, 0o666)
     except OSError:
         return None
-    if _flock(fd, wait_s):
+    if _flock(fd, wait_s, waiting_notes(os.path.join(folder, key), wait_s, note)):
         return fd
     os.close(fd)
     return None
+
+
+WAIT_NOTE_EVERY_S = 30.0
+"""How often a process waiting for another's compile says it still waits."""
+
+
+def waiting_notes(lock: str, wait_s: float, note) -> Callable[[float], None]:
+    """The notes of a process waiting on ``lock``, held by another process compiling the same
+    program: called with the seconds waited so far (at each look), it gives ``note`` one line at
+    the first look and one every :data:`WAIT_NOTE_EVERY_S` seconds, each saying what it waits for,
+    for how long so far, and until when it waits before compiling the program itself.
+
+    Args:
+        lock: the program's lock file (its name is the program's key).
+        wait_s: the longest wait (:data:`COMPILE_WAIT_S`).
+        note: where the lines go.
+
+    Returns:
+        The function to call with the seconds waited.
+    """
+    said: dict[str, float | None] = {"at": None}
+
+    def waited(seconds: float) -> None:
+        if said["at"] is not None and seconds - said["at"] < WAIT_NOTE_EVERY_S:
+            return
+        said["at"] = seconds
+        note(
+            f"waiting for another process's compile of the same program (lock {lock}): {seconds:,.0f} s so far, "
+            f"at most {wait_s:,.0f} s, then compiling it here; its program is loaded from the cache when it ends"
+        )
+
+    return waited
 
 
 def _release(fd: int | None) -> None:
@@ -305,17 +340,19 @@ def _release(fd: int | None) -> None:
         os.close(fd)  # (releases the lock)
 
 
-def _flock(fd: int, wait_s: float) -> bool:
+def _flock(fd: int, wait_s: float, waited=lambda seconds: None) -> bool:
     """Takes an exclusive lock on ``fd`` within ``wait_s`` seconds (looking every 20 ms: a blocking
-    ``flock`` cannot be given a deadline from a thread); False where it could not."""
-    deadline = time.monotonic() + wait_s
+    ``flock`` cannot be given a deadline from a thread), calling ``waited`` with the seconds
+    waited at each look that finds it held; False where it could not."""
+    start = time.monotonic()
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
         except OSError as err:
-            if err.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
+            if err.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= start + wait_s:
                 return False  # (no locks here, ENOLCK/ENOSYS/EOPNOTSUPP, or waited long enough)
+        waited(time.monotonic() - start)
         time.sleep(0.02)
 
 

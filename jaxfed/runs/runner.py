@@ -181,6 +181,7 @@ def _run(exp, config, n_trials, options, imports, dtype, started, sweep, report,
     if out_dir is None or jax.process_index() != 0:
         return config_json, results
     note = report if isinstance(report, str) else ""
+    _WRITING.set()  # the trials are computed: a budget's stop (stopped_after) no longer lands in this step
     with stats.quantiles.bands_reused():  # (the figure and the report band the raw trials once)
         return writer.write_run(exp, config, sweep.labels, out_dir, config_json, results, started, report=report is not False, note=note)  # fmt: skip
 
@@ -296,6 +297,12 @@ def calling_after(seconds: float, action: Callable[[], object]):
         timer.join()
 
 
+_WRITING = threading.Event()
+"""Set once a run's computed trials are being written (config.json, metrics.npz, figure): from then
+on the stop of :func:`stopped_after` does not land, so a step the budget ends either wrote nothing
+new or wrote its whole record, and the report written after it describes the trials on disk."""
+
+
 @contextlib.contextmanager
 def stopped_after(seconds: float, stop: type[BaseException]):
     """Raises ``stop`` in the block once ``seconds`` have passed: a timer thread
@@ -304,7 +311,9 @@ def stopped_after(seconds: float, stop: type[BaseException]):
     timer is touched: a real SIGALRM meanwhile (another alarm of the process, pytest-timeout's)
     goes to the handler that was there. Where Python discards the exception (it landed in a
     garbage-collection callback: ``sys.unraisablehook`` sees it), it is raised again at the next
-    step. Without SIGALRM (Windows) or off the main thread, the block runs to its end.
+    step. Once the block's run writes its computed trials (``_WRITING``), the stop no longer lands:
+    the step ends with its record written whole. Without SIGALRM (Windows) or off the main thread,
+    the block runs to its end.
 
     Args:
         seconds: the time the block may take.
@@ -321,7 +330,9 @@ def stopped_after(seconds: float, stop: type[BaseException]):
 
     def on_alarm(signum, frame):
         if ours.is_set():
-            raise stop
+            if not _WRITING.is_set():
+                raise stop
+            return
         if callable(previous):
             previous(signum, frame)
 
@@ -333,10 +344,12 @@ def stopped_after(seconds: float, stop: type[BaseException]):
         # ``stop`` raised where Python discards exceptions (a garbage-collection or weakref callback,
         # a __del__: JAX runs such callbacks): raise it again at the block's next Python step.
         if isinstance(unraisable.exc_value, stop) and ours.is_set():
-            _thread.interrupt_main(signal.SIGALRM)
+            if not _WRITING.is_set():
+                _thread.interrupt_main(signal.SIGALRM)
             return
         previous_hook(unraisable)
 
+    _WRITING.clear()
     previous = signal.signal(signal.SIGALRM, on_alarm)
     previous_hook, sys.unraisablehook = sys.unraisablehook, on_unraisable
     try:

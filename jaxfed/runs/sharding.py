@@ -42,7 +42,7 @@ from jaxfed.runs import catalog, identity
 from jaxfed.runs.runner import run_experiment
 from jaxfed.store import rundir
 
-SHARD_KEY = "shard"
+SHARD_KEY = rundir.SHARD_KEY
 """The key of a shard's config.json that says which shard it is: ``{"index", "count", "trials"}``."""
 
 
@@ -290,15 +290,32 @@ def read_shard(path: str) -> ShardDir:
         raise ValueError(f"{path}: is not a shard (its {rundir.CONFIG_FILE} names none); merge takes shard directories")
     if record.get("record_sha256") != rundir.record_digest(record):
         raise ValueError(f"{record_path}: was changed after it was written (its record digest differs)")
-    store.verify_record(path, record, record_path)
     marker = record[SHARD_KEY]
     shard = Shard(int(marker["index"]), int(marker["count"]))
+    try:
+        store.verify_record(path, record, record_path)
+    except store.StoreError as err:
+        raise damaged_shard(err, path, shard) from None
     trials = shard_range(int(record["n_trials"]), shard)
     if list(trials) != marker["trials"]:
         raise ValueError(
             f"{record_path}: shard {shard} of {record['n_trials']} trials is {trials}, not {marker['trials']}"
         )
     return ShardDir(path, record, shard, trials, store.read_builds(path))
+
+
+def damaged_shard(err: store.StoreError, path: str, shard: Shard) -> ValueError:
+    """merge's refusal of a damaged file of the shard in ``path``: the store's line naming the
+    file, with the advice of a command that has it (merge has no ``--overwrite``; the shard's own
+    command does) in place of the store's."""
+    text = str(err)
+    if not text.endswith(f"; {store.DAMAGE_HINT}"):
+        return ValueError(f"merge: {text}")
+    text = text[: -len(store.DAMAGE_HINT) - 2]
+    return ValueError(
+        f"merge: {text}; shard {shard} in {path} is damaged: run its command again with --overwrite "
+        f"(jaxfed run … --shard {shard} --out {path} --overwrite) to recompute that part, then merge again"
+    )
 
 
 def check_one_run(shards: list[ShardDir], partial: bool) -> list[ShardDir]:
@@ -556,7 +573,12 @@ def _copy_chunks(shards: list[ShardDir], out_dir: str) -> None:
                     f"{s.trials[1]}): not finished; rerun its command"
                 )
         for chunk in raw:
-            data = store.read_regular(os.path.join(store.chunk_dir(s.path), chunk.name))
+            path = os.path.join(store.chunk_dir(s.path), chunk.name)
+            data = store.read_regular(path)
+            try:  # (checked here: the merged run would find it damaged under out_dir's name)
+                store.read_chunk(path, data)
+            except store.StoreError as err:
+                raise damaged_shard(err, s.path, s.shard) from None
             store.atomic_write_bytes(os.path.join(store.chunk_dir(out_dir), chunk.name), data)
     groups = sorted({c.group for c in store.list_chunks(shards[0].path) if c.kind == "summary"})
     for group in groups:
@@ -600,8 +622,10 @@ def _join_summaries(shards: list[ShardDir], out_dir: str, group: int) -> None:
     (:func:`jaxfed.stats.summary.joined`), the last shard's tail."""
     states, tails, point_ids, chunk = None, None, None, None
     for s in shards:
-        path = store.summary_path(s.path, group)
-        stored = store.read_summary(path)
+        try:
+            stored = store.read_summary(store.summary_path(s.path, group))
+        except store.StoreError as err:
+            raise damaged_shard(err, s.path, s.shard) from None
         if stored.stop != s.trials[1]:
             raise ValueError(
                 f"merge: {s.path} (shard {s.shard}) holds trials up to {stored.stop} of [{s.trials[0]}, {s.trials[1]}): "
@@ -619,30 +643,31 @@ def _join_summaries(shards: list[ShardDir], out_dir: str, group: int) -> None:
 
 
 # --------------------------------------------------------------------------- the experiment
-def experiment_of(record: dict, named: str | None, imported: Mapping[str, str] | None):
-    """(experiment, config) of a shard's record: a built-in experiment by its recorded name, or the
-    one the user names (``named``, ``path/file.py:NAME``); a directory never runs code it names.
-    The user files ``--import``'ed must be those the run imported."""
+def experiment_of(record: dict, named: str | None, imported: Mapping[str, str] | None, what: str = "the shards"):
+    """(experiment, config) of a shard's or run's record: a built-in experiment by its recorded
+    name, or the one the user names (``named``, ``path/file.py:NAME``); a directory never runs code
+    it names. The user files ``--import``'ed must be those the run imported. ``what``: what the
+    refusals call the directories ("the shards"; ``jaxfed verify``: "the run")."""
     if record.get("imports", {}) != dict(imported or {}):
         raise ValueError(
-            f"the shards were run with --import {', '.join(sorted(record.get('imports', {}))) or '(nothing)'}: "
+            f"{what} ran with --import {', '.join(sorted(record.get('imports', {}))) or '(nothing)'}: "
             "give the same files, unchanged"
         )
     recorded = record["experiment"]
     if named is None:
         if record.get("plugin") or record.get("source") or recorded not in REGISTRY:
             raise ValueError(
-                f"the shards were written by the experiment {record.get('source') or recorded!r}, which is not built "
+                f"{what} came from the experiment {record.get('source') or recorded!r}, which is not built "
                 "in; a result directory never runs the code it names: give it with --experiment path/to/file.py:NAME"
             )
         exp = REGISTRY[recorded]
     else:
         exp = catalog.find(named, REGISTRY)
         if exp.name != recorded:
-            raise ValueError(f"--experiment {named}: is the experiment {exp.name!r}, but the shards hold {recorded!r}")
+            raise ValueError(f"--experiment {named}: is the experiment {exp.name!r}, but {what} recorded {recorded!r}")
     params = {k: ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in record["parameters"].items()}
     cfg = make_config(exp.config_cls, params)
     code = identity.code_identity(exp, cfg)
     if code != {k: record[k] for k in ("code", "plugin") if k in record}:
-        raise ValueError(f"{exp.source or exp.name}: is not the code that wrote the shards (its file digests differ)")
+        raise ValueError(f"{exp.source or exp.name}: is not the code that wrote {what} (its file digests differ)")
     return exp, cfg

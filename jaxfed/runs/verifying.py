@@ -143,7 +143,7 @@ def verify(
     if sample != "all":
         validation.integer("sample", sample, 1)
     config_json, results = load_results(out_dir)
-    exp, cfg = experiment_of(config_json, experiment, catalog.import_extensions(imports))
+    exp, cfg = experiment_of(config_json, experiment, catalog.import_extensions(imports), "the run")
     every = sample == "all"
     if any(isinstance(value, stats.Summary) for value in results.values()):
         return recompute_summary(exp, cfg, out_dir, config_json, None if every else int(sample))
@@ -317,9 +317,11 @@ class _Tally:
         found = gap(stored, mine)
         if not self.elsewhere or found.far is not None:
             row, column = found.far if self.elsewhere and found.far else _first_difference(stored, mine)
+            a, b = np.ravel(stored[row, column]), np.ravel(mine[row, column])
+            at = _first_differing_value(a, b)
             raise ValueError(
-                f"{self.out_dir}: metric {metric!r} of point {point_ids[row]}, trial {start + column} is stored as "
-                f"{stored[row, column].ravel()[:3].tolist()}, recomputed as {mine[row, column].ravel()[:3].tolist()}: "
+                f"{self.out_dir}: metric {metric!r} of point {point_ids[row]}, trial {start + column}, value at flat "
+                f"index {at} of the trial's {a.size} is stored as {a[at].item()!r}, recomputed as {b[at].item()!r}: "
                 "the stored values are not what the run's seed and code compute"
                 + (
                     f" (more than {FEW_ULPS} ulp apart: values differ, not the last bits of another build)"
@@ -384,6 +386,14 @@ class _Tally:
             + (builds.feature_note(listed[0], self.here) if len(listed) == 1 else "")
             + todo
         )
+
+
+def _first_differing_value(a: np.ndarray, b: np.ndarray) -> int:
+    """The flat index of the first value of two flat arrays of one dtype whose bits differ (−0 and
+    +0, two NaNs of other payloads too); 0 where none does."""
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    differs = (a.view(np.uint8).reshape(a.size, -1) != b.view(np.uint8).reshape(b.size, -1)).any(-1)
+    return int(np.argmax(differs))
 
 
 def _first_difference(stored: np.ndarray, mine: np.ndarray) -> tuple[int, int]:

@@ -20,6 +20,8 @@ from jaxfed.experiment import Experiment
 from jaxfed.results import report as reports
 from jaxfed.store import rundir
 
+REPORT_FILES = ("report.md", rundir.VERDICTS_FILE, "report.html")
+"""The report of a run's trials (:func:`write_report`): removed before a new record is written."""
 FIGURE_SERIES_WARN = 100
 """Points from which a run says, before any work, what drawing its figure will cost."""
 FIGURE_SECONDS_PER_SERIES = 0.08
@@ -87,6 +89,11 @@ def write_run(
         # fewer trials than stored: served from the store; the record still describes the stored run
         return dict(config_json, served_from=out_dir, stored_trials=recorded["n_trials"]), results
     else:
+        # The report of the trials stored until now goes first: a run stopped after its new record
+        # (killed, an error in the figure or the report, --decide's budget) leaves no report.md or
+        # verdicts.json describing other trials than config.json and metrics.npz.
+        for name in REPORT_FILES:
+            rundir.remove_own_file(os.path.join(out_dir, name))
         config_json = rundir.write_results(out_dir, config_json, results, started)
         # The figure last: a plot that fails (a bug in a user's plot) loses no result; `jaxfed plot`
         # or the same command again draws it.

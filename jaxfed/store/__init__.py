@@ -23,6 +23,7 @@ Internal: not a public API (no ``__all__``; the public names are in tests/projec
 from jaxfed.store.buildrecord import BUILD_FILE, build_refusal, builds_record, jax_refusal, read_builds, recorded_jax
 from jaxfed.store.chunks import (
     CHUNK_DIR,
+    DAMAGE_HINT,
     SHARD_SUMMARY_FIELDS,
     STORE_FORMAT,
     SUMMARY_FIELDS,

@@ -88,6 +88,9 @@ _TMP_NAME = re.compile(
     r"|g\d{3,}_t\d{10}_\d{10}\.npz|summary_g\d{3,}\.npz)\.\d+\.tmp"
 )
 _HINT = "delete it or use --overwrite (overwrite=True) to recompute it"
+DAMAGE_HINT = _HINT
+"""The advice that ends the store's refusals of a damaged file (a command without ``--overwrite``,
+``jaxfed merge``, puts its own in its place)."""
 
 
 class GroupSpec(NamedTuple):
@@ -117,18 +120,22 @@ def _pack(meta: dict, arrays: dict) -> list:
     return _npz_parts(arrays, header)
 
 
-def _unpack(path: str) -> tuple[dict, dict, dict]:
+def _unpack(path: str, data: bytes | None = None) -> tuple[dict, dict, dict]:
     """(header, arrays, name -> CRC-32 of its zip member) of a stored file, read whole (the zip
-    reader checks each member's bytes against its CRC-32); StoreError if it is not a complete one."""
-    if os.path.islink(path):
+    reader checks each member's bytes against its CRC-32), or of its bytes ``data`` already read;
+    StoreError if it is not a complete one."""
+    if data is None and os.path.islink(path):
         raise StoreError(f"{path}: is a symbolic link, not a file this engine wrote; {_HINT}")
-    data = files.read_regular(path)  # (a FIFO or device in place of a chunk is refused, never waited on)
+    if data is None:
+        data = files.read_regular(path)  # (a FIFO or device in place of a chunk is refused, never waited on)
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             arrays = {name: z[name] for name in z.files}
             crcs = {name: z.zip.getinfo(f"{name}.npy").CRC for name in z.files}
     except Exception as err:  # noqa: BLE001 - any failure to parse means a damaged file
-        raise StoreError(f"{path}: not a readable .npz file ({_one_line(err)}); {_HINT}") from None
+        raise StoreError(
+            f"{path}: not a readable .npz file ({_one_line(err)}): damaged or truncated; {_HINT}"
+        ) from None
     header = arrays.pop(_META, None)
     try:
         meta = json.loads(header.tobytes().decode()) if header is not None and header.dtype == np.uint8 else None
@@ -261,12 +268,13 @@ def chunk_header(path: str) -> dict | None:
     return _header(path)
 
 
-def read_chunk(path: str) -> tuple[dict, dict]:
+def read_chunk(path: str, data: bytes | None = None) -> tuple[dict, dict]:
     """(header, arrays) of the stored file ``path``, its checksums verified (the header's SHA-256,
     every array's CRC-32 as the header lists it); StoreError naming it otherwise.
 
     Args:
         path: a chunk file (raw or summary).
+        data: its bytes, already read (None: read from ``path``).
 
     Returns:
         (header, arrays): the header dict and name -> array.
@@ -274,7 +282,7 @@ def read_chunk(path: str) -> tuple[dict, dict]:
     Raises:
         StoreError: the file is not a complete, unaltered chunk file (one line naming it).
     """
-    meta, arrays, crcs = _unpack(path)
+    meta, arrays, crcs = _unpack(path, data)
     listed = meta.get("arrays")
     trials, points = meta.get("trials"), meta.get("point_ids")
     if (
@@ -285,7 +293,7 @@ def read_chunk(path: str) -> tuple[dict, dict]:
         or not (isinstance(trials, list) and len(trials) == 2 and all(type(t) is int for t in trials))
         or not (isinstance(points, list) and all(type(p) is int for p in points))
     ):
-        raise StoreError(f"{path}: checksum mismatch or no valid header; {_HINT}")
+        raise StoreError(f"{path}: checksum mismatch or no valid header: damaged; {_HINT}")
     return meta, arrays
 
 

@@ -26,6 +26,7 @@ import io
 import json
 import math
 import os
+import stat
 import time
 from collections.abc import Callable, Mapping
 
@@ -39,6 +40,8 @@ CONFIG_FILE = "config.json"
 """The run's record: parameters, points, seed, trials, metric docs, coordinates, versions, digests."""
 METRICS_FILE = "metrics.npz"
 """The metrics: one array per raw metric, ``NAME/FIELD`` arrays per summary (:func:`npz_arrays`)."""
+SHARD_KEY = "shard"
+"""The key of a shard's config.json that says which shard it is (:mod:`jaxfed.runs.sharding`)."""
 VERDICTS_FILE = "verdicts.json"
 """Written beside report.md (``jaxfed run``, ``report``, ``reproduce``): the claims of its sections."""
 
@@ -259,6 +262,14 @@ def load_results(out_dir: str, read_metrics: bool = True) -> tuple[dict, dict]:
         "identity_sha256": str,
         "record_sha256": str,
     }
+    marker = config_json.get(SHARD_KEY) if isinstance(config_json, dict) else None
+    if isinstance(marker, dict) and "metrics_sha256" not in config_json:
+        of, trials = f"{marker.get('index')}/{marker.get('count')}", marker.get("trials")
+        span = f"[{trials[0]}, {trials[1]})" if isinstance(trials, list) and len(trials) == 2 else "?"
+        raise ValueError(
+            f"{out_dir}: is shard {of} of a run (trials {span} of {config_json.get('n_trials')} per point), not a "
+            "finished run: merge the shards first (jaxfed merge SHARD_DIR... --out DIR), then use DIR"
+        )
     older = {k: t for k, t in required.items() if k != "record_sha256"}
     if (
         isinstance(config_json, dict)
@@ -364,6 +375,16 @@ def _check_nonfinite(config_path: str, config_json: dict, results: dict) -> None
         counts = (~np.isfinite(value.reshape(value.shape[:2] + (-1,))).all(-1)).sum(axis=1)
         if name in recorded and list(recorded[name]) != counts.tolist():
             raise ValueError(f"{config_path}: nonfinite_trials of {name!r} does not count the values in metrics.npz")
+
+
+def remove_own_file(path: str) -> None:
+    """Removes ``path`` where it is a regular file (a report jaxfed wrote); a link or anything
+    else there is left as it is (the write that follows refuses it), an absent one is no error."""
+    try:
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def stored_record(out_dir: str) -> dict | None:

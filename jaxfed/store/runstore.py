@@ -68,7 +68,7 @@ class BuildMismatch(ConfigMismatch):
     """An output directory holds trials computed by another build (JAX, jaxlib, backend or processor)."""
 
 
-_OWN_NAMES = (".lock", CHUNK_DIR, ".user-code-running")  # (the last: jaxfed.runs.runner.MARKER)
+_OWN_NAMES = (".lock", CHUNK_DIR, BUILD_FILE, ".user-code-running")  # (the last: jaxfed.runs.runner.MARKER)
 """What a result directory holds before its identity.json is written (a run killed that early)."""
 
 
@@ -183,8 +183,12 @@ def verify_record(out_dir: str, record: dict, record_path: str) -> None:
         file = os.path.join(chunk_dir(out_dir), chunk.name)
         check_no_link(file)
         header = _header(file)
-        if not isinstance(header, dict) or header.get("identity") != digest:
-            raise StoreError(f"{file}: is not a chunk of the run {path} describes; {_HINT}")
+        if not isinstance(header, dict):
+            raise StoreError(
+                f"{file}: is not a chunk of the run {path} describes (damaged or truncated: no readable header); {_HINT}"
+            )
+        if header.get("identity") != digest:
+            raise StoreError(f"{file}: is not a chunk of the run {path} describes (it is another run's); {_HINT}")
 
 
 # --------------------------------------------------------------------------- the store

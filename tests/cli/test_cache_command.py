@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from support import POINTS, run_cli, trial
+from support import POINTS, one_line_error, run_cli, trial
 
 from jaxfed import cli, engine
 from jaxfed.engine import compiled
@@ -46,7 +46,13 @@ def test_info_says_when_the_cache_is_off_absent_or_not_writable(tmp_path, capsys
     blocker.write_text("x")
     out = cache_command(capsys, "info", "--compilation-cache", str(blocker / "cache"))
     assert "(absent)" in out and "writable: no (runs compile without it and say so" in out
-    assert "removed 0 compiled program(s)" in cache_command(capsys, "clear", "--compilation-cache", str(blocker))
+    for action in ("info", "clear"):  # (issue 59: a file is not a cache folder, not an absent one)
+        err = one_line_error(capsys, ["cache", action, "--compilation-cache", str(blocker)])
+        assert f"--compilation-cache {blocker}: is a file, not a cache folder" in err and "(absent)" not in err
+    assert blocker.read_text() == "x"
+    monkeypatch.setenv(engine.CACHE_ENV, str(blocker))
+    err = one_line_error(capsys, ["cache", "info"])
+    assert f"${engine.CACHE_ENV} {blocker}: is a file, not a cache folder" in err
 
 
 def test_a_run_whose_cache_cannot_be_written_says_so_in_one_line_and_runs(tmp_path):

@@ -139,3 +139,27 @@ def test_clearing_the_cache_removes_the_lock_files(tmp_path):
 @pytest.mark.parametrize("key", ["", "a/b"])
 def test_a_key_that_is_no_file_name_takes_no_lock(tmp_path, key):
     assert engine_cache._program_lock(str(tmp_path), key, wait_s=60) is None
+
+
+def test_a_process_waiting_on_another_compile_says_so_and_for_how_long(tmp_path, monkeypatch):
+    """Issue 59, part 4: a run waiting on another process's compile lock (up to 10 minutes) says
+    at once that it waits for another process's compile, then again every WAIT_NOTE_EVERY_S, each
+    time with the seconds waited so far and the longest wait."""
+    monkeypatch.setattr(engine_cache, "WAIT_NOTE_EVERY_S", 0.2)
+    folder = tmp_path / engine_cache.LOCKS_DIR
+    folder.mkdir()
+    fd = os.open(folder / "jit_on_device-abc", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    notes = []
+    try:
+        assert engine_cache._program_lock(str(tmp_path), "jit_on_device-abc", 0.7, notes.append) is None
+    finally:
+        os.close(fd)
+    assert 3 <= len(notes) <= 5, notes
+    assert all("waiting for another process's compile" in line and "at most 1 s" in line for line in notes)
+    assert str(folder / "jit_on_device-abc") in notes[0] and "0 s so far" in notes[0]
+    seconds = [float(line.split(": ")[1].split(" s so far")[0]) for line in notes]
+    assert seconds == sorted(seconds)
+    free = engine_cache._program_lock(str(tmp_path), "jit_on_device-abc", 0.7, notes.append)
+    assert free is not None and len(notes) <= 5  # (a free lock is taken without a word)
+    engine_cache._release(free)

@@ -133,3 +133,60 @@ def test_the_command_stops_a_step_at_the_budget(tmp_path, monkeypatch, capsys):
     assert "The budget ran out while gfvl-topologies grew to 16,384 trials per point (look 8)" in text
     assert rundir.load_results(str(out))[0]["n_trials"] == 64
     assert signal.getsignal(signal.SIGALRM) is handler
+
+
+@pytest.mark.parametrize("budget", ["0.3s", "2s", "4s"])
+def test_a_budget_stop_leaves_four_files_of_the_same_trials(tmp_path, monkeypatch, unjitted, budget):
+    """Issue 59, part 3: `--decide --budget B` stopped wherever the budget ends (in a step's trials,
+    in the writing of its record: each growth's record here takes a while to write) leaves
+    config.json, metrics.npz, report.md and verdicts.json describing the same trials."""
+    import json
+    import re
+    import time
+
+    from jaxfed import cli
+    from jaxfed.runs import writer
+    from jaxfed.store import rundir
+
+    write_results = rundir.write_results
+
+    def slow_write(out_dir, config_json, results, started):
+        written = write_results(out_dir, config_json, results, started)
+        if config_json["n_trials"] > 16:  # a growth's record: the budget may end while it is written
+            time.sleep(0.5)
+        return written
+
+    monkeypatch.setattr(writer.rundir, "write_results", slow_write)
+    monkeypatch.setattr(deciding, "next_look", lambda run, undecided, left: (run.look + 1, 0.0) if left > 0 else None)
+    out = tmp_path / "run"
+    argv = ["run", "gfvl-topologies", "--trials", "16", "--decide", "--budget", budget]
+    assert cli.main([*argv, "--out", str(out), "--quiet"]) == 0
+    record, _ = rundir.load_results(str(out))  # config.json and metrics.npz agree (digests, shapes)
+    n = record["n_trials"]
+    section = (out / "report.md").read_text().split("## gfvl-topologies", 1)[1]
+    assert set(re.findall(r"([\d,]+) trials per point", section)) == {f"{n:,}"}
+    verdicts = json.loads((out / "verdicts.json").read_text())
+    assert verdicts["config_record_sha256"] == record["record_sha256"]
+    judged = [v["n"] + v["n_dropped"] for v in verdicts["verdicts"]]
+    assert max(judged) <= n and (n == 16 or n in judged)  # a grown run's last look judged its undecided claims
+
+
+def test_a_record_written_without_its_report_leaves_no_older_report(tmp_path, monkeypatch, unjitted):
+    """Issue 59, part 3: a run grown from 16 to 32 trials that stops after its new record (here its
+    report fails; a kill or --decide's budget stop there alike) leaves no report.md, verdicts.json
+    or report.html of the 16 trials beside config.json and metrics.npz of 32."""
+    from jaxfed import cli
+    from jaxfed.runs import writer
+    from jaxfed.store import rundir
+
+    out = tmp_path / "run"
+    argv = ["run", "gfvl-topologies", "--out", str(out), "--quiet", "--trials"]
+    assert cli.main([*argv, "16"]) == 0 and (out / "verdicts.json").exists()
+
+    def failing_report(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer, "write_report", failing_report)
+    assert cli.main([*argv, "32"]) != 0
+    assert rundir.load_results(str(out))[0]["n_trials"] == 32
+    assert not any((out / name).exists() for name in ("report.md", "verdicts.json", "report.html"))

@@ -63,8 +63,10 @@ def test_a_consistently_forged_directory_is_caught_in_one_line(runs, tmp_path, f
     code, _, err = _command("verify", forged, "--sample", "600" if forgery == "one value changed" else "2")
     assert code == 2 and err.count("\n") == 0, err
     assert "metric 'kl' of point" in err and "not what the run's seed and code compute" in err
-    if forgery == "one value changed":
-        assert "point 1, trial 599" in err
+    if forgery == "one value changed":  # (issue 59: the value that differs, not the trial's first three)
+        stored, recomputed = kl[1, 599, 5].item(), np.array(real["kl"])[1, 599, 5].item()
+        assert f"point 1, trial 599, value at flat index 5 of the trial's {kl.shape[2]}" in err
+        assert f"stored as {stored!r}, recomputed as {recomputed!r}" in err and repr(stored) != repr(recomputed)
 
 
 @pytest.fixture(scope="module")

@@ -335,8 +335,8 @@ def _oac_rows(labels, d, where: tuple | None = None, method: str = "oac") -> lis
     first value (the one the report's verdicts use)."""
     rows, seen = [], set()
     for i, lab in enumerate(labels):
-        if lab["method"] != method or lab.get("digits") != d or lab.get("noise_free"):
-            continue
+        if lab["method"] != method or lab.get("digits") != d or lab.get("noise_free") or "snr_db" not in lab:
+            continue  # (the SNR grid only: a method also run without a channel, "quantized", has a point without one)
         if (where is not None and lab.get(where[0]) != where[1]) or lab["snr_db"] in seen:
             continue
         rows.append(i)
