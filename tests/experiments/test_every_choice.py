@@ -6,8 +6,10 @@ with the default, through the command line to its report. ``kmeans-snr`` with me
 ended in a traceback from its report, and (found by this test) so did methods=oac,quantized:
 documented choices no test had run.
 
-The default suite runs kmeans-snr with methods=oac,quantized; the rest is in the slow suite
-(minutes per experiment on a 2-core CPU: every choice compiles its own program)."""
+The default suite runs kmeans-snr with methods=oac,quantized; the slow suite (CI) runs every
+documented name once, alone, in the first experiment that has it; the rest (the same names in the
+other experiments, and mixed with the default) is marked ``long`` (``python -m pytest -m long``):
+every case compiles its own program, 246 cases are hours on a 2-core CPU, beyond CI's limit."""
 
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ def documented_names(meaning: str) -> list[str]:
 
 
 def _cases() -> list:
-    cases = []
+    cases, named = [], set()
     for name, exp in REGISTRY.items():
         for p in describe.parameters(exp.config_cls):
             if p.name in NOT_NAMES or p.type not in ("str", "comma-separated strs"):
@@ -57,7 +59,9 @@ def _cases() -> list:
                     values += [",".join(mixed)] if len(mixed) > 1 else []
                 for alone, value in zip((True, False), values):
                     case = f"{name}-{p.name}={value}"
-                    mark = () if case in FAST else (pytest.mark.slow,)
+                    first = alone and (p.name, value) not in named  # (this name's first run, in CI's slow suite)
+                    named.add((p.name, value))
+                    mark = () if case in FAST else (pytest.mark.slow,) if first else (pytest.mark.long,)
                     cases.append(pytest.param(name, p.name, value, alone, marks=mark, id=case))
     return cases
 
