@@ -227,7 +227,7 @@ def test_random_budget_stops_leave_one_story(tmp_path, monkeypatch):
         section = (out / "report.md").read_text().split("## gfvl-topologies", 1)[1]
         assert set(re.findall(r"([\d,]+) trials per point", section)) == {f"{record['n_trials']:,}"}, (case, budget)
         verdicts = json.loads((out / "verdicts.json").read_text())
-        assert verdicts["config_record_sha256"] == record["record_sha256"], (case, budget)
+        assert verdicts["results_sha256"] == rundir.results_digest(record), (case, budget)
 
 
 # --------------------------------------------------------------------------- ways out of user code

@@ -166,7 +166,7 @@ def test_a_budget_stop_leaves_four_files_of_the_same_trials(tmp_path, monkeypatc
     section = (out / "report.md").read_text().split("## gfvl-topologies", 1)[1]
     assert set(re.findall(r"([\d,]+) trials per point", section)) == {f"{n:,}"}
     verdicts = json.loads((out / "verdicts.json").read_text())
-    assert verdicts["config_record_sha256"] == record["record_sha256"]
+    assert verdicts["results_sha256"] == rundir.results_digest(record)  # (the record of these very trials)
     judged = [v["n"] + v["n_dropped"] for v in verdicts["verdicts"]]
     assert max(judged) <= n and (n == 16 or n in judged)  # a grown run's last look judged its undecided claims
 
