@@ -7,9 +7,11 @@ ended in a traceback from its report, and (found by this test) so did methods=oa
 documented choices no test had run.
 
 The default suite runs kmeans-snr with methods=oac,quantized; the slow suite (CI) runs every
-documented name once, alone, in the first experiment that has it; the rest (the same names in the
-other experiments, and mixed with the default) is marked ``long`` (``python -m pytest -m long``):
-every case compiles its own program, 246 cases are hours on a 2-core CPU, beyond CI's limit."""
+documented name of the G-FVL experiments and every k-means method once, alone, in the first
+experiment that has it; the rest (the k-means channels, inits, v_max rules and energies, about 25 s
+a case on 2 busy cores; the same names in the other experiments; mixed with the default) is marked
+``long`` (``python -m pytest -m long``): every case compiles its own program, and 246 cases are
+hours on a 2-core CPU, beyond CI's 90 minutes."""
 
 from __future__ import annotations
 
@@ -45,9 +47,16 @@ def documented_names(meaning: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+COSTLY = {"kmeans-convergence", "kmeans-ablation"}
+"""Experiments whose tiny runs compile longest (about 50 s a case on 2 busy cores): a name's first
+run is in another experiment that has it, where there is one."""
+IN_CI = ("gfvl-", "methods")
+"""The first runs in CI's slow suite: of a G-FVL experiment, or of a k-means ``methods`` name."""
+
+
 def _cases() -> list:
     cases, named = [], set()
-    for name, exp in REGISTRY.items():
+    for name, exp in sorted(REGISTRY.items(), key=lambda item: item[0] in COSTLY):
         for p in describe.parameters(exp.config_cls):
             if p.name in NOT_NAMES or p.type not in ("str", "comma-separated strs"):
                 continue
@@ -59,9 +68,10 @@ def _cases() -> list:
                     values += [",".join(mixed)] if len(mixed) > 1 else []
                 for alone, value in zip((True, False), values):
                     case = f"{name}-{p.name}={value}"
-                    first = alone and (p.name, value) not in named  # (this name's first run, in CI's slow suite)
+                    first = alone and (p.name, value) not in named  # (this name's first run)
                     named.add((p.name, value))
-                    mark = () if case in FAST else (pytest.mark.slow,) if first else (pytest.mark.long,)
+                    in_ci = first and (name.startswith(IN_CI[0]) or p.name == IN_CI[1])
+                    mark = () if case in FAST else (pytest.mark.slow,) if in_ci else (pytest.mark.long,)
                     cases.append(pytest.param(name, p.name, value, alone, marks=mark, id=case))
     return cases
 
