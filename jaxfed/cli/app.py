@@ -16,7 +16,7 @@ from jaxfed.cli.commands import COMMANDS
 from jaxfed.cli.parser import DEBUG_ENV, DEFAULT_OUT, build_parser
 from jaxfed.engine import devices
 from jaxfed.runs import catalog
-from jaxfed.runs.runner import notice_if_slow
+from jaxfed.runs.runner import calling_after, notice_if_slow
 
 
 def _start_devices(args) -> None:
@@ -80,13 +80,8 @@ def _initialize_distributed(
         sys.stderr.flush()
         os._exit(2)
 
-    watchdog = threading.Timer(timeout, give_up)
-    watchdog.daemon = True
-    watchdog.start()
-    try:
+    with calling_after(timeout, give_up):
         devices.start_distributed(coordinator, n, process_id, timeout=int(timeout) + 30)  # JAX's limit after ours
-    finally:
-        watchdog.cancel()
 
 
 def main(argv: list[str] | None = None) -> int:

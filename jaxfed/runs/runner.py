@@ -267,34 +267,54 @@ def notice_if_slow(what: str, after: float | None = None):
     started, done = time.monotonic(), threading.Event()
 
     def notices() -> None:
+        if done.wait(after):
+            return
         print(f"jaxfed: {what} … still running after {after:g} s", file=sys.stderr)
         while not done.wait(NOTICE_EVERY):
             print(f"jaxfed: {what} … still running after {time.monotonic() - started:.0f} s", file=sys.stderr)
 
-    with calling_after(after, notices):
-        try:
-            yield
-        finally:
-            done.set()  # (before calling_after joins the thread that prints)
+    with _thread_for_the_block(notices, done):
+        yield
 
 
 @contextlib.contextmanager
 def calling_after(seconds: float, action: Callable[[], object]):
-    """Calls ``action()`` in a daemon timer thread once ``seconds`` have passed in the block, never
-    after it: on leaving, the timer is cancelled and a call under way is waited for.
+    """Calls ``action()`` in a daemon thread once ``seconds`` have passed in the block, never after
+    it: on leaving, the call is cancelled and a call under way is waited for.
 
     Args:
         seconds: the time before the call.
-        action: what is called (in the timer's thread).
+        action: what is called (in the thread).
     """
-    timer = threading.Timer(seconds, action)
-    timer.daemon = True
-    timer.start()
+    left = threading.Event()
+
+    def after_the_time() -> None:
+        if not left.wait(seconds):
+            action()
+
+    with _thread_for_the_block(after_the_time, left):
+        yield
+
+
+@contextlib.contextmanager
+def _thread_for_the_block(body: Callable[[], None], left: threading.Event):
+    # ``body`` runs in a daemon thread while the block runs and must return once ``left`` is set.
+    # An exception the main thread receives asynchronously (Ctrl-C, a budget's simulated SIGALRM)
+    # may land anywhere here, even inside ``left.set()`` before the flag is stored, or inside
+    # ``start()``: the thread is started inside the ``try`` and ``left`` is set again after the
+    # join, so no thread outlives its block (one that did printed "still running" for the rest of
+    # the process).
+    thread = threading.Thread(target=body, name="jaxfed-timer", daemon=True)
     try:
+        thread.start()
         yield
     finally:
-        timer.cancel()
-        timer.join()
+        try:
+            left.set()
+            if thread.ident is not None:
+                thread.join()
+        finally:
+            left.set()
 
 
 _WRITING = threading.Event()
@@ -328,9 +348,11 @@ def stopped_after(seconds: float, stop: type[BaseException]):
         return
     ours = threading.Event()
 
+    in_block = [True]  # (a list store, not a call: an alarm cannot land inside it, as it can in Event.set)
+
     def on_alarm(signum, frame):
         if ours.is_set():
-            if not _WRITING.is_set():
+            if in_block[0] and not _WRITING.is_set():
                 raise stop
             return
         if callable(previous):
@@ -344,7 +366,7 @@ def stopped_after(seconds: float, stop: type[BaseException]):
         # ``stop`` raised where Python discards exceptions (a garbage-collection or weakref callback,
         # a __del__: JAX runs such callbacks): raise it again at the block's next Python step.
         if isinstance(unraisable.exc_value, stop) and ours.is_set():
-            if not _WRITING.is_set():
+            if in_block[0] and not _WRITING.is_set():
                 _thread.interrupt_main(signal.SIGALRM)
             return
         previous_hook(unraisable)
@@ -354,7 +376,10 @@ def stopped_after(seconds: float, stop: type[BaseException]):
     previous_hook, sys.unraisablehook = sys.unraisablehook, on_unraisable
     try:
         with calling_after(max(seconds, 1e-3), fire):
-            yield
+            try:
+                yield
+            finally:
+                in_block[0] = False  # a stop after the block's end would land in its clean-up
     finally:
         sys.unraisablehook = previous_hook
         signal.signal(signal.SIGALRM, previous)
