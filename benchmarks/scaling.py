@@ -148,9 +148,11 @@ def power_of_two(n: float) -> int:
 
 def at_first_trial(fn_args: tuple, first: int) -> tuple:
     """``engine.testing.chunk_function``'s arguments for the chunk starting at trial ``first``: the first
-    trial is the fourth argument; any after it (on one device, the micro-batch loop's trip count)
-    stay."""
-    return (*fn_args[:3], np.uint32(first), *fn_args[4:])
+    trial is the fourth argument, as its (high, low) 32-bit halves; any after it (on one device, the
+    micro-batch loop's trip count) stay."""
+    from jaxfed.engine.compiled import trial_halves
+
+    return (*fn_args[:3], trial_halves(first), *fn_args[4:])
 
 
 def raw_bytes_per_trial() -> int:
@@ -560,7 +562,7 @@ def engine_ceiling(args, work: str) -> dict:
     import jax.numpy as jnp
 
     from jaxfed import engine
-    from jaxfed.engine.compiled import make_chunk_fn
+    from jaxfed.engine.compiled import make_chunk_fn, trial_halves
     from jaxfed.engine.devices import make_mesh
     from jaxfed.engine.points import group_points
     from jaxfed.engine.sinks import SummarySink
@@ -602,12 +604,12 @@ def engine_ceiling(args, work: str) -> dict:
             def extra(first):  # the summary's arguments after the first trial, as the engine's sink gives them
                 return SummarySink.extra_args(None, (first, first + chunk)) if summary else ()  # (reads the chunk only)
 
-            compiled = fn.lower(*fixed, np.uint32(0), *extra(0)).compile()
+            compiled = fn.lower(*fixed, trial_halves(0), *extra(0)).compile()
 
             def device_time():
                 start, previous = time.perf_counter(), None
                 for first in range(0, n_trials, chunk):
-                    out = compiled(*fixed, np.uint32(first), *extra(first))
+                    out = compiled(*fixed, trial_halves(first), *extra(first))
                     if previous is not None:
                         jax.block_until_ready(previous)
                     previous = out
