@@ -116,8 +116,20 @@ def test_gfvl_topologies_raw_and_summary_open_as_their_files(topologies):
         check_directory(out)
 
 
-@pytest.mark.slow  # every built-in experiment, raw and summary (~15 min: each compiles twice)
-@pytest.mark.parametrize("name", [n for n in REGISTRY if n not in FAST])
+# The slow suite opens one experiment of each layout (several metrics, a k-means SNR sweep, counts
+# per point, stacked labels); the others are marked long (-m long): every built-in experiment, raw
+# and summary, compiles twice each and took ~15 minutes of the CI's slow suite.
+OPENED_IN_CI = ("gfvl-local-iters", "gfvl-unlearning", "kmeans-snr", "kmeans-oac-counts")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.slow if n in OPENED_IN_CI else pytest.mark.long)
+        for n in REGISTRY
+        if n not in FAST
+    ],
+)
 @pytest.mark.parametrize("keep", ["raw", "summary"])
 def test_every_experiment_opens_as_its_files(tmp_path_factory, name, keep):
     check_directory(_run(tmp_path_factory, name, keep))

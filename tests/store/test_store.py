@@ -11,7 +11,7 @@ an uninterrupted run, or be refused with one line naming the file.
 Corruptions damage, replace, forge (with valid checksums, to test each check on its own) or
 remove every kind of file of finished raw and summary runs. The default suite covers every kill
 instant of three scenarios (fresh raw, fresh summary, growing summary) and every corruption kind;
-``-m slow`` adds the growing raw scenario, random sequences of repeated kills with random chunk
+``-m slow`` adds the growing raw scenario, four random sequences of repeated kills (``-m long`` eight more) with random chunk
 sizes, byte flips over whole files and real SIGKILLs of the CLI.
 """
 
@@ -560,8 +560,10 @@ def test_byte_flips_in_a_stored_file_are_refused_or_harmless(tmp_path, finished,
 
 
 # --------------------------------------------------------------------------- slow, randomized
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", range(12))
+# Four random sequences in the slow suite; eight more with -m long (the CI's time limit).
+@pytest.mark.parametrize(
+    "seed", [pytest.param(s, marks=pytest.mark.slow if s < 4 else pytest.mark.long) for s in range(12)]
+)
 def test_random_sequences_of_kills_end_identical(tmp_path, references, seed):
     """Kill, rerun killed again at a random instant, … (with random chunk sizes, growth from a
     random stored size, and torn writes), then finish: identical to an uninterrupted run."""
