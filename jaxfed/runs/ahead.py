@@ -19,7 +19,7 @@ import jax
 
 from jaxfed import engine
 from jaxfed.engine.ahead import compile_ahead
-from jaxfed.experiment import Experiment, Sweep
+from jaxfed.experiment import Experiment, Sweep, make_config
 from jaxfed.runs.runner import _engine_options, _holds_no_run
 
 
@@ -34,10 +34,9 @@ class Compiled(NamedTuple):
 
 class _Job(NamedTuple):
     exp: Experiment
-    config: object
     n_trials: int
     options: engine.RunOptions
-    built: concurrent.futures.Future  # the Sweep
+    built: concurrent.futures.Future  # (its default config, the Sweep)
     compiled: concurrent.futures.Future  # a Compiled
 
 
@@ -45,10 +44,10 @@ class CompilingAhead:
     """Experiments built and compiled ahead, one at a time and in the order given, by one daemon
     thread.
 
-    :meth:`start` queues an experiment (its ``build()`` and the compile of every group's chunk
-    function, as its run would compile them: :func:`jaxfed.engine.ahead.compile_ahead`);
-    :meth:`sweep` hands its run the sweep built ahead, whose trial function is the object the
-    programs were compiled for, so that the run finds them among the programs kept in the
+    :meth:`start` queues an experiment (its default config, its ``build()`` and the compile of
+    every group's chunk function, as its run would compile them:
+    :func:`jaxfed.engine.ahead.compile_ahead`); :meth:`take` hands its run the config and sweep
+    made ahead, whose trial function is the object the programs were compiled for, so that the run finds them among the programs kept in the
     process (or, while the compile is still under way, waits for it through the compilation
     cache's lock and loads it). Skipped (the run builds and compiles as without this): a run of
     user code (a user's file, a plugin, ``--import``: user code runs in the main thread, under
@@ -74,15 +73,16 @@ class CompilingAhead:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
 
-    def start(self, exp: Experiment, config, n_trials: int, options: engine.RunOptions) -> bool:
-        """Queues experiment ``exp``'s build and compile for its run with ``options`` (``out_dir``
-        its result directory); returns whether it was queued (see the class for what is skipped)."""
+    def start(self, exp: Experiment, n_trials: int, options: engine.RunOptions) -> bool:
+        """Queues experiment ``exp``'s default config, build and compile for its run of ``n_trials``
+        trials per point with ``options`` (``out_dir`` its result directory); returns whether it
+        was queued (see the class for what is skipped)."""
         out_dir = options.out_dir
         if not self.enabled or exp.source or exp.plugin or exp.name in self.jobs:
             return False
         if out_dir is not None and not _holds_no_run(os.fspath(out_dir)):
             return False
-        job = _Job(exp, config, n_trials, options, concurrent.futures.Future(), concurrent.futures.Future())
+        job = _Job(exp, n_trials, options, concurrent.futures.Future(), concurrent.futures.Future())
         self.jobs[exp.name] = job
         if self._worker is None:
             self._worker = threading.Thread(target=self._work, name="jaxfed-compile-ahead", daemon=True)
@@ -90,9 +90,10 @@ class CompilingAhead:
         self._queue.put(job)
         return True
 
-    def sweep(self, name: str) -> Sweep | None:
-        """The sweep of experiment ``name`` built ahead (waiting for a build under way), or None
-        where there is none (not queued, not started yet, which cancels it, or failed)."""
+    def take(self, name: str) -> tuple[object, Sweep] | None:
+        """(default config, sweep) of experiment ``name`` made ahead (waiting for a build under
+        way), or None where there are none (not queued, not started yet, which cancels it, or
+        failed: the run makes them, and raises what fails)."""
         job = self.jobs.get(name)
         if job is None or job.built.cancel():
             return None
@@ -126,12 +127,13 @@ class CompilingAhead:
                 continue
             started = time.perf_counter()
             try:
-                sweep = job.exp.build(job.config)
+                config = make_config(job.exp.config_cls, {})
+                sweep = job.exp.build(config)
             except BaseException as err:  # (the run builds it again and says what fails)
                 job.built.set_exception(err)
                 job.compiled.set_result(Compiled(0, time.perf_counter() - started, _one_line(err)))
                 continue
-            job.built.set_result(sweep)
+            job.built.set_result((config, sweep))
             job.compiled.set_result(_compiled(job, sweep, started))
 
 

@@ -398,11 +398,10 @@ def reproduce(
             overall.start(exp.name)
             t0, out_dir = time.perf_counter(), os.path.join(out, exp.name)
             digest_before = record_digest(out_dir)
-            cfg = make_config(exp.config_cls, {})
-            sweep = compiling.sweep(exp.name)  # (built ahead: its trial is the one compiled for)
+            made = compiling.take(exp.name)  # (made ahead: its trial is the one compiled for)
+            cfg, sweep = made if made is not None else (make_config(exp.config_cls, {}), None)
             if after is not None:  # compiled while this one runs
-                after_options = dataclasses.replace(options, out_dir=os.path.join(out, after.name))
-                compiling.start(after, make_config(after.config_cls, {}), trials[after.name], after_options)
+                compiling.start(after, trials[after.name], dataclasses.replace(options, out_dir=os.path.join(out, after.name)))  # fmt: skip
             run_options = dataclasses.replace(options, out_dir=out_dir, progress=overall.run_progress(exp.name, options.progress))  # fmt: skip
             config_json, results = run_and_say(exp, cfg, trials[exp.name], run_options, imports=imports, say=overall.timed(say), report=False, sweep=sweep)  # fmt: skip
             _say_ahead(exp.name, compiling, sweep is not None, overall.timed(say))

@@ -25,15 +25,15 @@ def _reproduce(out: str, on: bool, lines: list) -> dict:
 
 
 def test_the_next_experiment_runs_the_programs_compiled_ahead_with_the_same_values(tmp_path, monkeypatch):
-    real_sweep = ahead.CompilingAhead.sweep
+    real_take = ahead.CompilingAhead.take
 
-    def sweep_once_compiled(self, name):  # (deterministic: the compile ahead ends before its run starts)
+    def take_once_compiled(self, name):  # (deterministic: the compile ahead ends before its run starts)
         job = self.jobs.get(name)
         if job is not None:
             job.compiled.result()
-        return real_sweep(self, name)
+        return real_take(self, name)
 
-    monkeypatch.setattr(ahead.CompilingAhead, "sweep", sweep_once_compiled)
+    monkeypatch.setattr(ahead.CompilingAhead, "take", take_once_compiled)
     ahead_lines: list[str] = []
     with_ahead = _reproduce(str(tmp_path / "ahead"), True, ahead_lines)
     without = _reproduce(str(tmp_path / "foreground"), False, [])
@@ -85,14 +85,13 @@ def test_a_failure_ahead_is_recorded_and_the_run_builds_and_compiles_as_before(t
     compiling = ahead.CompilingAhead(options)
     builds, compiles = _tiny("broken-build", broken_build), _tiny("broken-compile", _sweep)
     for exp in (builds, compiles):
-        config = exp.config_cls()
-        assert compiling.start(exp, config, 4, dataclasses.replace(options, out_dir=str(tmp_path / exp.name)))
+        assert compiling.start(exp, 4, dataclasses.replace(options, out_dir=str(tmp_path / exp.name)))
     for job in compiling.jobs.values():
         job.compiled.result()
-    assert compiling.sweep("broken-build") is None  # (its run builds it, and says what fails)
+    assert compiling.take("broken-build") is None  # (its run builds it, and says what fails)
     assert compiling.outcome("broken-build").error == "RuntimeError: no data here"
-    built = compiling.sweep("broken-compile")  # (built: the run uses it, and compiles its programs)
-    assert isinstance(built, Sweep) and built.trial(None, {})["x"].shape == (2,)
+    config, built = compiling.take("broken-compile")  # (built: the run uses it, and compiles its programs)
+    assert config == compiles.config_cls() and isinstance(built, Sweep) and built.trial(None, {})["x"].shape == (2,)
     assert compiling.outcome("broken-compile").error == "MemoryError"
     compiling.close()
 
@@ -105,9 +104,9 @@ def test_user_code_a_stored_run_and_several_processes_are_not_compiled_ahead(tmp
     stored.mkdir()
     (stored / "config.json").write_text("{}")
     compiling = ahead.CompilingAhead(options)
-    assert not compiling.start(user, exp.config_cls(), 4, dataclasses.replace(options, out_dir=str(tmp_path / "u")))
-    assert not compiling.start(exp, exp.config_cls(), 4, dataclasses.replace(options, out_dir=str(stored)))
-    assert compiling.sweep("tiny") is None and compiling.outcome("tiny") is None
+    assert not compiling.start(user, 4, dataclasses.replace(options, out_dir=str(tmp_path / "u")))
+    assert not compiling.start(exp, 4, dataclasses.replace(options, out_dir=str(stored)))
+    assert compiling.take("tiny") is None and compiling.outcome("tiny") is None
     assert not ahead.CompilingAhead(options, imports={"channel.py": "0" * 64}).enabled
     assert not ahead.CompilingAhead(options, enabled=False).enabled
     assert not ahead.CompilingAhead(dataclasses.replace(options, use_jit=False)).enabled
