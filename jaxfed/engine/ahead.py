@@ -7,13 +7,16 @@ Internal: not a public API (no ``__all__``; the public names are in tests/projec
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from jaxfed.engine.core import _compilation_cache, _compile_group, plan
 from jaxfed.engine.options import RunOptions
 from jaxfed.engine.points import Trial
 
 
-def compile_ahead(trial: Trial, points: list, n_trials: int, options: RunOptions) -> int:
+def compile_ahead(
+    trial: Trial, points: list, n_trials: int, options: RunOptions, stopped: Callable[[], bool] = lambda: False
+) -> int:
     """Compiles, without computing anything, the chunk function of each group of points that
     :func:`jaxfed.engine.run` would compile for a fresh run of ``trial`` over ``points`` (no
     stored trials in ``options.out_dir``), sized as that run sizes it, and keeps each in the
@@ -29,6 +32,8 @@ def compile_ahead(trial: Trial, points: list, n_trials: int, options: RunOptions
         trial, points, n_trials: as :func:`jaxfed.engine.run` takes them.
         options: the later run's :class:`RunOptions` (its ``out_dir``, identity and progress are
             not used).
+        stopped: asked before each group: True ends the compiles there (an XLA compile under way
+            cannot be stopped, so a process that ends waits for that one only).
 
     Returns:
         The number of groups whose chunk function was compiled (0 without jit).
@@ -41,6 +46,8 @@ def compile_ahead(trial: Trial, points: list, n_trials: int, options: RunOptions
         if made.machine.mesh is None:
             return 0
         with _compilation_cache(made) as cache_dir:
-            for gp in made.groups:
+            for compiled, gp in enumerate(made.groups):
+                if stopped():
+                    return compiled
                 _compile_group(made, gp, cache_dir)
         return len(made.groups)

@@ -1,5 +1,5 @@
 """``jaxfed reproduce``'s experiments compiled one ahead (:class:`CompilingAhead`): while an
-experiment computes, a daemon thread builds the next experiment's sweep and compiles its programs
+experiment computes, a worker thread builds the next experiment's sweep and compiles its programs
 (:func:`jaxfed.engine.ahead.compile_ahead`; XLA compiles without the GIL), so that the next
 experiment finds them compiled instead of waiting for the compiler.
 
@@ -41,7 +41,7 @@ class _Job(NamedTuple):
 
 
 class CompilingAhead:
-    """Experiments built and compiled ahead, one at a time and in the order given, by one daemon
+    """Experiments built and compiled ahead, one at a time and in the order given, by one worker
     thread.
 
     :meth:`start` queues an experiment (its default config, its ``build()`` and the compile of
@@ -57,7 +57,10 @@ class CompilingAhead:
     Nothing here changes a value: the programs compiled ahead are those the run would compile
     (compiling is deterministic), and a failure ahead (any error of the build or the compile) is
     only recorded: the run builds and compiles in the foreground as it would have. An interrupt
-    leaves only the compilation cache's entries, which JAX writes whole.
+    leaves only the compilation cache's entries, which JAX writes whole. :meth:`close` stops the
+    worker after the compile under way (XLA's cannot be stopped); the thread is not a daemon, so
+    that a process ending meanwhile waits for that one compile: a daemon thread returning from
+    XLA into a finalising interpreter is ended by force, which aborts the process.
     """
 
     def __init__(self, options: engine.RunOptions, imports=None, enabled: bool = True):
@@ -72,6 +75,7 @@ class CompilingAhead:
         self.jobs: dict[str, _Job] = {}
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
+        self._stop = threading.Event()
 
     def start(self, exp: Experiment, n_trials: int, options: engine.RunOptions) -> bool:
         """Queues experiment ``exp``'s default config, build and compile for its run of ``n_trials``
@@ -85,7 +89,7 @@ class CompilingAhead:
         job = _Job(exp, n_trials, options, concurrent.futures.Future(), concurrent.futures.Future())
         self.jobs[exp.name] = job
         if self._worker is None:
-            self._worker = threading.Thread(target=self._work, name="jaxfed-compile-ahead", daemon=True)
+            self._worker = threading.Thread(target=self._work, name="jaxfed-compile-ahead")
             self._worker.start()
         self._queue.put(job)
         return True
@@ -111,10 +115,11 @@ class CompilingAhead:
         return job.compiled.result()
 
     def close(self) -> None:
-        """Cancels the queued experiments not started yet (one under way ends in its daemon thread)."""
+        """Cancels the queued experiments not started yet and stops the one under way after its
+        current compile (without waiting for it)."""
+        self._stop.set()
         for job in self.jobs.values():
-            job.built.cancel()
-            job.compiled.cancel()
+            job.built.cancel()  # (only a job not started: its worker cancels its compile too)
         self._queue.put(None)
 
     def _work(self) -> None:
@@ -122,9 +127,7 @@ class CompilingAhead:
             if not job.built.set_running_or_notify_cancel():
                 job.compiled.cancel()
                 continue
-            if not job.compiled.set_running_or_notify_cancel():
-                job.built.cancel()
-                continue
+            job.compiled.set_running_or_notify_cancel()  # (cancelled only with the build, above)
             started = time.perf_counter()
             try:
                 config = make_config(job.exp.config_cls, {})
@@ -134,14 +137,15 @@ class CompilingAhead:
                 job.compiled.set_result(Compiled(0, time.perf_counter() - started, _one_line(err)))
                 continue
             job.built.set_result((config, sweep))
-            job.compiled.set_result(_compiled(job, sweep, started))
+            job.compiled.set_result(_compiled(job, sweep, started, self._stop.is_set))
 
 
-def _compiled(job: _Job, sweep: Sweep, started: float) -> Compiled:
-    """Compiles ``job``'s experiment's programs for ``sweep``; a failure is recorded, never raised."""
+def _compiled(job: _Job, sweep: Sweep, started: float, stopped) -> Compiled:
+    """Compiles ``job``'s experiment's programs for ``sweep`` until ``stopped()``; a failure is
+    recorded, never raised."""
     try:
         options = _engine_options(job.exp, sweep, job.options, {})
-        groups = compile_ahead(sweep.trial, sweep.points, job.n_trials, options)
+        groups = compile_ahead(sweep.trial, sweep.points, job.n_trials, options, stopped)
     except BaseException as err:  # (the run compiles in the foreground, and raises what it raises)
         return Compiled(0, time.perf_counter() - started, _one_line(err))
     return Compiled(groups, time.perf_counter() - started)

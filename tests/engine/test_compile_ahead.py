@@ -27,6 +27,8 @@ def test_a_run_finds_its_programs_compiled_ahead_and_computes_the_same_values(tm
     assert [g.compile_s for g in ahead.info.groups] == [0.0] * groups  # (every program kept, compiled ahead)
     for name in foreground:
         np.testing.assert_array_equal(ahead[name], foreground[name])
+    compiled._KEPT.clear()
+    assert compile_ahead(trial, POINTS, 64, options, stopped=lambda: True) == 0 and not compiled._KEPT  # (stopped)
 
 
 def test_a_wait_on_a_compile_of_this_process_says_it_is_this_process(tmp_path):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 
 import jax.numpy as jnp
 
@@ -111,3 +113,33 @@ def test_user_code_a_stored_run_and_several_processes_are_not_compiled_ahead(tmp
     assert not ahead.CompilingAhead(options, enabled=False).enabled
     assert not ahead.CompilingAhead(dataclasses.replace(options, use_jit=False)).enabled
     compiling.close()
+
+
+ENDING = """
+import dataclasses, sys, threading, time
+from jaxfed import engine
+from jaxfed.engine import ahead as engine_ahead
+from jaxfed.runs import ahead, reproduce
+inside = threading.Event()
+real = engine_ahead._compile_group
+engine_ahead._compile_group = lambda *args: inside.set() or real(*args)
+exp = reproduce.reproduced("gfvl-topologies")[0]
+options = engine.RunOptions.for_experiments(progress=False, compilation_cache="off")
+compiling = ahead.CompilingAhead(options)
+assert compiling.start(exp, 10, dataclasses.replace(options, out_dir=sys.argv[1]))
+inside.wait()
+time.sleep(0.5)  # (inside XLA's compile)
+compiling.close()
+print("closed", flush=True)
+"""
+
+
+def test_a_process_that_ends_during_a_compile_ahead_waits_for_it_and_exits_cleanly(tmp_path):
+    """An interrupted ``jaxfed reproduce`` ends while the next experiment compiles: the process
+    waits for that compile and exits with its own status (a daemon thread returning from XLA into
+    the finalising interpreter was ended by force: "terminate called …", the process aborted)."""
+    done = subprocess.run(
+        [sys.executable, "-c", ENDING, str(tmp_path / "out")], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "closed", (done.returncode, done.stderr[-2000:])
+    assert "terminate called" not in done.stderr and not (tmp_path / "out").exists()
