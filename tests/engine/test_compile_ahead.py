@@ -4,6 +4,8 @@ reproduce`` does for its next experiment): the run finds them compiled and compu
 import dataclasses
 import fcntl
 import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -56,3 +58,53 @@ def test_a_wait_on_a_compile_of_this_process_says_it_is_this_process(tmp_path):
     finally:
         os.close(fd)
     assert notes[0].startswith("waiting for another process's compile"), notes
+
+
+ENDING_RUN = """
+import threading, time
+import jax, jax.numpy as jnp
+from jaxfed import engine
+from jaxfed.engine import compiled, core
+
+def trial(key, point):
+    x = jax.random.normal(key, (8,))
+    for _ in range(point["loops"]):  # (static: group 2's program is long, its compile takes a while)
+        x = jnp.sin(x) * point["scale"] + jnp.cos(x)
+    return {{"x": x}}
+
+points = [{{"scale": jnp.float32(1.0), "loops": loops}} for loops in (1, 1000)]
+inside, this = threading.Event(), threading.local()
+real_compile, real_run, real_xla = core._compile_group, core._run_group, compiled.timed_compile
+
+def compile_group(plan, gp, *rest):
+    this.number = gp.number
+    return real_compile(plan, gp, *rest)
+
+def timed_compile(lowered):
+    if getattr(this, "number", None) == 1:  # (group 2's thread enters XLA's compile)
+        inside.set()
+    return real_xla(lowered)
+
+core._compile_group, compiled.timed_compile = compile_group, timed_compile
+
+def run_group(plan, gp, *rest):
+    if gp.number == 0:  # Ctrl-C in group 1 while group 2 compiles in its thread
+        inside.wait()
+        time.sleep(0.05)
+        raise KeyboardInterrupt
+    return real_run(plan, gp, *rest)
+
+core._run_group = run_group
+try:
+    engine.run(trial, points, 64, progress=False, compilation_cache="off")
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_a_run_interrupted_while_a_later_group_compiles_exits_cleanly():
+    """The groups' compile threads are not daemons: the process waits for a compile under way at
+    its end instead of aborting ("terminate called …", status 134) when XLA returns into a
+    finalising interpreter."""
+    done = subprocess.run([sys.executable, "-c", ENDING_RUN.format()], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "interrupted", (done.returncode, done.stderr[-2000:])
