@@ -287,7 +287,8 @@ def _program_lock(directory: str | None, key: str, wait_s: float, note=lambda me
     taken within ``wait_s`` seconds; None where there is no directory, no lock on this file
     system or the wait ran out. :func:`_release` closes it (a process's end does too); the lock
     files stay (empty, one per program; ``jaxfed cache clear`` removes them). While another
-    process holds it, ``note`` is told so at once and every :data:`WAIT_NOTE_EVERY_S` seconds
+    process holds it (or another thread of this one: ``jaxfed reproduce`` compiles its next
+    experiment ahead), ``note`` is told so at once and every :data:`WAIT_NOTE_EVERY_S` seconds
     (:func:`waiting_notes`)."""
     if not directory or os.sep in key or not key:
         return None
@@ -297,17 +298,29 @@ def _program_lock(directory: str | None, key: str, wait_s: float, note=lambda me
         fd = os.open(os.path.join(folder, key), os.O_RDWR | os.O_CREAT, 0o666)
     except OSError:
         return None
-    if _flock(fd, wait_s, waiting_notes(os.path.join(folder, key), wait_s, note)):
+    if _flock(fd, wait_s, waiting_notes(os.path.join(folder, key), wait_s, note, lambda: _held_here(key))):
+        with _HELD_LOCK:
+            _HELD[fd] = key
         return fd
     os.close(fd)
     return None
+
+
+_HELD: dict[int, str] = {}  # this process's held lock descriptors -> their program keys
+_HELD_LOCK = threading.Lock()
+
+
+def _held_here(key: str) -> bool:
+    """Whether a thread of this process holds ``key``'s lock (it compiles the program)."""
+    with _HELD_LOCK:
+        return key in _HELD.values()
 
 
 WAIT_NOTE_EVERY_S = 30.0
 """How often a process waiting for another's compile says it still waits."""
 
 
-def waiting_notes(lock: str, wait_s: float, note) -> Callable[[float], None]:
+def waiting_notes(lock: str, wait_s: float, note, here: Callable[[], bool] = lambda: False) -> Callable[[float], None]:
     """The notes of a process waiting on ``lock``, held by another process compiling the same
     program: called with the seconds waited so far (at each look), it gives ``note`` one line at
     the first look and one every :data:`WAIT_NOTE_EVERY_S` seconds, each saying what it waits for,
@@ -317,6 +330,8 @@ def waiting_notes(lock: str, wait_s: float, note) -> Callable[[float], None]:
         lock: the program's lock file (its name is the program's key).
         wait_s: the longest wait (:data:`COMPILE_WAIT_S`).
         note: where the lines go.
+        here: whether the compile waited for is this process's own (another thread's: the
+            compile ahead of ``jaxfed reproduce``'s next experiment); the lines say so.
 
     Returns:
         The function to call with the seconds waited.
@@ -327,8 +342,9 @@ def waiting_notes(lock: str, wait_s: float, note) -> Callable[[float], None]:
         if said["at"] is not None and seconds - said["at"] < WAIT_NOTE_EVERY_S:
             return
         said["at"] = seconds
+        whose = "another thread's compile in this process" if here() else "another process's compile"
         note(
-            f"waiting for another process's compile of the same program (lock {lock}): {seconds:,.0f} s so far, "
+            f"waiting for {whose} of the same program (lock {lock}): {seconds:,.0f} s so far, "
             f"at most {wait_s:,.0f} s, then compiling it here; its program is loaded from the cache when it ends"
         )
 
@@ -337,6 +353,8 @@ def waiting_notes(lock: str, wait_s: float, note) -> Callable[[float], None]:
 
 def _release(fd: int | None) -> None:
     if fd is not None:
+        with _HELD_LOCK:
+            _HELD.pop(fd, None)
         os.close(fd)  # (releases the lock)
 
 

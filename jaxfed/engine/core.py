@@ -439,8 +439,9 @@ def _compiling_ahead(plan: Plan, cache_dir: str | None):
     compile while earlier ones compile or run; the groups still run in order. Compiling is
     deterministic: the programs, and so the values, are those of one group after another. On
     exit the compiles not yet started are cancelled (an error or an interrupt in an earlier
-    group); one under way is left to its daemon thread, so an interrupted run ends without
-    waiting for it."""
+    group); one under way is left to its thread, so an interrupted run ends without waiting for
+    it, and its process waits for it at its end (not a daemon: one returning from XLA into a
+    finalising interpreter would be ended by force, aborting the process)."""
     if plan.machine.mesh is None or len(plan.groups) == 1:
         yield [None] * len(plan.groups)  # (nothing to overlap: each group compiles when it runs)
         return
@@ -452,17 +453,15 @@ def _compiling_ahead(plan: Plan, cache_dir: str | None):
 
 
 class _GroupCompiles:
-    """``futures[g]``: group g's :func:`_compile_group`, computed by ``workers`` daemon threads
-    that take the groups in order."""
+    """``futures[g]``: group g's :func:`_compile_group`, computed by ``workers`` threads that take
+    the groups in order."""
 
     def __init__(self, plan: Plan, cache_dir: str | None, workers: int):
         self.futures: list[concurrent.futures.Future] = [concurrent.futures.Future() for _ in plan.groups]
         self._next = iter(range(len(plan.groups)))
         self._lock = threading.Lock()
         for _ in range(workers):
-            worker = threading.Thread(target=self._work, args=(plan, cache_dir), name="jaxfed-compile-group")
-            worker.daemon = True
-            worker.start()
+            threading.Thread(target=self._work, args=(plan, cache_dir), name="jaxfed-compile-group").start()
 
     def _work(self, plan: Plan, cache_dir: str | None) -> None:
         while True:

@@ -27,6 +27,7 @@ from jaxfed.experiment import Experiment, make_config
 from jaxfed.experiments import REGISTRY
 from jaxfed.results import deciding, report
 from jaxfed.runs import writer
+from jaxfed.runs.ahead import CompilingAhead
 from jaxfed.runs.runner import run_and_say, stopped_after
 
 
@@ -354,10 +355,15 @@ def reproduce(
     imports: Mapping[str, str] | None = None,
     budget: float | None = None,
     say: Callable[[str], None] | None = None,
+    ahead: bool = True,
 ) -> Reproduced:
     """``jaxfed reproduce``: every built-in experiment (or those ``only`` names) at ``scale`` times
     its default trial count, each into ``out/NAME``, then one report.md (verdicts.json,
     report.html) of them all in ``out``.
+
+    While an experiment runs, the next one is built and its programs compiled in a background
+    thread (:class:`jaxfed.runs.ahead.CompilingAhead`), so that it finds them compiled: the same
+    programs, so the same values, as compiled when it starts.
 
     Args:
         out: the directory of the runs and the report (absolute).
@@ -368,6 +374,7 @@ def reproduce(
         budget: with ``--decide``: seconds to spend growing the runs whose claims are undecided
             (:func:`decide_runs`); None: no growth.
         say: status lines and the overall progress (None: quiet).
+        ahead: compile the next experiment while one runs (False: each compiles when it starts).
 
     Returns:
         A :class:`Reproduced`.
@@ -385,18 +392,26 @@ def reproduce(
     sections, times, start, runs = [], [], time.perf_counter(), {}
     if jax.process_index() == 0:  # (what an interrupted reproduction's report names as missing)
         writer.write_plan(out, trials)
-    for exp in experiments:
-        overall.start(exp.name)
-        t0, out_dir = time.perf_counter(), os.path.join(out, exp.name)
-        digest_before = record_digest(out_dir)
-        cfg = make_config(exp.config_cls, {})
-        run_options = dataclasses.replace(options, out_dir=out_dir, progress=overall.run_progress(exp.name, options.progress))  # fmt: skip
-        config_json, results = run_and_say(exp, cfg, trials[exp.name], run_options, imports=imports, say=overall.timed(say), report=False)  # fmt: skip
-        spt = deciding.seconds_per_trial(config_json, trials[exp.name])
-        runs[exp.name] = deciding.Run(exp, cfg, config_json, results, 0, trials[exp.name], spt)
-        times.append((exp.name, time.perf_counter() - t0))
-        sections.append((exp.name, report.section(exp, cfg, config_json, results, times[-1][1])))
-        overall.finish(measured=computed_here(config_json, digest_before))
+    compiling = CompilingAhead(options, imports, enabled=ahead)
+    try:
+        for exp, after in zip(experiments, experiments[1:] + [None]):
+            overall.start(exp.name)
+            t0, out_dir = time.perf_counter(), os.path.join(out, exp.name)
+            digest_before = record_digest(out_dir)
+            made = compiling.take(exp.name)  # (made ahead: its trial is the one compiled for)
+            cfg, sweep = made if made is not None else (make_config(exp.config_cls, {}), None)
+            if after is not None:  # compiled while this one runs
+                compiling.start(after, trials[after.name], dataclasses.replace(options, out_dir=os.path.join(out, after.name)))  # fmt: skip
+            run_options = dataclasses.replace(options, out_dir=out_dir, progress=overall.run_progress(exp.name, options.progress))  # fmt: skip
+            config_json, results = run_and_say(exp, cfg, trials[exp.name], run_options, imports=imports, say=overall.timed(say), report=False, sweep=sweep)  # fmt: skip
+            _say_ahead(exp.name, compiling, sweep is not None, overall.timed(say))
+            spt = deciding.seconds_per_trial(config_json, trials[exp.name])
+            runs[exp.name] = deciding.Run(exp, cfg, config_json, results, 0, trials[exp.name], spt)
+            times.append((exp.name, time.perf_counter() - t0))
+            sections.append((exp.name, report.section(exp, cfg, config_json, results, times[-1][1])))
+            overall.finish(measured=computed_here(config_json, digest_before))
+    finally:
+        compiling.close()
     overall.close()
     text = ""
     if budget is not None:
@@ -404,6 +419,18 @@ def reproduce(
         sections = list(decided.items())
     path = writer.write_sections(out, sections, time.perf_counter() - start, text) if jax.process_index() == 0 else None
     return Reproduced(path, times, time.perf_counter() - start)
+
+
+def _say_ahead(name: str, compiling: CompilingAhead, used: bool, say: Callable[[str], None] | None) -> None:
+    """The status line of what compiling experiment ``name`` ahead did (nothing when it was not
+    compiled ahead, or quiet)."""
+    done = compiling.outcome(name)
+    if say is None or done is None:
+        return
+    if done.error:
+        say(f"{name}: compiling ahead failed ({done.error}); compiled when it ran")
+    elif used:
+        say(f"{name}: {done.groups} group program(s) built and compiled ahead in {done.seconds:.1f} s, beside the experiment before it")  # fmt: skip
 
 
 def decide_runs(

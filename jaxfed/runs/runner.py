@@ -394,13 +394,14 @@ def run_and_say(
     imports: Mapping[str, str] | None = None,
     say: Callable[[str], None] | None = None,
     report: bool = True,
+    sweep: Sweep | None = None,
 ) -> tuple[dict, dict]:
     """:func:`run_experiment` into ``options.out_dir``, with the status lines of ``jaxfed run``
     (where it goes; then the chunk sizes, devices and times, or that the trials were served from a
     larger stored run) given to ``say``.
 
     Args:
-        exp, config, n_trials, options, imports, report: as :func:`run_experiment` takes them.
+        exp, config, n_trials, options, imports, report, sweep: as :func:`run_experiment` takes them.
         say: called with each status line (None: no lines).
 
     Returns:
@@ -411,7 +412,7 @@ def run_and_say(
     """
     if say is not None:
         say(f"{exp.name}: {n_trials} trials -> {options.out_dir}")
-    config_json, results = run_experiment(exp, config, n_trials, options, imports=imports, report=report)
+    config_json, results = run_experiment(exp, config, n_trials, options, imports=imports, report=report, sweep=sweep)
     engine_info = config_json["engine"]
     if say is not None and "served_from" in config_json:
         say(
