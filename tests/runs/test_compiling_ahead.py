@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import jax.numpy as jnp
+import pytest
 
 from jaxfed import engine
 from jaxfed.engine import compiled
@@ -26,6 +27,7 @@ def _reproduce(out: str, on: bool, lines: list) -> dict:
     return {name: json.load(open(os.path.join(out, name, "config.json")))["engine"] for name in ONLY.split(",")}
 
 
+@pytest.mark.slow  # two reproduces of two experiments (~40 s); the failure path below stays in the default suite
 def test_the_next_experiment_runs_the_programs_compiled_ahead_with_the_same_values(tmp_path, monkeypatch):
     real_take = ahead.CompilingAhead.take
 
