@@ -43,3 +43,19 @@ def test_no_cell_ends_in_a_matplotlib_call_whose_value_jupyter_would_print():
             lines = cell.source.rstrip().splitlines() if cell.cell_type == "code" else []
             last = lines[-1].strip() if lines else ""
             assert not (drawing.match(last) and not last.endswith(";")), f"{path.name}: {last!r} prints its value"
+
+
+def test_the_notebooks_ship_their_outputs():
+    """A reader browsing the repository sees each notebook as it ran: every code cell executed in
+    order, every figure a cell draws stored as an image, no error (the slow test above runs them
+    again from the top; ``python benchmarks/notebooks.py --write`` stores fresh outputs)."""
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), f"{path.name}: not run in order"
+        for cell in code:
+            kinds = {o.output_type for o in cell.outputs}
+            assert "error" not in kinds, path.name
+            if "plt.subplots(" in cell.source:
+                images = [o for o in cell.outputs if "image/png" in o.get("data", {})]
+                assert images, f"{path.name}: a cell that draws stores no figure: {cell.source[:60]!r}"
