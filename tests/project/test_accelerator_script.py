@@ -42,9 +42,14 @@ def test_every_step_of_the_accelerator_script_runs_on_one_cpu_device(tmp_path):
 def test_chunk_arguments_at_a_first_trial_keep_the_trip_count():
     """On one device engine.testing.chunk_function's arguments end with the micro-batch loop's trip count,
     after the first trial: moving the first trial must keep it (it was dropped: a crash on a GPU)."""
+    import numpy as np
+
     one_device = ("seed", "points", "traced", 0, "steps")
-    assert scaling.at_first_trial(one_device, 4096) == ("seed", "points", "traced", 4096, "steps")
-    assert scaling.at_first_trial(one_device[:4], 7) == ("seed", "points", "traced", 7)
+    moved = scaling.at_first_trial(one_device, 4096)
+    assert moved[:3] == ("seed", "points", "traced") and moved[4:] == ("steps",)
+    # the first trial as the engine's (high, low) uint32 halves: trial 4096, and one past 2^32
+    assert moved[3].tolist() == [0, 4096] and scaling.at_first_trial(one_device, 2**32 + 7)[3].tolist() == [1, 7]
+    assert moved[3].dtype == np.uint32 and len(scaling.at_first_trial(one_device[:4], 7)) == 4
 
 
 def _write(directory, engine=None, conjugate=None):
