@@ -57,11 +57,21 @@ def test_no_timer_thread_outlives_its_block_whatever_instant_a_ctrl_c_lands(monk
     # A Ctrl-C lands at an arbitrary step of the main thread: on entry, inside the block, inside
     # the exit's Event.set() or join. Once an interrupt landed in a build()'s notice, its thread
     # printed "still running after N s" for the rest of the process (CI, 2026-12-07).
+    monkeypatch.setattr(runner, "NOTICE_EVERY", 0.001)
+    # Python's own Ctrl-C (an earlier test in this process may have imported dask_jobqueue, whose
+    # import makes SIGINT a sys.exit())
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _ctrl_c_at_random_instants()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _ctrl_c_at_random_instants() -> None:
     import _thread
     import random
     import threading
 
-    monkeypatch.setattr(runner, "NOTICE_EVERY", 0.001)
     before = frozenset(_timer_threads())  # (other tests' daemon threads in this process)
     rng = random.Random(0)
     for _ in range(300):
