@@ -554,9 +554,9 @@ def _partial_note(used: list[ShardDir], left_out: list[int]) -> str:
 
 
 def _copy_chunks(shards: list[ShardDir], out_dir: str) -> None:
-    """Writes the merged run's identity and chunks into ``out_dir``: raw chunks copied as they are
-    (each shard's covering its trials, or it is not finished), each group's summary joined in
-    trial order."""
+    """Writes the merged run's identity and chunks into ``out_dir``: raw chunks checked and linked
+    (or copied) as they are (each shard's covering its trials, or it is not finished), each
+    group's summary joined in trial order."""
     identity_bytes = store.read_regular(os.path.join(shards[0].path, "identity.json"))
     _check_out(out_dir, identity_bytes, shards[-1].trials[1])
     os.makedirs(store.chunk_dir(out_dir), exist_ok=True)
@@ -574,15 +574,24 @@ def _copy_chunks(shards: list[ShardDir], out_dir: str) -> None:
                 )
         for chunk in raw:
             path = os.path.join(store.chunk_dir(s.path), chunk.name)
-            data = store.read_regular(path)
             try:  # (checked here: the merged run would find it damaged under out_dir's name)
+                read_stat = _lstat(path)
+                data = store.read_regular(path)
                 store.read_chunk(path, data)
             except store.StoreError as err:
                 raise damaged_shard(err, s.path, s.shard) from None
-            store.atomic_write_bytes(os.path.join(store.chunk_dir(out_dir), chunk.name), data)
+            # Linked where the filesystem allows: the shard's bytes are not written again.
+            store.atomic_link_or_write(os.path.join(store.chunk_dir(out_dir), chunk.name), path, data, read_stat)
     groups = sorted({c.group for c in store.list_chunks(shards[0].path) if c.kind == "summary"})
     for group in groups:
         _join_summaries(shards, out_dir, group)
+
+
+def _lstat(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:  # (gone: reading it says so)
+        return None
 
 
 def _check_out(out_dir: str, identity_bytes: bytes, n_trials: int) -> None:

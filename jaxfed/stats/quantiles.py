@@ -93,15 +93,57 @@ def _band(values, mass: float, axis: int) -> Band:
     if isinstance(values, Summary):
         med, lo, hi = (summary_quantile(values, q) for q in qs)
     else:
-        # Non-finite trials are left out, as summaries leave them out: both modes give one band.
-        finite = np.isfinite(values)
-        if finite.all():
-            med, lo, hi = np.quantile(values, qs, axis=axis)
-        else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # a cell with no finite trial: NaN
-                med, lo, hi = np.nanquantile(np.where(finite, values, np.nan), qs, axis=axis)
+        med, lo, hi = _raw_quantiles(np.asarray(values), qs, axis)
     return Band(median=med, lower=lo, upper=hi, mass=mass)
+
+
+_CELLS_PER_BLOCK = 32
+"""Cells whose trials :func:`_raw_quantiles` sorts at a time (a few MB: in cache, one buffer reused)."""
+
+
+def _raw_quantiles(values: np.ndarray, qs: list, axis: int) -> np.ndarray:
+    """``np.quantile(values, qs, axis=axis)`` over the finite values of each cell (NaN where a
+    cell has none), the same bits, computed a block of cells at a time: the block's trials copied
+    into rows (the trial axis last in memory), sorted (NumPy sorts contiguous rows with SIMD) and
+    their quantiles taken (a quantile depends only on the sorted values). About twice as fast as
+    ``np.quantile`` along the middle axis of a raw (point, trial, slot) array, whose partition
+    walks strided memory, and without its copy of the whole array.
+
+    Non-finite trials are left out, as summaries leave them out: both modes give one band."""
+    n_trials = values.shape[axis]
+    if not np.issubdtype(values.dtype, np.floating) or n_trials == 0:
+        return _quantiles_of_finite(values, qs, axis)
+    lead, rest = values.shape[:axis], values.shape[axis + 1 :]
+    cells = values.reshape(int(np.prod(lead, dtype=np.int64)), n_trials, int(np.prod(rest, dtype=np.int64)))
+    out = None
+    rows = np.empty((min(_CELLS_PER_BLOCK, cells.shape[2]), n_trials), values.dtype)
+    for a in range(cells.shape[0]):
+        for r0 in range(0, cells.shape[2], _CELLS_PER_BLOCK):
+            block = rows[: min(_CELLS_PER_BLOCK, cells.shape[2] - r0)]
+            block[...] = cells[a, :, r0 : r0 + len(block)].T
+            block.sort(axis=-1)
+            # Sorted, a NaN or +inf ends its row and -inf starts it.
+            if np.isfinite(block[:, 0]).all() and np.isfinite(block[:, -1]).all():
+                q = np.quantile(block.T, qs, axis=0, overwrite_input=True)
+            else:
+                q = _quantiles_of_finite(block.T, qs, 0)
+            if out is None:
+                out = np.empty((len(qs), cells.shape[0], cells.shape[2]), q.dtype)
+            out[:, a, r0 : r0 + len(block)] = q
+    if out is None:  # (no cell)
+        return _quantiles_of_finite(values, qs, axis)
+    return out.reshape((len(qs), *lead, *rest))
+
+
+def _quantiles_of_finite(values: np.ndarray, qs: list, axis: int) -> np.ndarray:
+    """``np.quantile`` along ``axis`` of the finite values (``np.nanquantile`` with the non-finite
+    ones as NaN where there are any)."""
+    finite = np.isfinite(values)
+    if finite.all():
+        return np.quantile(values, qs, axis=axis)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a cell with no finite trial: NaN
+        return np.nanquantile(np.where(finite, values, np.nan), qs, axis=axis)
 
 
 def summary_quantile(summary: Summary, q) -> np.ndarray:

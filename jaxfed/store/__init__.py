@@ -46,6 +46,7 @@ from jaxfed.store.files import (
     MAX_JSON_BYTES,
     MAX_READ_BYTES,
     StoreError,
+    atomic_link_or_write,
     atomic_savez,
     atomic_write_bytes,
     atomic_write_json,

@@ -44,6 +44,8 @@ import io
 import json
 import os
 import re
+import zipfile
+import zlib
 from typing import NamedTuple
 
 import numpy as np
@@ -120,18 +122,22 @@ def _pack(meta: dict, arrays: dict) -> list:
     return _npz_parts(arrays, header)
 
 
-def _unpack(path: str, data: bytes | None = None) -> tuple[dict, dict, dict]:
-    """(header, arrays, name -> CRC-32 of its zip member) of a stored file, read whole (the zip
-    reader checks each member's bytes against its CRC-32), or of its bytes ``data`` already read;
-    StoreError if it is not a complete one."""
+def _unpack(path: str, data: bytes | bytearray | None = None) -> tuple[dict, dict, dict]:
+    """(header, arrays, name -> CRC-32 of its zip member) of a stored file, read whole, each
+    member's bytes checked against its CRC-32 (:func:`_members_in_place`), or of its bytes
+    ``data`` already read; StoreError if it is not a complete one."""
     if data is None and os.path.islink(path):
         raise StoreError(f"{path}: is a symbolic link, not a file this engine wrote; {_HINT}")
     if data is None:
-        data = files.read_regular(path)  # (a FIFO or device in place of a chunk is refused, never waited on)
+        data = files.read_regular_writable(path)  # (a FIFO or device in place of a chunk is refused, never waited on)
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            arrays = {name: z[name] for name in z.files}
-            crcs = {name: z.zip.getinfo(f"{name}.npy").CRC for name in z.files}
+        viewed = _members_in_place(data)
+        if viewed is not None:
+            arrays, crcs = viewed
+        else:
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
+                arrays = {name: z[name] for name in z.files}
+                crcs = {name: z.zip.getinfo(f"{name}.npy").CRC for name in z.files}
     except Exception as err:  # noqa: BLE001 - any failure to parse means a damaged file
         raise StoreError(
             f"{path}: not a readable .npz file ({_one_line(err)}): damaged or truncated; {_HINT}"
@@ -144,6 +150,50 @@ def _unpack(path: str, data: bytes | None = None) -> tuple[dict, dict, dict]:
     if not isinstance(meta, dict):
         raise StoreError(f"{path}: has no valid {_META} header; {_HINT}")
     return meta, arrays, crcs
+
+
+def _members_in_place(data) -> tuple[dict, dict] | None:
+    """(name -> array, name -> CRC-32) of an uncompressed .npz's ``.npy`` members, each array a view
+    of ``data`` where its member's bytes lie (a copy only where they are not aligned for its dtype),
+    each member's bytes checked against its CRC-32 as the zip reader would; or None for a file this
+    store does not write that way (a compressed or non-``.npy`` member, Fortran order, an object
+    dtype), which ``np.load`` then reads. Reading through ``np.load`` copies every member twice;
+    a merge reads hundreds of megabytes of chunks.
+
+    Raises:
+        ValueError: a member whose bytes do not match its CRC-32, or a local header or ``.npy``
+            header that is not one (the caller's "damaged or truncated").
+    """
+    whole = memoryview(data).cast("B")
+    with zipfile.ZipFile(io.BytesIO(whole)) as archive:  # (reads only the central directory)
+        members = archive.infolist()
+    arrays, crcs = {}, {}
+    for info in members:
+        if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1 or not info.filename.endswith(".npy"):
+            return None
+        local = whole[info.header_offset : info.header_offset + 30]
+        if len(local) < 30 or bytes(local[:4]) != b"PK\x03\x04":
+            raise ValueError(f"member {info.filename}: no local header")
+        name_length, extra_length = int.from_bytes(local[26:28], "little"), int.from_bytes(local[28:30], "little")
+        start = info.header_offset + 30 + name_length + extra_length
+        member = whole[start : start + info.file_size]
+        if len(member) != info.file_size or zlib.crc32(member) != info.CRC:
+            raise ValueError(f"member {info.filename}: bad CRC-32 or truncated")
+        version = np.lib.format.read_magic(io.BytesIO(bytes(member[:8])))
+        size_bytes = 2 if version == (1, 0) else 4
+        header_end = 8 + size_bytes + int.from_bytes(member[8 : 8 + size_bytes], "little")
+        head = io.BytesIO(bytes(member[:header_end]))
+        np.lib.format.read_magic(head)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read_header(head)
+        if fortran or dtype.hasobject:
+            return None
+        count = int(np.prod(shape, dtype=np.int64))
+        array = np.frombuffer(member, dtype, count, offset=header_end).reshape(shape)
+        name = info.filename[: -len(".npy")]
+        arrays[name] = array if array.flags.aligned else array.copy()
+        crcs[name] = info.CRC
+    return arrays, crcs
 
 
 def _verify(path: str, meta: dict, arrays: dict, crcs: dict, expected: dict, specs: dict) -> None:
@@ -268,7 +318,7 @@ def chunk_header(path: str) -> dict | None:
     return _header(path)
 
 
-def read_chunk(path: str, data: bytes | None = None) -> tuple[dict, dict]:
+def read_chunk(path: str, data: bytes | bytearray | None = None) -> tuple[dict, dict]:
     """(header, arrays) of the stored file ``path``, its checksums verified (the header's SHA-256,
     every array's CRC-32 as the header lists it); StoreError naming it otherwise.
 

@@ -139,6 +139,33 @@ def read_regular(path: str, limit: int | None = None) -> bytes:
     return data
 
 
+def read_regular_writable(path: str, limit: int | None = None) -> bytearray:
+    """:func:`read_regular` into a ``bytearray``, read once, so that arrays viewed in it are
+    writable without a copy.
+
+    Args:
+        path: the file to read.
+        limit: the largest size read, in bytes (default :data:`MAX_READ_BYTES`).
+
+    Returns:
+        The file's bytes.
+
+    Raises:
+        StoreError: as :func:`read_regular`, or the file changed size while it was read.
+    """
+    limit = MAX_READ_BYTES if limit is None else limit
+    with open_regular(path, limit) as f:
+        size = os.fstat(f.fileno()).st_size
+        data = bytearray(size)
+        try:
+            read = f.readinto(data)
+        except OSError as err:
+            raise StoreError(f"{path}: cannot be read ({err.strerror or err})") from None
+    if read != size:
+        raise StoreError(f"{path}: changed size while it was read ({read:,} of {size:,} bytes)")
+    return data
+
+
 MAX_JSON_BYTES = 1 << 28
 """The largest JSON file read from a result directory (256 MiB): a larger one is refused before
 it is read or parsed."""
@@ -226,6 +253,50 @@ def atomic_write_bytes(path: str, data) -> None:
         except OSError:
             pass
         raise StoreError(f"cannot write {path}: {err.strerror or err}") from None
+
+
+def atomic_link_or_write(path: str, source: str, data, source_stat: os.stat_result | None) -> None:
+    """Makes ``path`` a file holding ``data``, the bytes read from ``source`` (whose ``os.lstat``
+    before the read was ``source_stat``): a hard link to ``source`` where the filesystem allows
+    one and ``source`` is still the file that was read (its inode, size and modification time),
+    else ``data`` written
+    (:func:`atomic_write_bytes`). Atomic either way; a merge links its shards' chunks instead of
+    writing hundreds of megabytes again. Nothing of this package writes into a stored file in
+    place (every write replaces it), so the two names never see each other's changes.
+
+    Args:
+        path: the file to make (created or replaced).
+        source: the regular file ``data`` was read from.
+        data: its bytes.
+        source_stat: ``os.lstat(source)`` taken before ``data`` was read (None: written, not linked).
+
+    Raises:
+        StoreError: as :func:`atomic_write_bytes`.
+    """
+    check_no_link(path)
+    if source_stat is None:
+        return atomic_write_bytes(path, data)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    was_read = (source_stat.st_ino, source_stat.st_dev, len(data), source_stat.st_mtime_ns)
+    try:
+        if os.path.lexists(tmp):
+            _remove(tmp)
+        os.link(source, tmp, follow_symlinks=False)
+        linked = os.lstat(tmp)
+        if (
+            stat.S_ISREG(linked.st_mode)
+            and (linked.st_ino, linked.st_dev, linked.st_size, linked.st_mtime_ns) == was_read
+        ):
+            _replace(tmp, path)
+            return
+    except OSError:  # no hard links here (another filesystem, a filesystem without them, permissions)
+        pass
+    try:
+        if os.path.lexists(tmp):
+            _remove(tmp)
+    except OSError:
+        pass
+    atomic_write_bytes(path, data)
 
 
 def atomic_write_json(path: str, obj) -> None:

@@ -406,3 +406,44 @@ def test_a_merge_killed_before_its_identity_reruns(capsys, tmp_path, three_shard
     (mine / "notes.txt").write_text("the user's")
     assert "holds files that are not a jaxfed run" in _merge_error(capsys, *three_shards, "--out", str(mine))
     assert (mine / "notes.txt").read_text() == "the user's"
+
+
+# --------------------------------------------------------------------------- linked chunks (issue 58, part 6)
+def test_a_merge_links_the_shards_raw_chunks_and_writes_them_where_it_cannot(one_process, tmp_path, monkeypatch):
+    """Merged raw chunks are hard links of the shards' (the same inode: no bytes written again);
+    where the filesystem refuses a link, they are written, and the merged run is the same bytes."""
+    paths = _shards(tmp_path, "raw", 2)
+    linked = str(tmp_path / "linked")
+    assert cli.main(["merge", *paths, "--out", linked, "--quiet"]) == 0
+    for name in os.listdir(os.path.join(linked, "chunks")):
+        source = [os.path.join(p, "chunks", name) for p in paths if os.path.exists(os.path.join(p, "chunks", name))]
+        assert len(source) == 1 and os.path.samefile(os.path.join(linked, "chunks", name), source[0])
+
+    def no_links(*args, **kwargs):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", no_links)
+    written = str(tmp_path / "written")
+    assert cli.main(["merge", *paths, "--out", written, "--quiet"]) == 0
+    for name in os.listdir(os.path.join(written, "chunks")):
+        assert os.stat(os.path.join(written, "chunks", name)).st_nlink == 1
+    reference = open(one_process / "raw" / "metrics.npz", "rb").read()
+    for merged in (linked, written):
+        assert open(os.path.join(merged, "metrics.npz"), "rb").read() == reference
+    assert not [n for n in os.listdir(os.path.join(written, "chunks")) if n.endswith(".tmp")]
+
+
+def test_a_chunk_replaced_after_it_was_read_is_written_not_linked(tmp_path):
+    """``atomic_link_or_write`` links only the file that was read: a source replaced in between
+    (another inode) gets the bytes that were read and checked written instead."""
+    source, out = tmp_path / "source.npz", tmp_path / "out.npz"
+    source.write_bytes(b"checked bytes")
+    read_stat = os.lstat(source)
+    data = source.read_bytes()
+    replacement = tmp_path / "new.npz"
+    replacement.write_bytes(b"other bytes!!")
+    os.replace(replacement, source)
+    store.atomic_link_or_write(str(out), str(source), data, read_stat)
+    assert out.read_bytes() == b"checked bytes" and not os.path.samefile(out, source)
+    store.atomic_link_or_write(str(out), str(source), source.read_bytes(), os.lstat(source))
+    assert os.path.samefile(out, source)

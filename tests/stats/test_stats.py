@@ -302,3 +302,39 @@ def test_bands_reused_takes_the_quantiles_of_one_array_once(monkeypatch):
     stats.band(x)
     stats.band(x)
     assert len(calls) == 6
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize(
+    "shape, axis", [((3, 700, 70), 1), ((5, 300), 1), ((9,), 0), ((4, 33, 2, 3), 1), ((2, 3, 50, 4), 2), ((50, 3), 0)]
+)
+def test_a_raw_band_is_numpys_quantile_of_the_finite_trials_bit_for_bit(shape, axis, dtype):
+    """The blocked sort behind a raw band gives ``np.quantile``'s bits (``np.nanquantile`` of the
+    finite values where a cell has a NaN or ±inf; NaN where it has none)."""
+    import warnings
+
+    from jaxfed.stats import quantiles
+
+    rng = np.random.default_rng(len(shape) + axis)
+    values = (rng.standard_normal(shape) * 10).astype(dtype)
+    cases = [values]
+    if values.dtype.kind == "f":
+        damaged = values.copy()
+        damaged.reshape(-1)[rng.integers(0, values.size, 3)] = [np.nan, np.inf, -np.inf]
+        cases.append(damaged)
+        if values.ndim >= 2:
+            lost = damaged.copy()
+            lost[(0,) * axis + (slice(None),)] = np.nan  # a cell without one finite trial
+            cases.append(lost)
+    qs = [0.5, 0.125, 0.875]
+    for case in cases:
+        finite = np.isfinite(case)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            if finite.all():
+                expected = np.quantile(case, qs, axis=axis)
+            else:
+                expected = np.nanquantile(np.where(finite, case, np.nan), qs, axis=axis)
+            got = quantiles._raw_quantiles(case, qs, axis)
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        np.testing.assert_array_equal(got, expected)
