@@ -259,23 +259,30 @@ def test_band_plot_names_the_points_it_cannot_draw(tmp_path):
     assert ax.get_yscale() == "linear" and "nothing to draw: no finite value" in [t.get_text() for t in ax.texts]
 
 
+@functools.cache  # both cases below: building gfvl-logistic (~30 s loaded) and the traces once per process
+def _default_sweep_and_shapes(name: str):
+    """The experiment's default config, its sweep and one trial's output shapes (eval_shape)."""
+    from jaxfed.engine.points import group_points, rebuild
+    from jaxfed.experiments import REGISTRY
+
+    cfg = make_config(REGISTRY[name].config_cls)
+    sweep = REGISTRY[name].build(cfg)
+    group, traced = group_points(sweep.points)[0]
+    shapes = jax.eval_shape(lambda k, x: sweep.trial(k, rebuild(group, x)), jax.random.key(0), [x[0] for x in traced])
+    return cfg, sweep, shapes
+
+
 @pytest.mark.slow  # ~25 s: building gfvl-logistic and drawing kmeans-convergence dominate
 @pytest.mark.parametrize("nan_points", ["first", "every"])
 def test_every_experiments_figure_and_report_survive_non_finite_points(nan_points, tmp_path):
     """Results in which every float metric is NaN for the first point, or for every point, raw and
     summarised, through each built-in experiment's plot and report (shapes from one trial's
     eval_shape)."""
-    from jaxfed.engine.points import group_points, rebuild
     from jaxfed.experiments import REGISTRY
 
     rng = np.random.default_rng(0)
     for name, exp in REGISTRY.items():
-        cfg = make_config(exp.config_cls)
-        sweep = exp.build(cfg)
-        group, traced = group_points(sweep.points)[0]
-        shapes = jax.eval_shape(
-            lambda k, x: sweep.trial(k, rebuild(group, x)), jax.random.key(0), [x[0] for x in traced]
-        )
+        cfg, sweep, shapes = _default_sweep_and_shapes(name)
         raw = {}
         for metric, s in shapes.items():
             shape, dtype = (len(sweep.points), 12) + s.shape, np.dtype(s.dtype)
