@@ -140,8 +140,9 @@ def test_the_checks_read_every_chunk_once(tmp_path, monkeypatch):
     out = tmp_path / "run"
     run(out, n_trials=6, chunk_size=2)
     reads = []
-    real = store.files.read_regular
-    monkeypatch.setattr(store.files, "read_regular", lambda path, *a: reads.append(path) or real(path, *a))
+    for name in ("read_regular", "read_regular_writable"):  # (chunks are read by the second)
+        real = getattr(store.files, name)
+        monkeypatch.setattr(store.files, name, lambda path, *a, real=real: reads.append(path) or real(path, *a))
     rundir.load_results(str(out))
     chunks = [p for p in reads if "/chunks/" in p]
     assert len(chunks) == len(set(chunks)) == len(list((out / "chunks").iterdir())) == 6  # 2 groups × 3 chunks
