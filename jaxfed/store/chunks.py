@@ -152,6 +152,10 @@ def _unpack(path: str, data: bytes | bytearray | None = None) -> tuple[dict, dic
     return meta, arrays, crcs
 
 
+_PLAIN_FLAGS = 0x808
+"""Zip flag bits of a member :func:`_npz_parts` writes: sizes after the data (3), UTF-8 name (11)."""
+
+
 def _members_in_place(data) -> tuple[dict, dict] | None:
     """(name -> array, name -> CRC-32) of an uncompressed .npz's ``.npy`` members, each array a view
     of ``data`` where its member's bytes lie (a copy only where they are not aligned for its dtype),
@@ -169,12 +173,22 @@ def _members_in_place(data) -> tuple[dict, dict] | None:
         members = archive.infolist()
     arrays, crcs = {}, {}
     for info in members:
-        if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1 or not info.filename.endswith(".npy"):
+        if (
+            info.compress_type != zipfile.ZIP_STORED
+            or info.compress_size != info.file_size
+            or info.flag_bits & ~_PLAIN_FLAGS  # (encrypted, patched, …: for the zip reader to refuse)
+            or not info.filename.endswith(".npy")
+        ):
             return None
         local = whole[info.header_offset : info.header_offset + 30]
         if len(local) < 30 or bytes(local[:4]) != b"PK\x03\x04":
             raise ValueError(f"member {info.filename}: no local header")
         name_length, extra_length = int.from_bytes(local[26:28], "little"), int.from_bytes(local[28:30], "little")
+        # The zip reader's checks of the local header: its name is the directory's (decoded as it says).
+        local_name = bytes(whole[info.header_offset + 30 : info.header_offset + 30 + name_length])
+        utf8 = int.from_bytes(local[6:8], "little") & 0x800
+        if local_name.decode("utf-8" if utf8 else "cp437", errors="replace") != info.orig_filename:
+            raise ValueError(f"member {info.filename}: its local header names another file")
         start = info.header_offset + 30 + name_length + extra_length
         member = whole[start : start + info.file_size]
         if len(member) != info.file_size or zlib.crc32(member) != info.CRC:

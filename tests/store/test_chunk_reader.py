@@ -50,6 +50,9 @@ def test_every_flipped_byte_is_refused_or_reads_the_same_arrays(tmp_path):
         damaged[position] ^= 0x5A
         try:
             _, arrays = store.read_chunk(path, damaged)
+            # never more lenient than NumPy's zip reader, which reads a chunk's header alone
+            with np.load(io.BytesIO(bytes(damaged)), allow_pickle=False) as z:
+                [z[name] for name in z.files]
         except store.StoreError as err:
             assert str(err).startswith(path), err
             refused += 1
