@@ -348,6 +348,10 @@ def _few(names: list[str], n_all: int, most: int = 4) -> str:
     return ", ".join(names) if len(names) <= most else f"{len(names)} points ({', '.join(names[:most])}, …)"
 
 
+_TRIAL_BLOCK = 4096
+"""Trials per pass of :func:`exact_fraction_plot`'s count."""
+
+
 def exact_fraction_plot(ax, x, values, labels, tol: float = 0.0, offset: int = 0) -> None:
     """Fraction of trials whose value is <= ``tol`` (exactly 0 by default) at each x, from raw values
     (n_points, n_trials, n_x) or from a :class:`jaxfed.stats.Summary` (below the histogram's bin
@@ -366,7 +370,13 @@ def exact_fraction_plot(ax, x, values, labels, tol: float = 0.0, offset: int = 0
         fraction = stats.fraction_at_most(values, tol)
         what = "KL < 1e-12" if tol <= 1e-12 else f"KL ≲ {tol:g}"
     else:
-        fraction = np.mean(np.asarray(values) <= tol, axis=1)
+        values = np.asarray(values)
+        # counted a block of trials at a time, without a temporary of the values' size (the same
+        # float64 as np.mean of the booleans: a count divided by the trials)
+        at_most = np.zeros(values.shape[:1] + values.shape[2:], np.int64)
+        for i in range(0, values.shape[1], _TRIAL_BLOCK):
+            at_most += np.count_nonzero(values[:, i : i + _TRIAL_BLOCK] <= tol, axis=1)
+        fraction = at_most / values.shape[1]
         what = "KL = 0" if tol == 0 else f"KL ≤ {tol:g}"
     for i, label in enumerate(labels):
         series_line(ax, x, fraction[i], offset + i, len(labels), label=label, lw=1.4)
