@@ -348,10 +348,6 @@ def _few(names: list[str], n_all: int, most: int = 4) -> str:
     return ", ".join(names) if len(names) <= most else f"{len(names)} points ({', '.join(names[:most])}, …)"
 
 
-_TRIAL_BLOCK = 4096
-"""Trials per pass of :func:`exact_fraction_plot`'s count."""
-
-
 def exact_fraction_plot(ax, x, values, labels, tol: float = 0.0, offset: int = 0) -> None:
     """Fraction of trials whose value is <= ``tol`` (exactly 0 by default) at each x, from raw values
     (n_points, n_trials, n_x) or from a :class:`jaxfed.stats.Summary` (below the histogram's bin
@@ -374,8 +370,9 @@ def exact_fraction_plot(ax, x, values, labels, tol: float = 0.0, offset: int = 0
         # counted a block of trials at a time, without a temporary of the values' size (the same
         # float64 as np.mean of the booleans: a count divided by the trials)
         at_most = np.zeros(values.shape[:1] + values.shape[2:], np.int64)
-        for i in range(0, values.shape[1], _TRIAL_BLOCK):
-            at_most += np.count_nonzero(values[:, i : i + _TRIAL_BLOCK] <= tol, axis=1)
+        block = stats.quantiles.TRIAL_BLOCK
+        for i in range(0, values.shape[1], block):
+            at_most += np.count_nonzero(values[:, i : i + block] <= tol, axis=1)
         fraction = at_most / values.shape[1]
         what = "KL = 0" if tol == 0 else f"KL ≤ {tol:g}"
     for i, label in enumerate(labels):

@@ -494,14 +494,11 @@ def widened(tail: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-_TRIAL_BLOCK = 4096
-"""Trials per pass of the host's scans of raw values: a temporary the size of a block, not of the
-metric (a fresh page costs far more than the compare on some virtual machines)."""
-
-
 def nonfinite_trials(values: np.ndarray) -> int:
     """Trials (axis 0) of one point's raw metric with a NaN or ±inf anywhere."""
     return sum(
         int((~np.isfinite(block)).reshape(block.shape[0], -1).any(-1).sum())
-        for block in (values[i : i + _TRIAL_BLOCK] for i in range(0, values.shape[0], _TRIAL_BLOCK))
+        for block in (
+            values[i : i + stats.quantiles.TRIAL_BLOCK] for i in range(0, values.shape[0], stats.quantiles.TRIAL_BLOCK)
+        )
     )

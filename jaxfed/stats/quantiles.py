@@ -97,6 +97,11 @@ def _band(values, mass: float, axis: int) -> Band:
     return Band(median=med, lower=lo, upper=hi, mass=mass)
 
 
+TRIAL_BLOCK = 4096
+"""Trials per pass of a host scan of raw values (the figure's exact share, the non-finite count):
+a temporary the size of a block, not of the metric (on some virtual machines a page touched for
+the first time costs far more than the compare; benchmarks/fresh_memory.py)."""
+
 _CELLS_PER_BLOCK = 32
 """Cells whose trials :func:`_raw_quantiles` sorts at a time (a few MB: in cache, one buffer reused)."""
 
